@@ -1,0 +1,1 @@
+"""Real models used by the qnn-delegate examples, tests and benchmarks."""
