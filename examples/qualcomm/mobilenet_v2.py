@@ -1,0 +1,134 @@
+"""Export MobileNetV2 (real ImageNet weights) through the QNN delegate and run it.
+
+    python examples/qualcomm/mobilenet_v2.py --artifact artifacts/mobilenet_v2
+
+Steps: lower with an fp16 HTP spec, check the graph is fully delegated, write
+the ``.pte``, write four scikit-image photos as raw float32 inputs plus
+``input_list.txt``, run ``qnn_executor_runner`` on them, then print per photo
+the top-5 labels, whether top-1 matches eager PyTorch, the max abs logit
+difference, and the runner's average latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+
+from examples.qualcomm import utils  # noqa: E402
+from examples.qualcomm.models import imagenet  # noqa: E402
+from examples.qualcomm.models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
+
+MODEL_NAME = "mobilenet_v2"
+# fp16 sanity bound on |logits - eager| relative to the eager logit range.
+MAX_RELATIVE_LOGIT_DIFF = 0.05
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--artifact", type=Path, default=Path("artifacts") / MODEL_NAME,
+                        help="output folder for the .pte, inputs and runner outputs")
+    parser.add_argument("--soc_model", default="SM8650", help="target SoC (QcomChipset name)")
+    parser.add_argument("--iterations", type=int, default=10, help="timed runner iterations")
+    parser.add_argument("--warm_up", type=int, default=2, help="untimed runner warm-up runs")
+    return parser.parse_args(argv)
+
+
+def eager_logits(model: torch.nn.Module, photos: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    with torch.no_grad():
+        return {name: model(x) for name, x in photos.items()}
+
+
+def export_pte(model: torch.nn.Module, example: torch.Tensor, soc_model: str, pte_path: Path) -> Path:
+    start = utils.log_step(f"lowering {MODEL_NAME} to the QNN delegate (fp16, {soc_model})")
+    specs = utils.build_compiler_specs(soc_model=soc_model, use_fp16=True)
+    edge = utils.lower_to_qnn(model, (example,), specs)
+    utils.assert_fully_delegated(edge, MODEL_NAME)
+    print(f"      fully delegated ({utils.delegate_call_count(edge)} delegate call(s)) "
+          f"in {time.perf_counter() - start:.1f} s", flush=True)
+    utils.save_pte(edge, pte_path)
+    print(f"      wrote {pte_path} ({pte_path.stat().st_size / 1e6:.1f} MB)", flush=True)
+    return pte_path
+
+
+def run_on_runner(pte_path: Path, photos: dict[str, torch.Tensor], artifact: Path,
+                  iterations: int, warm_up: int) -> utils.RunnerResult:
+    input_list = utils.write_input_files([[x] for x in photos.values()], artifact / "inputs")
+    runner = utils.find_runner()
+    utils.log_step(f"running {runner.name} ({len(photos)} photos, {warm_up} warm-up + "
+                   f"{iterations} iterations each)")
+    result = utils.run_runner(
+        pte_path, input_list, artifact / "outputs", iterations=iterations, warm_up=warm_up,
+        perf_path=artifact / "performance.txt", runner=runner,
+    )
+    if result.returncode != 0:
+        raise utils.ExampleError(
+            f"{runner.name} failed with exit code {result.returncode}:\n{result.stderr.strip()}"
+        )
+    return result
+
+
+def report_photo(name: str, logits: torch.Tensor, eager: torch.Tensor) -> tuple[bool, float]:
+    """Print one photo's top-5 and comparison; return (top-1 matches, relative diff)."""
+    top5 = imagenet.top_k(logits, 5)
+    eager_top1 = int(eager.argmax())
+    matches = top5[0][0] == eager_top1
+    max_diff = float((logits - eager).abs().max())
+    rel_diff = max_diff / float(eager.max() - eager.min())
+    print(f"\n{name}: top-1 {'==' if matches else '!='} eager "
+          f"({imagenet.load_imagenet_labels()[eager_top1]}), max |logit - eager| = {max_diff:.4f}")
+    for class_id, label, prob in top5:
+        print(f"    {prob:7.2%}  {class_id:4d} {label}")
+    return matches, rel_diff
+
+
+def check_results(outcomes: dict[str, tuple[bool, float]], chelsea_top1: int) -> None:
+    if not imagenet.is_cat_class(chelsea_top1):
+        raise utils.ExampleError(f"chelsea (a cat) classified as class {chelsea_top1}")
+    for name, (_, rel_diff) in outcomes.items():
+        if rel_diff > MAX_RELATIVE_LOGIT_DIFF:
+            raise utils.ExampleError(
+                f"{name}: logits differ from eager by {rel_diff:.2%} of their range "
+                f"(bound {MAX_RELATIVE_LOGIT_DIFF:.0%})"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    artifact: Path = args.artifact.resolve()
+    utils.log_step("loading MobileNetV2 with ImageNet weights and the sample photos")
+    model = load_mobilenet_v2()
+    photos = imagenet.load_photo_batch()
+    eager = eager_logits(model, photos)
+
+    pte_path = export_pte(model, next(iter(photos.values())), args.soc_model,
+                          artifact / f"{MODEL_NAME}.pte")
+    result = run_on_runner(pte_path, photos, artifact, args.iterations, args.warm_up)
+
+    outcomes = {}
+    delegated_top1 = {}
+    for idx, (name, x) in enumerate(photos.items()):
+        logits = utils.read_raw_output(artifact / "outputs", idx, 0, eager[name])
+        outcomes[name] = report_photo(name, logits, eager[name])
+        delegated_top1[name] = int(logits.argmax())
+    matched = sum(match for match, _ in outcomes.values())
+    latency = "n/a" if result.avg_latency_ms is None else f"{result.avg_latency_ms:.2f} ms"
+    print(f"\ntop-1 equal to eager on {matched}/{len(outcomes)} photos; "
+          f"runner average latency {latency}")
+    check_results(outcomes, delegated_top1["chelsea"])
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except utils.ExampleError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
