@@ -1,0 +1,115 @@
+"""Benchmark: MobileNetV2 (real weights) on our QNN delegate vs ExecuTorch's XNNPACK.
+
+    python bench/bench_mobilenet.py [--runs 30] [--warm_up 3] [--with_runner]
+
+Both programs are lowered in this run and executed through ``executorch.runtime``
+in this process; prints the median latency of each, the ratio ours / XNNPACK,
+and the .pte sizes. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+
+from examples.qualcomm import utils  # noqa: E402
+from examples.qualcomm.models import imagenet  # noqa: E402
+from examples.qualcomm.models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=30, help="timed runs per backend")
+    parser.add_argument("--warm_up", type=int, default=3, help="untimed runs per backend")
+    parser.add_argument("--soc_model", default="SM8650")
+    parser.add_argument("--artifact", type=Path, default=Path("artifacts") / "bench")
+    parser.add_argument("--with_runner", action="store_true",
+                        help="also time our .pte with qnn_executor_runner")
+    return parser.parse_args(argv)
+
+
+def lower_xnnpack(model: torch.nn.Module, example: torch.Tensor, pte_path: Path) -> Path:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    with torch.no_grad():
+        exported = torch.export.export(model, (example,))
+        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    return utils.save_pte(edge, pte_path)
+
+
+def lower_qnn(model: torch.nn.Module, example: torch.Tensor, soc_model: str, pte_path: Path) -> Path:
+    specs = utils.build_compiler_specs(soc_model=soc_model, use_fp16=True)
+    edge = utils.lower_to_qnn(model, (example,), specs)
+    utils.assert_fully_delegated(edge, "mobilenet_v2")
+    return utils.save_pte(edge, pte_path)
+
+
+def time_runtime(pte_path: Path, example: torch.Tensor, runs: int, warm_up: int) -> list[float]:
+    """Per-run latencies (ms) of ``forward`` through executorch.runtime."""
+    import backends.qualcomm  # noqa: F401  registers the QnnDelegate backend
+    from executorch.runtime import Runtime
+
+    method = Runtime.get().load_program(str(pte_path)).load_method("forward")
+    for _ in range(warm_up):
+        method.execute([example])
+    latencies = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        method.execute([example])
+        latencies.append((time.perf_counter() - start) * 1e3)
+    return latencies
+
+
+def time_runner(pte_path: Path, example: torch.Tensor, artifact: Path, runs: int, warm_up: int) -> float | None:
+    input_list = utils.write_input_files([[example]], artifact / "runner_inputs")
+    result = utils.run_runner(pte_path, input_list, artifact / "runner_outputs", iterations=runs,
+                              warm_up=warm_up, perf_path=artifact / "runner_perf.txt")
+    if result.returncode != 0:
+        print(f"qnn_executor_runner failed ({result.returncode}): {result.stderr.strip()}")
+        return None
+    return result.avg_latency_ms
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    artifact = args.artifact.resolve()
+    model = load_mobilenet_v2()
+    example = imagenet.load_photo_batch(["chelsea"])["chelsea"]
+
+    utils.log_step("lowering with XNNPACK")
+    xnn_pte = lower_xnnpack(model, example, artifact / "mobilenet_v2_xnnpack.pte")
+    utils.log_step(f"lowering with the QNN delegate (fp16, {args.soc_model})")
+    qnn_pte = lower_qnn(model, example, args.soc_model, artifact / "mobilenet_v2_qnn.pte")
+
+    medians = {}
+    for name, pte in (("xnnpack", xnn_pte), ("qnn", qnn_pte)):
+        utils.log_step(f"timing {name}: {args.warm_up} warm-up + {args.runs} runs")
+        medians[name] = statistics.median(time_runtime(pte, example, args.runs, args.warm_up))
+
+    print(f"\n{'backend':<10}{'median ms':>12}{'pte MB':>10}")
+    for name, pte in (("xnnpack", xnn_pte), ("qnn", qnn_pte)):
+        print(f"{name:<10}{medians[name]:>12.2f}{pte.stat().st_size / 1e6:>10.2f}")
+    print(f"ratio qnn / xnnpack = {medians['qnn'] / medians['xnnpack']:.2f}x "
+          f"(torch threads {torch.get_num_threads()})")
+    if args.with_runner:
+        avg = time_runner(qnn_pte, example, artifact, args.runs, args.warm_up)
+        print(f"qnn_executor_runner average: {'n/a' if avg is None else f'{avg:.2f} ms'}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except utils.ExampleError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
