@@ -97,14 +97,22 @@ def save_pte(edge_manager, path: Path) -> Path:
     return path
 
 
-def run_with_runtime(pte_path: Path, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Run the ``forward`` method of a ``.pte`` once through ``executorch.runtime``."""
+def run_samples_with_runtime(
+    pte_path: Path, samples: Sequence[Sequence[torch.Tensor]]
+) -> list[list[torch.Tensor]]:
+    """Load a ``.pte`` once through ``executorch.runtime`` and run ``forward`` per sample."""
     import backends.qualcomm  # noqa: F401  registers the QnnDelegate backend
     from executorch.runtime import Runtime
 
-    program = Runtime.get().load_program(str(pte_path))
-    method = program.load_method("forward")
-    return [torch.as_tensor(out).clone() for out in method.execute(list(inputs))]
+    method = Runtime.get().load_program(str(pte_path)).load_method("forward")
+    return [
+        [torch.as_tensor(out).clone() for out in method.execute(list(sample))] for sample in samples
+    ]
+
+
+def run_with_runtime(pte_path: Path, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Run the ``forward`` method of a ``.pte`` once through ``executorch.runtime``."""
+    return run_samples_with_runtime(pte_path, [inputs])[0]
 
 
 def find_runner() -> Path:
