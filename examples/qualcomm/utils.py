@@ -65,7 +65,7 @@ def ops_outside_delegates(edge_manager, method: str = "forward") -> list[str]:
             continue
         name = getattr(node.target, "__name__", str(node.target))
         if not any(allowed in name for allowed in ALLOWED_OUTSIDE_DELEGATE):
-            leftovers.append(str(node.target))
+            leftovers.append(name)
     return leftovers
 
 
