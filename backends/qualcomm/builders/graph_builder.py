@@ -1,0 +1,203 @@
+"""GraphBuilder: owns the QNN tensors and ops that builders emit for one delegate graph."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+import torch
+from executorch.backends.transforms.utils import get_param_tensor, is_param_node
+from torch.export import ExportedProgram
+
+from backends.qualcomm.serialization.qnn_graph import (
+    DataType, QnnGraph, QnnOp, QnnParam, QnnTensor, QuantParams, TensorType, uint32_tensor,
+)
+from backends.qualcomm.utils.constants import (
+    DEBUG_HANDLE, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, NHWC_TO_NCHW, QCOM_LAYOUT,
+)
+from backends.qualcomm.utils.errors import QnnLoweringError
+
+_TORCH_TO_QNN_DTYPE = {
+    torch.float32: DataType.FLOAT_32, torch.int32: DataType.INT_32, torch.int64: DataType.INT_64,
+    torch.bool: DataType.BOOL_8, torch.uint8: DataType.UINT_8, torch.int8: DataType.INT_8,
+    torch.int16: DataType.INT_16,
+}
+_NUMPY_TO_QNN_DTYPE = {
+    np.dtype(np.float32): DataType.FLOAT_32, np.dtype(np.int32): DataType.INT_32,
+    np.dtype(np.int64): DataType.INT_64, np.dtype(np.bool_): DataType.BOOL_8,
+    np.dtype(np.uint8): DataType.UINT_8, np.dtype(np.int8): DataType.INT_8,
+    np.dtype(np.int16): DataType.INT_16,
+}
+
+
+def qnn_dtype(dtype: torch.dtype, node: Optional[torch.fx.Node] = None) -> int:
+    if dtype not in _TORCH_TO_QNN_DTYPE:
+        raise QnnLoweringError(f"dtype {dtype} has no QNN data type", node)
+    return _TORCH_TO_QNN_DTYPE[dtype]
+
+
+def permute_dims(dims: Sequence[int], perm: Sequence[int]) -> List[int]:
+    return [int(dims[p]) for p in perm]
+
+
+def moves_only_unit_dims(dims: Sequence[int], perm: Sequence[int]) -> bool:
+    """True when a permutation keeps the order of the non-1 dims (a Reshape does it)."""
+    kept = [p for p in perm if dims[p] != 1]
+    return kept == sorted(kept)
+
+
+def node_layout(node: torch.fx.Node) -> str:
+    return node.meta.get(QCOM_LAYOUT, LAYOUT_CHANNEL_FIRST)
+
+
+def logical_shape(node: torch.fx.Node) -> List[int]:
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        val = val[0]
+    if not isinstance(val, torch.Tensor):
+        raise QnnLoweringError("node has no tensor meta 'val'", node)
+    return [int(d) for d in val.shape]
+
+
+def stored_dims(shape: Sequence[int], layout: str) -> List[int]:
+    """Dims as stored in the payload for a logical shape in `layout`."""
+    if layout == LAYOUT_CHANNEL_LAST and len(shape) == 4:
+        return permute_dims(shape, NCHW_TO_NHWC)
+    return list(shape)
+
+
+def _debug_handle(node: Optional[torch.fx.Node]) -> int:
+    handle = node.meta.get(DEBUG_HANDLE, 0) if node is not None else 0
+    if isinstance(handle, (tuple, list)):
+        handle = handle[0] if handle else 0
+    return int(handle) if isinstance(handle, int) else 0
+
+
+class GraphBuilder:
+    """Tensors by (node, layout), unique names, op list; the result is a QnnGraph."""
+
+    def __init__(self, edge_program: ExportedProgram, graph_name: str, fp16_precision: bool):
+        self.edge_program = edge_program
+        self.graph = QnnGraph(graph_name, fp16_precision=fp16_precision)
+        self._tensors: Dict[Tuple[torch.fx.Node, str], QnnTensor] = {}
+        self._tensor_names: Set[str] = set()
+        self._op_names: Set[str] = set()
+
+    # ---- names ----------------------------------------------------------------
+    def _unique(self, base: str, taken: Set[str]) -> str:
+        name, k = base, 1
+        while name in taken:
+            name = f"{base}_{k}"
+            k += 1
+        taken.add(name)
+        return name
+
+    # ---- tensors --------------------------------------------------------------
+    def add_tensor(self, name: str, kind: int, data_type: int, dims: Sequence[int],
+                   data: Optional[np.ndarray] = None, quant: Optional[QuantParams] = None) -> QnnTensor:
+        tensor = QnnTensor(len(self.graph.tensors), self._unique(name, self._tensor_names), kind,
+                           data_type, [int(d) for d in dims], quant, data)
+        self.graph.tensors.append(tensor)
+        return tensor
+
+    def static_tensor(self, name: str, array: np.ndarray, quant: Optional[QuantParams] = None) -> QnnTensor:
+        """A STATIC tensor holding `array` (dims = array.shape)."""
+        array = np.ascontiguousarray(array)
+        if array.dtype not in _NUMPY_TO_QNN_DTYPE:
+            raise QnnLoweringError(f"static tensor '{name}' has unsupported dtype {array.dtype}")
+        return self.add_tensor(name, TensorType.STATIC, _NUMPY_TO_QNN_DTYPE[array.dtype],
+                               list(array.shape), array, quant)
+
+    def native_tensor(self, name: str, dims: Sequence[int], data_type: int = DataType.FLOAT_32) -> QnnTensor:
+        return self.add_tensor(name, TensorType.NATIVE, data_type, dims)
+
+    def define_output(self, node: torch.fx.Node, dims: Optional[Sequence[int]] = None,
+                      dtype: Optional[torch.dtype] = None) -> QnnTensor:
+        """The NATIVE output tensor of `node` in its own layout (dims from meta unless given)."""
+        layout = node_layout(node)
+        if dims is None:
+            dims = stored_dims(logical_shape(node), layout)
+        val = node.meta.get("val")
+        val = val[0] if isinstance(val, (tuple, list)) else val
+        data_type = qnn_dtype(dtype or val.dtype, node)
+        tensor = self.native_tensor(node.name, dims, data_type)
+        self._tensors[(node, layout)] = tensor
+        return tensor
+
+    def alias(self, node: torch.fx.Node, source: torch.fx.Node) -> None:
+        """`node` is the same tensor as `source` (getitem of output 0)."""
+        self._tensors[(node, node_layout(node))] = self.tensor(source, node_layout(node))
+
+    def constant_data(self, node: object) -> Optional[torch.Tensor]:
+        """Data of a param/buffer/lifted-constant placeholder, else None."""
+        if isinstance(node, torch.fx.Node) and node.op == "placeholder" and is_param_node(self.edge_program, node):
+            return get_param_tensor(self.edge_program, node)
+        return None
+
+    def define_graph_input(self, node: torch.fx.Node) -> QnnTensor:
+        shape = logical_shape(node)
+        tensor = self.add_tensor(node.name, TensorType.APP_WRITE,
+                                 qnn_dtype(node.meta["val"].dtype, node), shape)
+        self._tensors[(node, LAYOUT_CHANNEL_FIRST)] = tensor
+        self.graph.inputs.append(tensor.id)
+        return tensor
+
+    def _define_static_placeholder(self, node: torch.fx.Node, layout: str) -> QnnTensor:
+        data = self.constant_data(node)
+        if data is None:
+            raise QnnLoweringError("placeholder is neither a graph input nor a constant", node)
+        array = data.detach().contiguous().numpy()
+        if layout == LAYOUT_CHANNEL_LAST and array.ndim == 4:
+            array = array.transpose(NCHW_TO_NHWC)
+        tensor = self.static_tensor(node.name, array)
+        self._tensors[(node, layout)] = tensor
+        return tensor
+
+    def tensor(self, node: torch.fx.Node, layout: Optional[str] = None) -> QnnTensor:
+        """The tensor of `node` in `layout` (default: its own), converting once when needed."""
+        own = node_layout(node) if node.op != "placeholder" else LAYOUT_CHANNEL_FIRST
+        layout = layout or own
+        if (node, layout) in self._tensors:
+            return self._tensors[(node, layout)]
+        if node.op == "placeholder" and self.constant_data(node) is not None:
+            return self._define_static_placeholder(node, layout)
+        if (node, own) not in self._tensors:
+            raise QnnLoweringError("tensor used before it was defined (unsupported producer?)", node)
+        base = self._tensors[(node, own)]
+        if len(base.dims) != 4 or layout == own:
+            return base
+        converted = self._convert_layout(node, base, layout)
+        self._tensors[(node, layout)] = converted
+        return converted
+
+    def _convert_layout(self, node: torch.fx.Node, base: QnnTensor, layout: str) -> QnnTensor:
+        perm = NCHW_TO_NHWC if layout == LAYOUT_CHANNEL_LAST else NHWC_TO_NCHW
+        dims = permute_dims(base.dims, perm)
+        out = self.native_tensor(f"{node.name}_{layout}", dims, base.data_type)
+        if moves_only_unit_dims(base.dims, perm):
+            self.add_op(node, "Reshape", [base], [out], suffix=f"to_{layout}")
+        else:
+            self.add_op(node, "Transpose", [base], [out], [uint32_tensor("perm", perm)], suffix=f"to_{layout}")
+        return out
+
+    # ---- ops ------------------------------------------------------------------
+    def add_op(self, node: Optional[torch.fx.Node], op_type: str, inputs: Sequence[QnnTensor],
+               outputs: Sequence[QnnTensor], params: Sequence[QnnParam] = (), suffix: str = "") -> QnnOp:
+        base = node.name if node is not None else op_type.lower()
+        name = self._unique(f"{base}_{suffix}" if suffix else base, self._op_names)
+        op = QnnOp(name, op_type, [t.id for t in inputs], [t.id for t in outputs], list(params),
+                   _debug_handle(node))
+        self.graph.ops.append(op)
+        return op
+
+    def define_graph_outputs(self, output_nodes: Sequence[object]) -> None:
+        """APP_READ tensors in output order (channel-first); copies when a tensor repeats."""
+        for node in output_nodes:
+            if not isinstance(node, torch.fx.Node):
+                raise QnnLoweringError(f"graph output {node!r} is not a tensor node")
+            tensor = self.tensor(node, LAYOUT_CHANNEL_FIRST)
+            if tensor.type != TensorType.NATIVE:
+                copy = self.native_tensor(f"{node.name}_output", tensor.dims, tensor.data_type)
+                self.add_op(node, "Reshape", [tensor], [copy], suffix="output")
+                tensor = copy
+            tensor.type = TensorType.APP_READ
+            self.graph.outputs.append(tensor.id)

@@ -1,0 +1,70 @@
+"""Unary activations, one row per op: relu, hardtanh/relu6, sigmoid, tanh, gelu, silu, hardswish."""
+from __future__ import annotations
+
+from typing import Callable, Dict, List
+
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+
+from backends.qualcomm.builders.graph_builder import GraphBuilder
+from backends.qualcomm.builders.registry import (
+    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
+)
+from backends.qualcomm.builders.utils import input_layout
+from backends.qualcomm.serialization.qnn_graph import QnnParam, float_scalar
+
+_aten = exir_ops.edge.aten
+
+
+def _no_params(node: torch.fx.Node) -> List[QnnParam]:
+    return []
+
+
+def _clamp_params(node: torch.fx.Node) -> List[QnnParam]:
+    min_value = node.args[1] if len(node.args) > 1 else node.kwargs.get("min_val", -1.0)
+    max_value = node.args[2] if len(node.args) > 2 else node.kwargs.get("max_val", 1.0)
+    return [float_scalar("min_value", min_value), float_scalar("max_value", max_value)]
+
+
+def _gelu_check(node: torch.fx.Node) -> SupportResult:
+    approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    if approximate != "none":
+        return False, f"gelu approximate='{approximate}' is not supported (only 'none')"
+    return SUPPORTED
+
+
+# edge op -> (QNN type, params fn); silu is Sigmoid followed by ElementWiseMultiply.
+UNARY_OPS: Dict[object, tuple] = {
+    _aten.relu.default: ("Relu", _no_params),
+    _aten.hardtanh.default: ("ReluMinMax", _clamp_params),
+    _aten.sigmoid.default: ("Sigmoid", _no_params),
+    _aten.tanh.default: ("Tanh", _no_params),
+    _aten.gelu.default: ("Gelu", _no_params),
+    _aten.hardswish.default: ("HardSwish", _no_params),
+    _aten.silu.default: ("Sigmoid", _no_params),
+}
+_EXTRA_CHECKS: Dict[object, Callable[[torch.fx.Node], SupportResult]] = {
+    _aten.gelu.default: _gelu_check,
+}
+
+
+@register_builder
+class UnaryActivationBuilder(NodeBuilder):
+    targets = list(UNARY_OPS)
+    layout_policy = LayoutPolicy.AGNOSTIC
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        ok, reason = check_float_io(node)
+        if ok and node.target in _EXTRA_CHECKS:
+            return _EXTRA_CHECKS[node.target](node)
+        return ok, reason
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        qnn_type, params_fn = UNARY_OPS[node.target]
+        x = gb.tensor(node.args[0], input_layout(node))
+        if node.target == _aten.silu.default:
+            sigmoid = gb.native_tensor(f"{node.name}_sigmoid", x.dims)
+            gb.add_op(node, "Sigmoid", [x], [sigmoid], suffix="sigmoid")
+            gb.add_op(node, "ElementWiseMultiply", [x, sigmoid], [gb.define_output(node)])
+            return
+        gb.add_op(node, qnn_type, [x], [gb.define_output(node)], params_fn(node))

@@ -1,0 +1,78 @@
+"""2D convolution -> Conv2d / DepthWiseConv2d (NHWC activations, HWIO weights)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+
+from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.registry import (
+    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder, tensor_vals,
+)
+from backends.qualcomm.builders.utils import int_list
+from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
+from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST
+
+OIHW_TO_HWIO = (2, 3, 1, 0)
+
+
+def conv_args(node: torch.fx.Node) -> dict:
+    """Named args of aten.convolution."""
+    names = ["input", "weight", "bias", "stride", "padding", "dilation", "transposed",
+             "output_padding", "groups"]
+    values = dict(zip(names, node.args))
+    values.update(node.kwargs)
+    return values
+
+
+@register_builder
+class ConvolutionBuilder(NodeBuilder):
+    targets = [exir_ops.edge.aten.convolution.default]
+    layout_policy = LayoutPolicy.SENSITIVE
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        ok, reason = check_float_io(node)
+        if not ok:
+            return ok, reason
+        args = conv_args(node)
+        if args.get("transposed", False):
+            return False, "transposed convolution is not supported"
+        if len(tensor_vals(node)[0].shape) != 4:
+            return False, "only 2D convolution (rank-4 input) is supported"
+        if any(int(p) < 0 for p in args.get("padding", [0])):
+            return False, "negative padding is not supported"
+        return SUPPORTED
+
+    def _weight(self, gb: GraphBuilder, node: torch.fx.Node, weight: torch.fx.Node) -> QnnTensor:
+        data = gb.constant_data(weight)
+        if data is not None:
+            return gb.static_tensor(weight.name, data.detach().contiguous().numpy().transpose(OIHW_TO_HWIO))
+        source = gb.tensor(weight, LAYOUT_CHANNEL_FIRST)
+        dims = [source.dims[p] for p in OIHW_TO_HWIO]
+        out = gb.native_tensor(f"{weight.name}_hwio", dims, source.data_type)
+        gb.add_op(node, "Transpose", [source], [out], [uint32_tensor("perm", OIHW_TO_HWIO)], suffix="weight")
+        return out
+
+    def _bias(self, gb: GraphBuilder, node: torch.fx.Node, bias: object, cout: int) -> QnnTensor:
+        if isinstance(bias, torch.fx.Node):
+            return gb.tensor(bias)
+        return gb.static_tensor(f"{node.name}_bias", np.zeros([cout], dtype=np.float32))
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        args = conv_args(node)
+        x = gb.tensor(args["input"], LAYOUT_CHANNEL_LAST)
+        cout, cin_per_group = logical_shape(args["weight"])[:2]
+        cin = logical_shape(args["input"])[1]
+        groups = int(args.get("groups", 1))
+        pad = int_list(args.get("padding"), 2, 0)
+        params = [
+            uint32_tensor("stride", int_list(args.get("stride"), 2, 1)),
+            uint32_tensor("pad_amount", [[pad[0], pad[0]], [pad[1], pad[1]]], [2, 2]),
+            uint32_tensor("dilation", int_list(args.get("dilation"), 2, 1)),
+        ]
+        depthwise = groups > 1 and groups == cin and cin_per_group == 1
+        if not depthwise:
+            params.append(uint32_scalar("group", groups))
+        inputs = [x, self._weight(gb, node, args["weight"]), self._bias(gb, node, args.get("bias"), cout)]
+        qnn_type = "DepthWiseConv2d" if depthwise else "Conv2d"
+        gb.add_op(node, qnn_type, inputs, [gb.define_output(node)], params)

@@ -1,0 +1,65 @@
+"""Binary elementwise ops: add / sub / mul / div (Tensor and Scalar overloads)."""
+from __future__ import annotations
+
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+
+from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.registry import (
+    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
+)
+from backends.qualcomm.builders.utils import input_layout, operand, scalar_tensor
+
+_aten = exir_ops.edge.aten
+
+# edge op -> (QNN type, whether the op takes `alpha`)
+BINARY_OPS = {
+    _aten.add.Tensor: ("ElementWiseAdd", True),
+    _aten.add.Scalar: ("ElementWiseAdd", True),
+    _aten.sub.Tensor: ("ElementWiseSubtract", True),
+    _aten.sub.Scalar: ("ElementWiseSubtract", True),
+    _aten.mul.Tensor: ("ElementWiseMultiply", False),
+    _aten.mul.Scalar: ("ElementWiseMultiply", False),
+    _aten.div.Tensor: ("ElementWiseDivide", False),
+    _aten.div.Scalar: ("ElementWiseDivide", False),
+}
+
+
+@register_builder
+class BinaryElementwiseBuilder(NodeBuilder):
+    targets = list(BINARY_OPS)
+    layout_policy = LayoutPolicy.AGNOSTIC
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        ok, reason = check_float_io(node)
+        if not ok:
+            return ok, reason
+        if len(node.args) < 2:
+            return False, "expected two operands"
+        if not any(isinstance(a, torch.fx.Node) for a in node.args[:2]):
+            return False, "both operands are scalars"
+        for a in node.args[:2]:
+            if not isinstance(a, (torch.fx.Node, int, float)) or isinstance(a, bool):
+                return False, f"operand {a!r} is not a tensor or number"
+        return SUPPORTED
+
+    def _scaled_second(self, gb: GraphBuilder, node: torch.fx.Node, layout: str, rank: int):
+        b = node.args[1]
+        alpha = node.kwargs.get("alpha", 1)
+        if not isinstance(b, torch.fx.Node):
+            return scalar_tensor(gb, f"{node.name}_b", float(b) * float(alpha))
+        tb = operand(gb, node, b, layout, rank, "b")
+        if alpha == 1:
+            return tb
+        scaled = gb.native_tensor(f"{node.name}_alpha_b", tb.dims)
+        alpha_t = scalar_tensor(gb, f"{node.name}_alpha", float(alpha))
+        gb.add_op(node, "ElementWiseMultiply", [tb, alpha_t], [scaled], suffix="alpha")
+        return scaled
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        qnn_type, _ = BINARY_OPS[node.target]
+        layout = input_layout(node)
+        rank = len(logical_shape(node))
+        ta = operand(gb, node, node.args[0], layout, rank, "a")
+        tb = self._scaled_second(gb, node, layout, rank)
+        gb.add_op(node, qnn_type, [ta, tb], [gb.define_output(node)])

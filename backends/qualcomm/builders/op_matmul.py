@@ -1,0 +1,69 @@
+"""linear (kept whole) -> FullyConnected; matmul / bmm / mm / addmm -> MatMul (+ add)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+
+from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.registry import (
+    NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder, tensor_vals,
+)
+from backends.qualcomm.serialization.qnn_graph import bool_scalar
+
+_aten = exir_ops.edge.aten
+
+
+@register_builder
+class LinearBuilder(NodeBuilder):
+    targets = [_aten.linear.default]
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        ok, reason = check_float_io(node)
+        if ok and len(tensor_vals(node.args[1])[0].shape) != 2:
+            return False, "linear weight must be rank 2"
+        return ok, reason
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        x = gb.tensor(node.args[0])
+        w = gb.tensor(node.args[1])
+        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        if isinstance(bias, torch.fx.Node):
+            b = gb.tensor(bias)
+        else:
+            b = gb.static_tensor(f"{node.name}_bias", np.zeros([w.dims[0]], dtype=np.float32))
+        gb.add_op(node, "FullyConnected", [x, w, b], [gb.define_output(node)],
+                  [bool_scalar("keep_dims", True)])
+
+
+_MATMUL_OPS = [_aten.matmul.default, _aten.bmm.default, _aten.mm.default, _aten.addmm.default]
+
+
+@register_builder
+class MatMulBuilder(NodeBuilder):
+    targets = _MATMUL_OPS
+
+    def _operands(self, node: torch.fx.Node):
+        return node.args[1:3] if node.target == _aten.addmm.default else node.args[0:2]
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        ok, reason = check_float_io(node)
+        if not ok:
+            return ok, reason
+        for operand in self._operands(node):
+            if not isinstance(operand, torch.fx.Node) or len(logical_shape(operand)) < 2:
+                return False, "MatMul operands must be tensors of rank >= 2"
+        if node.target == _aten.addmm.default:
+            if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+                return False, "addmm with alpha/beta != 1 is not supported"
+        return SUPPORTED
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        a, b = (gb.tensor(x) for x in self._operands(node))
+        params = [bool_scalar("transpose_in0", False), bool_scalar("transpose_in1", False)]
+        if node.target != _aten.addmm.default:
+            gb.add_op(node, "MatMul", [a, b], [gb.define_output(node)], params)
+            return
+        product = gb.native_tensor(f"{node.name}_mm", logical_shape(node))
+        gb.add_op(node, "MatMul", [a, b], [product], params, suffix="mm")
+        gb.add_op(node, "ElementWiseAdd", [product, gb.tensor(node.args[0])], [gb.define_output(node)])

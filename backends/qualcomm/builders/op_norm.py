@@ -1,0 +1,90 @@
+"""layer_norm / native_layer_norm -> LayerNorm; batch norm (eval) -> Batchnorm."""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+
+from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.registry import (
+    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
+)
+from backends.qualcomm.builders.utils import is_constant
+from backends.qualcomm.serialization.qnn_graph import QnnTensor, float_scalar, uint32_tensor
+from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST
+from backends.qualcomm.utils.errors import QnnLoweringError
+
+_aten = exir_ops.edge.aten
+
+
+def only_output_zero_used(node: torch.fx.Node) -> SupportResult:
+    """Tuple-returning ops: only getitem(node, 0) may be used."""
+    for user in node.users:
+        if user.target is not operator.getitem or user.args[1] != 0:
+            return False, f"output used by '{user.name}' is not output 0 (mean/rstd outputs unsupported)"
+    return SUPPORTED
+
+
+def _float_data(gb: GraphBuilder, node: object, what: str) -> np.ndarray:
+    data = gb.constant_data(node)
+    if data is None:
+        raise QnnLoweringError(f"{what} must be a constant", node)
+    return data.detach().float().contiguous().numpy()
+
+
+@register_builder
+class LayerNormBuilder(NodeBuilder):
+    targets = [_aten.native_layer_norm.default, _aten.layer_norm.default]
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        ok, reason = check_float_io(node)
+        if ok and node.target == _aten.native_layer_norm.default:
+            return only_output_zero_used(node)
+        return ok, reason
+
+    def _affine(self, gb: GraphBuilder, node: torch.fx.Node, arg: object, shape, fill: float, name: str) -> QnnTensor:
+        if isinstance(arg, torch.fx.Node):
+            return gb.tensor(arg)
+        return gb.static_tensor(f"{node.name}_{name}", np.full(shape, fill, dtype=np.float32))
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        x_node, normalized_shape = node.args[0], list(node.args[1])
+        weight = node.args[2] if len(node.args) > 2 else None
+        bias = node.args[3] if len(node.args) > 3 else None
+        eps = node.args[4] if len(node.args) > 4 else 1e-5
+        rank, k = len(logical_shape(x_node)), len(normalized_shape)
+        inputs = [gb.tensor(x_node), self._affine(gb, node, weight, normalized_shape, 1.0, "gamma"),
+                  self._affine(gb, node, bias, normalized_shape, 0.0, "beta")]
+        params = [float_scalar("epsilon", eps), uint32_tensor("axes", list(range(rank - k, rank)))]
+        gb.add_op(node, "LayerNorm", inputs, [gb.define_output(node)], params)
+
+
+@register_builder
+class BatchNormBuilder(NodeBuilder):
+    targets = [_aten._native_batch_norm_legit_no_training.default]
+    layout_policy = LayoutPolicy.SENSITIVE
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        ok, reason = check_float_io(node)
+        if not ok:
+            return ok, reason
+        if len(logical_shape(node.args[0])) not in (2, 4):
+            return False, "batch norm input must be rank 2 or 4"
+        if not all(is_constant(a) for a in node.args[1:5] if a is not None):
+            return False, "batch norm weight/bias/mean/var must be constants"
+        return only_output_zero_used(node)
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        x_node, weight, bias, mean, var = node.args[:5]
+        eps = float(node.args[6]) if len(node.args) > 6 else 1e-5
+        channels = logical_shape(x_node)[1]
+        gamma = _float_data(gb, weight, "weight") if weight is not None else np.ones(channels, np.float32)
+        beta = _float_data(gb, bias, "bias") if bias is not None else np.zeros(channels, np.float32)
+        scale = gamma / np.sqrt(_float_data(gb, var, "running_var") + eps)
+        offset = beta - _float_data(gb, mean, "running_mean") * scale
+        x = gb.tensor(x_node, LAYOUT_CHANNEL_LAST)
+        inputs = [x, gb.static_tensor(f"{node.name}_scale", scale.astype(np.float32)),
+                  gb.static_tensor(f"{node.name}_offset", offset.astype(np.float32))]
+        gb.add_op(node, "Batchnorm", inputs, [gb.define_output(node)])

@@ -1,0 +1,35 @@
+"""softmax -> Softmax (axis remapped to the stored layout)."""
+from __future__ import annotations
+
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+
+from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.registry import (
+    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
+)
+from backends.qualcomm.builders.utils import input_layout, stored_axis
+from backends.qualcomm.serialization.qnn_graph import float_scalar, uint32_scalar
+
+_aten = exir_ops.edge.aten
+
+
+@register_builder
+class SoftmaxBuilder(NodeBuilder):
+    targets = [_aten._softmax.default] + ([_aten.softmax.int] if hasattr(_aten, "softmax") else [])
+    layout_policy = LayoutPolicy.AGNOSTIC
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        ok, reason = check_float_io(node)
+        if not ok:
+            return ok, reason
+        if node.target == _aten._softmax.default and len(node.args) > 2 and node.args[2]:
+            return False, "half_to_float softmax is not supported"
+        return SUPPORTED
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        layout = input_layout(node)
+        x = gb.tensor(node.args[0], layout)
+        axis = stored_axis(node.args[1], len(logical_shape(node)), layout)
+        gb.add_op(node, "Softmax", [x], [gb.define_output(node)],
+                  [uint32_scalar("axis", axis), float_scalar("beta", 1.0)])

@@ -1,0 +1,128 @@
+"""Builder registry: one NodeBuilder per op family, keyed by edge OpOverload objects."""
+from __future__ import annotations
+
+import enum
+from typing import Callable, Dict, List, Optional, Tuple, Type
+
+import torch
+
+from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST
+
+SupportResult = Tuple[bool, str]
+SUPPORTED: SupportResult = (True, "")
+
+_FLOAT_DTYPES = (torch.float32,)
+
+
+class LayoutPolicy(enum.Enum):
+    """How an op treats the channel-last layout (read by the layout pass)."""
+
+    CHANNEL_FIRST = "channel_first"  # needs logical (channel-first) inputs
+    SENSITIVE = "sensitive"          # Conv2d/pools/Batchnorm: takes and produces NHWC
+    AGNOSTIC = "agnostic"            # elementwise-like: works in either layout
+
+
+class NodeBuilder:
+    """Support check and lowering of one op family. Subclasses set `targets`."""
+
+    targets: List[object] = []
+    layout_policy: LayoutPolicy = LayoutPolicy.CHANNEL_FIRST
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        """(supported, reason). Default: every tensor in/out is float32."""
+        return check_float_io(node)
+
+    def supports_channel_last(self, node: torch.fx.Node) -> bool:
+        """AGNOSTIC builders: whether this node can read channel-last inputs."""
+        return self.layout_policy is LayoutPolicy.AGNOSTIC
+
+    def define_ops(self, node: torch.fx.Node, graph_builder) -> None:
+        raise NotImplementedError(type(self).__name__)
+
+
+_BUILDERS: Dict[object, NodeBuilder] = {}
+
+
+def _aten_op_of(target: object) -> Optional[object]:
+    return getattr(target, "_op", None)
+
+
+def register_builder(cls: Type[NodeBuilder]) -> Type[NodeBuilder]:
+    """Class decorator: register one builder instance under each of its edge targets."""
+    instance = cls()
+    for target in cls.targets:
+        _BUILDERS[target] = instance
+        aten_op = _aten_op_of(target)
+        if aten_op is not None:
+            _BUILDERS.setdefault(aten_op, instance)
+    return cls
+
+
+def get_builder(target: object) -> Optional[NodeBuilder]:
+    """The builder for an edge (or the matching aten) op, or None."""
+    try:
+        return _BUILDERS.get(target)
+    except TypeError:  # unhashable target
+        return None
+
+
+def registered_targets() -> List[object]:
+    return list(_BUILDERS)
+
+
+# ---- shared validation helpers -------------------------------------------------
+
+def node_val(node: object) -> Optional[object]:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def tensor_vals(node: torch.fx.Node) -> List[torch.Tensor]:
+    """FakeTensors of a node's output (tuple outputs flattened)."""
+    val = node_val(node)
+    if isinstance(val, (tuple, list)):
+        return [v for v in val if isinstance(v, torch.Tensor)]
+    return [val] if isinstance(val, torch.Tensor) else []
+
+
+def input_nodes(node: torch.fx.Node) -> List[torch.fx.Node]:
+    return [n for n in node.all_input_nodes]
+
+
+def check_float_io(node: torch.fx.Node, skip_inputs: Tuple[int, ...] = ()) -> SupportResult:
+    """Every tensor input (except positions in skip_inputs) and output must be float32."""
+    for i, arg in enumerate(node.args):
+        if i in skip_inputs:
+            continue
+        args = arg if isinstance(arg, (list, tuple)) else [arg]
+        for a in args:
+            for val in tensor_vals(a) if isinstance(a, torch.fx.Node) else []:
+                if val.dtype not in _FLOAT_DTYPES:
+                    return False, f"input {i} has dtype {val.dtype}; only float32 is supported"
+    outputs = tensor_vals(node)
+    if not outputs:
+        return False, "output has no tensor meta"
+    if outputs[0].dtype not in _FLOAT_DTYPES:
+        return False, f"output dtype {outputs[0].dtype}; only float32 is supported"
+    return SUPPORTED
+
+
+def check_static_shapes(node: torch.fx.Node) -> SupportResult:
+    for val in tensor_vals(node):
+        if any(not isinstance(d, int) for d in val.shape):
+            return False, f"dynamic shape {tuple(val.shape)} is not supported"
+    return SUPPORTED
+
+
+def first_failure(*checks: Callable[[], SupportResult]) -> SupportResult:
+    """Run checks lazily; return the first failure or SUPPORTED."""
+    for check in checks:
+        ok, reason = check()
+        if not ok:
+            return ok, reason
+    return SUPPORTED
+
+
+def is_channel_last(node: object) -> bool:
+    from backends.qualcomm.utils.constants import QCOM_LAYOUT
+
+    return isinstance(node, torch.fx.Node) and node.meta.get(QCOM_LAYOUT) == LAYOUT_CHANNEL_LAST

@@ -1,0 +1,88 @@
+"""Helpers shared by builders: axis remapping, operand layout, static scalars."""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from backends.qualcomm.builders.graph_builder import (
+    GraphBuilder, logical_shape, moves_only_unit_dims, permute_dims,
+)
+from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_tensor
+from backends.qualcomm.utils.constants import (
+    LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, QCOM_CONSTANT, QCOM_INPUT_LAYOUT,
+)
+
+
+def input_layout(node: torch.fx.Node) -> str:
+    return node.meta.get(QCOM_INPUT_LAYOUT, LAYOUT_CHANNEL_FIRST)
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    axis = int(axis)
+    if not -max(rank, 1) <= axis < max(rank, 1):
+        raise ValueError(f"axis {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def stored_axis(axis: int, rank: int, layout: str) -> int:
+    """Position in stored dims of logical `axis` (remapped for channel-last rank 4)."""
+    axis = normalize_axis(axis, rank)
+    if layout == LAYOUT_CHANNEL_LAST and rank == 4:
+        return NCHW_TO_NHWC.index(axis)
+    return axis
+
+
+def is_constant(node: object) -> bool:
+    """Placeholder holding a param/buffer/constant (flag set by the partitioner/preprocess)."""
+    return isinstance(node, torch.fx.Node) and bool(node.meta.get(QCOM_CONSTANT, False))
+
+
+def scalar_tensor(gb: GraphBuilder, name: str, value: Union[int, float], dtype=np.float32) -> QnnTensor:
+    return gb.static_tensor(name, np.array(value, dtype=dtype))
+
+
+def operand(gb: GraphBuilder, node: torch.fx.Node, arg: object, layout: str, out_rank: int,
+            name: str) -> QnnTensor:
+    """A binary-op operand in `layout`: scalars become STATIC scalars; in channel-last,
+    lower-rank operands are broadcast to rank 4 and permuted so they line up."""
+    if not isinstance(arg, torch.fx.Node):
+        return scalar_tensor(gb, f"{node.name}_{name}", float(arg))
+    shape = logical_shape(arg)
+    if layout != LAYOUT_CHANNEL_LAST or out_rank != 4 or len(shape) == 4:
+        return gb.tensor(arg, layout if len(shape) == 4 else None)
+    shape4 = [1] * (4 - len(shape)) + shape
+    data = gb.constant_data(arg)
+    if data is not None:
+        array = data.detach().contiguous().numpy().reshape(shape4).transpose(NCHW_TO_NHWC)
+        return gb.static_tensor(f"{arg.name}_channel_last", array)
+    source = gb.tensor(arg, LAYOUT_CHANNEL_FIRST)
+    nhwc = permute_dims(shape4, NCHW_TO_NHWC)
+    if moves_only_unit_dims(shape4, NCHW_TO_NHWC):
+        out = gb.native_tensor(f"{arg.name}_rank4_channel_last", nhwc, source.data_type)
+        gb.add_op(node, "Reshape", [source], [out], suffix=f"{name}_reshape")
+        return out
+    rank4 = gb.native_tensor(f"{arg.name}_rank4", shape4, source.data_type)
+    gb.add_op(node, "Reshape", [source], [rank4], suffix=f"{name}_reshape")
+    out = gb.native_tensor(f"{arg.name}_rank4_channel_last", nhwc, source.data_type)
+    gb.add_op(node, "Transpose", [rank4], [out], [uint32_tensor("perm", NCHW_TO_NHWC)],
+              suffix=f"{name}_transpose")
+    return out
+
+
+def int_list(value: Optional[Sequence[int]], length: int, default: int) -> List[int]:
+    """Expand an int or short list (torch pooling/conv args) to `length` ints."""
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        return [default] * length
+    if isinstance(value, int):
+        return [value] * length
+    values = [int(v) for v in value]
+    return values * length if len(values) == 1 else values
+
+
+def reshape(gb: GraphBuilder, node: torch.fx.Node, source: QnnTensor, dims: Sequence[int],
+            suffix: str) -> QnnTensor:
+    out = gb.native_tensor(f"{node.name}_{suffix}", dims, source.data_type)
+    gb.add_op(node, "Reshape", [source], [out], suffix=suffix)
+    return out

@@ -1,0 +1,168 @@
+"""Serialize a QnnGraph into a delegate blob (QnnContextBinary wrapping a QnnPayload)."""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+import flatbuffers
+import numpy as np
+
+from backends.qualcomm.serialization import qnn_payload_generated as gen
+from backends.qualcomm.serialization.fnv import fnv1a64
+from backends.qualcomm.serialization.qnn_graph import QnnGraph, QnnOp, QnnParam, QnnTensor, QuantParams
+
+SCHEMA_VERSION = 1
+PAYLOAD_IDENTIFIER = b"QNNP"
+CONTEXT_IDENTIFIER = b"QNNB"
+DATA_ALIGNMENT = 64
+
+
+def _aligned_bytes_vector(builder: flatbuffers.Builder, data: bytes, alignment: int = DATA_ALIGNMENT) -> int:
+    """A ubyte vector whose first byte is `alignment`-aligned, copied in one slice."""
+    n = len(data)
+    builder.StartVector(1, n, alignment)
+    builder.head = builder.head - n
+    builder.Bytes[builder.head : builder.head + n] = data
+    return builder.EndVector(n)
+
+
+def _numpy_vector(builder: flatbuffers.Builder, values: Sequence, dtype: str) -> int:
+    return builder.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
+
+
+def _write_quant(builder: flatbuffers.Builder, quant: QuantParams) -> int:
+    scales = _numpy_vector(builder, quant.scales, "<f4") if quant.scales is not None else None
+    offsets = _numpy_vector(builder, quant.offsets, "<i4") if quant.offsets is not None else None
+    block_scales = (
+        _numpy_vector(builder, quant.block_scales, "u1") if quant.block_scales is not None else None
+    )
+    gen.QuantizeParamsStart(builder)
+    gen.QuantizeParamsAddEncoding(builder, int(quant.encoding))
+    gen.QuantizeParamsAddBitwidth(builder, int(quant.bitwidth))
+    gen.QuantizeParamsAddScale(builder, float(quant.scale))
+    gen.QuantizeParamsAddOffset(builder, int(quant.offset))
+    gen.QuantizeParamsAddAxis(builder, int(quant.axis))
+    if scales is not None:
+        gen.QuantizeParamsAddScales(builder, scales)
+    if offsets is not None:
+        gen.QuantizeParamsAddOffsets(builder, offsets)
+    gen.QuantizeParamsAddBlockAxis(builder, int(quant.block_axis))
+    gen.QuantizeParamsAddBlockSize(builder, int(quant.block_size))
+    gen.QuantizeParamsAddBlockScaleBitwidth(builder, int(quant.block_scale_bitwidth))
+    if block_scales is not None:
+        gen.QuantizeParamsAddBlockScales(builder, block_scales)
+    return gen.QuantizeParamsEnd(builder)
+
+
+def _tensor_data_bytes(tensor: QnnTensor) -> bytes:
+    array = np.ascontiguousarray(tensor.data)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return array.tobytes()
+
+
+def _write_tensor(builder: flatbuffers.Builder, tensor: QnnTensor) -> int:
+    data = _aligned_bytes_vector(builder, _tensor_data_bytes(tensor)) if tensor.data is not None else None
+    quant = _write_quant(builder, tensor.quant) if tensor.quant is not None else None
+    dims = _numpy_vector(builder, tensor.dims, "<u4")
+    name = builder.CreateString(tensor.name)
+    gen.TensorStart(builder)
+    gen.TensorAddId(builder, tensor.id)
+    gen.TensorAddName(builder, name)
+    gen.TensorAddType(builder, int(tensor.type))
+    gen.TensorAddDataType(builder, int(tensor.data_type))
+    gen.TensorAddDims(builder, dims)
+    if quant is not None:
+        gen.TensorAddQuant(builder, quant)
+    if data is not None:
+        gen.TensorAddData(builder, data)
+    return gen.TensorEnd(builder)
+
+
+def _write_param(builder: flatbuffers.Builder, param: QnnParam) -> int:
+    int_data = _numpy_vector(builder, param.int_data, "<i8") if param.int_data is not None else None
+    float_data = _numpy_vector(builder, param.float_data, "<f4") if param.float_data is not None else None
+    dims = _numpy_vector(builder, param.dims, "<u4")
+    name = builder.CreateString(param.name)
+    gen.ParamStart(builder)
+    gen.ParamAddName(builder, name)
+    gen.ParamAddKind(builder, int(param.kind))
+    gen.ParamAddDataType(builder, int(param.data_type))
+    gen.ParamAddDims(builder, dims)
+    if int_data is not None:
+        gen.ParamAddIntData(builder, int_data)
+    if float_data is not None:
+        gen.ParamAddFloatData(builder, float_data)
+    return gen.ParamEnd(builder)
+
+
+def _offsets_vector(builder: flatbuffers.Builder, offsets: List[int]) -> int:
+    builder.StartVector(4, len(offsets), 4)
+    for offset in reversed(offsets):
+        builder.PrependUOffsetTRelative(offset)
+    return builder.EndVector(len(offsets))
+
+
+def _write_op(builder: flatbuffers.Builder, op: QnnOp) -> int:
+    params = _offsets_vector(builder, [_write_param(builder, p) for p in op.params])
+    inputs = _numpy_vector(builder, op.inputs, "<u4")
+    outputs = _numpy_vector(builder, op.outputs, "<u4")
+    name = builder.CreateString(op.name)
+    package = builder.CreateString(op.package)
+    op_type = builder.CreateString(op.type)
+    gen.OpStart(builder)
+    gen.OpAddName(builder, name)
+    gen.OpAddPackage(builder, package)
+    gen.OpAddType(builder, op_type)
+    gen.OpAddInputs(builder, inputs)
+    gen.OpAddOutputs(builder, outputs)
+    gen.OpAddParams(builder, params)
+    gen.OpAddDebugHandle(builder, int(op.debug_handle))
+    return gen.OpEnd(builder)
+
+
+def _write_graph(builder: flatbuffers.Builder, graph: QnnGraph) -> int:
+    tensors = _offsets_vector(builder, [_write_tensor(builder, t) for t in graph.tensors])
+    ops = _offsets_vector(builder, [_write_op(builder, o) for o in graph.ops])
+    inputs = _numpy_vector(builder, graph.inputs, "<u4")
+    outputs = _numpy_vector(builder, graph.outputs, "<u4")
+    name = builder.CreateString(graph.name)
+    gen.GraphStart(builder)
+    gen.GraphAddName(builder, name)
+    gen.GraphAddTensors(builder, tensors)
+    gen.GraphAddOps(builder, ops)
+    gen.GraphAddInputs(builder, inputs)
+    gen.GraphAddOutputs(builder, outputs)
+    gen.GraphAddFp16Precision(builder, bool(graph.fp16_precision))
+    return gen.GraphEnd(builder)
+
+
+def _static_bytes(graphs: Sequence[QnnGraph]) -> int:
+    return sum(t.data.nbytes for g in graphs for t in g.tensors if t.data is not None)
+
+
+def serialize_payload(graphs: Sequence[QnnGraph]) -> bytes:
+    """QnnPayload flatbuffer bytes (identifier QNNP) holding `graphs`."""
+    builder = flatbuffers.Builder(_static_bytes(graphs) + 64 * 1024)
+    graph_offsets = _offsets_vector(builder, [_write_graph(builder, g) for g in graphs])
+    gen.QnnPayloadStart(builder)
+    gen.QnnPayloadAddSchemaVersion(builder, SCHEMA_VERSION)
+    gen.QnnPayloadAddGraphs(builder, graph_offsets)
+    builder.Finish(gen.QnnPayloadEnd(builder), file_identifier=PAYLOAD_IDENTIFIER)
+    return bytes(builder.Output())
+
+
+def wrap_context_binary(payload: bytes) -> bytes:
+    """QnnContextBinary bytes (identifier QNNB): version, FNV-1a signature, 64-aligned payload."""
+    builder = flatbuffers.Builder(len(payload) + 1024)
+    payload_vector = _aligned_bytes_vector(builder, payload)
+    gen.QnnContextBinaryStart(builder)
+    gen.QnnContextBinaryAddSchemaVersion(builder, SCHEMA_VERSION)
+    gen.QnnContextBinaryAddSignature(builder, fnv1a64(payload))
+    gen.QnnContextBinaryAddPayload(builder, payload_vector)
+    builder.Finish(gen.QnnContextBinaryEnd(builder), file_identifier=CONTEXT_IDENTIFIER)
+    return bytes(builder.Output())
+
+
+def serialize_graphs(graphs: Sequence[QnnGraph]) -> bytes:
+    """The full delegate blob for `graphs`."""
+    return wrap_context_binary(serialize_payload(graphs))

@@ -1,0 +1,155 @@
+"""Typed compile options (from qc_compiler_spec.fbs) and the CompileSpec helpers."""
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Dict, List, Optional, Tuple
+
+import flatbuffers
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+from backends.qualcomm.serialization import qc_compiler_spec_generated as gen
+from backends.qualcomm.utils.constants import QCOM_COMPILE_SPEC_KEY
+
+_FILE_IDENTIFIER = b"QCOS"
+
+
+def _enum_from_generated(name: str) -> IntEnum:
+    members = {k: v for k, v in vars(getattr(gen, name)).items() if not k.startswith("_")}
+    return IntEnum(name, members)
+
+
+QcomChipset = _enum_from_generated("QcomChipset")
+HtpArch = _enum_from_generated("HtpArch")
+QnnExecuTorchBackendType = _enum_from_generated("QnnExecuTorchBackendType")
+QnnExecuTorchHtpPerformanceMode = _enum_from_generated("QnnExecuTorchHtpPerformanceMode")
+QnnExecuTorchHtpPrecision = _enum_from_generated("QnnExecuTorchHtpPrecision")
+QnnExecuTorchLogLevel = _enum_from_generated("QnnExecuTorchLogLevel")
+QnnExecuTorchProfileLevel = _enum_from_generated("QnnExecuTorchProfileLevel")
+
+QnnExecuTorchOptionsT = gen.QnnExecuTorchOptionsT
+QnnExecuTorchBackendOptionsT = gen.QnnExecuTorchBackendOptionsT
+QnnExecuTorchHtpBackendOptionsT = gen.QnnExecuTorchHtpBackendOptionsT
+
+# SoC -> (HTP arch, VTCM size in MB).
+_SOC_TABLE: Dict[str, Tuple[str, int]] = {
+    "SA8295": ("V68", 8), "SA8797": ("V81", 16), "SC8380XP": ("V73", 8),
+    "SM8350": ("V68", 4), "SM8450": ("V69", 8), "SM8475": ("V69", 8),
+    "SM8550": ("V73", 8), "SA8255": ("V73", 8), "SM8650": ("V75", 8),
+    "SM8750": ("V79", 8), "SM8850": ("V81", 8), "SSG2115P": ("V73", 2),
+    "SSG2125P": ("V73", 2), "SXR1230P": ("V73", 2), "SXR2230P": ("V69", 8),
+    "SXR2330P": ("V79", 8), "QCS9100": ("V73", 8), "SAR2230P": ("V81", 4),
+    "SW6100": ("V81", 4), "QCM6490": ("V68", 2), "SM8845": ("V81", 8),
+}
+
+
+def get_soc_info(soc_model: "QcomChipset") -> gen.SocInfoT:
+    """SocInfoT (arch and VTCM size) of a chipset; ValueError for an unknown one."""
+    chipset = QcomChipset(int(soc_model))
+    if chipset.name not in _SOC_TABLE:
+        raise ValueError(f"Unsupported SoC model {chipset.name}; known: {sorted(_SOC_TABLE)}")
+    arch, vtcm = _SOC_TABLE[chipset.name]
+    htp_info = gen.HtpInfoT()
+    htp_info.htpArch = int(HtpArch[arch])
+    htp_info.vtcmSizeInMb = vtcm
+    soc_info = gen.SocInfoT()
+    soc_info.socModel = int(chipset)
+    soc_info.htpInfo = htp_info
+    return soc_info
+
+
+def generate_htp_compiler_spec(
+    use_fp16: bool,
+    use_dlbc: bool = False,
+    use_multi_contexts: bool = False,
+    use_weight_sharing: bool = False,
+    htp_performance_mode: "QnnExecuTorchHtpPerformanceMode" = QnnExecuTorchHtpPerformanceMode.kHtpBurst,
+) -> QnnExecuTorchBackendOptionsT:
+    """HTP backend options: fp16 or quantized precision, performance mode, context sharing."""
+    del use_dlbc  # accepted for upstream compatibility; no effect on this engine
+    htp = QnnExecuTorchHtpBackendOptionsT()
+    htp.precision = int(
+        QnnExecuTorchHtpPrecision.kHtpFp16 if use_fp16 else QnnExecuTorchHtpPrecision.kHtpQuantized
+    )
+    htp.performanceMode = int(htp_performance_mode)
+    htp.useMultiContexts = bool(use_multi_contexts)
+    htp.useWeightSharing = bool(use_weight_sharing)
+    options = QnnExecuTorchBackendOptionsT()
+    options.backendType = int(QnnExecuTorchBackendType.kHtpBackend)
+    options.htpOptions = htp
+    return options
+
+
+def _reject_unsupported_options(**flags: bool) -> None:
+    enabled = [name for name, value in flags.items() if value]
+    if enabled:
+        raise ValueError(
+            f"qnn-delegate does not support compile option(s) {enabled}: "
+            "there is no QNN SDK in this project (saver, online prepare, shared buffers "
+            "and context binaries need it). Leave them False."
+        )
+
+
+def generate_qnn_executorch_compiler_spec(
+    soc_model: "QcomChipset",
+    backend_options: QnnExecuTorchBackendOptionsT,
+    debug: bool = False,
+    saver: bool = False,
+    online_prepare: bool = False,
+    dump_intermediate_outputs: bool = False,
+    profile_level: int = 0,
+    shared_buffer: bool = False,
+    is_from_context_binary: bool = False,
+    graph_name: Optional[List[str]] = None,
+) -> List[CompileSpec]:
+    """One CompileSpec ("qnn_compile_spec") holding the QnnExecuTorchOptions flatbuffer."""
+    _reject_unsupported_options(
+        saver=saver,
+        online_prepare=online_prepare,
+        shared_buffer=shared_buffer,
+        is_from_context_binary=is_from_context_binary,
+    )
+    options = QnnExecuTorchOptionsT()
+    options.socInfo = get_soc_info(soc_model)
+    options.backendOptions = backend_options
+    options.graphName = list(graph_name) if graph_name else ["forward"]
+    options.logLevel = int(
+        QnnExecuTorchLogLevel.kLogLevelDebug if debug else QnnExecuTorchLogLevel.kLogLevelError
+    )
+    options.profileLevel = int(QnnExecuTorchProfileLevel(int(profile_level)))
+    options.dumpIntermediateOutputs = bool(dump_intermediate_outputs)
+    return [CompileSpec(QCOM_COMPILE_SPEC_KEY, serialize_options(options))]
+
+
+def serialize_options(options: QnnExecuTorchOptionsT) -> bytes:
+    """QnnExecuTorchOptions flatbuffer bytes (file identifier QCOS)."""
+    builder = flatbuffers.Builder(256)
+    builder.Finish(options.Pack(builder), file_identifier=_FILE_IDENTIFIER)
+    return bytes(builder.Output())
+
+
+def deserialize_options(blob: bytes) -> QnnExecuTorchOptionsT:
+    """QnnExecuTorchOptionsT read back from flatbuffer bytes."""
+    root = gen.QnnExecuTorchOptions.GetRootAs(bytearray(blob), 0)
+    return QnnExecuTorchOptionsT.InitFromObj(root)
+
+
+def options_from_compile_specs(compile_specs: List[CompileSpec]) -> QnnExecuTorchOptionsT:
+    """The QnnExecuTorchOptions carried by a compile-spec list; ValueError if missing."""
+    for spec in compile_specs:
+        if spec.key == QCOM_COMPILE_SPEC_KEY:
+            return deserialize_options(spec.value)
+    raise ValueError(f"compile specs have no '{QCOM_COMPILE_SPEC_KEY}' entry")
+
+
+def is_fp16(options: QnnExecuTorchOptionsT) -> bool:
+    """True when the HTP precision is fp16 (float graphs run in float16)."""
+    backend = options.backendOptions
+    htp = backend.htpOptions if backend is not None else None
+    return htp is not None and htp.precision == int(QnnExecuTorchHtpPrecision.kHtpFp16)
+
+
+def graph_names(options: QnnExecuTorchOptionsT) -> List[str]:
+    """Graph names of the options as str (defaults to ["forward"])."""
+    names = options.graphName or []
+    decoded = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    return decoded or ["forward"]

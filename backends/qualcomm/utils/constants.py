@@ -1,0 +1,25 @@
+"""Node-meta keys shared by passes and builders (the only place they are spelled)."""
+
+# Stored layout of a node's output tensor; value is one of the LAYOUT_* below.
+QCOM_LAYOUT = "qcom_layout"
+LAYOUT_CHANNEL_FIRST = "channel_first"
+LAYOUT_CHANNEL_LAST = "channel_last"
+
+# Debug handle given to call_function nodes by ExecuTorch's to_edge.
+DEBUG_HANDLE = "debug_handle"
+
+# Compile-spec key of the serialized QnnExecuTorchOptions flatbuffer.
+QCOM_COMPILE_SPEC_KEY = "qnn_compile_spec"
+
+# Backend id written into the .pte (the BackendDetails subclass name).
+QNN_BACKEND_ID = "QnnDelegate"
+
+# Permutations between channel-first (NCHW) and channel-last (NHWC) for rank 4.
+NCHW_TO_NHWC = (0, 2, 3, 1)
+NHWC_TO_NCHW = (0, 3, 1, 2)
+
+# Layout in which a node reads its rank-4 activation inputs (set by the layout pass).
+QCOM_INPUT_LAYOUT = "qcom_input_layout"
+
+# Set by the partitioner on placeholders that hold params/buffers/lifted constants.
+QCOM_CONSTANT = "qcom_constant"
