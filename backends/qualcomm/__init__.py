@@ -1,0 +1,29 @@
+"""qnn-delegate: ExecuTorch delegate for Qualcomm QNN-style NPUs (public API)."""
+from backends.qualcomm.utils.runtime_options import load_extension as _load_extension
+
+_load_extension()  # registers the QnnDelegate runtime backend when the extension is built
+
+from backends.qualcomm.partitioner import QnnPartitioner  # noqa: E402
+from backends.qualcomm.qnn_preprocess import QnnBackend, QnnDelegate  # noqa: E402
+from backends.qualcomm.serialization.payload_reader import deserialize, describe_payload  # noqa: E402
+from backends.qualcomm.utils.compile_spec import (  # noqa: E402
+    HtpArch, QcomChipset, QnnExecuTorchBackendType, QnnExecuTorchHtpPerformanceMode,
+    QnnExecuTorchHtpPrecision, QnnExecuTorchLogLevel, QnnExecuTorchProfileLevel,
+    generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
+)
+from backends.qualcomm.utils.errors import QnnLoweringError  # noqa: E402
+from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn  # noqa: E402
+from backends.qualcomm.utils.runtime_options import get_runtime_option, set_runtime_option  # noqa: E402
+
+try:  # the quantizer is added by a later task
+    from backends.qualcomm.quantizer import QnnQuantizer, QuantDtype  # noqa: F401
+except ImportError:
+    pass
+
+__all__ = [
+    "HtpArch", "QcomChipset", "QnnBackend", "QnnDelegate", "QnnExecuTorchBackendType",
+    "QnnExecuTorchHtpPerformanceMode", "QnnExecuTorchHtpPrecision", "QnnExecuTorchLogLevel",
+    "QnnExecuTorchProfileLevel", "QnnLoweringError", "QnnPartitioner", "deserialize",
+    "describe_payload", "generate_htp_compiler_spec", "generate_qnn_executorch_compiler_spec",
+    "get_runtime_option", "set_runtime_option", "to_edge_transform_and_lower_to_qnn",
+]

@@ -152,8 +152,9 @@ class GraphBuilder:
         self._tensors[(node, layout)] = tensor
         return tensor
 
-    def tensor(self, node: torch.fx.Node, layout: Optional[str] = None) -> QnnTensor:
-        """The tensor of `node` in `layout` (default: its own), converting once when needed."""
+    def tensor(self, node: torch.fx.Node, layout: Optional[str] = LAYOUT_CHANNEL_FIRST) -> QnnTensor:
+        """The tensor of `node` in `layout` (default channel-first; None = the node's own
+        layout), converting once per layout when needed (rank-4 tensors only)."""
         own = node_layout(node) if node.op != "placeholder" else LAYOUT_CHANNEL_FIRST
         layout = layout or own
         if (node, layout) in self._tensors:

@@ -1,0 +1,54 @@
+"""Decide the stored layout of every node: channel-last where layout-sensitive ops
+(Conv2d, pools, Batchnorm) need it, kept through layout-agnostic ops, channel-first
+elsewhere. The GraphBuilder inserts one Transpose (or a Reshape when only unit dims
+move) per tensor and layout actually requested, so permutes appear only at boundaries."""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from backends.qualcomm.builders.registry import LayoutPolicy, get_builder
+from backends.qualcomm.utils.constants import (
+    LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_INPUT_LAYOUT, QCOM_LAYOUT,
+)
+
+
+def _rank(node: torch.fx.Node) -> int:
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        val = val[0] if val else None
+    return val.dim() if isinstance(val, torch.Tensor) else -1
+
+
+def _is_channel_last(node: object) -> bool:
+    return isinstance(node, torch.fx.Node) and node.meta.get(QCOM_LAYOUT) == LAYOUT_CHANNEL_LAST
+
+
+def _layouts_for(node: torch.fx.Node) -> tuple:
+    """(input layout, output layout) of a call_function node."""
+    if node.target is operator.getitem:
+        source_cl = _is_channel_last(node.args[0]) and _rank(node) == 4
+        layout = LAYOUT_CHANNEL_LAST if source_cl else LAYOUT_CHANNEL_FIRST
+        return layout, layout
+    builder = get_builder(node.target)
+    policy = builder.layout_policy if builder is not None else LayoutPolicy.CHANNEL_FIRST
+    if policy is LayoutPolicy.SENSITIVE and _rank(node.args[0]) == 4:
+        return LAYOUT_CHANNEL_LAST, LAYOUT_CHANNEL_LAST
+    if policy is LayoutPolicy.AGNOSTIC:
+        cl_input = any(_is_channel_last(a) and _rank(a) == 4 for a in node.all_input_nodes)
+        if cl_input and builder.supports_channel_last(node):
+            out = LAYOUT_CHANNEL_LAST if _rank(node) == 4 else LAYOUT_CHANNEL_FIRST
+            return LAYOUT_CHANNEL_LAST, out
+    return LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_FIRST
+
+
+def annotate_layout(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Set QCOM_INPUT_LAYOUT / QCOM_LAYOUT on every call_function node (topological order)."""
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        in_layout, out_layout = _layouts_for(node)
+        node.meta[QCOM_INPUT_LAYOUT] = in_layout
+        node.meta[QCOM_LAYOUT] = out_layout
+    return graph_module

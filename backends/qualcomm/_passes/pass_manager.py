@@ -1,0 +1,38 @@
+"""Pass order, declared in one place.
+
+EDGE_TRANSFORM_PASSES run (as ExecuTorch transform passes) in
+to_edge_transform_and_lower_to_qnn before partitioning; PREPROCESS_PASSES run on each
+delegated program inside QnnDelegate.preprocess, so that plain
+to_edge_transform_and_lower(..., partitioner=[QnnPartitioner(specs)]) works too."""
+from __future__ import annotations
+
+from typing import Callable, List
+
+from torch.export import ExportedProgram
+
+from backends.qualcomm._passes.fold_batch_norm import fold_batch_norm_into_conv
+from backends.qualcomm._passes.layout_transform import annotate_layout
+from backends.qualcomm._passes.mark_constants import mark_constants
+from backends.qualcomm._passes.remove_identity_ops import RemoveIdentityOps
+
+
+def edge_transform_passes() -> List[Callable]:
+    return [RemoveIdentityOps()]
+
+
+def _annotate_layout(ep: ExportedProgram) -> ExportedProgram:
+    annotate_layout(ep.graph_module)
+    return ep
+
+
+PREPROCESS_PASSES: List[Callable[[ExportedProgram], ExportedProgram]] = [
+    mark_constants,
+    fold_batch_norm_into_conv,
+    _annotate_layout,
+]
+
+
+def run_preprocess_passes(ep: ExportedProgram) -> ExportedProgram:
+    for run_pass in PREPROCESS_PASSES:
+        ep = run_pass(ep)
+    return ep

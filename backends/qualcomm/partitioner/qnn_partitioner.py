@@ -1,0 +1,116 @@
+"""QnnPartitioner: tags the nodes our builders support; never raises on unknown ops."""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
+
+import torch
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.backend.utils import tag_constant_data
+from torch.export import ExportedProgram
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+import backends.qualcomm.builders  # noqa: F401  (registers builders)
+import backends.qualcomm.qnn_preprocess  # noqa: F401  (makes the QnnDelegate backend known)
+from backends.qualcomm._passes.mark_constants import mark_constants
+from backends.qualcomm.builders.registry import get_builder
+from backends.qualcomm.utils.constants import QNN_BACKEND_ID
+
+logger = logging.getLogger(__name__)
+
+# Ops kept whole through to_edge when our builder supports the node.
+OPS_TO_NOT_DECOMPOSE = [
+    torch.ops.aten.linear.default,
+    torch.ops.aten.hardswish.default,
+    torch.ops.aten.layer_norm.default,
+    torch.ops.aten.gelu.default,
+    torch.ops.aten.matmul.default,
+    torch.ops.aten.silu.default,
+]
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def check_node(node: torch.fx.Node) -> Tuple[bool, str]:
+    """(supported, reason) from the node's builder; any exception means not supported."""
+    builder = get_builder(node.target)
+    if builder is None:
+        return False, f"no QNN builder for {_op_name(node)}"
+    try:
+        return builder.is_supported(node)
+    except Exception as exc:  # noqa: BLE001 - a failing check must never break partitioning
+        return False, f"support check raised {type(exc).__name__}: {exc}"
+
+
+class QnnOperatorSupport(OperatorSupportBase):
+    """Asks the builder registry; records rejected nodes with the reason."""
+
+    def __init__(self, skip_node_id_set: Optional[Set[str]] = None,
+                 skip_node_op_set: Optional[Set[str]] = None):
+        self.skip_node_id_set = set(skip_node_id_set or ())
+        self.skip_node_op_set = set(skip_node_op_set or ())
+        self.rejected_nodes: Dict[str, str] = {}
+
+    def _skipped(self, node: torch.fx.Node) -> Optional[str]:
+        if node.name in self.skip_node_id_set:
+            return "skipped by skip_node_id_set"
+        names = {_op_name(node), str(node.target)}
+        if names & self.skip_node_op_set or node.target in self.skip_node_op_set:
+            return "skipped by skip_node_op_set"
+        return None
+
+    def _reject(self, node: torch.fx.Node, reason: str) -> bool:
+        self.rejected_nodes[node.name] = reason
+        logger.debug("QnnPartitioner: node '%s' (%s) not delegated: %s", node.name, _op_name(node), reason)
+        return False
+
+    def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        skipped = self._skipped(node)
+        if skipped:
+            return self._reject(node, skipped)
+        ok, reason = check_node(node)
+        return True if ok else self._reject(node, reason)
+
+
+class QnnPartitioner(Partitioner):
+    def __init__(self, compiler_specs: List[CompileSpec], skip_node_id_set: Optional[Set[str]] = None,
+                 skip_node_op_set: Optional[Set[str]] = None):
+        super().__init__()
+        self.compiler_specs = list(compiler_specs)
+        self.delegation_spec = DelegationSpec(QNN_BACKEND_ID, self.compiler_specs)
+        self.skip_node_id_set = set(skip_node_id_set or ())
+        self.skip_node_op_set = set(skip_node_op_set or ())
+        self.rejected_nodes: Dict[str, str] = {}
+
+    def _operator_support(self) -> QnnOperatorSupport:
+        return QnnOperatorSupport(self.skip_node_id_set, self.skip_node_op_set)
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        mark_constants(exported_program)
+        support = self._operator_support()
+        partitioner = CapabilityBasedPartitioner(
+            exported_program.graph_module, support, allows_single_node_partition=True)
+        partition_tags: Dict[str, DelegationSpec] = {}
+        for partition in partitioner.propose_partitions():
+            tag = f"qnn_{partition.id}"
+            for node in partition.nodes:
+                node.meta["delegation_tag"] = tag
+            partition_tags[tag] = self.delegation_spec
+        tag_constant_data(exported_program)
+        self.rejected_nodes = dict(support.rejected_nodes)
+        return PartitionResult(tagged_exported_program=exported_program, partition_tags=partition_tags)
+
+    def ops_to_not_decompose(self, ep: ExportedProgram
+                             ) -> Tuple[List[torch._ops.OpOverload], Optional[Callable[[torch.fx.Node], bool]]]:
+        support = self._operator_support()
+
+        def keep_whole(node: torch.fx.Node) -> bool:
+            return support.is_node_supported({}, node)
+
+        return list(OPS_TO_NOT_DECOMPOSE), keep_whole

@@ -1,0 +1,88 @@
+"""QnnDelegate.preprocess: preprocess passes -> builders -> one flatbuffer payload."""
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Dict, List, Tuple, final
+
+import torch
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from torch.export import ExportedProgram
+
+import backends.qualcomm.builders  # noqa: F401  (registers builders)
+from backends.qualcomm._passes.pass_manager import run_preprocess_passes
+from backends.qualcomm.builders.graph_builder import GraphBuilder
+from backends.qualcomm.builders.registry import get_builder
+from backends.qualcomm.serialization.payload_writer import serialize_graphs
+from backends.qualcomm.serialization.qnn_graph import QnnGraph
+from backends.qualcomm.utils.compile_spec import graph_names, is_fp16, options_from_compile_specs
+from backends.qualcomm.utils.constants import DEBUG_HANDLE
+from backends.qualcomm.utils.errors import QnnLoweringError
+
+PROGRESS_BAR_MIN_NODES = 200
+
+
+def _progress(nodes: List[torch.fx.Node]):
+    if len(nodes) <= PROGRESS_BAR_MIN_NODES or not sys.stderr.isatty():
+        return nodes
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return nodes
+    return tqdm(nodes, desc="qnn-delegate: building ops", unit="node")
+
+
+def _define_inputs(ep: ExportedProgram, gb: GraphBuilder) -> None:
+    user_inputs = set(ep.graph_signature.user_inputs)
+    for node in ep.graph_module.graph.nodes:
+        if node.op == "placeholder" and node.name in user_inputs:
+            gb.define_graph_input(node)
+
+
+def _build_node(node: torch.fx.Node, gb: GraphBuilder) -> None:
+    builder = get_builder(node.target)
+    if builder is None:
+        raise QnnLoweringError("no QNN builder for this op", node)
+    try:
+        builder.define_ops(node, gb)
+    except QnnLoweringError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - re-raised with the node named
+        raise QnnLoweringError(f"{type(exc).__name__}: {exc}", node) from exc
+
+
+def _debug_handle_map(ep: ExportedProgram) -> Dict[int, Tuple[int]]:
+    handles = {}
+    for node in ep.graph_module.graph.nodes:
+        handle = node.meta.get(DEBUG_HANDLE)
+        if isinstance(handle, int) and handle > 0:
+            handles[handle] = (handle,)
+    return handles
+
+
+def build_qnn_graph(ep: ExportedProgram, graph_name: str, fp16: bool) -> QnnGraph:
+    """Walk a (preprocessed) delegated program and emit its QNN graph."""
+    gb = GraphBuilder(ep, graph_name, fp16)
+    _define_inputs(ep, gb)
+    nodes = [n for n in ep.graph_module.graph.nodes if n.op == "call_function"]
+    for node in _progress(nodes):
+        _build_node(node, gb)
+    output = next(n for n in ep.graph_module.graph.nodes if n.op == "output")
+    outputs = output.args[0]
+    gb.define_graph_outputs(list(outputs) if isinstance(outputs, (tuple, list)) else [outputs])
+    return gb.graph
+
+
+@final
+class QnnDelegate(BackendDetails):
+    @staticmethod
+    def preprocess(edge_program: ExportedProgram, compile_specs: List[CompileSpec]) -> PreprocessResult:
+        options = options_from_compile_specs(compile_specs)
+        ep = run_preprocess_passes(copy.deepcopy(edge_program))
+        graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options))
+        return PreprocessResult(processed_bytes=serialize_graphs([graph]),
+                                debug_handle_map=_debug_handle_map(ep))
+
+
+QnnBackend = QnnDelegate
