@@ -1,0 +1,150 @@
+#include "backends/qualcomm/runtime/PayloadLoader.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "flatbuffers/flatbuffers.h"
+
+namespace qnn_delegate {
+namespace runtime {
+
+using engine::ErrorKind;
+using engine::make_error;
+using engine::Status;
+
+namespace {
+
+constexpr flatbuffers::voffset_t kSchemaVersionField = 4;
+constexpr flatbuffers::voffset_t kSignatureField = 6;
+constexpr flatbuffers::voffset_t kPayloadField = 8;
+
+// Structural check of the container only (not the nested payload), so a
+// corrupted payload is reported as a signature mismatch.
+bool verify_container_shallow(const uint8_t* data, size_t size) {
+  if (size < 8 || !flatbuffers::BufferHasIdentifier(data, "QNNB")) return false;
+  flatbuffers::Verifier verifier(data, size);
+  if (!verifier.VerifyOffset(0)) return false;
+  const auto* table = flatbuffers::GetRoot<flatbuffers::Table>(data);
+  return table->VerifyTableStart(verifier) &&
+         table->VerifyField<uint32_t>(verifier, kSchemaVersionField, 4) &&
+         table->VerifyField<uint64_t>(verifier, kSignatureField, 8) &&
+         table->VerifyOffset(verifier, kPayloadField) &&
+         verifier.VerifyVector(
+             table->GetPointer<const flatbuffers::Vector<uint8_t>*>(kPayloadField)) &&
+         verifier.EndTable();
+}
+
+// 64-byte aligned copy of a blob when the caller's bytes are misaligned.
+struct AlignedBlob {
+  const uint8_t* data = nullptr;
+  std::unique_ptr<uint64_t[]> storage;
+  AlignedBlob(const void* src, size_t size) {
+    if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+      data = static_cast<const uint8_t*>(src);
+      return;
+    }
+    storage.reset(new uint64_t[(size + 7) / 8 + 1]);
+    if (size) std::memcpy(storage.get(), src, size);
+    data = reinterpret_cast<const uint8_t*>(storage.get());
+  }
+};
+
+} // namespace
+
+uint64_t fnv1a64(const uint8_t* data, size_t size) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < size; ++i) {
+    h ^= data[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+Status verify_context_binary(const uint8_t* data, size_t size,
+                             const ::qnn_delegate::QnnPayload** payload) {
+  if (data == nullptr || size == 0) {
+    return make_error(ErrorKind::InvalidProgram, "qnn-delegate blob is empty");
+  }
+  if (size >= 8 && !flatbuffers::BufferHasIdentifier(data, "QNNB")) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "qnn-delegate blob (%zu bytes) does not carry the file identifier 'QNNB'",
+                      size);
+  }
+  if (!verify_container_shallow(data, size)) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "qnn-delegate blob (%zu bytes) failed the flatbuffers verifier "
+                      "(QnnContextBinary): truncated or corrupted",
+                      size);
+  }
+  const auto* ctx = ::qnn_delegate::GetQnnContextBinary(data);
+  if (ctx->schema_version() != kSchemaVersion) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "qnn-delegate blob has schema_version %u, this runtime reads %u",
+                      ctx->schema_version(), kSchemaVersion);
+  }
+  const auto* bytes = ctx->payload();
+  if (bytes == nullptr || bytes->size() == 0) {
+    return make_error(ErrorKind::InvalidProgram, "qnn-delegate blob has no payload");
+  }
+  const uint64_t sig = fnv1a64(bytes->data(), bytes->size());
+  if (sig != ctx->signature()) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "qnn-delegate payload signature mismatch: stored 0x%016llx, computed "
+                      "0x%016llx (the payload was altered)",
+                      (unsigned long long)ctx->signature(), (unsigned long long)sig);
+  }
+  flatbuffers::Verifier nested(bytes->data(), bytes->size());
+  if (!nested.VerifyBuffer<::qnn_delegate::QnnPayload>(nullptr)) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "qnn-delegate payload (%u bytes) failed the flatbuffers verifier (QnnPayload)",
+                      bytes->size());
+  }
+  const auto* p = flatbuffers::GetRoot<::qnn_delegate::QnnPayload>(bytes->data());
+  if (p->schema_version() != kSchemaVersion) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "qnn-delegate payload has schema_version %u, this runtime reads %u",
+                      p->schema_version(), kSchemaVersion);
+  }
+  if (p->graphs() == nullptr || p->graphs()->size() == 0) {
+    return make_error(ErrorKind::InvalidProgram, "qnn-delegate payload has no graphs");
+  }
+  *payload = p;
+  return Status::Ok();
+}
+
+Status load_graphs(const void* data, size_t size, const engine::EngineOptions& options,
+                   int graph_index, std::vector<std::unique_ptr<engine::GraphExecutor>>& graphs) {
+  AlignedBlob blob(data, size);
+  const ::qnn_delegate::QnnPayload* payload = nullptr;
+  QNN_RETURN_IF_ERROR(verify_context_binary(blob.data, size, &payload));
+  const size_t n = payload->graphs()->size();
+  if (graph_index >= 0 && size_t(graph_index) >= n) {
+    return make_error(ErrorKind::InvalidArgument, "graph index %d out of range (payload has %zu graphs)",
+                      graph_index, n);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (graph_index >= 0 && size_t(graph_index) != i) continue;
+    std::unique_ptr<engine::GraphExecutor> g;
+    QNN_RETURN_IF_ERROR(engine::GraphExecutor::build(payload->graphs()->Get(i), options, g));
+    graphs.push_back(std::move(g));
+  }
+  return Status::Ok();
+}
+
+Status graph_names(const void* data, size_t size, std::vector<std::string>& names) {
+  AlignedBlob blob(data, size);
+  const ::qnn_delegate::QnnPayload* payload = nullptr;
+  QNN_RETURN_IF_ERROR(verify_context_binary(blob.data, size, &payload));
+  for (const auto* g : *payload->graphs()) names.push_back(g->name()->str());
+  return Status::Ok();
+}
+
+engine::EngineOptions engine_options_from_env() {
+  engine::EngineOptions o;
+  const char* v = std::getenv("QNN_DELEGATE_REFERENCE_KERNELS");
+  o.reference_only = v != nullptr && v[0] != '\0' && v[0] != '0';
+  return o;
+}
+
+} // namespace runtime
+} // namespace qnn_delegate

@@ -1,0 +1,50 @@
+// The QnnDelegate ExecuTorch backend: init verifies the payload and builds
+// the engine graph once; execute checks and binds the caller's tensors.
+#pragma once
+
+#include <memory>
+
+#include <executorch/runtime/backend/interface.h>
+
+#include "backends/qualcomm/runtime/CompileOptions.h"
+#include "backends/qualcomm/runtime/engine/GraphExecutor.h"
+
+namespace qnn_delegate {
+namespace runtime {
+
+inline constexpr char kBackendName[] = "QnnDelegate";
+
+// The delegate handle: one executable graph plus its compile options.
+struct QnnDelegateHandle {
+  std::unique_ptr<engine::GraphExecutor> graph;
+  CompileOptions options;
+};
+
+class QnnDelegateBackend final : public executorch::runtime::BackendInterface {
+ public:
+  bool is_available() const override;
+  executorch::runtime::Result<executorch::runtime::DelegateHandle*> init(
+      executorch::runtime::BackendInitContext& context,
+      executorch::runtime::FreeableBuffer* processed,
+      executorch::runtime::ArrayRef<executorch::runtime::CompileSpec> compile_specs) const override;
+  executorch::runtime::Error execute(
+      executorch::runtime::BackendExecutionContext& context,
+      executorch::runtime::DelegateHandle* handle,
+      executorch::runtime::Span<executorch::runtime::EValue*> args) const override;
+  executorch::runtime::Error set_option(
+      executorch::runtime::BackendOptionContext& context,
+      const executorch::runtime::Span<executorch::runtime::BackendOption>& options) override;
+  executorch::runtime::Error get_option(
+      executorch::runtime::BackendOptionContext& context,
+      executorch::runtime::Span<executorch::runtime::BackendOption>& options) override;
+  void destroy(executorch::runtime::DelegateHandle* handle) const override;
+};
+
+// ExecuTorch Error for an engine error kind.
+executorch::runtime::Error to_et_error(engine::ErrorKind kind);
+
+// The backend instance registered in this process.
+QnnDelegateBackend& backend_instance();
+
+} // namespace runtime
+} // namespace qnn_delegate

@@ -1,0 +1,195 @@
+// GraphExecutor: kernels, step list, memory plan, execute.
+#include "backends/qualcomm/runtime/engine/GraphExecutor.h"
+
+#include <algorithm>
+
+#include "backends/qualcomm/runtime/engine/MemoryPlanner.h"
+
+namespace qnn_delegate {
+namespace engine {
+
+namespace {
+constexpr size_t kNotProduced = SIZE_MAX;
+}
+
+Status GraphExecutor::build(const ::qnn_delegate::Graph* graph, const EngineOptions& options,
+                            std::unique_ptr<GraphExecutor>& out) {
+  if (graph == nullptr) {
+    return make_error(ErrorKind::InvalidProgram, "payload graph is null");
+  }
+  std::unique_ptr<GraphExecutor> ex(new GraphExecutor());
+  ex->name_ = graph->name()->str();
+  ex->fp16_ = graph->fp16_precision();
+  ex->options_ = options;
+  QNN_RETURN_IF_ERROR(ex->load_tensors(graph));
+  QNN_RETURN_IF_ERROR(ex->load_io(graph));
+  QNN_RETURN_IF_ERROR(ex->create_kernels(graph));
+  QNN_RETURN_IF_ERROR(ex->plan_and_allocate());
+  out = std::move(ex);
+  return Status::Ok();
+}
+
+uint32_t GraphExecutor::fp16_shadow_of(uint32_t id) {
+  if (shadow_of_[id] >= 0) return static_cast<uint32_t>(shadow_of_[id]);
+  TensorInfo shadow = tensors_[id];
+  shadow.id = static_cast<uint32_t>(tensors_.size());
+  shadow.kind = TensorKind::NATIVE;
+  shadow.name += ".fp16";
+  tensors_.push_back(shadow);  // capacity reserved in load_tensors
+  shadow_of_.push_back(-1);
+  first_step_.push_back(steps_.size());
+  last_step_.push_back(steps_.size());
+  Step copy;
+  copy.copy_src = id;
+  copy.copy_dst = shadow.id;
+  copy.copy_numel = shadow.numel;
+  steps_.push_back(std::move(copy));
+  shadow_of_[id] = shadow.id;
+  return shadow.id;
+}
+
+Status GraphExecutor::make_view(const ::qnn_delegate::Op* op, size_t index, OpView& view,
+                                std::vector<bool>& produced) {
+  view.op = op;
+  view.graph_name = name_;
+  view.name = op->name()->str();
+  view.type = op->type()->str();
+  const size_t n = produced.size();
+  const auto* ins = op->inputs();
+  for (size_t i = 0; ins && i < ins->size(); ++i) {
+    uint32_t id = ins->Get(i);
+    if (id >= n) {
+      return view.fail(ErrorKind::InvalidProgram, "input %zu refers to tensor id %u, out of range (%zu tensors)",
+                       i, id, n);
+    }
+    const TensorInfo& t = tensors_[id];
+    const bool available = t.kind == TensorKind::STATIC || t.kind == TensorKind::APP_WRITE || produced[id];
+    if (!available) {
+      return view.fail(ErrorKind::InvalidProgram,
+                       "input %zu, tensor '%s', is read before any op produces it", i, t.name.c_str());
+    }
+    if (fp16_ && t.kind == TensorKind::APP_WRITE && t.dtype == DType::FLOAT_32) {
+      id = fp16_shadow_of(id);
+    }
+    view.inputs.push_back(&tensors_[id]);
+  }
+  const auto* outs = op->outputs();
+  for (size_t i = 0; outs && i < outs->size(); ++i) {
+    const uint32_t id = outs->Get(i);
+    if (id >= n) {
+      return view.fail(ErrorKind::InvalidProgram, "output %zu refers to tensor id %u, out of range (%zu tensors)",
+                       i, id, n);
+    }
+    const TensorInfo& t = tensors_[id];
+    if (t.kind != TensorKind::NATIVE && t.kind != TensorKind::APP_READ) {
+      return view.fail(ErrorKind::InvalidProgram, "output tensor '%s' is %s (must be NATIVE or APP_READ)",
+                       t.name.c_str(), kind_name(t.kind));
+    }
+    if (produced[id]) {
+      return view.fail(ErrorKind::InvalidProgram, "output tensor '%s' is produced twice", t.name.c_str());
+    }
+    view.outputs.push_back(&t);
+  }
+  (void)index;
+  return Status::Ok();
+}
+
+Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
+  const size_t n = tensors_.size();
+  std::vector<bool> produced(n, false);
+  shadow_of_.assign(n, -1);
+  first_step_.assign(n, kNotProduced);
+  last_step_.assign(n, 0);
+  KernelEnv env;
+  env.allocator = &allocator_;
+  env.fp16 = fp16_;
+  env.reference_only = options_.reference_only;
+  const auto& registry = kernel_registry();
+  const auto* ops = graph->ops();
+  for (size_t i = 0; ops && i < ops->size(); ++i) {
+    const ::qnn_delegate::Op* op = ops->Get(i);
+    OpView view;
+    QNN_RETURN_IF_ERROR(make_view(op, i, view, produced));
+    auto it = registry.find(view.type);
+    if (it == registry.end()) {
+      return view.fail(ErrorKind::NotSupported, "unknown op type '%s' (no kernel registered)",
+                       view.type.c_str());
+    }
+    KernelPtr kernel;
+    QNN_RETURN_IF_ERROR(it->second(view, env, kernel));
+    if (!kernel) return view.fail(ErrorKind::Internal, "kernel factory returned no kernel");
+    const size_t step_index = steps_.size();
+    Step step;
+    step.kernel = kernel.get();
+    for (const TensorInfo* t : view.inputs) last_step_[t->id] = step_index;
+    for (const TensorInfo* t : view.outputs) {
+      produced[t->id] = true;
+      first_step_[t->id] = step_index;
+      last_step_[t->id] = step_index;
+      if (fp16_ && t->dtype == DType::FLOAT_32) step.round_outputs.push_back(t->id);
+    }
+    steps_.push_back(std::move(step));
+    kernels_.push_back(std::move(kernel));
+  }
+  for (uint32_t id : output_ids_) {
+    if (!produced[id]) {
+      return make_error(ErrorKind::InvalidProgram, "graph '%s': graph output '%s' is not produced by any op",
+                        name_.c_str(), tensors_[id].name.c_str());
+    }
+  }
+  return Status::Ok();
+}
+
+Status GraphExecutor::plan_and_allocate() {
+  std::vector<uint32_t> arena_ids;
+  std::vector<BufferLifetime> lifetimes;
+  for (const TensorInfo& t : tensors_) {
+    if (t.kind != TensorKind::NATIVE || first_step_[t.id] == kNotProduced) continue;
+    arena_ids.push_back(t.id);
+    lifetimes.push_back({t.nbytes, first_step_[t.id], std::max(first_step_[t.id], last_step_[t.id])});
+  }
+  const MemoryPlan plan = plan_memory(lifetimes);
+  arena_ = Buffer(&allocator_, plan.arena_bytes);
+  size_t scratch = 0;
+  for (const KernelPtr& k : kernels_) scratch = std::max(scratch, k->scratch_bytes());
+  scratch_ = Buffer(&allocator_, scratch);
+  if (!arena_.valid() || !scratch_.valid()) {
+    return make_error(ErrorKind::MemoryAllocationFailed,
+                      "graph '%s': cannot allocate arena (%zu bytes) / scratch (%zu bytes)",
+                      name_.c_str(), plan.arena_bytes, scratch);
+  }
+  ptrs_.assign(tensors_.size(), nullptr);
+  for (const TensorInfo& t : tensors_) {
+    if (t.kind == TensorKind::STATIC) ptrs_[t.id] = const_cast<void*>(t.static_data);
+  }
+  for (size_t i = 0; i < arena_ids.size(); ++i) {
+    ptrs_[arena_ids[i]] = arena_.as<char>() + plan.offsets[i];
+  }
+  return Status::Ok();
+}
+
+Status GraphExecutor::execute(void* const* inputs, void* const* outputs) {
+  for (size_t i = 0; i < input_ids_.size(); ++i) ptrs_[input_ids_[i]] = inputs[i];
+  for (size_t i = 0; i < output_ids_.size(); ++i) ptrs_[output_ids_[i]] = outputs[i];
+  RunContext ctx;
+  ctx.ptrs = ptrs_.data();
+  ctx.scratch = scratch_.data();
+  for (const Step& step : steps_) {
+    if (step.kernel == nullptr) {
+      round_to_half_copy(static_cast<const float*>(ptrs_[step.copy_src]),
+                         static_cast<float*>(ptrs_[step.copy_dst]), step.copy_numel);
+      continue;
+    }
+    QNN_RETURN_IF_ERROR(step.kernel->run(ctx));
+    for (uint32_t id : step.round_outputs) {
+      round_to_half_inplace(static_cast<float*>(ptrs_[id]), tensors_[id].numel);
+    }
+  }
+  // Do not keep the caller's pointers beyond this call.
+  for (uint32_t id : input_ids_) ptrs_[id] = nullptr;
+  for (uint32_t id : output_ids_) ptrs_[id] = nullptr;
+  return Status::Ok();
+}
+
+} // namespace engine
+} // namespace qnn_delegate

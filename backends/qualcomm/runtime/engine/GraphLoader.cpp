@@ -1,0 +1,148 @@
+// GraphExecutor: loading and checking the tensors and graph inputs/outputs.
+#include <cstring>
+
+#include "backends/qualcomm/runtime/engine/GraphExecutor.h"
+
+namespace qnn_delegate {
+namespace engine {
+
+namespace {
+
+constexpr size_t kMaxRank = 8;
+constexpr size_t kMaxTensorBytes = size_t(1) << 40;
+
+bool is_supported_kind(TensorKind kind) {
+  return kind == TensorKind::APP_WRITE || kind == TensorKind::APP_READ ||
+         kind == TensorKind::NATIVE || kind == TensorKind::STATIC;
+}
+
+} // namespace
+
+Status GraphExecutor::load_tensors(const ::qnn_delegate::Graph* graph) {
+  const auto* tensors = graph->tensors();
+  const size_t n = tensors ? tensors->size() : 0;
+  const size_t n_inputs = graph->inputs() ? graph->inputs()->size() : 0;
+  tensors_.reserve(n + n_inputs);  // room for fp16 input shadows: no reallocation
+  tensors_.resize(n);
+  static_buffers_.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    QNN_RETURN_IF_ERROR(load_tensor(tensors->Get(i), i));
+  }
+  return Status::Ok();
+}
+
+Status GraphExecutor::load_tensor(const ::qnn_delegate::Tensor* t, size_t index) {
+  TensorInfo& info = tensors_[index];
+  info.name = t->name()->str();
+  const char* g = name_.c_str();
+  if (t->id() != index) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "graph '%s': tensor '%s' at index %zu has id %u (ids must equal their index)",
+                      g, info.name.c_str(), index, t->id());
+  }
+  info.id = t->id();
+  info.kind = t->type();
+  info.dtype = t->data_type();
+  if (!is_supported_kind(info.kind)) {
+    return make_error(ErrorKind::NotSupported, "graph '%s': tensor '%s' has unsupported type %s",
+                      g, info.name.c_str(), kind_name(info.kind));
+  }
+  if (element_bits(info.dtype) == 0) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "graph '%s': tensor '%s' has unknown data type %d", g, info.name.c_str(),
+                      static_cast<int>(info.dtype));
+  }
+  if (t->dims() != nullptr) info.dims.assign(t->dims()->begin(), t->dims()->end());
+  if (info.dims.size() > kMaxRank) {
+    return make_error(ErrorKind::NotSupported, "graph '%s': tensor '%s' has rank %zu (max %zu)",
+                      g, info.name.c_str(), info.dims.size(), kMaxRank);
+  }
+  size_t numel = 1;
+  for (uint32_t d : info.dims) {
+    if (d != 0 && numel > kMaxTensorBytes / d) {
+      return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' dims %s are too large",
+                        g, info.name.c_str(), dims_to_string(info.dims).c_str());
+    }
+    numel *= d;
+  }
+  info.numel = numel;
+  info.nbytes = storage_bytes(info.dtype, numel);
+  if (info.nbytes > kMaxTensorBytes) {
+    return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' dims %s are too large",
+                      g, info.name.c_str(), dims_to_string(info.dims).c_str());
+  }
+  if (info.kind == TensorKind::STATIC) return copy_static_data(info, t);
+  if (t->data() != nullptr && t->data()->size() != 0) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "graph '%s': tensor '%s' of type %s carries data (only STATIC may)", g,
+                      info.name.c_str(), kind_name(info.kind));
+  }
+  return Status::Ok();
+}
+
+Status GraphExecutor::copy_static_data(TensorInfo& info, const ::qnn_delegate::Tensor* t) {
+  const size_t have = t->data() ? t->data()->size() : 0;
+  if (have != info.nbytes) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "graph '%s': STATIC tensor '%s' has %zu data bytes, expected %zu "
+                      "(dims %s, %s)",
+                      name_.c_str(), info.name.c_str(), have, info.nbytes,
+                      dims_to_string(info.dims).c_str(), dtype_name(info.dtype));
+  }
+  Buffer buf(&allocator_, info.nbytes);
+  if (!buf.valid()) {
+    return make_error(ErrorKind::MemoryAllocationFailed,
+                      "graph '%s': cannot allocate %zu bytes for STATIC tensor '%s'",
+                      name_.c_str(), info.nbytes, info.name.c_str());
+  }
+  if (have) std::memcpy(buf.data(), t->data()->data(), have);
+  if (fp16_ && info.dtype == DType::FLOAT_32) {
+    round_to_half_inplace(buf.as<float>(), info.numel);
+  }
+  info.static_data = buf.data();
+  static_buffers_.push_back(std::move(buf));
+  return Status::Ok();
+}
+
+Status GraphExecutor::load_io(const ::qnn_delegate::Graph* graph) {
+  const size_t n = tensors_.size();
+  std::vector<bool> seen(n, false);
+  auto load_list = [&](const flatbuffers::Vector<uint32_t>* ids, TensorKind kind,
+                       const char* what, std::vector<uint32_t>& out) -> Status {
+    for (size_t i = 0; ids && i < ids->size(); ++i) {
+      const uint32_t id = ids->Get(i);
+      if (id >= n) {
+        return make_error(ErrorKind::InvalidProgram,
+                          "graph '%s': %s %zu refers to tensor id %u, out of range (%zu tensors)",
+                          name_.c_str(), what, i, id, n);
+      }
+      if (tensors_[id].kind != kind) {
+        return make_error(ErrorKind::InvalidProgram, "graph '%s': %s %zu, tensor '%s', is %s, expected %s",
+                          name_.c_str(), what, i, tensors_[id].name.c_str(),
+                          kind_name(tensors_[id].kind), kind_name(kind));
+      }
+      if (seen[id]) {
+        return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' is listed twice as %s",
+                          name_.c_str(), tensors_[id].name.c_str(), what);
+      }
+      seen[id] = true;
+      out.push_back(id);
+    }
+    return Status::Ok();
+  };
+  QNN_RETURN_IF_ERROR(load_list(graph->inputs(), TensorKind::APP_WRITE, "graph input", input_ids_));
+  QNN_RETURN_IF_ERROR(load_list(graph->outputs(), TensorKind::APP_READ, "graph output", output_ids_));
+  for (const TensorInfo& t : tensors_) {
+    const bool io = t.kind == TensorKind::APP_WRITE || t.kind == TensorKind::APP_READ;
+    if (io && !seen[t.id]) {
+      return make_error(ErrorKind::InvalidProgram,
+                        "graph '%s': tensor '%s' is %s but not listed in the graph %s",
+                        name_.c_str(), t.name.c_str(), kind_name(t.kind),
+                        t.kind == TensorKind::APP_WRITE ? "inputs" : "outputs");
+    }
+  }
+  return Status::Ok();
+}
+
+} // namespace engine
+} // namespace qnn_delegate

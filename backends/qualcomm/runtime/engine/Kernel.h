@@ -1,0 +1,82 @@
+// Kernel interface: create (validate params, infer shapes, pack weights) at
+// init, run at execute. One kernel file per op family under kernels/.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/qualcomm/runtime/engine/Allocator.h"
+#include "backends/qualcomm/runtime/engine/Status.h"
+#include "backends/qualcomm/runtime/engine/Tensor.h"
+
+namespace qnn_delegate {
+namespace engine {
+
+// Pointers of every tensor (indexed by tensor id) for one execute.
+struct RunContext {
+  void* const* ptrs = nullptr;
+  void* scratch = nullptr;
+
+  template <typename T>
+  T* at(uint32_t id) const { return static_cast<T*>(ptrs[id]); }
+};
+
+// What a kernel factory sees of one op.
+struct OpView {
+  const ::qnn_delegate::Op* op = nullptr;
+  std::string graph_name;
+  std::string name;
+  std::string type;
+  std::vector<const TensorInfo*> inputs;
+  std::vector<const TensorInfo*> outputs;
+
+  // Error whose message starts with "graph 'g', op 'n' (Type): ".
+  Status fail(ErrorKind kind, const char* fmt, ...) const
+      __attribute__((format(printf, 3, 4)));
+  // Checks input / output counts (min_inputs..max_inputs, -1 = unbounded).
+  Status expect_arity(int min_inputs, int max_inputs, int num_outputs) const;
+  // Checks the output tensor dims / dtype against the inferred ones.
+  Status expect_output(size_t index, const Dims& dims, DType dtype) const;
+  Status expect_float(const TensorInfo& t) const;
+  Status expect_rank(const TensorInfo& t, size_t rank) const;
+};
+
+struct KernelEnv {
+  TrackingAllocator* allocator = nullptr;
+  bool fp16 = false;
+  bool reference_only = false;  // force the reference (oracle) kernels
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual Status run(const RunContext& ctx) const = 0;
+  // Scratch bytes needed by run (the executor provides one shared buffer).
+  virtual size_t scratch_bytes() const { return 0; }
+  // Bytes this kernel packed / owns (weights).
+  virtual size_t owned_bytes() const { return 0; }
+};
+
+using KernelPtr = std::unique_ptr<Kernel>;
+using KernelFactory = Status (*)(const OpView&, KernelEnv&, KernelPtr&);
+using KernelRegistry = std::map<std::string, KernelFactory>;
+
+const KernelRegistry& kernel_registry();
+std::vector<std::string> registered_op_types();
+
+// Per-family registration (one per file in kernels/).
+void register_conv_kernels(KernelRegistry& r);
+void register_linear_kernels(KernelRegistry& r);
+void register_elementwise_kernels(KernelRegistry& r);
+void register_norm_kernels(KernelRegistry& r);
+void register_reduce_kernels(KernelRegistry& r);
+void register_pool_kernels(KernelRegistry& r);
+void register_shape_kernels(KernelRegistry& r);
+void register_gather_kernels(KernelRegistry& r);
+void register_cast_kernels(KernelRegistry& r);
+
+} // namespace engine
+} // namespace qnn_delegate

@@ -1,0 +1,40 @@
+// Engine view of one payload tensor.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/qualcomm/runtime/engine/DataType.h"
+
+namespace qnn_delegate {
+namespace engine {
+
+using Dims = std::vector<uint32_t>;
+
+struct TensorInfo {
+  uint32_t id = 0;
+  std::string name;
+  TensorKind kind = TensorKind::NATIVE;
+  DType dtype = DType::FLOAT_32;
+  Dims dims;
+  size_t numel = 1;
+  size_t nbytes = 0;
+  // STATIC tensors: engine-owned copy of the data (fp16-rounded if needed).
+  const void* static_data = nullptr;
+
+  size_t rank() const { return dims.size(); }
+  bool is_float() const { return dtype == DType::FLOAT_32; }
+};
+
+inline size_t product(const Dims& dims, size_t begin = 0, size_t end = SIZE_MAX) {
+  size_t p = 1;
+  for (size_t i = begin; i < dims.size() && i < end; ++i) p *= dims[i];
+  return p;
+}
+
+std::string dims_to_string(const Dims& dims);
+
+} // namespace engine
+} // namespace qnn_delegate

@@ -1,0 +1,33 @@
+// Float GEMM on a pre-packed right-hand side: C[M,N] = A[M,K] * B[K,N] + bias.
+// B is packed in panels of kGemmNR columns ([panel][k][kGemmNR], zero padded)
+// so the micro-kernel streams it contiguously; GCC auto-vectorizes it.
+#pragma once
+
+#include <cstddef>
+
+namespace qnn_delegate {
+namespace engine {
+
+constexpr size_t kGemmNR = 32;
+constexpr size_t kGemmMR = 4;
+
+inline size_t packed_b_floats(size_t K, size_t N) {
+  return ((N + kGemmNR - 1) / kGemmNR) * kGemmNR * K;
+}
+
+// B given as b[k * ldb + n].
+void pack_b_kn(const float* b, size_t K, size_t N, size_t ldb, float* dst);
+// B given transposed: w[n * K + k] (FullyConnected weights [N, K]).
+void pack_b_nk(const float* w, size_t K, size_t N, float* dst);
+
+// C[m * ldc + n] = sum_k A[m * lda + k] * B[k][n] + (bias ? bias[n] : 0).
+void gemm_packed(const float* A, size_t lda, const float* Bp, const float* bias, float* C,
+                 size_t ldc, size_t M, size_t N, size_t K);
+
+// Unpacked GEMM for dynamic operands (MatMul): B given as b[k * ldb + n].
+// C must not alias A or B. Overwrites C.
+void gemm_rowmajor(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc,
+                   size_t M, size_t N, size_t K);
+
+} // namespace engine
+} // namespace qnn_delegate

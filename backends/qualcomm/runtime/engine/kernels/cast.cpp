@@ -1,0 +1,95 @@
+// Cast between FLOAT_32, INT_32, INT_64, BOOL_8, UINT_8 (saturating, NaN -> 0:
+// no undefined float -> int conversions).
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+
+namespace qnn_delegate {
+namespace engine {
+namespace {
+
+struct Bool8 {
+  uint8_t v;
+};
+
+template <typename D, typename S>
+inline D convert(S s) {
+  if constexpr (std::is_same<D, Bool8>::value) {
+    return Bool8{uint8_t(s != S(0) ? 1 : 0)};
+  } else if constexpr (std::is_floating_point<S>::value && std::is_integral<D>::value) {
+    if (std::isnan(s)) return D(0);
+    if (s <= S(std::numeric_limits<D>::min())) return std::numeric_limits<D>::min();
+    if (s >= S(std::numeric_limits<D>::max())) return std::numeric_limits<D>::max();
+    return D(s);
+  } else if constexpr (std::is_integral<S>::value && std::is_integral<D>::value) {
+    if constexpr (std::is_signed<S>::value) {
+      if (s < S(0) && !std::is_signed<D>::value) return D(0);
+    }
+    using W = long double;
+    const W w = W(s);
+    if (w < W(std::numeric_limits<D>::min())) return std::numeric_limits<D>::min();
+    if (w > W(std::numeric_limits<D>::max())) return std::numeric_limits<D>::max();
+    return D(s);
+  } else {
+    return D(s);
+  }
+}
+
+template <typename D, typename S>
+class CastKernel final : public Kernel {
+ public:
+  CastKernel(uint32_t in, uint32_t out, size_t n) : in_(in), out_(out), n_(n) {}
+  Status run(const RunContext& c) const override {
+    const S* x = c.at<const S>(in_);
+    D* y = c.at<D>(out_);
+    for (size_t i = 0; i < n_; ++i) y[i] = convert<D>(load(x[i]));
+    return Status::Ok();
+  }
+
+ private:
+  template <typename T>
+  static auto load(T v) { return v; }
+  static uint8_t load(Bool8 v) { return v.v; }
+  uint32_t in_, out_;
+  size_t n_;
+};
+
+template <typename S>
+Status emplace_for_dst(const OpView& v, DType dst, KernelPtr& out) {
+  const uint32_t in = v.inputs[0]->id, o = v.outputs[0]->id;
+  const size_t n = v.inputs[0]->numel;
+  switch (dst) {
+    case DType::FLOAT_32: return emplace_kernel<CastKernel<float, S>>(out, in, o, n);
+    case DType::INT_32: return emplace_kernel<CastKernel<int32_t, S>>(out, in, o, n);
+    case DType::INT_64: return emplace_kernel<CastKernel<int64_t, S>>(out, in, o, n);
+    case DType::UINT_8: return emplace_kernel<CastKernel<uint8_t, S>>(out, in, o, n);
+    case DType::BOOL_8: return emplace_kernel<CastKernel<Bool8, S>>(out, in, o, n);
+    default:
+      return v.fail(ErrorKind::NotSupported, "cast to %s is not supported", dtype_name(dst));
+  }
+}
+
+Status create_cast(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(1, 1, 1));
+  const TensorInfo& x = *v.inputs[0];
+  const DType dst = v.outputs[0]->dtype;
+  QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, dst));
+  switch (x.dtype) {
+    case DType::FLOAT_32: return emplace_for_dst<float>(v, dst, out);
+    case DType::INT_32: return emplace_for_dst<int32_t>(v, dst, out);
+    case DType::INT_64: return emplace_for_dst<int64_t>(v, dst, out);
+    case DType::UINT_8: return emplace_for_dst<uint8_t>(v, dst, out);
+    case DType::BOOL_8: return emplace_for_dst<Bool8>(v, dst, out);
+    default:
+      return v.fail(ErrorKind::NotSupported, "cast from %s is not supported", dtype_name(x.dtype));
+  }
+}
+
+} // namespace
+
+void register_cast_kernels(KernelRegistry& r) { r["Cast"] = &create_cast; }
+
+} // namespace engine
+} // namespace qnn_delegate

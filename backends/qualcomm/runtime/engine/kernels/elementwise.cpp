@@ -1,0 +1,192 @@
+// Elementwise ops: one templated binary kernel (with numpy broadcasting) and
+// one templated unary kernel; one table row per op type.
+#include <cmath>
+#include <type_traits>
+
+#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+
+namespace qnn_delegate {
+namespace engine {
+namespace {
+
+// ---- binary ---------------------------------------------------------------
+// Integer add/sub/mul wrap (two's complement) instead of overflowing (UB).
+template <typename T>
+using Wide = typename std::conditional<std::is_integral<T>::value, std::make_unsigned<T>,
+                                       std::common_type<T>>::type::type;
+struct AddOp { template <typename T> static T apply(T a, T b) { return T(Wide<T>(a) + Wide<T>(b)); } };
+struct SubOp { template <typename T> static T apply(T a, T b) { return T(Wide<T>(a) - Wide<T>(b)); } };
+struct MulOp { template <typename T> static T apply(T a, T b) { return T(Wide<T>(a) * Wide<T>(b)); } };
+struct DivOp {
+  template <typename T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value) {
+      return a / b;
+    } else {
+      if (b == 0) return T(0);  // no UB on integer division by zero
+      if (b == T(-1)) return T(Wide<T>(0) - Wide<T>(a));
+      return a / b;
+    }
+  }
+};
+
+template <typename Op, typename T>
+class BinaryKernel final : public Kernel {
+ public:
+  BinaryKernel(const OpView& v, const Dims& out_dims)
+      : a_(v.inputs[0]->id), b_(v.inputs[1]->id), out_(v.outputs[0]->id), dims_(out_dims),
+        numel_(product(out_dims)), a_numel_(v.inputs[0]->numel), b_numel_(v.inputs[1]->numel),
+        sa_(broadcast_strides(v.inputs[0]->dims, out_dims)),
+        sb_(broadcast_strides(v.inputs[1]->dims, out_dims)) {}
+
+  Status run(const RunContext& ctx) const override {
+    const T* a = ctx.at<const T>(a_);
+    const T* b = ctx.at<const T>(b_);
+    T* out = ctx.at<T>(out_);
+    if (a_numel_ == numel_ && b_numel_ == numel_) {
+      for (size_t i = 0; i < numel_; ++i) out[i] = Op::apply(a[i], b[i]);
+    } else if (a_numel_ == numel_ && b_numel_ == 1) {
+      const T bv = b[0];
+      for (size_t i = 0; i < numel_; ++i) out[i] = Op::apply(a[i], bv);
+    } else if (a_numel_ == 1 && b_numel_ == numel_) {
+      const T av = a[0];
+      for (size_t i = 0; i < numel_; ++i) out[i] = Op::apply(av, b[i]);
+    } else {
+      run_broadcast(a, b, out);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // Walks all but the innermost axis; the innermost loop uses strides 0 or 1.
+  void run_broadcast(const T* a, const T* b, T* out) const {
+    if (numel_ == 0) return;
+    const size_t rank = dims_.size();
+    const size_t inner = dims_[rank - 1];
+    const size_t ia = sa_[rank - 1], ib = sb_[rank - 1];
+    Dims outer(dims_.begin(), dims_.end() - 1);
+    Index idx{};
+    size_t o = 0;
+    do {
+      size_t oa = 0, ob = 0;
+      for (size_t d = 0; d + 1 < rank; ++d) {
+        oa += idx[d] * sa_[d];
+        ob += idx[d] * sb_[d];
+      }
+      for (size_t i = 0; i < inner; ++i) out[o + i] = Op::apply(a[oa + i * ia], b[ob + i * ib]);
+      o += inner;
+    } while (next_index(idx, outer));
+  }
+
+  uint32_t a_, b_, out_;
+  Dims dims_;
+  size_t numel_, a_numel_, b_numel_;
+  Index sa_, sb_;
+};
+
+template <typename Op>
+Status create_binary(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(2, 2, 1));
+  const TensorInfo& a = *v.inputs[0];
+  const TensorInfo& b = *v.inputs[1];
+  if (a.dtype != b.dtype) {
+    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' (%s) and '%s' (%s) differ in data type",
+                  a.name.c_str(), dtype_name(a.dtype), b.name.c_str(), dtype_name(b.dtype));
+  }
+  Dims out_dims;
+  if (!broadcast_dims(a.dims, b.dims, out_dims)) {
+    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' %s and '%s' %s do not broadcast",
+                  a.name.c_str(), dims_to_string(a.dims).c_str(), b.name.c_str(),
+                  dims_to_string(b.dims).c_str());
+  }
+  QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, a.dtype));
+  switch (a.dtype) {
+    case DType::FLOAT_32: return emplace_kernel<BinaryKernel<Op, float>>(out, v, out_dims);
+    case DType::INT_32: return emplace_kernel<BinaryKernel<Op, int32_t>>(out, v, out_dims);
+    case DType::INT_64: return emplace_kernel<BinaryKernel<Op, int64_t>>(out, v, out_dims);
+    default:
+      return v.fail(ErrorKind::NotSupported, "data type %s is not supported (FLOAT_32, INT_32, INT_64)",
+                    dtype_name(a.dtype));
+  }
+}
+
+// ---- unary ----------------------------------------------------------------
+struct UnaryParams {
+  float min_value = 0.f;
+  float max_value = 0.f;
+};
+
+struct ReluFn { static float apply(float x, const UnaryParams&) { return x > 0.f ? x : 0.f; } };
+struct ReluMinMaxFn {
+  static float apply(float x, const UnaryParams& p) {
+    return x < p.min_value ? p.min_value : (x > p.max_value ? p.max_value : x);
+  }
+};
+struct SigmoidFn { static float apply(float x, const UnaryParams&) { return 1.f / (1.f + std::exp(-x)); } };
+struct TanhFn { static float apply(float x, const UnaryParams&) { return std::tanh(x); } };
+struct GeluFn {
+  static float apply(float x, const UnaryParams&) {
+    return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
+  }
+};
+struct HardSwishFn {
+  static float apply(float x, const UnaryParams&) {
+    const float r = x + 3.f;
+    return x * (r < 0.f ? 0.f : (r > 6.f ? 6.f : r)) / 6.f;
+  }
+};
+
+template <typename Fn>
+class UnaryKernel final : public Kernel {
+ public:
+  UnaryKernel(const OpView& v, UnaryParams p)
+      : in_(v.inputs[0]->id), out_(v.outputs[0]->id), numel_(v.inputs[0]->numel), p_(p) {}
+
+  Status run(const RunContext& ctx) const override {
+    const float* in = ctx.at<const float>(in_);
+    float* out = ctx.at<float>(out_);
+    for (size_t i = 0; i < numel_; ++i) out[i] = Fn::apply(in[i], p_);
+    return Status::Ok();
+  }
+
+ private:
+  uint32_t in_, out_;
+  size_t numel_;
+  UnaryParams p_;
+};
+
+template <typename Fn>
+Status create_unary(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(1, 1, 1));
+  QNN_RETURN_IF_ERROR(v.expect_float(*v.inputs[0]));
+  QNN_RETURN_IF_ERROR(v.expect_output(0, v.inputs[0]->dims, DType::FLOAT_32));
+  UnaryParams p;
+  if (std::is_same<Fn, ReluMinMaxFn>::value) {
+    ParamReader params(v);
+    QNN_RETURN_IF_ERROR(params.scalar_float("min_value", p.min_value));
+    QNN_RETURN_IF_ERROR(params.scalar_float("max_value", p.max_value));
+    if (!(p.min_value <= p.max_value)) {
+      return v.fail(ErrorKind::InvalidProgram, "min_value %g > max_value %g", p.min_value,
+                    p.max_value);
+    }
+  }
+  return emplace_kernel<UnaryKernel<Fn>>(out, v, p);
+}
+
+} // namespace
+
+void register_elementwise_kernels(KernelRegistry& r) {
+  r["ElementWiseAdd"] = &create_binary<AddOp>;
+  r["ElementWiseSubtract"] = &create_binary<SubOp>;
+  r["ElementWiseMultiply"] = &create_binary<MulOp>;
+  r["ElementWiseDivide"] = &create_binary<DivOp>;
+  r["Relu"] = &create_unary<ReluFn>;
+  r["ReluMinMax"] = &create_unary<ReluMinMaxFn>;
+  r["Sigmoid"] = &create_unary<SigmoidFn>;
+  r["Tanh"] = &create_unary<TanhFn>;
+  r["Gelu"] = &create_unary<GeluFn>;
+  r["HardSwish"] = &create_unary<HardSwishFn>;
+}
+
+} // namespace engine
+} // namespace qnn_delegate

@@ -1,0 +1,207 @@
+// FullyConnected and MatMul. Reference: plain triple loops (the oracle).
+// Fast: FullyConnected on pre-packed weights (GEMM); MatMul row-major
+// (i-k-j) or dot-product loops per batch.
+#include <algorithm>
+
+#include "backends/qualcomm/runtime/engine/kernels/Gemm.h"
+#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+
+namespace qnn_delegate {
+namespace engine {
+namespace {
+
+// C[m,n] = sum_k A[m*sam + k*sak] * B[k*sbk + n*sbn]
+void gemm_strided(const float* A, size_t sam, size_t sak, const float* B, size_t sbk, size_t sbn,
+                  float* C, size_t M, size_t N, size_t K) {
+  for (size_t m = 0; m < M; ++m)
+    for (size_t n = 0; n < N; ++n) {
+      float acc = 0.f;
+      for (size_t k = 0; k < K; ++k) acc += A[m * sam + k * sak] * B[k * sbk + n * sbn];
+      C[m * N + n] = acc;
+    }
+}
+
+// ---- FullyConnected ---------------------------------------------------------
+struct FcShape {
+  uint32_t x, w, b, out;
+  size_t M, N, K;
+};
+
+class FcReferenceKernel final : public Kernel {
+ public:
+  explicit FcReferenceKernel(const FcShape& s) : s_(s) {}
+  Status run(const RunContext& c) const override {
+    const float* x = c.at<const float>(s_.x);
+    const float* w = c.at<const float>(s_.w);
+    const float* b = c.at<const float>(s_.b);
+    float* out = c.at<float>(s_.out);
+    for (size_t m = 0; m < s_.M; ++m)
+      for (size_t n = 0; n < s_.N; ++n) {
+        float acc = b[n];
+        for (size_t k = 0; k < s_.K; ++k) acc += x[m * s_.K + k] * w[n * s_.K + k];
+        out[m * s_.N + n] = acc;
+      }
+    return Status::Ok();
+  }
+
+ private:
+  FcShape s_;
+};
+
+class FcPackedKernel final : public Kernel {
+ public:
+  FcPackedKernel(const FcShape& s, const float* w, TrackingAllocator* a)
+      : s_(s), packed_(a, packed_b_floats(s.K, s.N) * sizeof(float)) {
+    if (packed_.valid()) pack_b_nk(w, s.K, s.N, packed_.as<float>());
+  }
+  bool valid() const { return packed_.valid(); }
+  size_t owned_bytes() const override { return packed_.size(); }
+  Status run(const RunContext& c) const override {
+    gemm_packed(c.at<const float>(s_.x), s_.K, packed_.as<float>(), c.at<const float>(s_.b),
+                c.at<float>(s_.out), s_.N, s_.M, s_.N, s_.K);
+    return Status::Ok();
+  }
+
+ private:
+  FcShape s_;
+  Buffer packed_;
+};
+
+Status create_fully_connected(const OpView& v, KernelEnv& env, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(3, 3, 1));
+  const TensorInfo& x = *v.inputs[0];
+  const TensorInfo& w = *v.inputs[1];
+  const TensorInfo& b = *v.inputs[2];
+  for (const TensorInfo* t : {&x, &w, &b}) QNN_RETURN_IF_ERROR(v.expect_float(*t));
+  QNN_RETURN_IF_ERROR(v.expect_rank(w, 2));
+  bool keep_dims = false;
+  QNN_RETURN_IF_ERROR(ParamReader(v).optional_bool("keep_dims", keep_dims));
+  FcShape s;
+  s.N = w.dims[0];
+  s.K = w.dims[1];
+  if (x.rank() == 0 || x.dims.back() != s.K) {
+    return v.fail(ErrorKind::InvalidProgram, "input '%s' dims %s do not end in K = %zu of weight '%s' %s",
+                  x.name.c_str(), dims_to_string(x.dims).c_str(), s.K, w.name.c_str(),
+                  dims_to_string(w.dims).c_str());
+  }
+  if (b.numel != s.N) {
+    return v.fail(ErrorKind::InvalidProgram, "bias '%s' has %zu elements, expected N = %zu",
+                  b.name.c_str(), b.numel, s.N);
+  }
+  s.M = product(x.dims, 0, x.rank() - 1);
+  Dims out_dims;
+  if (keep_dims) {
+    out_dims.assign(x.dims.begin(), x.dims.end() - 1);
+    out_dims.push_back(uint32_t(s.N));
+  } else {
+    out_dims = {uint32_t(s.M), uint32_t(s.N)};
+  }
+  QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, DType::FLOAT_32));
+  s.x = x.id; s.w = w.id; s.b = b.id; s.out = v.outputs[0]->id;
+  if (env.reference_only || w.static_data == nullptr) return emplace_kernel<FcReferenceKernel>(out, s);
+  auto* k = new FcPackedKernel(s, static_cast<const float*>(w.static_data), env.allocator);
+  out.reset(k);
+  if (!k->valid()) return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate packed weights");
+  return Status::Ok();
+}
+
+// ---- MatMul -------------------------------------------------------------------
+struct MatMulShape {
+  uint32_t a, b, out;
+  size_t M, N, K;
+  bool ta, tb;
+  Dims batch;            // broadcast batch dims
+  Index sa{}, sb{};      // batch strides in matrices (0 = broadcast)
+  size_t batches;
+};
+
+class MatMulKernel final : public Kernel {
+ public:
+  MatMulKernel(const MatMulShape& s, bool reference) : s_(s), reference_(reference) {}
+  Status run(const RunContext& c) const override {
+    const float* a = c.at<const float>(s_.a);
+    const float* b = c.at<const float>(s_.b);
+    float* out = c.at<float>(s_.out);
+    Index idx{};
+    for (size_t bi = 0; bi < s_.batches; ++bi) {
+      size_t oa = 0, ob = 0;
+      for (size_t d = 0; d < s_.batch.size(); ++d) {
+        oa += idx[d] * s_.sa[d];
+        ob += idx[d] * s_.sb[d];
+      }
+      multiply(a + oa * s_.M * s_.K, b + ob * s_.K * s_.N, out + bi * s_.M * s_.N);
+      next_index(idx, s_.batch);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  void multiply(const float* a, const float* b, float* c) const {
+    const size_t M = s_.M, N = s_.N, K = s_.K;
+    const size_t sam = s_.ta ? 1 : K, sak = s_.ta ? M : 1;
+    const size_t sbk = s_.tb ? 1 : N, sbn = s_.tb ? K : 1;
+    if (reference_ || s_.ta) {
+      gemm_strided(a, sam, sak, b, sbk, sbn, c, M, N, K);
+    } else if (!s_.tb) {
+      gemm_rowmajor(a, K, b, N, c, N, M, N, K);
+    } else {
+      for (size_t m = 0; m < M; ++m)
+        for (size_t n = 0; n < N; ++n) {
+          float acc = 0.f;
+          for (size_t k = 0; k < K; ++k) acc += a[m * K + k] * b[n * K + k];
+          c[m * N + n] = acc;
+        }
+    }
+  }
+
+  MatMulShape s_;
+  bool reference_;
+};
+
+Status create_matmul(const OpView& v, KernelEnv& env, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(2, 2, 1));
+  const TensorInfo& a = *v.inputs[0];
+  const TensorInfo& b = *v.inputs[1];
+  QNN_RETURN_IF_ERROR(v.expect_float(a));
+  QNN_RETURN_IF_ERROR(v.expect_float(b));
+  MatMulShape s;
+  s.ta = s.tb = false;
+  ParamReader params(v);
+  QNN_RETURN_IF_ERROR(params.optional_bool("transpose_in0", s.ta));
+  QNN_RETURN_IF_ERROR(params.optional_bool("transpose_in1", s.tb));
+  if (a.rank() < 2 || b.rank() < 2) {
+    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' %s and '%s' %s must have rank >= 2",
+                  a.name.c_str(), dims_to_string(a.dims).c_str(), b.name.c_str(),
+                  dims_to_string(b.dims).c_str());
+  }
+  const size_t ra = a.rank(), rb = b.rank();
+  s.M = s.ta ? a.dims[ra - 1] : a.dims[ra - 2];
+  s.K = s.ta ? a.dims[ra - 2] : a.dims[ra - 1];
+  const size_t kb = s.tb ? b.dims[rb - 1] : b.dims[rb - 2];
+  s.N = s.tb ? b.dims[rb - 2] : b.dims[rb - 1];
+  const Dims ba(a.dims.begin(), a.dims.end() - 2), bb(b.dims.begin(), b.dims.end() - 2);
+  if (kb != s.K || !broadcast_dims(ba, bb, s.batch)) {
+    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' %s and '%s' %s do not multiply",
+                  a.name.c_str(), dims_to_string(a.dims).c_str(), b.name.c_str(),
+                  dims_to_string(b.dims).c_str());
+  }
+  s.sa = broadcast_strides(ba, s.batch);
+  s.sb = broadcast_strides(bb, s.batch);
+  s.batches = product(s.batch);
+  Dims out_dims = s.batch;
+  out_dims.push_back(uint32_t(s.M));
+  out_dims.push_back(uint32_t(s.N));
+  QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, DType::FLOAT_32));
+  s.a = a.id; s.b = b.id; s.out = v.outputs[0]->id;
+  return emplace_kernel<MatMulKernel>(out, s, env.reference_only);
+}
+
+} // namespace
+
+void register_linear_kernels(KernelRegistry& r) {
+  r["FullyConnected"] = &create_fully_connected;
+  r["MatMul"] = &create_matmul;
+}
+
+} // namespace engine
+} // namespace qnn_delegate

@@ -1,0 +1,173 @@
+// Softmax, LayerNorm, Batchnorm (float32).
+#include <algorithm>
+#include <cmath>
+
+#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+
+namespace qnn_delegate {
+namespace engine {
+namespace {
+
+// ---- Softmax ------------------------------------------------------------------
+class SoftmaxKernel final : public Kernel {
+ public:
+  SoftmaxKernel(uint32_t in, uint32_t out, size_t outer, size_t axis, size_t inner, float beta)
+      : in_(in), out_(out), outer_(outer), axis_(axis), inner_(inner), beta_(beta) {}
+  Status run(const RunContext& c) const override {
+    const float* x = c.at<const float>(in_);
+    float* y = c.at<float>(out_);
+    for (size_t o = 0; o < outer_; ++o)
+      for (size_t i = 0; i < inner_; ++i) {
+        const float* px = x + o * axis_ * inner_ + i;
+        float* py = y + o * axis_ * inner_ + i;
+        float mx = -INFINITY;
+        for (size_t a = 0; a < axis_; ++a) mx = std::max(mx, beta_ * px[a * inner_]);
+        float sum = 0.f;
+        for (size_t a = 0; a < axis_; ++a) {
+          const float e = std::exp(beta_ * px[a * inner_] - mx);
+          py[a * inner_] = e;
+          sum += e;
+        }
+        const float inv = 1.f / sum;
+        for (size_t a = 0; a < axis_; ++a) py[a * inner_] *= inv;
+      }
+    return Status::Ok();
+  }
+
+ private:
+  uint32_t in_, out_;
+  size_t outer_, axis_, inner_;
+  float beta_;
+};
+
+Status create_softmax(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(1, 1, 1));
+  const TensorInfo& x = *v.inputs[0];
+  QNN_RETURN_IF_ERROR(v.expect_float(x));
+  ParamReader params(v);
+  int64_t axis = 0;
+  float beta = 1.f;
+  QNN_RETURN_IF_ERROR(params.scalar_int("axis", DType::UINT_32, axis));
+  QNN_RETURN_IF_ERROR(params.optional_float("beta", beta));
+  if (size_t(axis) >= x.rank()) {
+    return v.fail(ErrorKind::InvalidProgram, "axis %lld out of range for input '%s' %s",
+                  static_cast<long long>(axis), x.name.c_str(), dims_to_string(x.dims).c_str());
+  }
+  QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, DType::FLOAT_32));
+  return emplace_kernel<SoftmaxKernel>(out, x.id, v.outputs[0]->id, product(x.dims, 0, axis),
+                                       size_t(x.dims[axis]), product(x.dims, axis + 1), beta);
+}
+
+// ---- LayerNorm ----------------------------------------------------------------
+class LayerNormKernel final : public Kernel {
+ public:
+  LayerNormKernel(uint32_t x, uint32_t gamma, uint32_t beta, uint32_t out, size_t rows, size_t cols,
+                  float eps)
+      : x_(x), g_(gamma), b_(beta), out_(out), rows_(rows), cols_(cols), eps_(eps) {}
+  Status run(const RunContext& c) const override {
+    const float* x = c.at<const float>(x_);
+    const float* gamma = c.at<const float>(g_);
+    const float* beta = c.at<const float>(b_);
+    float* y = c.at<float>(out_);
+    for (size_t r = 0; r < rows_; ++r) {
+      const float* px = x + r * cols_;
+      float* py = y + r * cols_;
+      double mean = 0.0;
+      for (size_t i = 0; i < cols_; ++i) mean += px[i];
+      mean /= double(cols_);
+      double var = 0.0;
+      for (size_t i = 0; i < cols_; ++i) var += (px[i] - mean) * (px[i] - mean);
+      var /= double(cols_);
+      const float m = float(mean);
+      const float inv = float(1.0 / std::sqrt(var + double(eps_)));
+      for (size_t i = 0; i < cols_; ++i) py[i] = (px[i] - m) * inv * gamma[i] + beta[i];
+    }
+    return Status::Ok();
+  }
+
+ private:
+  uint32_t x_, g_, b_, out_;
+  size_t rows_, cols_;
+  float eps_;
+};
+
+Status create_layer_norm(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(3, 3, 1));
+  const TensorInfo& x = *v.inputs[0];
+  const TensorInfo& gamma = *v.inputs[1];
+  const TensorInfo& beta = *v.inputs[2];
+  for (const TensorInfo* t : {&x, &gamma, &beta}) QNN_RETURN_IF_ERROR(v.expect_float(*t));
+  ParamReader params(v);
+  float eps = 0.f;
+  std::vector<int64_t> axes;
+  QNN_RETURN_IF_ERROR(params.scalar_float("epsilon", eps));
+  QNN_RETURN_IF_ERROR(params.tensor_int("axes", DType::UINT_32, {}, axes));
+  const size_t k = axes.size();
+  if (k == 0 || k > x.rank()) {
+    return v.fail(ErrorKind::InvalidProgram, "'axes' must name 1..%zu axes, got %zu", x.rank(), k);
+  }
+  for (size_t i = 0; i < k; ++i) {
+    if (size_t(axes[i]) != x.rank() - k + i) {
+      return v.fail(ErrorKind::NotSupported, "'axes' must be the last %zu axes of input '%s' %s",
+                    k, x.name.c_str(), dims_to_string(x.dims).c_str());
+    }
+  }
+  const size_t cols = product(x.dims, x.rank() - k);
+  if (gamma.numel != cols || beta.numel != cols) {
+    return v.fail(ErrorKind::InvalidProgram,
+                  "gamma '%s' %s / beta '%s' %s must match the normalized dims of input '%s' %s",
+                  gamma.name.c_str(), dims_to_string(gamma.dims).c_str(), beta.name.c_str(),
+                  dims_to_string(beta.dims).c_str(), x.name.c_str(), dims_to_string(x.dims).c_str());
+  }
+  QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, DType::FLOAT_32));
+  const size_t rows = cols ? x.numel / cols : 0;
+  return emplace_kernel<LayerNormKernel>(out, x.id, gamma.id, beta.id, v.outputs[0]->id, rows, cols,
+                                         eps);
+}
+
+// ---- Batchnorm ----------------------------------------------------------------
+class BatchnormKernel final : public Kernel {
+ public:
+  BatchnormKernel(uint32_t x, uint32_t scale, uint32_t offset, uint32_t out, size_t rows, size_t c)
+      : x_(x), s_(scale), o_(offset), out_(out), rows_(rows), c_(c) {}
+  Status run(const RunContext& ctx) const override {
+    const float* x = ctx.at<const float>(x_);
+    const float* s = ctx.at<const float>(s_);
+    const float* o = ctx.at<const float>(o_);
+    float* y = ctx.at<float>(out_);
+    for (size_t r = 0; r < rows_; ++r)
+      for (size_t i = 0; i < c_; ++i) y[r * c_ + i] = x[r * c_ + i] * s[i] + o[i];
+    return Status::Ok();
+  }
+
+ private:
+  uint32_t x_, s_, o_, out_;
+  size_t rows_, c_;
+};
+
+Status create_batchnorm(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(3, 3, 1));
+  const TensorInfo& x = *v.inputs[0];
+  const TensorInfo& scale = *v.inputs[1];
+  const TensorInfo& offset = *v.inputs[2];
+  for (const TensorInfo* t : {&x, &scale, &offset}) QNN_RETURN_IF_ERROR(v.expect_float(*t));
+  const size_t c = x.rank() ? x.dims.back() : 1;
+  if (scale.numel != c || offset.numel != c) {
+    return v.fail(ErrorKind::InvalidProgram, "scale '%s' / offset '%s' must have C = %zu elements",
+                  scale.name.c_str(), offset.name.c_str(), c);
+  }
+  QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, DType::FLOAT_32));
+  return emplace_kernel<BatchnormKernel>(out, x.id, scale.id, offset.id, v.outputs[0]->id,
+                                         c ? x.numel / c : 0, c);
+}
+
+} // namespace
+
+void register_norm_kernels(KernelRegistry& r) {
+  r["Softmax"] = &create_softmax;
+  r["LayerNorm"] = &create_layer_norm;
+  r["Batchnorm"] = &create_batchnorm;
+}
+
+} // namespace engine
+} // namespace qnn_delegate

@@ -1,0 +1,183 @@
+// backends.qualcomm._qnn_delegate: loading it registers the QnnDelegate
+// backend in the process; it also runs payloads directly on the engine.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <executorch/runtime/backend/interface.h>
+
+#include "backends/qualcomm/runtime/PayloadLoader.h"
+#include "backends/qualcomm/runtime/QnnDelegateBackend.h"
+#include "backends/qualcomm/runtime/RuntimeOptions.h"
+#include "backends/qualcomm/runtime/engine/Kernel.h"
+
+namespace py = pybind11;
+using namespace qnn_delegate;
+
+namespace {
+
+[[noreturn]] void raise_status(const engine::Status& s) {
+  if (s.kind == engine::ErrorKind::InvalidArgument || s.kind == engine::ErrorKind::InvalidProgram ||
+      s.kind == engine::ErrorKind::NotSupported) {
+    throw py::value_error(s.message);
+  }
+  throw std::runtime_error(s.message);
+}
+
+std::string blob_of(const py::bytes& blob) { return std::string(blob); }
+
+py::dtype numpy_dtype_of(engine::DType dt, const std::string& tensor) {
+  switch (dt) {
+    case engine::DType::FLOAT_32: return py::dtype::of<float>();
+    case engine::DType::INT_32: return py::dtype::of<int32_t>();
+    case engine::DType::INT_64: return py::dtype::of<int64_t>();
+    case engine::DType::UINT_8: return py::dtype::of<uint8_t>();
+    case engine::DType::BOOL_8: return py::dtype::of<bool>();
+    default:
+      throw py::value_error("tensor '" + tensor + "' has data type " +
+                            engine::dtype_name(dt) + ", which has no numpy mapping");
+  }
+}
+
+void verify_payload(const py::bytes& blob) {
+  const std::string data = blob_of(blob);
+  std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;
+  const engine::Status s =
+      runtime::load_graphs(data.data(), data.size(), runtime::engine_options_from_env(), -1, graphs);
+  if (!s.ok()) raise_status(s);
+}
+
+py::array checked_input(const engine::GraphExecutor& g, size_t i, const py::array& arr) {
+  const engine::TensorInfo& info = g.input_info(i);
+  const py::dtype want = numpy_dtype_of(info.dtype, info.name);
+  if (!arr.dtype().is(want) && !arr.dtype().equal(want)) {
+    throw py::value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
+                          info.name + "') has dtype " + std::string(py::str(arr.dtype())) +
+                          ", expected " + std::string(py::str(want)) + " (" +
+                          engine::dtype_name(info.dtype) + ")");
+  }
+  if (static_cast<size_t>(arr.size()) != info.numel) {
+    throw py::value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
+                          info.name + "') has " + std::to_string(arr.size()) +
+                          " elements, expected " + std::to_string(info.numel) + " " +
+                          engine::dims_to_string(info.dims));
+  }
+  return py::array::ensure(arr, py::array::c_style);
+}
+
+py::list run_payload(const py::bytes& blob, const std::vector<py::array>& inputs, int graph_index) {
+  if (graph_index < 0) throw py::value_error("graph_index must be >= 0");
+  const std::string data = blob_of(blob);
+  std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;
+  engine::Status s = runtime::load_graphs(data.data(), data.size(),
+                                          runtime::engine_options_from_env(), graph_index, graphs);
+  if (!s.ok()) raise_status(s);
+  engine::GraphExecutor& g = *graphs.front();
+  if (inputs.size() != g.num_inputs()) {
+    throw py::value_error("graph '" + g.name() + "' has " + std::to_string(g.num_inputs()) +
+                          " inputs, got " + std::to_string(inputs.size()));
+  }
+  std::vector<py::array> in_arrays;
+  std::vector<void*> in_ptrs, out_ptrs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    in_arrays.push_back(checked_input(g, i, inputs[i]));
+    in_ptrs.push_back(const_cast<void*>(in_arrays.back().data()));
+  }
+  py::list outputs;
+  for (size_t i = 0; i < g.num_outputs(); ++i) {
+    const engine::TensorInfo& info = g.output_info(i);
+    std::vector<py::ssize_t> shape(info.dims.begin(), info.dims.end());
+    py::array out(numpy_dtype_of(info.dtype, info.name), shape);
+    out_ptrs.push_back(out.mutable_data());
+    outputs.append(out);
+  }
+  {
+    py::gil_scoped_release release;
+    s = g.execute(in_ptrs.data(), out_ptrs.data());
+  }
+  if (!s.ok()) raise_status(s);
+  return outputs;
+}
+
+bool is_known_option(const std::string& key) {
+  return key == runtime::kLogLevelKey || key == runtime::kProfileLevelKey ||
+         key == runtime::kPerformanceModeKey || key == runtime::kHeapProfilingPathKey;
+}
+
+executorch::runtime::BackendOption make_option_key(const std::string& key) {
+  if (key.size() >= executorch::runtime::kMaxOptionKeyLength) {
+    throw py::key_error("runtime option key too long: " + key);
+  }
+  executorch::runtime::BackendOption opt;
+  std::memcpy(opt.key, key.c_str(), key.size() + 1);
+  return opt;
+}
+
+void set_runtime_option(const std::string& key, const py::object& value) {
+  if (!is_known_option(key)) throw py::key_error("unknown runtime option '" + key + "'");
+  executorch::runtime::BackendOption opt = make_option_key(key);
+  if (py::isinstance<py::bool_>(value)) {
+    opt.value = value.cast<bool>();
+  } else if (py::isinstance<py::int_>(value)) {
+    opt.value = value.cast<int>();
+  } else if (py::isinstance<py::str>(value)) {
+    const std::string s = value.cast<std::string>();
+    std::array<char, executorch::runtime::kMaxOptionValueLength> arr{};
+    if (s.size() >= arr.size()) throw py::value_error("runtime option value too long");
+    std::memcpy(arr.data(), s.c_str(), s.size());
+    opt.value = arr;
+  } else {
+    throw py::type_error("runtime option '" + key + "' takes int, bool or str");
+  }
+  const executorch::runtime::Error e =
+      executorch::runtime::set_option(runtime::kBackendName, {&opt, 1});
+  if (e == executorch::runtime::Error::InvalidArgument) {
+    const bool wants_str = key == runtime::kHeapProfilingPathKey;
+    throw py::type_error("runtime option '" + key + "' takes a value of type " + (wants_str ? "str" : "int") + std::string(" (got ") + std::string(py::str(py::type::of(value).attr("__name__"))) + ")" +
+                         " value");
+  }
+  if (e != executorch::runtime::Error::Ok) {
+    throw std::runtime_error("set_option('" + key + "') failed with error " +
+                             std::to_string(static_cast<int>(e)));
+  }
+}
+
+py::object get_runtime_option(const std::string& key) {
+  if (!is_known_option(key)) throw py::key_error("unknown runtime option '" + key + "'");
+  executorch::runtime::BackendOption opt = make_option_key(key);
+  executorch::runtime::Span<executorch::runtime::BackendOption> span(&opt, 1);
+  const executorch::runtime::Error e = executorch::runtime::get_option(runtime::kBackendName, span);
+  if (e == executorch::runtime::Error::NotFound) {
+    throw py::key_error("runtime option '" + key + "' was never set");
+  }
+  if (e != executorch::runtime::Error::Ok) {
+    throw std::runtime_error("get_option('" + key + "') failed with error " +
+                             std::to_string(static_cast<int>(e)));
+  }
+  if (const int* v = std::get_if<int>(&opt.value)) return py::int_(*v);
+  if (const bool* v = std::get_if<bool>(&opt.value)) return py::bool_(*v);
+  const auto& arr = std::get<std::array<char, executorch::runtime::kMaxOptionValueLength>>(opt.value);
+  return py::str(std::string(arr.data()));
+}
+
+} // namespace
+
+PYBIND11_MODULE(_qnn_delegate, m) {
+  m.doc() = "qnn-delegate native extension (registers the QnnDelegate backend)";
+  // Referencing the backend keeps its registration (static initializer) linked in.
+  (void)runtime::backend_instance();
+  m.def("backend_name", [] { return std::string(runtime::kBackendName); });
+  m.def("verify_payload", &verify_payload, py::arg("blob"),
+        "Verify a delegate blob and build its graphs; raises ValueError naming the problem.");
+  m.def("run_payload", &run_payload, py::arg("blob"), py::arg("inputs"), py::arg("graph_index") = 0,
+        "Init + execute + destroy a payload graph on the engine (no ExecuTorch).");
+  m.def("set_runtime_option", &set_runtime_option, py::arg("key"), py::arg("value"));
+  m.def("get_runtime_option", &get_runtime_option, py::arg("key"));
+  m.def("registered_op_types", &engine::registered_op_types);
+  m.def("engine_bytes_in_use", &engine::TrackingAllocator::process_bytes_in_use,
+        "Bytes currently held by all engine allocators of the process.");
+}
