@@ -117,6 +117,14 @@ Status load_graphs(const void* data, size_t size, const engine::EngineOptions& o
   AlignedBlob blob(data, size);
   const ::qnn_delegate::QnnPayload* payload = nullptr;
   QNN_RETURN_IF_ERROR(verify_context_binary(blob.data, size, &payload));
+  // Copy a misaligned nested payload so every scalar read is aligned.
+  std::unique_ptr<uint64_t[]> nested_copy;
+  const auto* bytes = ::qnn_delegate::GetQnnContextBinary(blob.data)->payload();
+  if (reinterpret_cast<uintptr_t>(bytes->data()) % 16 != 0) {
+    nested_copy.reset(new uint64_t[(bytes->size() + 7) / 8 + 1]);
+    std::memcpy(nested_copy.get(), bytes->data(), bytes->size());
+    payload = flatbuffers::GetRoot<::qnn_delegate::QnnPayload>(nested_copy.get());
+  }
   const size_t n = payload->graphs()->size();
   if (graph_index >= 0 && size_t(graph_index) >= n) {
     return make_error(ErrorKind::InvalidArgument, "graph index %d out of range (payload has %zu graphs)",
