@@ -32,32 +32,49 @@ void pack_b_nk(const float* w, size_t K, size_t N, float* dst) {
 
 namespace {
 
-// acc[MR][NR] = A[0..MR) x panel; rows beyond `rows` are not read.
-template <size_t MR>
-inline void micro_kernel(const float* A, size_t lda, const float* panel, size_t K,
-                         float (&acc)[kGemmMR][kGemmNR]) {
-  for (size_t i = 0; i < MR; ++i)
-    for (size_t j = 0; j < kGemmNR; ++j) acc[i][j] = 0.f;
-  for (size_t k = 0; k < K; ++k) {
-    const float* b = panel + k * kGemmNR;
-#pragma GCC unroll 4
-    for (size_t i = 0; i < MR; ++i) {
-      const float a = A[i * lda + k];
-#pragma GCC unroll 32
-      for (size_t j = 0; j < kGemmNR; ++j) acc[i][j] += a * b[j];
-    }
-  }
+typedef float VecF __attribute__((vector_size(kGemmVecFloats * sizeof(float))));
+
+inline VecF load_vec(const float* p) {
+  VecF v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
 }
 
-inline void store_tile(const float (&acc)[kGemmMR][kGemmNR], size_t rows, size_t cols,
-                       const float* bias, float* C, size_t ldc) {
-  for (size_t i = 0; i < rows; ++i) {
-    float* c = C + i * ldc;
-    if (bias) {
-      for (size_t j = 0; j < cols; ++j) c[j] = acc[i][j] + bias[j];
-    } else {
-      for (size_t j = 0; j < cols; ++j) c[j] = acc[i][j];
+inline void store_vec(float* p, VecF v) { __builtin_memcpy(p, &v, sizeof(v)); }
+
+// C[0..MR) x [0..cols) = A[0..MR) x panel (+ bias); MR rows are all valid.
+template <size_t MR>
+inline void micro_kernel(const float* A, size_t lda, const float* panel, size_t K,
+                         const float* bias, float* C, size_t ldc, size_t cols) {
+  VecF acc0[MR], acc1[MR];
+  for (size_t i = 0; i < MR; ++i) {
+    acc0[i] = VecF{};
+    acc1[i] = VecF{};
+  }
+  for (size_t k = 0; k < K; ++k) {
+    const VecF b0 = load_vec(panel + k * kGemmNR);
+    const VecF b1 = load_vec(panel + k * kGemmNR + kGemmVecFloats);
+#pragma GCC unroll 8
+    for (size_t i = 0; i < MR; ++i) {
+      const float a = A[i * lda + k];
+      acc0[i] += a * b0;
+      acc1[i] += a * b1;
     }
+  }
+  if (cols == kGemmNR) {
+    const VecF bias0 = bias ? load_vec(bias) : VecF{};
+    const VecF bias1 = bias ? load_vec(bias + kGemmVecFloats) : VecF{};
+    for (size_t i = 0; i < MR; ++i) {
+      store_vec(C + i * ldc, acc0[i] + bias0);
+      store_vec(C + i * ldc + kGemmVecFloats, acc1[i] + bias1);
+    }
+    return;
+  }
+  for (size_t i = 0; i < MR; ++i) {
+    float tmp[kGemmNR];
+    store_vec(tmp, acc0[i]);
+    store_vec(tmp + kGemmVecFloats, acc1[i]);
+    for (size_t j = 0; j < cols; ++j) C[i * ldc + j] = tmp[j] + (bias ? bias[j] : 0.f);
   }
 }
 
@@ -65,9 +82,8 @@ inline void store_tile(const float (&acc)[kGemmMR][kGemmNR], size_t rows, size_t
 
 void gemm_packed(const float* A, size_t lda, const float* Bp, const float* bias, float* C,
                  size_t ldc, size_t M, size_t N, size_t K) {
-  constexpr size_t kRowBlock = 64;
+  constexpr size_t kRowBlock = 96;
   const size_t panels = (N + kGemmNR - 1) / kGemmNR;
-  float acc[kGemmMR][kGemmNR];
   for (size_t m0 = 0; m0 < M; m0 += kRowBlock) {
     const size_t m_end = std::min(M, m0 + kRowBlock);
     for (size_t p = 0; p < panels; ++p) {
@@ -77,12 +93,10 @@ void gemm_packed(const float* A, size_t lda, const float* Bp, const float* bias,
       const float* pb = bias ? bias + n0 : nullptr;
       size_t m = m0;
       for (; m + kGemmMR <= m_end; m += kGemmMR) {
-        micro_kernel<kGemmMR>(A + m * lda, lda, panel, K, acc);
-        store_tile(acc, kGemmMR, cols, pb, C + m * ldc + n0, ldc);
+        micro_kernel<kGemmMR>(A + m * lda, lda, panel, K, pb, C + m * ldc + n0, ldc, cols);
       }
       for (; m < m_end; ++m) {
-        micro_kernel<1>(A + m * lda, lda, panel, K, acc);
-        store_tile(acc, 1, cols, pb, C + m * ldc + n0, ldc);
+        micro_kernel<1>(A + m * lda, lda, panel, K, pb, C + m * ldc + n0, ldc, cols);
       }
     }
   }

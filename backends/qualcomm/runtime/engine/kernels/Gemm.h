@@ -1,6 +1,7 @@
 // Float GEMM on a pre-packed right-hand side: C[M,N] = A[M,K] * B[K,N] + bias.
 // B is packed in panels of kGemmNR columns ([panel][k][kGemmNR], zero padded)
-// so the micro-kernel streams it contiguously; GCC auto-vectorizes it.
+// so the micro-kernel streams it contiguously. The micro-kernel uses GCC vector
+// extensions (portable C++, lowered to AVX2 / AVX-512 by -march).
 #pragma once
 
 #include <cstddef>
@@ -8,8 +9,14 @@
 namespace qnn_delegate {
 namespace engine {
 
-constexpr size_t kGemmNR = 32;
-constexpr size_t kGemmMR = 4;
+#if defined(__AVX512F__)
+constexpr size_t kGemmVecFloats = 16;  // one zmm
+constexpr size_t kGemmMR = 8;          // 8 x 2 accumulators
+#else
+constexpr size_t kGemmVecFloats = 8;   // one ymm
+constexpr size_t kGemmMR = 6;          // 6 x 2 accumulators
+#endif
+constexpr size_t kGemmNR = 2 * kGemmVecFloats;
 
 inline size_t packed_b_floats(size_t K, size_t N) {
   return ((N + kGemmNR - 1) / kGemmNR) * kGemmNR * K;
