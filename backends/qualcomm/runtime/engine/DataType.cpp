@@ -1,5 +1,9 @@
 #include "backends/qualcomm/runtime/engine/DataType.h"
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace qnn_delegate {
 namespace engine {
 
@@ -46,6 +50,17 @@ size_t element_size(DType dt) {
 const char* dtype_name(DType dt) {
   const char* name = ::qnn_delegate::EnumNameQnnDataType(dt);
   return (name && *name) ? name : "<unknown data type>";
+}
+
+void round_to_half_copy(const float* src, float* dst, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = round_to_half(src[i]);
 }
 
 const char* kind_name(TensorKind kind) {

@@ -26,13 +26,9 @@ inline float round_to_half(float x) {
   return static_cast<float>(static_cast<_Float16>(x));
 }
 
-inline void round_to_half_inplace(float* data, size_t n) {
-  for (size_t i = 0; i < n; ++i) data[i] = round_to_half(data[i]);
-}
-
-inline void round_to_half_copy(const float* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = round_to_half(src[i]);
-}
+// Bulk rounding (F16C-vectorized when available); src may equal dst.
+void round_to_half_copy(const float* src, float* dst, size_t n);
+inline void round_to_half_inplace(float* data, size_t n) { round_to_half_copy(data, data, n); }
 
 } // namespace engine
 } // namespace qnn_delegate
