@@ -11,6 +11,7 @@ from typing import Callable, List
 from torch.export import ExportedProgram
 
 from backends.qualcomm._passes.fold_batch_norm import fold_batch_norm_into_conv
+from backends.qualcomm._passes.fold_pad_into_conv import fold_pad_into_conv
 from backends.qualcomm._passes.layout_transform import annotate_layout
 from backends.qualcomm._passes.mark_constants import mark_constants
 from backends.qualcomm._passes.remove_identity_ops import RemoveIdentityOps
@@ -27,6 +28,7 @@ def _annotate_layout(ep: ExportedProgram) -> ExportedProgram:
 
 PREPROCESS_PASSES: List[Callable[[ExportedProgram], ExportedProgram]] = [
     mark_constants,
+    fold_pad_into_conv,
     fold_batch_norm_into_conv,
     _annotate_layout,
 ]

@@ -1,6 +1,8 @@
 """2D convolution -> Conv2d / DepthWiseConv2d (NHWC activations, HWIO weights)."""
 from __future__ import annotations
 
+from typing import List
+
 import numpy as np
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -11,9 +13,17 @@ from backends.qualcomm.builders.registry import (
 )
 from backends.qualcomm.builders.utils import int_list
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
-from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST
+from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_PAD_AMOUNT
 
 OIHW_TO_HWIO = (2, 3, 1, 0)
+
+
+def conv_pad_amount(node: torch.fx.Node) -> List[List[int]]:
+    """[[top, bottom], [left, right]]: conv padding plus any zero pad folded into it."""
+    if QCOM_PAD_AMOUNT in node.meta:
+        return [list(p) for p in node.meta[QCOM_PAD_AMOUNT]]
+    ph, pw = int_list(conv_args(node).get("padding"), 2, 0)
+    return [[ph, ph], [pw, pw]]
 
 
 def conv_args(node: torch.fx.Node) -> dict:
@@ -64,10 +74,9 @@ class ConvolutionBuilder(NodeBuilder):
         cout, cin_per_group = logical_shape(args["weight"])[:2]
         cin = logical_shape(args["input"])[1]
         groups = int(args.get("groups", 1))
-        pad = int_list(args.get("padding"), 2, 0)
         params = [
             uint32_tensor("stride", int_list(args.get("stride"), 2, 1)),
-            uint32_tensor("pad_amount", [[pad[0], pad[0]], [pad[1], pad[1]]], [2, 2]),
+            uint32_tensor("pad_amount", conv_pad_amount(node), [2, 2]),
             uint32_tensor("dilation", int_list(args.get("dilation"), 2, 1)),
         ]
         depthwise = groups > 1 and groups == cin and cin_per_group == 1

@@ -23,3 +23,6 @@ QCOM_INPUT_LAYOUT = "qcom_input_layout"
 
 # Set by the partitioner on placeholders that hold params/buffers/lifted constants.
 QCOM_CONSTANT = "qcom_constant"
+
+# Conv padding [[top, bottom], [left, right]] after a zero pad was folded into it.
+QCOM_PAD_AMOUNT = "qcom_pad_amount"
