@@ -50,7 +50,8 @@ class MiniLMEncoder(nn.Module):
         self.register_buffer("position_ids", torch.arange(seq_len, dtype=torch.long)[None])
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        mask = attention_mask[:, None, None, :].to(torch.float32)
+        # Cast before unsqueeze: same values, and no int64 view op in the graph.
+        mask = attention_mask.to(torch.float32)[:, None, None, :]
         additive_mask = (1.0 - mask) * MASK_FILL
         hidden = self.bert.embeddings(
             input_ids=input_ids,
