@@ -112,20 +112,34 @@ Status verify_context_binary(const uint8_t* data, size_t size,
   return Status::Ok();
 }
 
+namespace {
+
+// A verified payload whose scalars are aligned (copied when the nested bytes are not).
+struct VerifiedPayload {
+  std::unique_ptr<AlignedBlob> blob;
+  std::unique_ptr<uint64_t[]> nested_copy;
+  const ::qnn_delegate::QnnPayload* payload = nullptr;
+};
+
+Status verify_aligned(const void* data, size_t size, VerifiedPayload& out) {
+  out.blob.reset(new AlignedBlob(data, size));
+  QNN_RETURN_IF_ERROR(verify_context_binary(out.blob->data, size, &out.payload));
+  const auto* bytes = ::qnn_delegate::GetQnnContextBinary(out.blob->data)->payload();
+  if (reinterpret_cast<uintptr_t>(bytes->data()) % 16 != 0) {
+    out.nested_copy.reset(new uint64_t[(bytes->size() + 7) / 8 + 1]);
+    std::memcpy(out.nested_copy.get(), bytes->data(), bytes->size());
+    out.payload = flatbuffers::GetRoot<::qnn_delegate::QnnPayload>(out.nested_copy.get());
+  }
+  return Status::Ok();
+}
+
+} // namespace
+
 Status load_graphs(const void* data, size_t size, const engine::EngineOptions& options,
                    int graph_index, std::vector<std::unique_ptr<engine::GraphExecutor>>& graphs) {
-  AlignedBlob blob(data, size);
-  const ::qnn_delegate::QnnPayload* payload = nullptr;
-  QNN_RETURN_IF_ERROR(verify_context_binary(blob.data, size, &payload));
-  // Copy a misaligned nested payload so every scalar read is aligned.
-  std::unique_ptr<uint64_t[]> nested_copy;
-  const auto* bytes = ::qnn_delegate::GetQnnContextBinary(blob.data)->payload();
-  if (reinterpret_cast<uintptr_t>(bytes->data()) % 16 != 0) {
-    nested_copy.reset(new uint64_t[(bytes->size() + 7) / 8 + 1]);
-    std::memcpy(nested_copy.get(), bytes->data(), bytes->size());
-    payload = flatbuffers::GetRoot<::qnn_delegate::QnnPayload>(nested_copy.get());
-  }
-  const size_t n = payload->graphs()->size();
+  VerifiedPayload v;
+  QNN_RETURN_IF_ERROR(verify_aligned(data, size, v));
+  const size_t n = v.payload->graphs()->size();
   if (graph_index >= 0 && size_t(graph_index) >= n) {
     return make_error(ErrorKind::InvalidArgument, "graph index %d out of range (payload has %zu graphs)",
                       graph_index, n);
@@ -133,18 +147,26 @@ Status load_graphs(const void* data, size_t size, const engine::EngineOptions& o
   for (size_t i = 0; i < n; ++i) {
     if (graph_index >= 0 && size_t(graph_index) != i) continue;
     std::unique_ptr<engine::GraphExecutor> g;
-    QNN_RETURN_IF_ERROR(engine::GraphExecutor::build(payload->graphs()->Get(i), options, g));
+    QNN_RETURN_IF_ERROR(engine::GraphExecutor::build(v.payload->graphs()->Get(i), options, g));
     graphs.push_back(std::move(g));
   }
   return Status::Ok();
 }
 
-Status graph_names(const void* data, size_t size, std::vector<std::string>& names) {
-  AlignedBlob blob(data, size);
-  const ::qnn_delegate::QnnPayload* payload = nullptr;
-  QNN_RETURN_IF_ERROR(verify_context_binary(blob.data, size, &payload));
-  for (const auto* g : *payload->graphs()) names.push_back(g->name()->str());
-  return Status::Ok();
+Status load_graph_for_method(const void* data, size_t size, const engine::EngineOptions& options,
+                             const char* method_name,
+                             std::unique_ptr<engine::GraphExecutor>& graph) {
+  VerifiedPayload v;
+  QNN_RETURN_IF_ERROR(verify_aligned(data, size, v));
+  const auto* graphs = v.payload->graphs();
+  size_t index = 0;
+  for (size_t i = 0; method_name != nullptr && i < graphs->size(); ++i) {
+    if (graphs->Get(i)->name()->str() == method_name) {
+      index = i;
+      break;
+    }
+  }
+  return engine::GraphExecutor::build(graphs->Get(index), options, graph);
 }
 
 engine::EngineOptions engine_options_from_env() {

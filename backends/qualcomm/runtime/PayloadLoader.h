@@ -28,8 +28,11 @@ engine::Status load_graphs(const void* data, size_t size, const engine::EngineOp
                            int graph_index,
                            std::vector<std::unique_ptr<engine::GraphExecutor>>& graphs);
 
-// Names of the graphs in a verified blob (for picking the graph of a method).
-engine::Status graph_names(const void* data, size_t size, std::vector<std::string>& names);
+// Verifies the blob and builds the graph named `method_name` (graph 0 when
+// no graph has that name or method_name is null).
+engine::Status load_graph_for_method(const void* data, size_t size,
+                                     const engine::EngineOptions& options, const char* method_name,
+                                     std::unique_ptr<engine::GraphExecutor>& graph);
 
 // Options of the reference ("oracle") kernels: QNN_DELEGATE_REFERENCE_KERNELS=1.
 engine::EngineOptions engine_options_from_env();

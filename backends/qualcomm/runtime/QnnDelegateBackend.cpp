@@ -80,16 +80,6 @@ Error check_tensor_arg(const engine::GraphExecutor& g, const EValue* arg, size_t
   return Error::Ok;
 }
 
-// Picks the graph named like the method, else graph 0.
-int pick_graph(const void* data, size_t size, const char* method_name) {
-  std::vector<std::string> names;
-  if (method_name == nullptr || !graph_names(data, size, names).ok()) return 0;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == method_name) return static_cast<int>(i);
-  }
-  return 0;
-}
-
 const CompileSpec* find_spec(ArrayRef<CompileSpec> specs, const char* key) {
   for (const CompileSpec& s : specs) {
     if (s.key != nullptr && std::strcmp(s.key, key) == 0) return &s;
@@ -116,10 +106,10 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
       return to_et_error(s.kind);
     }
   }
-  const int index = pick_graph(processed->data(), processed->size(), context.get_method_name());
-  std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;
-  const engine::Status s = load_graphs(processed->data(), processed->size(),
-                                       engine_options_from_env(), index, graphs);
+  std::unique_ptr<engine::GraphExecutor> graph;
+  const engine::Status s = load_graph_for_method(processed->data(), processed->size(),
+                                                 engine_options_from_env(),
+                                                 context.get_method_name(), graph);
   if (!s.ok()) {
     ET_LOG(Error, "QnnDelegate init failed: %s", s.message.c_str());
     return to_et_error(s.kind);
@@ -127,7 +117,7 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
   processed->Free();  // weights were copied into the engine
   auto* handle = new (std::nothrow) QnnDelegateHandle();
   if (handle == nullptr) return Error::MemoryAllocationFailed;
-  handle->graph = std::move(graphs.front());
+  handle->graph = std::move(graph);
   handle->options = std::move(options);
   return handle;
 }

@@ -37,7 +37,9 @@ class BinaryKernel final : public Kernel {
       : a_(v.inputs[0]->id), b_(v.inputs[1]->id), out_(v.outputs[0]->id), dims_(out_dims),
         numel_(product(out_dims)), a_numel_(v.inputs[0]->numel), b_numel_(v.inputs[1]->numel),
         sa_(broadcast_strides(v.inputs[0]->dims, out_dims)),
-        sb_(broadcast_strides(v.inputs[1]->dims, out_dims)) {}
+        sb_(broadcast_strides(v.inputs[1]->dims, out_dims)) {
+    if (!dims_.empty()) outer_.assign(dims_.begin(), dims_.end() - 1);
+  }
 
   Status run(const RunContext& ctx) const override {
     const T* a = ctx.at<const T>(a_);
@@ -64,7 +66,7 @@ class BinaryKernel final : public Kernel {
     const size_t rank = dims_.size();
     const size_t inner = dims_[rank - 1];
     const size_t ia = sa_[rank - 1], ib = sb_[rank - 1];
-    Dims outer(dims_.begin(), dims_.end() - 1);
+    const Dims& outer = outer_;
     Index idx{};
     size_t o = 0;
     do {
@@ -82,6 +84,7 @@ class BinaryKernel final : public Kernel {
   Dims dims_;
   size_t numel_, a_numel_, b_numel_;
   Index sa_, sb_;
+  Dims outer_;  // all but the innermost axis (no allocation in run)
 };
 
 template <typename Op>

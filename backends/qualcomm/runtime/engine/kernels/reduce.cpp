@@ -12,7 +12,9 @@ class ReduceKernel final : public Kernel {
  public:
   ReduceKernel(uint32_t in, uint32_t out, const Dims& in_dims, const Index& out_strides,
                size_t out_numel, float scale)
-      : in_(in), out_(out), dims_(in_dims), so_(out_strides), out_numel_(out_numel), scale_(scale) {}
+      : in_(in), out_(out), dims_(in_dims), so_(out_strides), out_numel_(out_numel), scale_(scale) {
+    if (!dims_.empty()) outer_.assign(dims_.begin(), dims_.end() - 1);
+  }
   Status run(const RunContext& c) const override {
     const float* x = c.at<const float>(in_);
     float* y = c.at<float>(out_);
@@ -22,7 +24,7 @@ class ReduceKernel final : public Kernel {
     const size_t rank = dims_.size();
     const size_t inner = rank ? dims_[rank - 1] : 1;
     const size_t inner_stride = rank ? so_[rank - 1] : 0;
-    const Dims outer(dims_.begin(), dims_.end() - (rank ? 1 : 0));
+    const Dims& outer = outer_;
     Index idx{};
     size_t i = 0;
     do {
@@ -43,6 +45,7 @@ class ReduceKernel final : public Kernel {
   Index so_;
   size_t out_numel_;
   float scale_;
+  Dims outer_;  // all but the innermost axis (no allocation in run)
 };
 
 template <bool kMean>

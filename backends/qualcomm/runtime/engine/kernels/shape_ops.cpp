@@ -41,7 +41,9 @@ class MappedCopyKernel final : public Kernel {
  public:
   MappedCopyKernel(uint32_t in, uint32_t out, const Dims& out_dims, const Dims& in_dims,
                    size_t base, const Index& step)
-      : in_(in), out_(out), out_dims_(out_dims), in_dims_(in_dims), base_(base), step_(step) {}
+      : in_(in), out_(out), out_dims_(out_dims), in_dims_(in_dims), base_(base), step_(step) {
+    if (!out_dims_.empty()) outer_.assign(out_dims_.begin(), out_dims_.end() - 1);
+  }
   Status run(const RunContext& c) const override {
     const T* x = c.at<const T>(in_);
     T* y = c.at<T>(out_);
@@ -53,7 +55,7 @@ class MappedCopyKernel final : public Kernel {
       return Status::Ok();
     }
     const size_t inner = out_dims_[rank - 1];
-    const Dims outer(out_dims_.begin(), out_dims_.end() - 1);
+    const Dims& outer = outer_;
     Index idx{};
     size_t o = 0;
     do {
@@ -76,6 +78,7 @@ class MappedCopyKernel final : public Kernel {
   Dims out_dims_, in_dims_;
   size_t base_;
   Index step_;
+  Dims outer_;  // all but the innermost axis (no allocation in run)
 };
 
 template <bool kTile>
