@@ -269,3 +269,14 @@ class ConvReluConvLinear(torch.nn.Module):
 
     def forward(self, x):
         return self.fc(self.c2(torch.relu(self.c1(x))).flatten(1))
+
+
+class PadConv(torch.nn.Module):
+    """TF-style asymmetric zero padding before a conv (as in EfficientNet-Lite)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, stride=2)
+
+    def forward(self, x):
+        return self.conv(F.pad(x, [1, 2, 0, 1]))

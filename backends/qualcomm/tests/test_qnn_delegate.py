@@ -147,6 +147,11 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
         module = m.Embedding()
         QnnTester(module, (torch.tensor([[1, 5, 9], [0, 2, 2]]),)).run_and_compare()
 
+    def test_zero_pad_folded_into_conv(self):
+        tester = _run(m.PadConv(), (1, 3, 9, 9))
+        conv = [op for op in tester.payload().ops if op.type == "Conv2d"][0]
+        self.assertEqual(conv.params["pad_amount"], [0, 1, 1, 2])
+
     def test_residual_broadcast_channel_last(self):
         _run(m.ConvBias(), (1, 4, 6, 6))
 
@@ -170,6 +175,29 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
     def test_transpose_count_conv_flatten_linear(self):
         tester = _run(m.ConvReluConvLinear(), (1, 3, 8, 8))
         self.assertEqual(count_op_types(tester.payload(), "Transpose"), 2)
+
+    def test_lowering_error_names_node(self):
+        from executorch.exir import to_edge
+
+        from backends.qualcomm import QnnDelegate, QnnLoweringError
+        from backends.qualcomm.tests.tester import fp16_compile_specs
+
+        edge = to_edge(torch.export.export(m.WithCumsum(), inputs_of((2, 8)), strict=False))
+        with self.assertRaisesRegex(QnnLoweringError, "aten_cumsum_default"):
+            QnnDelegate.preprocess(edge.exported_program(), fp16_compile_specs())
+
+    def test_compile_spec_options(self):
+        from backends.qualcomm import QnnExecuTorchLogLevel
+        from backends.qualcomm.tests.tester import fp16_compile_specs
+        from backends.qualcomm.utils.compile_spec import graph_names, options_from_compile_specs
+
+        options = options_from_compile_specs(fp16_compile_specs(debug=True, graph_name=["g0"]))
+        self.assertEqual(options.logLevel, QnnExecuTorchLogLevel.kLogLevelDebug)
+        self.assertEqual(graph_names(options), ["g0"])
+        self.assertEqual(options.socInfo.htpInfo.vtcmSizeInMb, 8)
+        for flag in ("saver", "online_prepare", "shared_buffer", "is_from_context_binary"):
+            with self.assertRaisesRegex(ValueError, flag):
+                fp16_compile_specs(**{flag: True})
 
     def test_payload_metadata(self):
         tester = QnnTester(torch.nn.ReLU(), (randn(2, 3),)).lower()
