@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
     outcomes = {}
     delegated_top1 = {}
-    for idx, (name, x) in enumerate(photos.items()):
+    for idx, name in enumerate(photos):
         logits = utils.read_raw_output(artifact / "outputs", idx, 0, eager[name])
         outcomes[name] = report_photo(name, logits, eager[name])
         delegated_top1[name] = int(logits.argmax())
