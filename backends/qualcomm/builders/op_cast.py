@@ -5,7 +5,7 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
-from backends.qualcomm.builders.op_shape import _dim_order_ops, _existing, _is_contiguous_dim_order
+from backends.qualcomm.builders.op_shape import dim_order_ops, edge_ops, is_contiguous_dim_order
 from backends.qualcomm.builders.registry import (
     NodeBuilder, SupportResult, SUPPORTED, register_builder, tensor_vals,
 )
@@ -15,7 +15,7 @@ CAST_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool, torch.uint8)
 
 @register_builder
 class CastBuilder(NodeBuilder):
-    targets = _existing("_to_copy.default") + _dim_order_ops("_to_dim_order_copy")
+    targets = edge_ops("_to_copy.default") + dim_order_ops("_to_dim_order_copy")
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         source, out = tensor_vals(node.args[0]), tensor_vals(node)
@@ -24,7 +24,7 @@ class CastBuilder(NodeBuilder):
         for val, what in ((source[0], "input"), (out[0], "output")):
             if val.dtype not in CAST_DTYPES:
                 return False, f"{what} dtype {val.dtype} is not supported by Cast"
-        if not _is_contiguous_dim_order(node):
+        if not is_contiguous_dim_order(node):
             return False, "memory-format change (non-contiguous dim order) is not supported"
         return SUPPORTED
 

@@ -17,7 +17,7 @@ from backends.qualcomm.serialization.qnn_graph import uint32_tensor
 _aten = exir_ops.edge.aten
 
 
-def _existing(*names: str) -> List[object]:
+def edge_ops(*names: str) -> List[object]:
     """Edge ops by 'packet.overload' name, skipping any this executorch does not have."""
     ops = []
     for name in names:
@@ -29,7 +29,7 @@ def _existing(*names: str) -> List[object]:
     return ops
 
 
-def _dim_order_ops(*names: str) -> List[object]:
+def dim_order_ops(*names: str) -> List[object]:
     ops = []
     for name in names:
         try:
@@ -41,7 +41,7 @@ def _dim_order_ops(*names: str) -> List[object]:
 
 @register_builder
 class ReshapeBuilder(NodeBuilder):
-    targets = _existing("view_copy.default", "_unsafe_view.default", "reshape.default",
+    targets = edge_ops("view_copy.default", "_unsafe_view.default", "reshape.default",
                         "unsqueeze_copy.default", "squeeze_copy.dim", "squeeze_copy.dims",
                         "squeeze_copy.default")
 
@@ -52,7 +52,7 @@ class ReshapeBuilder(NodeBuilder):
         gb.add_op(node, "Reshape", [gb.tensor(node.args[0])], [gb.define_output(node)])
 
 
-def _is_contiguous_dim_order(node: torch.fx.Node) -> bool:
+def is_contiguous_dim_order(node: torch.fx.Node) -> bool:
     dim_order = node.kwargs.get("dim_order")
     memory_format = node.kwargs.get("memory_format")
     if dim_order is not None and list(dim_order) != list(range(len(dim_order))):
@@ -64,7 +64,7 @@ def _is_contiguous_dim_order(node: torch.fx.Node) -> bool:
 class IdentityBuilder(NodeBuilder):
     """Ops that do not change data: one Reshape with equal dims, in whatever layout."""
 
-    targets = _existing("clone.default", "alias_copy.default", "dropout.default") + _dim_order_ops(
+    targets = edge_ops("clone.default", "alias_copy.default", "dropout.default") + dim_order_ops(
         "_clone_dim_order")
     layout_policy = LayoutPolicy.AGNOSTIC
 
@@ -72,9 +72,9 @@ class IdentityBuilder(NodeBuilder):
         ok, reason = check_float_io(node)
         if not ok:
             return ok, reason
-        if not _is_contiguous_dim_order(node):
+        if not is_contiguous_dim_order(node):
             return False, "memory-format change (non-contiguous dim order) is not supported"
-        if node.target in _existing("dropout.default") and len(node.args) > 2 and node.args[2]:
+        if node.target in edge_ops("dropout.default") and len(node.args) > 2 and node.args[2]:
             return False, "dropout in training mode is not supported"
         return SUPPORTED
 
@@ -85,9 +85,9 @@ class IdentityBuilder(NodeBuilder):
 
 def permutation(node: torch.fx.Node) -> List[int]:
     rank = len(logical_shape(node.args[0]))
-    if node.target in _existing("permute_copy.default"):
+    if node.target in edge_ops("permute_copy.default"):
         return [normalize_axis(d, rank) for d in node.args[1]]
-    if node.target in _existing("t_copy.default"):
+    if node.target in edge_ops("t_copy.default"):
         return list(range(rank))[::-1]
     d0, d1 = normalize_axis(node.args[1], rank), normalize_axis(node.args[2], rank)
     perm = list(range(rank))
@@ -97,7 +97,7 @@ def permutation(node: torch.fx.Node) -> List[int]:
 
 @register_builder
 class TransposeBuilder(NodeBuilder):
-    targets = _existing("permute_copy.default", "t_copy.default", "transpose_copy.int")
+    targets = edge_ops("permute_copy.default", "t_copy.default", "transpose_copy.int")
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return check_float_io(node, skip_inputs=(1, 2))
@@ -113,7 +113,7 @@ class TransposeBuilder(NodeBuilder):
 
 @register_builder
 class ExpandBuilder(NodeBuilder):
-    targets = _existing("expand_copy.default")
+    targets = edge_ops("expand_copy.default")
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node, skip_inputs=(1,))

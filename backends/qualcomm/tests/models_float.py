@@ -280,3 +280,8 @@ class PadConv(torch.nn.Module):
 
     def forward(self, x):
         return self.conv(F.pad(x, [1, 2, 0, 1]))
+
+
+class CastRoundTrip(torch.nn.Module):
+    def forward(self, x):
+        return x.to(torch.int32).to(torch.float32) + 0.5

@@ -152,6 +152,11 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
         conv = [op for op in tester.payload().ops if op.type == "Conv2d"][0]
         self.assertEqual(conv.params["pad_amount"], [0, 1, 1, 2])
 
+    def test_cast(self):
+        x = (torch.arange(24, dtype=torch.float32).reshape(2, 3, 4) - 10.0) * 0.75
+        tester = QnnTester(m.CastRoundTrip(), (x,)).run_and_compare()
+        self.assertEqual(count_op_types(tester.payload(), "Cast"), 2)
+
     def test_residual_broadcast_channel_last(self):
         _run(m.ConvBias(), (1, 4, 6, 6))
 
