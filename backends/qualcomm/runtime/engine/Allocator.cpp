@@ -14,7 +14,6 @@ void* TrackingAllocator::allocate(size_t bytes) {
   const size_t rounded = align_up(bytes == 0 ? 1 : bytes);
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) return nullptr;
-  std::memset(p, 0, rounded);
   in_use_ += bytes;
   total_ += bytes;
   if (in_use_ > peak_) peak_ = in_use_;

@@ -18,7 +18,7 @@ inline size_t align_up(size_t n, size_t a = kAlignment) {
 
 class TrackingAllocator {
  public:
-  // Returns nullptr on failure. Zero-initialised.
+  // Returns nullptr on failure. Not initialised (pages are touched on first use).
   void* allocate(size_t bytes);
   void release(void* ptr, size_t bytes);
 

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -20,12 +21,32 @@ using namespace qnn_delegate;
 
 namespace {
 
+// Escapes bytes that are not printable ASCII (names from a corrupted payload
+// may not be valid UTF-8).
+std::string printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+[[noreturn]] void throw_value_error(const std::string& message) {
+  throw py::value_error(printable(message));
+}
+
 [[noreturn]] void raise_status(const engine::Status& s) {
   if (s.kind == engine::ErrorKind::InvalidArgument || s.kind == engine::ErrorKind::InvalidProgram ||
       s.kind == engine::ErrorKind::NotSupported) {
-    throw py::value_error(s.message);
+    throw py::value_error(printable(s.message));
   }
-  throw std::runtime_error(s.message);
+  throw std::runtime_error(printable(s.message));
 }
 
 std::string blob_of(const py::bytes& blob) { return std::string(blob); }
@@ -38,7 +59,7 @@ py::dtype numpy_dtype_of(engine::DType dt, const std::string& tensor) {
     case engine::DType::UINT_8: return py::dtype::of<uint8_t>();
     case engine::DType::BOOL_8: return py::dtype::of<bool>();
     default:
-      throw py::value_error("tensor '" + tensor + "' has data type " +
+      throw_value_error("tensor '" + tensor + "' has data type " +
                             engine::dtype_name(dt) + ", which has no numpy mapping");
   }
 }
@@ -55,13 +76,13 @@ py::array checked_input(const engine::GraphExecutor& g, size_t i, const py::arra
   const engine::TensorInfo& info = g.input_info(i);
   const py::dtype want = numpy_dtype_of(info.dtype, info.name);
   if (!arr.dtype().is(want) && !arr.dtype().equal(want)) {
-    throw py::value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
+    throw_value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
                           info.name + "') has dtype " + std::string(py::str(arr.dtype())) +
                           ", expected " + std::string(py::str(want)) + " (" +
                           engine::dtype_name(info.dtype) + ")");
   }
   if (static_cast<size_t>(arr.size()) != info.numel) {
-    throw py::value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
+    throw_value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
                           info.name + "') has " + std::to_string(arr.size()) +
                           " elements, expected " + std::to_string(info.numel) + " " +
                           engine::dims_to_string(info.dims));
@@ -70,7 +91,7 @@ py::array checked_input(const engine::GraphExecutor& g, size_t i, const py::arra
 }
 
 py::list run_payload(const py::bytes& blob, const std::vector<py::array>& inputs, int graph_index) {
-  if (graph_index < 0) throw py::value_error("graph_index must be >= 0");
+  if (graph_index < 0) throw_value_error("graph_index must be >= 0");
   const std::string data = blob_of(blob);
   std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;
   engine::Status s = runtime::load_graphs(data.data(), data.size(),
@@ -78,7 +99,7 @@ py::list run_payload(const py::bytes& blob, const std::vector<py::array>& inputs
   if (!s.ok()) raise_status(s);
   engine::GraphExecutor& g = *graphs.front();
   if (inputs.size() != g.num_inputs()) {
-    throw py::value_error("graph '" + g.name() + "' has " + std::to_string(g.num_inputs()) +
+    throw_value_error("graph '" + g.name() + "' has " + std::to_string(g.num_inputs()) +
                           " inputs, got " + std::to_string(inputs.size()));
   }
   std::vector<py::array> in_arrays;
@@ -127,7 +148,7 @@ void set_runtime_option(const std::string& key, const py::object& value) {
   } else if (py::isinstance<py::str>(value)) {
     const std::string s = value.cast<std::string>();
     std::array<char, executorch::runtime::kMaxOptionValueLength> arr{};
-    if (s.size() >= arr.size()) throw py::value_error("runtime option value too long");
+    if (s.size() >= arr.size()) throw_value_error("runtime option value too long");
     std::memcpy(arr.data(), s.c_str(), s.size());
     opt.value = arr;
   } else {
