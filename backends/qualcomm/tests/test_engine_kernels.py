@@ -429,3 +429,24 @@ def test_missing_param():
 def test_wrong_input_dtype_in_run_payload():
     with pytest.raises(ValueError, match="input 0 .*'x'"):
         qd.run_payload(relu_graph().blob(), [np.zeros((2, 3), np.int64)])
+
+
+def test_fp16_input_is_rounded_without_touching_the_callers_buffer():
+    x = randn(4, 9, seed=25) * 100
+    keep = x.copy()
+    g = GraphBuilder(fp16=True)
+    xi, yo = g.input("x", x), g.output("y", x.shape)
+    g.op("ReluMinMax", [xi], [yo], min_value=scalar(F32, -1e9), max_value=scalar(F32, 1e9))
+    y = qd.run_payload(g.blob(), [x])[0]
+    np.testing.assert_array_equal(x, keep)
+    np.testing.assert_array_equal(y, x.astype(np.float16).astype(np.float32))
+
+
+def test_runtime_option_errors():
+    with pytest.raises(KeyError, match="unknown runtime option"):
+        qd.set_runtime_option("qnn_runtime_no_such_key", 1)
+    with pytest.raises(TypeError, match="qnn_runtime_heap_profiling_path"):
+        qd.set_runtime_option("qnn_runtime_heap_profiling_path", 3)
+    with pytest.raises(KeyError):
+        qd.get_runtime_option("qnn_runtime_no_such_key")
+    assert qd.backend_name() == "QnnDelegate"
