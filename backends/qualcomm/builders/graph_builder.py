@@ -8,6 +8,7 @@ import torch
 from executorch.backends.transforms.utils import get_param_tensor, is_param_node
 from torch.export import ExportedProgram
 
+from backends.qualcomm.builders.qnn_op_types import QNN_OP_TYPES
 from backends.qualcomm.serialization.qnn_graph import (
     DataType, QnnGraph, QnnOp, QnnParam, QnnTensor, QuantParams, TensorType, uint32_tensor,
 )
@@ -183,6 +184,9 @@ class GraphBuilder:
     # ---- ops ------------------------------------------------------------------
     def add_op(self, node: Optional[torch.fx.Node], op_type: str, inputs: Sequence[QnnTensor],
                outputs: Sequence[QnnTensor], params: Sequence[QnnParam] = (), suffix: str = "") -> QnnOp:
+        if op_type not in QNN_OP_TYPES:
+            raise QnnLoweringError(f"builder emitted unknown QNN op type '{op_type}'"
+                                   + (f" for node '{node.name}'" if node is not None else ""))
         base = node.name if node is not None else op_type.lower()
         name = self._unique(f"{base}_{suffix}" if suffix else base, self._op_names)
         op = QnnOp(name, op_type, [t.id for t in inputs], [t.id for t in outputs], list(params),

@@ -7,3 +7,50 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from backends.qualcomm.tests.model_helpers import (  # noqa: E402
+    LoweredModel, RunnerCase, SmallConvNet, lower_and_run, photo_samples)
+from examples.qualcomm.models import imagenet  # noqa: E402
+
+# Real models are exported and lowered once per session, then shared by the tests.
+@pytest.fixture(scope="session")
+def mobilenet_v2(tmp_path_factory) -> LoweredModel:
+    from examples.qualcomm.models.mobilenet_v2 import load_mobilenet_v2
+
+    samples = photo_samples(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD)
+    return lower_and_run(load_mobilenet_v2(), samples,
+                         tmp_path_factory.mktemp("mbv2") / "mobilenet_v2.pte")
+
+
+@pytest.fixture(scope="session")
+def efficientnet_lite0(tmp_path_factory) -> LoweredModel:
+    from examples.qualcomm.models.efficientnet_lite0 import (
+        INPUT_MEAN, INPUT_STD, load_efficientnet_lite0)
+
+    samples = photo_samples(INPUT_MEAN, INPUT_STD)
+    return lower_and_run(load_efficientnet_lite0(), samples,
+                         tmp_path_factory.mktemp("lite0") / "efficientnet_lite0.pte")
+
+
+@pytest.fixture(scope="session")
+def minilm(tmp_path_factory) -> LoweredModel:
+    from examples.qualcomm.models.minilm import SAMPLE_SENTENCES, load_minilm, tokenize
+
+    encoder, tokenizer = load_minilm()
+    ids, mask = tokenize(tokenizer, SAMPLE_SENTENCES)
+    return lower_and_run(encoder, [[ids, mask]], tmp_path_factory.mktemp("minilm") / "minilm.pte")
+
+
+@pytest.fixture(scope="session")
+def small_model(tmp_path_factory) -> RunnerCase:
+    torch.manual_seed(0)
+    model = SmallConvNet().eval()
+    samples = [[torch.randn(1, 3, 16, 16)] for _ in range(3)]
+    folder = tmp_path_factory.mktemp("runner")
+    lowered = lower_and_run(model, samples, folder / "small.pte")
+    assert lowered.outside_ops == []
+    assert len(lowered.delegate_blobs) == 1
+    return RunnerCase(lowered.pte_path, folder, samples, lowered.delegated, lowered.delegate_blobs[0])

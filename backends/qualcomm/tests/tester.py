@@ -16,7 +16,7 @@ from backends.qualcomm import (
     generate_qnn_executorch_compiler_spec,
 )
 from backends.qualcomm.serialization.payload_reader import GraphSummary
-from backends.qualcomm.utils.runtime_options import load_extension
+from backends.qualcomm.utils.runtime_options import require_extension
 
 _ALLOWED_OUTSIDE = {operator.getitem, torch.ops.higher_order.executorch_call_delegate}
 _ALLOWED_NAMES = ("alloc", "getitem", "executorch_call_delegate")
@@ -45,7 +45,6 @@ class QnnTester:
         self.et_program = None
         self.pte_path: Optional[str] = None
         self.outputs: Optional[List[np.ndarray]] = None
-        self.runner_used = ""
 
     # ---- lowering --------------------------------------------------------------
     def lower(self, **partitioner_kwargs) -> "QnnTester":
@@ -95,22 +94,13 @@ class QnnTester:
             self.et_program.write_to_file(f)
         return self
 
-    def run(self, allow_reference: bool = True) -> "QnnTester":
-        """Run the .pte with executorch.runtime; without the native extension, run the
-        single delegate payload with the reference interpreter (fully delegated graphs)."""
-        if load_extension() is not None:
-            from executorch.runtime import Runtime
+    def run(self) -> "QnnTester":
+        """Run the .pte with executorch.runtime (the QnnDelegate backend is registered by the extension)."""
+        from executorch.runtime import Runtime
 
-            method = Runtime.get().load_program(self.pte_path).load_method("forward")
-            self.outputs = _to_numpy(method.execute(list(self.inputs)))
-            self.runner_used = "executorch.runtime"
-            return self
-        assert allow_reference, "native extension backends.qualcomm._qnn_delegate is missing"
-        from backends.qualcomm.serialization.reference_interpreter import run_reference
-
-        assert not self.cpu_nodes() and len(self.delegate_blobs()) == 1, "reference run needs one delegate"
-        self.outputs = run_reference(self.delegate_blobs()[0], _to_numpy(self.inputs))
-        self.runner_used = "reference_interpreter"
+        require_extension()
+        method = Runtime.get().load_program(self.pte_path).load_method("forward")
+        self.outputs = _to_numpy(method.execute(list(self.inputs)))
         return self
 
     def reference_outputs(self) -> List[np.ndarray]:
@@ -128,7 +118,7 @@ class QnnTester:
             bound = atol * scale + rtol * np.abs(ref)
             worst = float((err - bound).max()) if err.size else 0.0
             assert worst <= 0, f"output {i}: max abs err {float(err.max()):.3g} exceeds tolerance " \
-                               f"(atol {atol * scale:.3g}, rtol {rtol}) [{self.runner_used}]"
+                               f"(atol {atol * scale:.3g}, rtol {rtol})"
         return self
 
     def run_and_compare(self, **tolerance) -> "QnnTester":

@@ -17,7 +17,7 @@ def load_extension() -> Optional[Any]:
     return _qnn_delegate
 
 
-def _require_extension() -> Any:
+def require_extension() -> Any:
     extension = load_extension()
     if extension is None:
         raise ImportError(
@@ -28,9 +28,9 @@ def _require_extension() -> Any:
 
 def set_runtime_option(key: str, value: Any) -> None:
     """Set a runtime option (e.g. 'qnn_runtime_log_level') of the QnnDelegate backend."""
-    _require_extension().set_runtime_option(key, value)
+    require_extension().set_runtime_option(key, value)
 
 
 def get_runtime_option(key: str) -> Any:
     """Current value of a runtime option of the QnnDelegate backend."""
-    return _require_extension().get_runtime_option(key)
+    return require_extension().get_runtime_option(key)

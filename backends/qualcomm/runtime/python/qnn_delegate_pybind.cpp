@@ -199,6 +199,13 @@ PYBIND11_MODULE(_qnn_delegate, m) {
   m.def("set_runtime_option", &set_runtime_option, py::arg("key"), py::arg("value"));
   m.def("get_runtime_option", &get_runtime_option, py::arg("key"));
   m.def("registered_op_types", &engine::registered_op_types);
+  m.def("fnv1a64",
+        [](py::buffer data) {
+          py::buffer_info info = data.request();
+          return runtime::fnv1a64(static_cast<const uint8_t*>(info.ptr),
+                                  static_cast<size_t>(info.size * info.itemsize));
+        },
+        py::arg("data"), "FNV-1a 64-bit hash (the payload signature) of a bytes-like object.");
   m.def("engine_bytes_in_use", &engine::TrackingAllocator::process_bytes_in_use,
         "Bytes currently held by all engine allocators of the process.");
 }
