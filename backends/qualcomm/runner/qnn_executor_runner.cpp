@@ -1,5 +1,6 @@
 // qnn_executor_runner: loads a .pte, feeds raw inputs, executes, writes raw
 // outputs, reports the average execute latency. Arguments parsed by hand.
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,11 +14,14 @@
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
 #include <executorch/extension/data_loader/file_data_loader.h>
+#include <executorch/runtime/backend/interface.h>
+#include <executorch/runtime/backend/options.h>
 #include <executorch/runtime/executor/method.h>
 #include <executorch/runtime/executor/program.h>
 #include <executorch/runtime/platform/runtime.h>
 
 using executorch::extension::FileDataLoader;
+using executorch::runtime::BackendOption;
 using executorch::runtime::Error;
 using executorch::runtime::EValue;
 using executorch::runtime::HierarchicalAllocator;
@@ -30,9 +34,15 @@ using executorch::runtime::Span;
 
 namespace {
 
+constexpr char kBackendName[] = "QnnDelegate";
+
 struct Args {
   std::string model_path, input_list_path, output_folder_path, etdump_path, performance_output_path;
   int method_index = 0, iteration = 1, warm_up = 0;
+  // Backend runtime options: forwarded only when given (-1 / unset = not given).
+  int log_level = -1, profile_level = -1, htp_performance_mode = -1;
+  bool heap_profiling_path_given = false;
+  std::string heap_profiling_path;
 };
 
 void print_usage() {
@@ -45,6 +55,10 @@ void print_usage() {
       "  --warm_up <n>              untimed executes before timing (default 0)\n"
       "  --etdump_path <file>       write an ETDump of the run\n"
       "  --performance_output_path <file>  write the average execute time in ms\n"
+      "  --log_level <n>            QnnDelegate runtime log level (0 off .. 5 debug)\n"
+      "  --profile_level <n>        QnnDelegate profile level (0 off, 1 basic, 2 detailed)\n"
+      "  --htp_performance_mode <n> QnnDelegate HTP performance mode (0..8, 2 = burst)\n"
+      "  --heap_profiling_path <file>  QnnDelegate heap checkpoints (needs a profile level)\n"
       "  --help\n");
 }
 
@@ -80,6 +94,13 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (key == "--method_index") ok = parse_int(value, a.method_index);
     else if (key == "--iteration") ok = parse_int(value, a.iteration) && a.iteration > 0;
     else if (key == "--warm_up") ok = parse_int(value, a.warm_up);
+    else if (key == "--log_level") ok = parse_int(value, a.log_level);
+    else if (key == "--profile_level") ok = parse_int(value, a.profile_level);
+    else if (key == "--htp_performance_mode") ok = parse_int(value, a.htp_performance_mode);
+    else if (key == "--heap_profiling_path") {
+      a.heap_profiling_path = value;
+      a.heap_profiling_path_given = true;
+    }
     else {
       std::fprintf(stderr, "error: unknown flag %s\n", key.c_str());
       return 1;
@@ -204,8 +225,44 @@ bool write_etdump(executorch::etdump::ETDumpGen& gen, const std::string& path) {
   return ok;
 }
 
+void add_int_option(std::vector<BackendOption>& opts, const char* key, int value) {
+  if (value < 0) return;
+  BackendOption o;
+  std::snprintf(o.key, sizeof(o.key), "%s", key);
+  o.value = value;
+  opts.push_back(o);
+}
+
+// Forwards the runtime-option flags that were given to the QnnDelegate backend.
+bool forward_backend_options(const Args& a) {
+  std::vector<BackendOption> opts;
+  add_int_option(opts, "qnn_runtime_log_level", a.log_level);
+  add_int_option(opts, "qnn_runtime_profile_level", a.profile_level);
+  add_int_option(opts, "qnn_runtime_htp_performance_mode", a.htp_performance_mode);
+  if (a.heap_profiling_path_given) {
+    BackendOption o;
+    std::snprintf(o.key, sizeof(o.key), "%s", "qnn_runtime_heap_profiling_path");
+    std::array<char, executorch::runtime::kMaxOptionValueLength> path{};
+    if (a.heap_profiling_path.size() >= path.size()) {
+      std::fprintf(stderr, "error: --heap_profiling_path is too long\n");
+      return false;
+    }
+    std::memcpy(path.data(), a.heap_profiling_path.c_str(), a.heap_profiling_path.size());
+    o.value = path;
+    opts.push_back(o);
+  }
+  if (opts.empty()) return true;
+  const Error e = executorch::runtime::set_option(kBackendName, {opts.data(), opts.size()});
+  if (e != Error::Ok) {
+    std::fprintf(stderr, "error: set_option on backend %s failed (error %d)\n", kBackendName, int(e));
+    return false;
+  }
+  return true;
+}
+
 int run(const Args& a) {
   executorch::runtime::runtime_init();
+  if (!forward_backend_options(a)) return 1;
   auto loader = FileDataLoader::from(a.model_path.c_str());
   if (!loader.ok()) {
     std::fprintf(stderr, "error: cannot open model '%s' (error %d)\n", a.model_path.c_str(), int(loader.error()));

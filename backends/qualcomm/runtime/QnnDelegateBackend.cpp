@@ -6,8 +6,15 @@
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
 #include <executorch/runtime/platform/log.h>
 
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "backends/qualcomm/runtime/ContextCache.h"
 #include "backends/qualcomm/runtime/PayloadLoader.h"
+#include "backends/qualcomm/runtime/Profiler.h"
 #include "backends/qualcomm/runtime/RuntimeOptions.h"
+#include "backends/qualcomm/runtime/engine/ThreadPool.h"
 
 namespace qnn_delegate {
 namespace runtime {
@@ -89,6 +96,75 @@ const CompileSpec* find_spec(ArrayRef<CompileSpec> specs, const char* key) {
 
 } // namespace
 
+size_t threads_for_performance_mode(int mode) {
+  const size_t all = engine::ThreadPool::instance().max_threads();
+  switch (mode) {
+    case 4: case 5: case 6:  // kHtpPowerSaver, kHtpLowPowerSaver, kHtpHighPowerSaver
+      return 1;
+    case 7: case 8:  // kHtpLowBalanced, kHtpBalanced
+      return std::min(all, std::max<size_t>(2, all / 2));
+    default:  // kHtpDefault, kHtpSustainedHighPerformance, kHtpBurst, kHtpHighPerformance
+      return all;
+  }
+}
+
+namespace {
+
+// Live handles, so that destroy of an unknown or already destroyed handle is a no-op.
+std::mutex g_handles_mutex;
+std::vector<QnnDelegateHandle*> g_handles;
+
+void register_handle(QnnDelegateHandle* h) {
+  std::lock_guard<std::mutex> lock(g_handles_mutex);
+  g_handles.push_back(h);
+}
+
+bool unregister_handle(QnnDelegateHandle* h) {
+  std::lock_guard<std::mutex> lock(g_handles_mutex);
+  auto it = std::find(g_handles.begin(), g_handles.end(), h);
+  if (it == g_handles.end()) return false;
+  g_handles.erase(it);
+  return true;
+}
+
+// The graph a delegate runs: the one its compile spec names, else the one
+// named like the method, else the first.
+engine::GraphExecutor* select_graph(const QnnContext& ctx, const CompileOptions& options,
+                                    const char* method_name) {
+  if (options.graph_names.size() == 1) {
+    if (auto* g = ctx.find_graph(options.graph_names[0].c_str())) return g;
+  }
+  if (auto* g = ctx.find_graph(method_name)) return g;
+  return ctx.graphs.front().get();
+}
+
+HeapProfileRequest heap_request(const CompileOptions& options) {
+  const RuntimeOptionValues values = RuntimeOptions::instance().snapshot();
+  HeapProfileRequest r;
+  r.path_set = values.heap_profiling_path.has_value();
+  r.path = values.heap_profiling_path.value_or(std::string());
+  r.profile_level = effective_options(options).profile_level;
+  return r;
+}
+
+Error parse_delegate_options(ArrayRef<CompileSpec> compile_specs, CompileOptions& options) {
+  const CompileSpec* spec = find_spec(compile_specs, kCompileSpecKey);
+  if (spec == nullptr) return Error::Ok;
+  const engine::Status s = parse_compile_options(spec->value.buffer, spec->value.nbytes, options);
+  if (!s.ok()) {
+    ET_LOG(Error, "QnnDelegate: %s", s.message.c_str());
+    return to_et_error(s.kind);
+  }
+  return Error::Ok;
+}
+
+} // namespace
+
+size_t live_handle_count() {
+  std::lock_guard<std::mutex> lock(g_handles_mutex);
+  return g_handles.size();
+}
+
 bool QnnDelegateBackend::is_available() const { return true; }
 
 Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
@@ -99,33 +175,38 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
     return Error::InvalidProgram;
   }
   CompileOptions options;
-  if (const CompileSpec* spec = find_spec(compile_specs, kCompileSpecKey)) {
-    const engine::Status s = parse_compile_options(spec->value.buffer, spec->value.nbytes, options);
-    if (!s.ok()) {
-      ET_LOG(Error, "QnnDelegate: %s", s.message.c_str());
-      return to_et_error(s.kind);
-    }
-  }
-  std::unique_ptr<engine::GraphExecutor> graph;
-  const engine::Status s = load_graph_for_method(processed->data(), processed->size(),
-                                                 engine_options_from_env(),
-                                                 context.get_method_name(), graph);
+  ET_CHECK_OK_OR_RETURN_ERROR(parse_delegate_options(compile_specs, options));
+  auto* handle = new (std::nothrow) QnnDelegateHandle();
+  if (handle == nullptr) return Error::MemoryAllocationFailed;
+  engine::ThreadPool::instance();  // workers are created here, never on the execute path
+  const engine::Status s = ContextCache::instance().acquire(
+      processed->data(), processed->size(), engine_options_from_env(), heap_request(options),
+      &handle->context);
   if (!s.ok()) {
     ET_LOG(Error, "QnnDelegate init failed: %s", s.message.c_str());
+    delete handle;
     return to_et_error(s.kind);
   }
   processed->Free();  // weights were copied into the engine
-  auto* handle = new (std::nothrow) QnnDelegateHandle();
-  if (handle == nullptr) return Error::MemoryAllocationFailed;
-  handle->graph = std::move(graph);
+  handle->graph = select_graph(*handle->context, options, context.get_method_name());
   handle->options = std::move(options);
+  register_handle(handle);
+  if (log_enabled(kLogLevelInfo, handle->options)) {
+    ET_LOG(Info, "QnnDelegate: method '%s' runs graph '%s' (%zu ops) of context %016llx "
+           "(%zu graphs, %zu delegates share it)",
+           context.get_method_name() ? context.get_method_name() : "?",
+           handle->graph->name().c_str(), handle->graph->num_ops(),
+           (unsigned long long)handle->context->signature, handle->context->graphs.size(),
+           handle->context->refcount);
+  }
   return handle;
 }
 
-Error QnnDelegateBackend::execute(BackendExecutionContext&, DelegateHandle* handle,
+Error QnnDelegateBackend::execute(BackendExecutionContext& context, DelegateHandle* handle,
                                   Span<EValue*> args) const {
   if (handle == nullptr) return Error::InvalidState;
-  engine::GraphExecutor& g = *static_cast<QnnDelegateHandle*>(handle)->graph;
+  auto* h = static_cast<QnnDelegateHandle*>(handle);
+  engine::GraphExecutor& g = *h->graph;
   const size_t ni = g.num_inputs(), no = g.num_outputs();
   if (args.size() != ni + no) {
     ET_LOG(Error, "QnnDelegate graph '%s': got %zu args, expected %zu inputs + %zu outputs",
@@ -143,7 +224,25 @@ Error QnnDelegateBackend::execute(BackendExecutionContext&, DelegateHandle* hand
     ET_CHECK_OK_OR_RETURN_ERROR(
         check_tensor_arg(g, args[ni + i], i, g.output_info(i), "output", &out_ptrs[i]));
   }
-  const engine::Status s = g.execute(in_ptrs, out_ptrs);
+  const EffectiveOptions eo = effective_options(h->options);
+  if (eo.log_level >= kLogLevelDebug) {
+    ET_LOG(Info, "QnnDelegate: execute graph '%s' (profile level %d, performance mode %d)",
+           g.name().c_str(), eo.profile_level, eo.performance_mode);
+  }
+  engine::ScopedThreadLimit threads(threads_for_performance_mode(eo.performance_mode));
+  executorch::runtime::EventTracer* tracer = context.event_tracer();
+  engine::Status s;
+  {
+    std::lock_guard<std::mutex> lock(h->context->execute_mutex);
+    if (eo.profile_level == kProfileOff || tracer == nullptr) {
+      s = g.execute(in_ptrs, out_ptrs);
+    } else {
+      ExecuteProfiler profiler(tracer, g, eo.profile_level);
+      profiler.graph_started();
+      s = g.execute(in_ptrs, out_ptrs, profiler.op_observer());
+      profiler.graph_finished();
+    }
+  }
   if (!s.ok()) {
     ET_LOG(Error, "QnnDelegate execute failed: %s", s.message.c_str());
     return to_et_error(s.kind);
@@ -161,8 +260,8 @@ Error QnnDelegateBackend::get_option(BackendOptionContext&, Span<BackendOption>&
 
 void QnnDelegateBackend::destroy(DelegateHandle* handle) const {
   auto* h = static_cast<QnnDelegateHandle*>(handle);
-  if (h == nullptr) return;
-  h->graph.reset();  // kernels, arena, weights, then the allocator
+  if (h == nullptr || !unregister_handle(h)) return;  // unknown or already destroyed
+  ContextCache::instance().release(h->context);  // the last user frees graphs, then the context
   delete h;
 }
 

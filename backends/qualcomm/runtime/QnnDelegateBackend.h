@@ -2,6 +2,7 @@
 // the engine graph once; execute checks and binds the caller's tensors.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include <executorch/runtime/backend/interface.h>
@@ -14,11 +15,23 @@ namespace runtime {
 
 inline constexpr char kBackendName[] = "QnnDelegate";
 
-// The delegate handle: one executable graph plus its compile options.
+struct QnnContext;
+
+// The delegate handle: one graph of a (possibly shared) context plus the
+// compile options of its delegate.
 struct QnnDelegateHandle {
-  std::unique_ptr<engine::GraphExecutor> graph;
+  QnnContext* context = nullptr;
+  engine::GraphExecutor* graph = nullptr;
   CompileOptions options;
 };
+
+// Threads the engine uses for an HTP performance mode: burst / high /
+// sustained high performance (and default) = all cores, balanced modes = 2
+// (or half the cores when more), power-saver modes = 1.
+size_t threads_for_performance_mode(int performance_mode);
+
+// Delegate handles alive in this process.
+size_t live_handle_count();
 
 class QnnDelegateBackend final : public executorch::runtime::BackendInterface {
  public:

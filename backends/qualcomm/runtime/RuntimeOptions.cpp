@@ -22,6 +22,11 @@ std::optional<int>* int_slot(RuntimeOptionValues& v, const char* key) {
   return nullptr;
 }
 
+bool is_int_key(const char* key) {
+  RuntimeOptionValues probe;
+  return int_slot(probe, key) != nullptr;
+}
+
 bool is_string_key(const char* key) { return std::strcmp(key, kHeapProfilingPathKey) == 0; }
 
 } // namespace
@@ -31,28 +36,29 @@ RuntimeOptions& RuntimeOptions::instance() {
   return options;
 }
 
+const char* RuntimeOptions::rejection_reason(const BackendOption& option) {
+  if (is_int_key(option.key)) {
+    return std::holds_alternative<int>(option.value) ? nullptr : "needs an int value";
+  }
+  if (is_string_key(option.key)) {
+    return std::holds_alternative<StringValue>(option.value) ? nullptr : "needs a string value";
+  }
+  return "is not a known option";
+}
+
 Error RuntimeOptions::set_one(const BackendOption& option) {
-  const char* key = option.key;
-  if (std::optional<int>* slot = int_slot(values_, key)) {
-    const int* v = std::get_if<int>(&option.value);
-    if (v == nullptr) {
-      ET_LOG(Error, "QnnDelegate: runtime option '%s' needs an int value", key);
-      return Error::InvalidArgument;
-    }
-    *slot = *v;
+  if (const char* reason = rejection_reason(option)) {
+    ET_LOG(Error, "QnnDelegate: runtime option '%s' %s; the other options still apply",
+           option.key, reason);
+    return Error::InvalidArgument;
+  }
+  if (std::optional<int>* slot = int_slot(values_, option.key)) {
+    *slot = std::get<int>(option.value);
     return Error::Ok;
   }
-  if (is_string_key(key)) {
-    const StringValue* v = std::get_if<StringValue>(&option.value);
-    if (v == nullptr) {
-      ET_LOG(Error, "QnnDelegate: runtime option '%s' needs a string value", key);
-      return Error::InvalidArgument;
-    }
-    values_.heap_profiling_path = std::string(v->data(), strnlen(v->data(), v->size()));
-    return Error::Ok;
-  }
-  ET_LOG(Error, "QnnDelegate: unknown runtime option '%s'", key);
-  return Error::InvalidArgument;
+  const StringValue& v = std::get<StringValue>(option.value);
+  values_.heap_profiling_path = std::string(v.data(), strnlen(v.data(), v.size()));
+  return Error::Ok;
 }
 
 Error RuntimeOptions::set(const Span<BackendOption>& options) {
@@ -79,6 +85,7 @@ Error RuntimeOptions::get_one(BackendOption& option) const {
     option.value = arr;
     return Error::Ok;
   }
+  ET_LOG(Error, "QnnDelegate: get_option of unknown runtime option '%s'", option.key);
   return Error::InvalidArgument;
 }
 
@@ -87,7 +94,7 @@ Error RuntimeOptions::get(Span<BackendOption>& options) const {
   Error result = Error::Ok;
   for (BackendOption& option : options) {
     const Error e = get_one(option);
-    if (e != Error::Ok) result = e;
+    if (e != Error::Ok && result != Error::InvalidArgument) result = e;
   }
   return result;
 }
@@ -95,6 +102,25 @@ Error RuntimeOptions::get(Span<BackendOption>& options) const {
 RuntimeOptionValues RuntimeOptions::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return values_;
+}
+
+EffectiveOptions RuntimeOptions::effective(const CompileOptions& compiled) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  EffectiveOptions e;
+  e.log_level = values_.log_level.value_or(compiled.log_level);
+  e.profile_level = values_.profile_level.value_or(compiled.profile_level);
+  e.performance_mode = values_.htp_performance_mode.value_or(compiled.performance_mode);
+  return e;
+}
+
+std::string RuntimeOptions::heap_profiling_path() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return values_.heap_profiling_path.value_or(std::string());
+}
+
+void RuntimeOptions::reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  values_ = RuntimeOptionValues();
 }
 
 } // namespace runtime

@@ -1,5 +1,7 @@
 // Runtime options of the QnnDelegate backend (set_option / get_option), one
-// struct under one mutex. A value set at run time wins over the compiled one.
+// struct under one mutex. A value set at run time wins over the value compiled
+// into the payload's compile spec: every consumer reads options through
+// effective_options(), the one place that does this lookup.
 #pragma once
 
 #include <mutex>
@@ -10,6 +12,8 @@
 #include <executorch/runtime/core/error.h>
 #include <executorch/runtime/core/span.h>
 
+#include "backends/qualcomm/runtime/CompileOptions.h"
+
 namespace qnn_delegate {
 namespace runtime {
 
@@ -18,11 +22,26 @@ inline constexpr char kProfileLevelKey[] = "qnn_runtime_profile_level";
 inline constexpr char kPerformanceModeKey[] = "qnn_runtime_htp_performance_mode";
 inline constexpr char kHeapProfilingPathKey[] = "qnn_runtime_heap_profiling_path";
 
+// QnnExecuTorchLogLevel / QnnExecuTorchProfileLevel values (qc_compiler_spec.fbs).
+inline constexpr int kLogLevelError = 1;
+inline constexpr int kLogLevelInfo = 3;
+inline constexpr int kLogLevelDebug = 5;
+inline constexpr int kProfileOff = 0;
+inline constexpr int kProfileBasic = 1;
+inline constexpr int kProfileDetailed = 2;
+
 struct RuntimeOptionValues {
   std::optional<int> log_level;
   std::optional<int> profile_level;
   std::optional<int> htp_performance_mode;
   std::optional<std::string> heap_profiling_path;
+};
+
+// The options in effect for one payload: run-time value if set, else compiled.
+struct EffectiveOptions {
+  int log_level = kLogLevelError;
+  int profile_level = kProfileOff;
+  int performance_mode = 2;  // kHtpBurst
 };
 
 class RuntimeOptions {
@@ -39,6 +58,15 @@ class RuntimeOptions {
       executorch::runtime::Span<executorch::runtime::BackendOption>& options) const;
 
   RuntimeOptionValues snapshot() const;
+  // No allocation: safe on the execute path.
+  EffectiveOptions effective(const CompileOptions& compiled) const;
+  // Heap-profiling path set at run time ("" when never set).
+  std::string heap_profiling_path() const;
+  // Clears every run-time value (tests; the compiled values hold again).
+  void reset();
+
+  // Why `option` cannot be set (unknown key / wrong type), or nullptr if it can.
+  static const char* rejection_reason(const executorch::runtime::BackendOption& option);
 
  private:
   executorch::runtime::Error set_one(const executorch::runtime::BackendOption& option);
@@ -47,6 +75,16 @@ class RuntimeOptions {
   mutable std::mutex mutex_;
   RuntimeOptionValues values_;
 };
+
+// The one lookup every consumer uses.
+inline EffectiveOptions effective_options(const CompileOptions& compiled) {
+  return RuntimeOptions::instance().effective(compiled);
+}
+
+// True when messages of `level` are shown for a payload compiled with `compiled`.
+inline bool log_enabled(int level, const CompileOptions& compiled) {
+  return effective_options(compiled).log_level >= level;
+}
 
 } // namespace runtime
 } // namespace qnn_delegate

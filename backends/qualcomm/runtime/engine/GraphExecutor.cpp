@@ -121,6 +121,9 @@ Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
     const size_t step_index = steps_.size();
     Step step;
     step.kernel = kernel.get();
+    step.op_index = static_cast<uint32_t>(kernels_.size());
+    op_names_.push_back(view.name);
+    op_types_.push_back(view.type);
     for (const TensorInfo* t : view.inputs) last_step_[t->id] = step_index;
     for (const TensorInfo* t : view.outputs) {
       produced[t->id] = true;
@@ -168,7 +171,7 @@ Status GraphExecutor::plan_and_allocate() {
   return Status::Ok();
 }
 
-Status GraphExecutor::execute(void* const* inputs, void* const* outputs) {
+Status GraphExecutor::execute(void* const* inputs, void* const* outputs, OpObserver* observer) {
   for (size_t i = 0; i < input_ids_.size(); ++i) ptrs_[input_ids_[i]] = inputs[i];
   for (size_t i = 0; i < output_ids_.size(); ++i) ptrs_[output_ids_[i]] = outputs[i];
   RunContext ctx;
@@ -180,15 +183,25 @@ Status GraphExecutor::execute(void* const* inputs, void* const* outputs) {
                          static_cast<float*>(ptrs_[step.copy_dst]), step.copy_numel);
       continue;
     }
-    QNN_RETURN_IF_ERROR(step.kernel->run(ctx));
+    if (observer != nullptr) observer->op_started(step.op_index);
+    const Status s = step.kernel->run(ctx);
+    if (observer != nullptr) observer->op_finished(step.op_index);
+    if (!s.ok()) {
+      release_io_pointers();
+      return s;
+    }
     for (uint32_t id : step.round_outputs) {
       round_to_half_inplace(static_cast<float*>(ptrs_[id]), tensors_[id].numel);
     }
   }
+  release_io_pointers();
+  return Status::Ok();
+}
+
+void GraphExecutor::release_io_pointers() {
   // Do not keep the caller's pointers beyond this call.
   for (uint32_t id : input_ids_) ptrs_[id] = nullptr;
   for (uint32_t id : output_ids_) ptrs_[id] = nullptr;
-  return Status::Ok();
 }
 
 } // namespace engine

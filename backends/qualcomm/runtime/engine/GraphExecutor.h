@@ -19,9 +19,18 @@ struct EngineOptions {
   bool reference_only = false;  // use the oracle kernels only
 };
 
+// Per-op hooks of an execute (profiling). Not given = no cost beyond one branch per op.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void op_started(size_t op_index) = 0;
+  virtual void op_finished(size_t op_index) = 0;
+};
+
 // One step of the step list: an op, or the fp16 rounding copy of an input.
 struct Step {
   const Kernel* kernel = nullptr;
+  uint32_t op_index = 0;           // index of the op in the payload graph
   uint32_t copy_src = 0;           // rounding copy: APP_WRITE tensor
   uint32_t copy_dst = 0;           //                its arena shadow
   size_t copy_numel = 0;
@@ -39,11 +48,14 @@ class GraphExecutor {
   const TensorInfo& input_info(size_t i) const { return tensors_[input_ids_[i]]; }
   const TensorInfo& output_info(size_t i) const { return tensors_[output_ids_[i]]; }
   size_t num_ops() const { return kernels_.size(); }
+  const std::string& op_name(size_t i) const { return op_names_[i]; }
+  const std::string& op_type(size_t i) const { return op_types_[i]; }
   size_t arena_bytes() const { return arena_.size(); }
   const TrackingAllocator& allocator() const { return allocator_; }
 
   // inputs[i] / outputs[i]: caller buffers of input_info(i) / output_info(i).
-  Status execute(void* const* inputs, void* const* outputs);
+  // `observer` (optional) sees every op start and finish.
+  Status execute(void* const* inputs, void* const* outputs, OpObserver* observer = nullptr);
 
  private:
   GraphExecutor() = default;
@@ -56,6 +68,7 @@ class GraphExecutor {
                    std::vector<bool>& produced);
   uint32_t fp16_shadow_of(uint32_t id);
   Status plan_and_allocate();
+  void release_io_pointers();
 
   TrackingAllocator allocator_;  // first member: destroyed last
   std::string name_;
@@ -64,6 +77,8 @@ class GraphExecutor {
   std::vector<TensorInfo> tensors_;
   std::vector<Buffer> static_buffers_;
   std::vector<KernelPtr> kernels_;
+  std::vector<std::string> op_names_;  // per op index
+  std::vector<std::string> op_types_;
   std::vector<Step> steps_;
   std::vector<int64_t> shadow_of_;  // tensor id -> fp16 shadow id (-1 none)
   std::vector<uint32_t> input_ids_;

@@ -11,10 +11,12 @@
 
 #include <executorch/runtime/backend/interface.h>
 
+#include "backends/qualcomm/runtime/ContextCache.h"
 #include "backends/qualcomm/runtime/PayloadLoader.h"
 #include "backends/qualcomm/runtime/QnnDelegateBackend.h"
 #include "backends/qualcomm/runtime/RuntimeOptions.h"
 #include "backends/qualcomm/runtime/engine/Kernel.h"
+#include "backends/qualcomm/runtime/engine/ThreadPool.h"
 
 namespace py = pybind11;
 using namespace qnn_delegate;
@@ -138,8 +140,8 @@ executorch::runtime::BackendOption make_option_key(const std::string& key) {
   return opt;
 }
 
-void set_runtime_option(const std::string& key, const py::object& value) {
-  if (!is_known_option(key)) throw py::key_error("unknown runtime option '" + key + "'");
+// A BackendOption of `value`'s Python type (int, bool or str); TypeError otherwise.
+executorch::runtime::BackendOption make_option(const std::string& key, const py::object& value) {
   executorch::runtime::BackendOption opt = make_option_key(key);
   if (py::isinstance<py::bool_>(value)) {
     opt.value = value.cast<bool>();
@@ -148,23 +150,54 @@ void set_runtime_option(const std::string& key, const py::object& value) {
   } else if (py::isinstance<py::str>(value)) {
     const std::string s = value.cast<std::string>();
     std::array<char, executorch::runtime::kMaxOptionValueLength> arr{};
-    if (s.size() >= arr.size()) throw_value_error("runtime option value too long");
+    if (s.size() >= arr.size()) throw_value_error("runtime option '" + key + "': value too long");
     std::memcpy(arr.data(), s.c_str(), s.size());
     opt.value = arr;
   } else {
     throw py::type_error("runtime option '" + key + "' takes int, bool or str");
   }
+  return opt;
+}
+
+std::string type_name(const py::object& value) {
+  return std::string(py::str(py::type::of(value).attr("__name__")));
+}
+
+// Sets every option in one backend call; the valid ones apply even when some
+// are rejected. Raises KeyError (unknown keys) or TypeError (wrong types)
+// naming every rejected option afterwards.
+void set_runtime_options(const py::dict& options) {
+  std::vector<executorch::runtime::BackendOption> opts;
+  std::string unknown, wrong_type;
+  for (const auto& item : options) {
+    const std::string key = py::cast<std::string>(item.first);
+    const py::object value = py::reinterpret_borrow<py::object>(item.second);
+    executorch::runtime::BackendOption opt = make_option(key, value);
+    if (!is_known_option(key)) {
+      unknown += (unknown.empty() ? "'" : ", '") + key + "'";
+    } else if (const char* reason = runtime::RuntimeOptions::rejection_reason(opt)) {
+      wrong_type += (wrong_type.empty() ? "'" : "; '") + key + "' " + reason + " (got " +
+                    type_name(value) + ")";
+    }
+    opts.push_back(opt);
+  }
   const executorch::runtime::Error e =
-      executorch::runtime::set_option(runtime::kBackendName, {&opt, 1});
-  if (e == executorch::runtime::Error::InvalidArgument) {
-    const bool wants_str = key == runtime::kHeapProfilingPathKey;
-    throw py::type_error("runtime option '" + key + "' takes a value of type " + (wants_str ? "str" : "int") + std::string(" (got ") + std::string(py::str(py::type::of(value).attr("__name__"))) + ")" +
-                         " value");
+      executorch::runtime::set_option(runtime::kBackendName, {opts.data(), opts.size()});
+  if (!unknown.empty()) {
+    throw py::key_error("unknown runtime option(s) " + unknown + " (the other options were applied)");
+  }
+  if (!wrong_type.empty()) {
+    throw py::type_error("runtime option " + wrong_type + " (the other options were applied)");
   }
   if (e != executorch::runtime::Error::Ok) {
-    throw std::runtime_error("set_option('" + key + "') failed with error " +
-                             std::to_string(static_cast<int>(e)));
+    throw std::runtime_error("set_option failed with error " + std::to_string(static_cast<int>(e)));
   }
+}
+
+void set_runtime_option(const std::string& key, const py::object& value) {
+  py::dict d;
+  d[py::str(key)] = value;
+  set_runtime_options(d);
 }
 
 py::object get_runtime_option(const std::string& key) {
@@ -197,6 +230,17 @@ PYBIND11_MODULE(_qnn_delegate, m) {
   m.def("run_payload", &run_payload, py::arg("blob"), py::arg("inputs"), py::arg("graph_index") = 0,
         "Init + execute + destroy a payload graph on the engine (no ExecuTorch).");
   m.def("set_runtime_option", &set_runtime_option, py::arg("key"), py::arg("value"));
+  m.def("set_runtime_options", &set_runtime_options, py::arg("options"),
+        "Set several runtime options in one backend call (valid ones apply even if others fail).");
+  m.def("reset_runtime_options", [] { runtime::RuntimeOptions::instance().reset(); },
+        "Forget every run-time value: the values compiled into each payload hold again.");
+  m.def("live_context_count", [] { return runtime::ContextCache::instance().live_contexts(); },
+        "Loaded (cached, shared) contexts alive in this process.");
+  m.def("live_handle_count", &runtime::live_handle_count, "Delegate handles alive in this process.");
+  m.def("thread_pool_size", [] { return engine::ThreadPool::instance().max_threads(); },
+        "Threads of the engine's pool (the caller included).");
+  m.def("threads_for_performance_mode", &runtime::threads_for_performance_mode, py::arg("mode"),
+        "Engine threads used for an HTP performance mode value.");
   m.def("get_runtime_option", &get_runtime_option, py::arg("key"));
   m.def("registered_op_types", &engine::registered_op_types);
   m.def("fnv1a64",

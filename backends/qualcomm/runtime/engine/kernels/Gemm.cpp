@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/qualcomm/runtime/engine/ThreadPool.h"
+
 namespace qnn_delegate {
 namespace engine {
 
@@ -80,39 +82,91 @@ inline void micro_kernel(const float* A, size_t lda, const float* panel, size_t 
 
 } // namespace
 
-void gemm_packed(const float* A, size_t lda, const float* Bp, const float* bias, float* C,
-                 size_t ldc, size_t M, size_t N, size_t K) {
-  constexpr size_t kRowBlock = 96;
-  const size_t panels = (N + kGemmNR - 1) / kGemmNR;
-  for (size_t m0 = 0; m0 < M; m0 += kRowBlock) {
-    const size_t m_end = std::min(M, m0 + kRowBlock);
-    for (size_t p = 0; p < panels; ++p) {
-      const float* panel = Bp + p * K * kGemmNR;
-      const size_t n0 = p * kGemmNR;
-      const size_t cols = std::min(kGemmNR, N - n0);
-      const float* pb = bias ? bias + n0 : nullptr;
-      size_t m = m0;
-      for (; m + kGemmMR <= m_end; m += kGemmMR) {
-        micro_kernel<kGemmMR>(A + m * lda, lda, panel, K, pb, C + m * ldc + n0, ldc, cols);
-      }
-      for (; m < m_end; ++m) {
-        micro_kernel<1>(A + m * lda, lda, panel, K, pb, C + m * ldc + n0, ldc, cols);
-      }
+namespace {
+
+struct PackedGemmJob {
+  const float* A;
+  size_t lda;
+  const float* Bp;
+  const float* bias;
+  float* C;
+  size_t ldc, M, N, K;
+  size_t panels;
+};
+
+constexpr size_t kRowBlock = 96;
+// Below this many multiply-adds a GEMM runs on the calling thread only.
+constexpr size_t kMinParallelMacs = size_t(1) << 16;
+
+// Tile t = (row block t / panels, panel t % panels).
+void run_packed_tiles(void* ctx, size_t begin, size_t end) {
+  const PackedGemmJob& j = *static_cast<const PackedGemmJob*>(ctx);
+  for (size_t t = begin; t < end; ++t) {
+    const size_t m0 = (t / j.panels) * kRowBlock;
+    const size_t p = t % j.panels;
+    const size_t m_end = std::min(j.M, m0 + kRowBlock);
+    const float* panel = j.Bp + p * j.K * kGemmNR;
+    const size_t n0 = p * kGemmNR;
+    const size_t cols = std::min(kGemmNR, j.N - n0);
+    const float* pb = j.bias ? j.bias + n0 : nullptr;
+    size_t m = m0;
+    for (; m + kGemmMR <= m_end; m += kGemmMR) {
+      micro_kernel<kGemmMR>(j.A + m * j.lda, j.lda, panel, j.K, pb, j.C + m * j.ldc + n0, j.ldc, cols);
+    }
+    for (; m < m_end; ++m) {
+      micro_kernel<1>(j.A + m * j.lda, j.lda, panel, j.K, pb, j.C + m * j.ldc + n0, j.ldc, cols);
     }
   }
 }
 
-void gemm_rowmajor(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc,
-                   size_t M, size_t N, size_t K) {
-  for (size_t m = 0; m < M; ++m) {
-    float* c = C + m * ldc;
-    std::memset(c, 0, N * sizeof(float));
-    for (size_t k = 0; k < K; ++k) {
-      const float a = A[m * lda + k];
-      const float* b = B + k * ldb;
-      for (size_t n = 0; n < N; ++n) c[n] += a * b[n];
+} // namespace
+
+void gemm_packed(const float* A, size_t lda, const float* Bp, const float* bias, float* C,
+                 size_t ldc, size_t M, size_t N, size_t K) {
+  const size_t panels = (N + kGemmNR - 1) / kGemmNR;
+  PackedGemmJob job{A, lda, Bp, bias, C, ldc, M, N, K, panels};
+  const size_t tiles = ((M + kRowBlock - 1) / kRowBlock) * panels;
+  if (M * N * K < kMinParallelMacs) {
+    run_packed_tiles(&job, 0, tiles);
+    return;
+  }
+  ThreadPool::instance().parallel_for(tiles, &run_packed_tiles, &job);
+}
+
+namespace {
+
+struct RowMajorGemmJob {
+  const float* A;
+  size_t lda;
+  const float* B;
+  size_t ldb;
+  float* C;
+  size_t ldc, N, K;
+};
+
+void run_rowmajor_rows(void* ctx, size_t begin, size_t end) {
+  const RowMajorGemmJob& j = *static_cast<const RowMajorGemmJob*>(ctx);
+  for (size_t m = begin; m < end; ++m) {
+    float* c = j.C + m * j.ldc;
+    std::memset(c, 0, j.N * sizeof(float));
+    for (size_t k = 0; k < j.K; ++k) {
+      const float a = j.A[m * j.lda + k];
+      const float* b = j.B + k * j.ldb;
+      for (size_t n = 0; n < j.N; ++n) c[n] += a * b[n];
     }
   }
+}
+
+} // namespace
+
+void gemm_rowmajor(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc,
+                   size_t M, size_t N, size_t K) {
+  RowMajorGemmJob job{A, lda, B, ldb, C, ldc, N, K};
+  if (M * N * K < kMinParallelMacs) {
+    run_rowmajor_rows(&job, 0, M);
+    return;
+  }
+  ThreadPool::instance().parallel_for(M, &run_rowmajor_rows, &job);
 }
 
 } // namespace engine
