@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "backends/qualcomm/runtime/engine/GraphExecutor.h"
+#include "backends/qualcomm/runtime/engine/Quant.h"
 
 namespace qnn_delegate {
 namespace engine {
@@ -71,6 +72,7 @@ Status GraphExecutor::load_tensor(const ::qnn_delegate::Tensor* t, size_t index)
     return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' dims %s are too large",
                       g, info.name.c_str(), dims_to_string(info.dims).c_str());
   }
+  QNN_RETURN_IF_ERROR(load_quant_info(t->quant(), name_, info));
   if (info.kind == TensorKind::STATIC) return copy_static_data(info, t);
   if (t->data() != nullptr && t->data()->size() != 0) {
     return make_error(ErrorKind::InvalidProgram,

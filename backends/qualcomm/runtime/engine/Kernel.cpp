@@ -73,7 +73,7 @@ Status OpView::expect_rank(const TensorInfo& t, size_t rank) const {
   return Status::Ok();
 }
 
-const KernelRegistry& kernel_registry() {
+const KernelRegistry& float_kernel_registry() {
   static const KernelRegistry registry = [] {
     KernelRegistry r;
     register_conv_kernels(r);
@@ -85,6 +85,27 @@ const KernelRegistry& kernel_registry() {
     register_shape_kernels(r);
     register_gather_kernels(r);
     register_cast_kernels(r);
+    return r;
+  }();
+  return registry;
+}
+
+const KernelRegistry& quant_kernel_registry() {
+  static const KernelRegistry registry = [] {
+    KernelRegistry r;
+    register_quant_kernels(r);
+    register_conv_quant_kernels(r);
+    register_linear_quant_kernels(r);
+    return r;
+  }();
+  return registry;
+}
+
+const KernelRegistry& kernel_registry() {
+  static const KernelRegistry registry = [] {
+    KernelRegistry r;
+    for (const auto& kv : float_kernel_registry()) r[kv.first] = &create_dispatched_kernel;
+    for (const auto& kv : quant_kernel_registry()) r[kv.first] = &create_dispatched_kernel;
     return r;
   }();
   return registry;

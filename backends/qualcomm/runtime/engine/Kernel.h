@@ -64,7 +64,15 @@ using KernelPtr = std::unique_ptr<Kernel>;
 using KernelFactory = Status (*)(const OpView&, KernelEnv&, KernelPtr&);
 using KernelRegistry = std::map<std::string, KernelFactory>;
 
+// Every op type -> the dispatching factory (float, integer or dequant-wrapped).
 const KernelRegistry& kernel_registry();
+// Float (and byte-generic) kernels by op type.
+const KernelRegistry& float_kernel_registry();
+// Kernels for quantized activations. A factory may leave `out` empty to
+// decline (the op then runs as float on dequantized inputs).
+const KernelRegistry& quant_kernel_registry();
+// Picks the kernel for an op from its tensors' data types (QuantDispatch.cpp).
+Status create_dispatched_kernel(const OpView& v, KernelEnv& env, KernelPtr& out);
 std::vector<std::string> registered_op_types();
 
 // Per-family registration (one per file in kernels/).
@@ -77,6 +85,10 @@ void register_pool_kernels(KernelRegistry& r);
 void register_shape_kernels(KernelRegistry& r);
 void register_gather_kernels(KernelRegistry& r);
 void register_cast_kernels(KernelRegistry& r);
+// Quantized families.
+void register_quant_kernels(KernelRegistry& r);  // Quantize, Dequantize, Convert
+void register_conv_quant_kernels(KernelRegistry& r);
+void register_linear_quant_kernels(KernelRegistry& r);
 
 } // namespace engine
 } // namespace qnn_delegate

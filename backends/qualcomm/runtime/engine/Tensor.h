@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/qualcomm/runtime/engine/DataType.h"
+#include "backends/qualcomm/runtime/engine/QuantInfo.h"
 
 namespace qnn_delegate {
 namespace engine {
@@ -23,9 +24,11 @@ struct TensorInfo {
   size_t nbytes = 0;
   // STATIC tensors: engine-owned copy of the data (fp16-rounded if needed).
   const void* static_data = nullptr;
+  QuantInfo quant;  // UNDEFINED for float / integer tensors
 
   size_t rank() const { return dims.size(); }
   bool is_float() const { return dtype == DType::FLOAT_32; }
+  bool is_quantized() const { return quant.defined(); }
 };
 
 inline size_t product(const Dims& dims, size_t begin = 0, size_t end = SIZE_MAX) {

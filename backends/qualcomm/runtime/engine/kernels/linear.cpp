@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "backends/qualcomm/runtime/engine/kernels/Gemm.h"
-#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+#include "backends/qualcomm/runtime/engine/kernels/LinearShape.h"
 
 namespace qnn_delegate {
 namespace engine {
@@ -22,11 +22,6 @@ void gemm_strided(const float* A, size_t sam, size_t sak, const float* B, size_t
 }
 
 // ---- FullyConnected ---------------------------------------------------------
-struct FcShape {
-  uint32_t x, w, b, out;
-  size_t M, N, K;
-};
-
 class FcReferenceKernel final : public Kernel {
  public:
   explicit FcReferenceKernel(const FcShape& s) : s_(s) {}
@@ -69,35 +64,10 @@ class FcPackedKernel final : public Kernel {
 
 Status create_fully_connected(const OpView& v, KernelEnv& env, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(v.expect_arity(3, 3, 1));
-  const TensorInfo& x = *v.inputs[0];
-  const TensorInfo& w = *v.inputs[1];
-  const TensorInfo& b = *v.inputs[2];
-  for (const TensorInfo* t : {&x, &w, &b}) QNN_RETURN_IF_ERROR(v.expect_float(*t));
-  QNN_RETURN_IF_ERROR(v.expect_rank(w, 2));
-  bool keep_dims = false;
-  QNN_RETURN_IF_ERROR(ParamReader(v).optional_bool("keep_dims", keep_dims));
+  for (const TensorInfo* t : v.inputs) QNN_RETURN_IF_ERROR(v.expect_float(*t));
   FcShape s;
-  s.N = w.dims[0];
-  s.K = w.dims[1];
-  if (x.rank() == 0 || x.dims.back() != s.K) {
-    return v.fail(ErrorKind::InvalidProgram, "input '%s' dims %s do not end in K = %zu of weight '%s' %s",
-                  x.name.c_str(), dims_to_string(x.dims).c_str(), s.K, w.name.c_str(),
-                  dims_to_string(w.dims).c_str());
-  }
-  if (b.numel != s.N) {
-    return v.fail(ErrorKind::InvalidProgram, "bias '%s' has %zu elements, expected N = %zu",
-                  b.name.c_str(), b.numel, s.N);
-  }
-  s.M = product(x.dims, 0, x.rank() - 1);
-  Dims out_dims;
-  if (keep_dims) {
-    out_dims.assign(x.dims.begin(), x.dims.end() - 1);
-    out_dims.push_back(uint32_t(s.N));
-  } else {
-    out_dims = {uint32_t(s.M), uint32_t(s.N)};
-  }
-  QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, DType::FLOAT_32));
-  s.x = x.id; s.w = w.id; s.b = b.id; s.out = v.outputs[0]->id;
+  QNN_RETURN_IF_ERROR(fc_shape(v, DType::FLOAT_32, s));
+  const TensorInfo& w = *v.inputs[1];
   if (env.reference_only || w.static_data == nullptr) return emplace_kernel<FcReferenceKernel>(out, s);
   auto* k = new FcPackedKernel(s, static_cast<const float*>(w.static_data), env.allocator);
   out.reset(k);
@@ -106,15 +76,6 @@ Status create_fully_connected(const OpView& v, KernelEnv& env, KernelPtr& out) {
 }
 
 // ---- MatMul -------------------------------------------------------------------
-struct MatMulShape {
-  uint32_t a, b, out;
-  size_t M, N, K;
-  bool ta, tb;
-  Dims batch;            // broadcast batch dims
-  Index sa{}, sb{};      // batch strides in matrices (0 = broadcast)
-  size_t batches;
-};
-
 class MatMulKernel final : public Kernel {
  public:
   MatMulKernel(const MatMulShape& s, bool reference) : s_(s), reference_(reference) {}
@@ -160,39 +121,9 @@ class MatMulKernel final : public Kernel {
 
 Status create_matmul(const OpView& v, KernelEnv& env, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(v.expect_arity(2, 2, 1));
-  const TensorInfo& a = *v.inputs[0];
-  const TensorInfo& b = *v.inputs[1];
-  QNN_RETURN_IF_ERROR(v.expect_float(a));
-  QNN_RETURN_IF_ERROR(v.expect_float(b));
+  for (const TensorInfo* t : v.inputs) QNN_RETURN_IF_ERROR(v.expect_float(*t));
   MatMulShape s;
-  s.ta = s.tb = false;
-  ParamReader params(v);
-  QNN_RETURN_IF_ERROR(params.optional_bool("transpose_in0", s.ta));
-  QNN_RETURN_IF_ERROR(params.optional_bool("transpose_in1", s.tb));
-  if (a.rank() < 2 || b.rank() < 2) {
-    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' %s and '%s' %s must have rank >= 2",
-                  a.name.c_str(), dims_to_string(a.dims).c_str(), b.name.c_str(),
-                  dims_to_string(b.dims).c_str());
-  }
-  const size_t ra = a.rank(), rb = b.rank();
-  s.M = s.ta ? a.dims[ra - 1] : a.dims[ra - 2];
-  s.K = s.ta ? a.dims[ra - 2] : a.dims[ra - 1];
-  const size_t kb = s.tb ? b.dims[rb - 1] : b.dims[rb - 2];
-  s.N = s.tb ? b.dims[rb - 2] : b.dims[rb - 1];
-  const Dims ba(a.dims.begin(), a.dims.end() - 2), bb(b.dims.begin(), b.dims.end() - 2);
-  if (kb != s.K || !broadcast_dims(ba, bb, s.batch)) {
-    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' %s and '%s' %s do not multiply",
-                  a.name.c_str(), dims_to_string(a.dims).c_str(), b.name.c_str(),
-                  dims_to_string(b.dims).c_str());
-  }
-  s.sa = broadcast_strides(ba, s.batch);
-  s.sb = broadcast_strides(bb, s.batch);
-  s.batches = product(s.batch);
-  Dims out_dims = s.batch;
-  out_dims.push_back(uint32_t(s.M));
-  out_dims.push_back(uint32_t(s.N));
-  QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, DType::FLOAT_32));
-  s.a = a.id; s.b = b.id; s.out = v.outputs[0]->id;
+  QNN_RETURN_IF_ERROR(matmul_shape(v, DType::FLOAT_32, s));
   return emplace_kernel<MatMulKernel>(out, s, env.reference_only);
 }
 

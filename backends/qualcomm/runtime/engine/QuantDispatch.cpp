@@ -1,0 +1,185 @@
+// Kernel choice per op from its tensors' data types:
+// - no quantized tensor: the float kernel;
+// - an integer kernel when one exists and accepts the op (Conv2d, FullyConnected, ...);
+// - data movement ops whose tensors share one encoding: the byte-generic kernel as is;
+// - otherwise the float kernel on dequantized inputs, its outputs requantized
+//   (f computed on the dequantized inputs, as in the PT2E reference). Quantized
+//   STATIC inputs (weight-only fp16a8w, quantized gamma/tables) are dequantized once at init.
+#include <cstring>
+
+#include "backends/qualcomm/runtime/engine/Quant.h"
+#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+
+namespace qnn_delegate {
+namespace engine {
+namespace {
+
+bool op_has_quant(const OpView& v) {
+  for (const TensorInfo* t : v.inputs) if (t->is_quantized()) return true;
+  for (const TensorInfo* t : v.outputs) if (t->is_quantized()) return true;
+  return false;
+}
+
+bool is_data_movement(const std::string& type) {
+  return type == "Reshape" || type == "Transpose" || type == "Concat" || type == "StridedSlice" ||
+         type == "Tile" || type == "Gather";
+}
+
+bool is_index_tensor(const TensorInfo& t) {
+  return t.dtype == DType::INT_32 || t.dtype == DType::INT_64;
+}
+
+// All data tensors quantized with the same data type and encoding.
+bool shares_one_encoding(const OpView& v) {
+  const TensorInfo* first = v.outputs.empty() ? nullptr : v.outputs[0];
+  if (first == nullptr || !first->is_quantized()) return false;
+  auto same = [first](const TensorInfo* t) {
+    return t->dtype == first->dtype && t->quant.same_as(first->quant);
+  };
+  for (const TensorInfo* t : v.outputs) if (!same(t)) return false;
+  for (size_t i = 0; i < v.inputs.size(); ++i) {
+    const bool gather_indices = v.type == "Gather" && i == 1 && is_index_tensor(*v.inputs[i]);
+    if (!gather_indices && !same(v.inputs[i])) return false;
+  }
+  return true;
+}
+
+// Float kernel on float views of the op's tensors (local ids 0..n-1).
+class DequantWrappedKernel final : public Kernel {
+ public:
+  static constexpr int kPassThrough = -1;
+  static constexpr int kStaticFloat = -2;
+
+  Status init(const OpView& v, KernelEnv& env, KernelFactory float_factory) {
+    const size_t n = v.inputs.size() + v.outputs.size();
+    locals_.reserve(n);  // stable addresses for the inner OpView
+    ptrs_.assign(n, nullptr);
+    OpView inner;
+    inner.op = v.op;
+    inner.graph_name = v.graph_name;
+    inner.name = v.name;
+    inner.type = v.type;
+    for (const TensorInfo* t : v.inputs) {
+      QNN_RETURN_IF_ERROR(add_local(v, *t, false, env));
+      inner.inputs.push_back(&locals_.back());
+    }
+    for (const TensorInfo* t : v.outputs) {
+      QNN_RETURN_IF_ERROR(add_local(v, *t, true, env));
+      inner.outputs.push_back(&locals_.back());
+    }
+    return float_factory(inner, env, inner_);
+  }
+
+  Status run(const RunContext& ctx) const override {
+    char* scratch = static_cast<char*>(ctx.scratch);
+    for (const Slot& s : slots_) {
+      ptrs_[s.local] = scratch + s.scratch_offset;
+      if (!s.is_output) {
+        dequantize_any(ctx.ptrs[s.graph_id], reinterpret_cast<float*>(scratch + s.scratch_offset),
+                       s.numel, s.dtype, s.qp);
+      }
+    }
+    for (const auto& p : pass_through_) ptrs_[p.first] = ctx.ptrs[p.second];
+    RunContext inner_ctx;
+    inner_ctx.ptrs = ptrs_.data();
+    inner_ctx.scratch = scratch + own_scratch_;
+    QNN_RETURN_IF_ERROR(inner_->run(inner_ctx));
+    for (const Slot& s : slots_) {
+      if (s.is_output) {
+        quantize_any(reinterpret_cast<const float*>(scratch + s.scratch_offset),
+                     ctx.ptrs[s.graph_id], s.numel, s.dtype, s.qp);
+      }
+    }
+    return Status::Ok();
+  }
+  size_t scratch_bytes() const override { return own_scratch_ + inner_->scratch_bytes(); }
+  size_t owned_bytes() const override {
+    size_t n = inner_->owned_bytes();
+    for (const Buffer& b : static_floats_) n += b.size();
+    return n;
+  }
+
+ private:
+  struct Slot {
+    uint32_t local, graph_id;
+    DType dtype;
+    QuantParams qp;
+    size_t scratch_offset, numel;
+    bool is_output;
+  };
+
+  Status add_local(const OpView& v, const TensorInfo& t, bool is_output, KernelEnv& env) {
+    const uint32_t local = uint32_t(locals_.size());
+    locals_.push_back(t);
+    TensorInfo& f = locals_.back();
+    f.id = local;
+    if (!t.is_quantized()) {
+      pass_through_.push_back({local, t.id});
+      return Status::Ok();
+    }
+    f.dtype = DType::FLOAT_32;
+    f.quant = QuantInfo();
+    f.nbytes = t.numel * sizeof(float);
+    if (t.kind == TensorKind::STATIC) return dequantize_static_input(v, t, f, env);
+    if (!is_quant_activation(t)) {
+      return v.fail(ErrorKind::NotSupported, "tensor '%s' (%s) is not a per-tensor activation",
+                    t.name.c_str(), dtype_name(t.dtype));
+    }
+    slots_.push_back({local, t.id, t.dtype, quant_params_of(t), own_scratch_, t.numel, is_output});
+    own_scratch_ += align_up(f.nbytes);
+    return Status::Ok();
+  }
+
+  Status dequantize_static_input(const OpView& v, const TensorInfo& t, TensorInfo& f,
+                                 KernelEnv& env) {
+    Buffer buf(env.allocator, f.nbytes);
+    if (!buf.valid()) {
+      return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate %zu bytes to dequantize '%s'",
+                    f.nbytes, t.name.c_str());
+    }
+    dequantize_static(t, buf.as<float>());
+    if (env.fp16) round_to_half_inplace(buf.as<float>(), t.numel);
+    f.static_data = buf.data();
+    ptrs_[f.id] = buf.data();
+    static_floats_.push_back(std::move(buf));
+    return Status::Ok();
+  }
+
+  std::vector<TensorInfo> locals_;
+  std::vector<Slot> slots_;
+  std::vector<std::pair<uint32_t, uint32_t>> pass_through_;  // local id, graph id
+  std::vector<Buffer> static_floats_;
+  mutable std::vector<void*> ptrs_;  // by local id; rewritten on every run
+  size_t own_scratch_ = 0;
+  KernelPtr inner_;
+};
+
+Status create_wrapped(const OpView& v, KernelEnv& env, KernelFactory float_factory, KernelPtr& out) {
+  std::unique_ptr<DequantWrappedKernel> k(new DequantWrappedKernel());
+  QNN_RETURN_IF_ERROR(k->init(v, env, float_factory));
+  out = std::move(k);
+  return Status::Ok();
+}
+
+} // namespace
+
+Status create_dispatched_kernel(const OpView& v, KernelEnv& env, KernelPtr& out) {
+  const KernelRegistry& floats = float_kernel_registry();
+  const auto f = floats.find(v.type);
+  const bool quantized = op_has_quant(v);
+  if (!quantized && f != floats.end()) return f->second(v, env, out);
+  const KernelRegistry& quants = quant_kernel_registry();
+  const auto q = quants.find(v.type);
+  if (q != quants.end()) {
+    QNN_RETURN_IF_ERROR(q->second(v, env, out));
+    if (out) return Status::Ok();
+  }
+  if (f == floats.end()) {
+    return v.fail(ErrorKind::NotSupported, "no kernel accepts the data types of this op");
+  }
+  if (is_data_movement(v.type) && shares_one_encoding(v)) return f->second(v, env, out);
+  return create_wrapped(v, env, f->second, out);
+}
+
+} // namespace engine
+} // namespace qnn_delegate

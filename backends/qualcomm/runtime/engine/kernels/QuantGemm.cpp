@@ -1,0 +1,100 @@
+#include "backends/qualcomm/runtime/engine/kernels/QuantGemm.h"
+
+namespace qnn_delegate {
+namespace engine {
+
+bool integer_weights_supported(const TensorInfo& w, int out_axis, int k_axis) {
+  const QuantInfo& q = w.quant;
+  const bool signed_weight = w.dtype == DType::SFIXED_POINT_8 || w.dtype == DType::SFIXED_POINT_4;
+  if (w.kind != TensorKind::STATIC || !signed_weight || !is_symmetric(w)) return false;
+  if (q.per_tensor()) return true;
+  if (q.per_channel()) return q.axis == out_axis;
+  return q.blockwise() && q.axis == out_axis && q.block_axis == k_axis;
+}
+
+namespace {
+
+template <typename W>
+void fill_weights(const TensorInfo& w, const int8_t* unpacked, size_t N, size_t K, bool n_last,
+                  W* dst) {
+  for (size_t i = 0; i < w.numel; ++i) {
+    const size_t n = n_last ? i % N : i / K;
+    const size_t k = n_last ? i / N : i % K;
+    dst[n * K + k] = W(int32_t(unpacked[i]) * int32_t(block_scale_at(w, i)));
+  }
+}
+
+} // namespace
+
+Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_last,
+                        TrackingAllocator* alloc, QWeights& out) {
+  out.N = N;
+  out.K = N ? w.numel / N : 0;
+  Buffer unpacked(alloc, w.numel);
+  if (!unpacked.valid()) {
+    return v.fail(ErrorKind::MemoryAllocationFailed, "cannot unpack weight '%s'", w.name.c_str());
+  }
+  unpack_int8(w, unpacked.as<int8_t>());
+  int32_t max_abs = 0;
+  for (size_t i = 0; i < w.numel; ++i) {
+    const int32_t x = int32_t(unpacked.as<int8_t>()[i]) * int32_t(block_scale_at(w, i));
+    max_abs = std::max(max_abs, x < 0 ? -x : x);
+  }
+  out.wide = max_abs > 127;
+  out.data = Buffer(alloc, w.numel * (out.wide ? 2 : 1));
+  if (!out.data.valid()) {
+    return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate packed weight '%s'",
+                  w.name.c_str());
+  }
+  if (out.wide) {
+    fill_weights(w, unpacked.as<int8_t>(), N, out.K, n_last, out.data.as<int16_t>());
+  } else {
+    fill_weights(w, unpacked.as<int8_t>(), N, out.K, n_last, out.data.as<int8_t>());
+  }
+  out.scale.assign(N, 0.0);
+  for (size_t i = 0; i < w.numel; ++i) {
+    out.scale[n_last ? i % N : i / out.K] = channel_scale_at(w, i);
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+double bias_real(const TensorInfo& b, size_t n) {
+  if (b.dtype == DType::FLOAT_32) return static_cast<const float*>(b.static_data)[n];
+  int32_t offset = 0;
+  const float s = scale_at(b, n, offset);
+  return double(static_q_at(b, n) + offset) * double(s);
+}
+
+template <typename W>
+void weight_sums(const W* w, size_t N, size_t K, std::vector<int64_t>& out) {
+  out.assign(N, 0);
+  for (size_t n = 0; n < N; ++n)
+    for (size_t k = 0; k < K; ++k) out[n] += w[n * K + k];
+}
+
+} // namespace
+
+void prepare_requant(const TensorInfo& x, const QWeights& w, const TensorInfo& b,
+                     const TensorInfo& out, Requant& rq) {
+  const double in_scale = x.quant.scale, out_scale = out.quant.scale;
+  rq.in_offset = x.quant.offset;
+  rq.out_offset = out.quant.offset;
+  rq.qmin = double(quant_min(out));
+  rq.qmax = double(quant_max(out));
+  rq.mult.resize(w.N);
+  rq.bias.resize(w.N);
+  for (size_t n = 0; n < w.N; ++n) {
+    rq.mult[n] = in_scale * w.scale[n] / out_scale;
+    rq.bias[n] = bias_real(b, n) / out_scale;
+  }
+  if (w.wide) {
+    weight_sums(w.data.as<int16_t>(), w.N, w.K, rq.wsum);
+  } else {
+    weight_sums(w.data.as<int8_t>(), w.N, w.K, rq.wsum);
+  }
+}
+
+} // namespace engine
+} // namespace qnn_delegate

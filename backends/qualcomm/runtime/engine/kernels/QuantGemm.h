@@ -1,0 +1,98 @@
+// Integer matrix products of the quantized Conv2d / FullyConnected kernels:
+// acc[m,n] = sum_k (q_in[m,k] + in_offset) * w[n,k], exact in Acc (int32 for
+// u8 x s8, int64 otherwise), then requantized per output channel with a
+// double multiplier and round-half-even.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "backends/qualcomm/runtime/engine/Quant.h"
+#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+
+namespace qnn_delegate {
+namespace engine {
+
+// out_q = clamp(rne(acc * mult[n] + bias[n]) - out_offset, qmin, qmax).
+struct Requant {
+  std::vector<double> mult;   // in_scale * w_scale[n] / out_scale
+  std::vector<double> bias;   // bias_real[n] / out_scale
+  std::vector<int64_t> wsum;  // sum_k w[n,k] (folds in_offset into the accumulator)
+  int32_t in_offset = 0, out_offset = 0;
+  double qmin = 0, qmax = 255;
+
+  template <typename O>
+  O apply(int64_t acc, size_t n) const {
+    double v = std::nearbyint(double(acc) * mult[n] + bias[n]) - double(out_offset);
+    v = v < qmin ? qmin : (v > qmax ? qmax : v);
+    return static_cast<O>(v);
+  }
+};
+
+// Integer weights [N][K] (K contiguous): int8, or int16 when LPBQ block scales
+// folded into the values do not fit int8 (exact: the block scale is an integer).
+struct QWeights {
+  Buffer data;
+  bool wide = false;
+  size_t N = 0, K = 0;
+  std::vector<double> scale;  // float scale per output channel
+};
+
+// Whether the integer kernels take weight `w`: STATIC, signed, symmetric, per
+// tensor / per channel on `out_axis` / blockwise on (out_axis, k_axis).
+bool integer_weights_supported(const TensorInfo& w, int out_axis, int k_axis);
+
+// Reorders w into [N][K]. `n_last`: element i is (k = i / N, n = i % N) (HWIO);
+// otherwise (n = i / K, k = i % K) ([N, K]).
+Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_last,
+                        TrackingAllocator* alloc, QWeights& out);
+
+// Multipliers / bias terms / weight sums for x (*) w + b -> out.
+void prepare_requant(const TensorInfo& x, const QWeights& w, const TensorInfo& b,
+                     const TensorInfo& out, Requant& rq);
+
+template <typename A, typename W, typename Acc>
+inline Acc dot_product(const A* a, const W* w, size_t K) {
+  Acc s = 0;
+  for (size_t k = 0; k < K; ++k) s += Acc(a[k]) * Acc(w[k]);
+  return s;
+}
+
+// out[m * ldo + j] for rows m < M and weight rows n0 + j, j < nn.
+template <typename A, typename W, typename Acc, typename O>
+void qgemm(const A* a, size_t lda, const W* w, size_t K, size_t n0, size_t nn, size_t M,
+           const Requant& rq, O* out, size_t ldo) {
+  constexpr size_t kRows = 4;
+  for (size_t m0 = 0; m0 < M; m0 += kRows) {
+    const size_t mr = M - m0 < kRows ? M - m0 : kRows;
+    for (size_t j = 0; j < nn; ++j) {
+      const size_t n = n0 + j;
+      const W* wr = w + n * K;
+      const Acc fold = Acc(rq.in_offset) * Acc(rq.wsum[n]);
+      for (size_t r = 0; r < mr; ++r) {
+        const Acc acc = dot_product<A, W, Acc>(a + (m0 + r) * lda, wr, K) + fold;
+        out[(m0 + r) * ldo + j] = rq.apply<O>(acc, n);
+      }
+    }
+  }
+}
+
+// Instantiates Kernel<A, W, Acc, O> for the runtime types of x, w and out.
+template <template <typename, typename, typename, typename> class K, typename... Args>
+KernelPtr make_integer_kernel(bool x16, bool w16, bool out16, Args&&... args) {
+  auto make = [&](auto a, auto w, auto o) -> KernelPtr {
+    using A = decltype(a);
+    using W = decltype(w);
+    using O = decltype(o);
+    using Acc = typename std::conditional<sizeof(A) == 1 && sizeof(W) == 1, int32_t, int64_t>::type;
+    return KernelPtr(new K<A, W, Acc, O>(std::forward<Args>(args)...));
+  };
+  if (!x16 && !w16) return out16 ? make(uint8_t(), int8_t(), uint16_t()) : make(uint8_t(), int8_t(), uint8_t());
+  if (!x16 && w16) return out16 ? make(uint8_t(), int16_t(), uint16_t()) : make(uint8_t(), int16_t(), uint8_t());
+  if (x16 && !w16) return out16 ? make(uint16_t(), int8_t(), uint16_t()) : make(uint16_t(), int8_t(), uint8_t());
+  return out16 ? make(uint16_t(), int16_t(), uint16_t()) : make(uint16_t(), int16_t(), uint8_t());
+}
+
+} // namespace engine
+} // namespace qnn_delegate

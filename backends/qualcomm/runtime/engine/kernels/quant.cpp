@@ -1,0 +1,122 @@
+// Quantize (float -> quantized), Dequantize (quantized -> float) and Convert
+// (requantize to the output encoding), per-tensor activations, PT2E numerics.
+#include "backends/qualcomm/runtime/engine/Quant.h"
+#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+
+namespace qnn_delegate {
+namespace engine {
+namespace {
+
+struct QuantIo {
+  uint32_t in, out;
+  size_t n;
+  QuantParams pin, pout;
+};
+
+template <typename Q>
+class QuantizeKernel final : public Kernel {
+ public:
+  explicit QuantizeKernel(const QuantIo& io) : io_(io) {}
+  Status run(const RunContext& c) const override {
+    quantize_run(c.at<const float>(io_.in), c.at<Q>(io_.out), io_.n, io_.pout);
+    return Status::Ok();
+  }
+
+ private:
+  QuantIo io_;
+};
+
+template <typename Q>
+class DequantizeKernel final : public Kernel {
+ public:
+  explicit DequantizeKernel(const QuantIo& io) : io_(io) {}
+  Status run(const RunContext& c) const override {
+    dequantize_run(c.at<const Q>(io_.in), c.at<float>(io_.out), io_.n, io_.pin);
+    return Status::Ok();
+  }
+
+ private:
+  QuantIo io_;
+};
+
+template <typename QI, typename QO>
+class ConvertKernel final : public Kernel {
+ public:
+  explicit ConvertKernel(const QuantIo& io) : io_(io) {}
+  Status run(const RunContext& c) const override {
+    const QI* x = c.at<const QI>(io_.in);
+    QO* y = c.at<QO>(io_.out);
+    for (size_t i = 0; i < io_.n; ++i) {
+      y[i] = quantize_one<QO>(float(int32_t(x[i]) + io_.pin.offset) * io_.pin.scale, io_.pout);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  QuantIo io_;
+};
+
+Status expect_activation(const OpView& v, const TensorInfo& t) {
+  if (!is_quant_activation(t)) {
+    return v.fail(ErrorKind::InvalidProgram,
+                  "tensor '%s' has data type %s (%s); expected UFIXED_POINT_8/16 with SCALE_OFFSET",
+                  t.name.c_str(), dtype_name(t.dtype), encoding_name(t.quant.encoding));
+  }
+  return Status::Ok();
+}
+
+Status make_io(const OpView& v, QuantIo& io) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(1, 1, 1));
+  const TensorInfo& x = *v.inputs[0];
+  const TensorInfo& y = *v.outputs[0];
+  QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, y.dtype));
+  io.in = x.id;
+  io.out = y.id;
+  io.n = x.numel;
+  if (x.is_quantized()) io.pin = quant_params_of(x);
+  if (y.is_quantized()) io.pout = quant_params_of(y);
+  return Status::Ok();
+}
+
+bool is_16bit(const TensorInfo& t) { return t.dtype == DType::UFIXED_POINT_16; }
+
+Status create_quantize(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QuantIo io;
+  QNN_RETURN_IF_ERROR(make_io(v, io));
+  QNN_RETURN_IF_ERROR(v.expect_float(*v.inputs[0]));
+  QNN_RETURN_IF_ERROR(expect_activation(v, *v.outputs[0]));
+  if (is_16bit(*v.outputs[0])) return emplace_kernel<QuantizeKernel<uint16_t>>(out, io);
+  return emplace_kernel<QuantizeKernel<uint8_t>>(out, io);
+}
+
+Status create_dequantize(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QuantIo io;
+  QNN_RETURN_IF_ERROR(make_io(v, io));
+  QNN_RETURN_IF_ERROR(expect_activation(v, *v.inputs[0]));
+  QNN_RETURN_IF_ERROR(v.expect_float(*v.outputs[0]));
+  if (is_16bit(*v.inputs[0])) return emplace_kernel<DequantizeKernel<uint16_t>>(out, io);
+  return emplace_kernel<DequantizeKernel<uint8_t>>(out, io);
+}
+
+Status create_convert(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QuantIo io;
+  QNN_RETURN_IF_ERROR(make_io(v, io));
+  QNN_RETURN_IF_ERROR(expect_activation(v, *v.inputs[0]));
+  QNN_RETURN_IF_ERROR(expect_activation(v, *v.outputs[0]));
+  const bool in16 = is_16bit(*v.inputs[0]), out16 = is_16bit(*v.outputs[0]);
+  if (in16 && out16) return emplace_kernel<ConvertKernel<uint16_t, uint16_t>>(out, io);
+  if (in16) return emplace_kernel<ConvertKernel<uint16_t, uint8_t>>(out, io);
+  if (out16) return emplace_kernel<ConvertKernel<uint8_t, uint16_t>>(out, io);
+  return emplace_kernel<ConvertKernel<uint8_t, uint8_t>>(out, io);
+}
+
+} // namespace
+
+void register_quant_kernels(KernelRegistry& r) {
+  r["Quantize"] = &create_quantize;
+  r["Dequantize"] = &create_dequantize;
+  r["Convert"] = &create_convert;
+}
+
+} // namespace engine
+} // namespace qnn_delegate
