@@ -28,7 +28,7 @@ install: $(STAMP)
 	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) install -q --no-build-isolation --no-deps -e .
 
 run: install
-	HF_HUB_OFFLINE=1 PATH=$(abspath $(VENV))/bin:$$PATH $(VPY) examples/qualcomm/mobilenet_v2.py --artifact artifacts/mobilenet_v2
+	HF_HUB_OFFLINE=1 PYTHONWARNINGS=ignore PATH=$(abspath $(VENV))/bin:$$PATH $(VPY) examples/qualcomm/mobilenet_v2.py --artifact artifacts/mobilenet_v2
 
 test: install
 	HF_HUB_OFFLINE=1 PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/pytest -q -p no:cacheprovider backends/qualcomm/tests
