@@ -9,11 +9,13 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
 from backends.qualcomm._passes.pass_manager import edge_transform_passes
+from backends.qualcomm.utils.compile_spec import options_from_compile_specs
+from backends.qualcomm.utils.weight_sharing import share_weights_across_methods, with_graph_name
 
 
 def _export(module: torch.nn.Module, inputs: Tuple, dynamic_shapes=None) -> ExportedProgram:
-    if isinstance(module, torch.nn.Module):
-        module = module.eval()
+    if isinstance(module, torch.nn.Module) and not isinstance(module, torch.fx.GraphModule):
+        module = module.eval()  # exported/converted (PT2E) GraphModules refuse eval()
     return torch.export.export(module, tuple(inputs), dynamic_shapes=dynamic_shapes, strict=False)
 
 
@@ -35,22 +37,39 @@ def to_edge_transform_and_lower_to_qnn(
     skip_node_op_set: Optional[Set[str]] = None,
     generate_etrecord: bool = False,
 ) -> EdgeProgramManager:
-    """torch.export -> edge transform passes -> to_edge_transform_and_lower with QnnPartitioner."""
+    """torch.export -> edge transform passes -> to_edge_transform_and_lower with QnnPartitioner.
+
+    `module` may be a dict {method name: module} (with `inputs` a dict of the
+    same keys): every method is lowered, its graphs named after the method.
+    With use_weight_sharing in the HTP options, all methods then share one
+    context (one delegate blob) whose identical weights are stored once.
+    """
     from backends.qualcomm.partitioner import QnnPartitioner
 
     modules, method_inputs = _as_method_dict(module, inputs)
+    specs = {name: compiler_specs if len(modules) == 1 else with_graph_name(compiler_specs, name)
+             for name in modules}
     programs = {
         name: m if isinstance(m, ExportedProgram) else _export(m, method_inputs[name], dynamic_shapes)
         for name, m in modules.items()
     }
     partitioners = {
-        name: [QnnPartitioner(compiler_specs, skip_node_id_set, skip_node_op_set)] for name in programs
+        name: [QnnPartitioner(specs[name], skip_node_id_set, skip_node_op_set)] for name in programs
     }
     passes = {name: edge_transform_passes() for name in programs}
-    return to_edge_transform_and_lower(
+    manager = to_edge_transform_and_lower(
         programs,
         transform_passes=passes,
         partitioner=partitioners,
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
         generate_etrecord=generate_etrecord,
     )
+    if _uses_weight_sharing(compiler_specs):
+        share_weights_across_methods(manager)
+    return manager
+
+
+def _uses_weight_sharing(compiler_specs: List[CompileSpec]) -> bool:
+    backend = options_from_compile_specs(compiler_specs).backendOptions
+    htp = backend.htpOptions if backend is not None else None
+    return bool(htp is not None and htp.useWeightSharing)
