@@ -12,7 +12,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from backends.qualcomm.utils.constants import QCOM_CONSTANT
+from backends.qualcomm.utils.constants import QCOM_CONSTANT, QCOM_QUANT_ATTRS
 
 _CONV = exir_ops.edge.aten.convolution.default
 _BATCH_NORM = exir_ops.edge.aten._native_batch_norm_legit_no_training.default
@@ -28,7 +28,7 @@ def _foldable(ep: ExportedProgram, bn: torch.fx.Node) -> bool:
     conv = bn.args[0]
     if not isinstance(conv, torch.fx.Node) or conv.target != _CONV or len(conv.users) != 1:
         return False
-    if conv.args[6]:  # transposed
+    if conv.args[6] or QCOM_QUANT_ATTRS in conv.meta:  # transposed, or quantized (PT2E folds those)
         return False
     if any(u.target is not operator.getitem or u.args[1] != 0 for u in bn.users):
         return False

@@ -10,8 +10,12 @@ from typing import Callable, List
 
 from torch.export import ExportedProgram
 
+from backends.qualcomm._passes.annotate_quant_attrs import annotate_quant_attrs
 from backends.qualcomm._passes.fold_batch_norm import fold_batch_norm_into_conv
 from backends.qualcomm._passes.fold_pad_into_conv import fold_pad_into_conv
+from backends.qualcomm._passes.fold_qdq import fold_qdq
+from backends.qualcomm._passes.insert_io_qdq import insert_io_qdq
+from backends.qualcomm._passes.insert_requantize import insert_requantize
 from backends.qualcomm._passes.layout_transform import annotate_layout
 from backends.qualcomm._passes.mark_constants import mark_constants
 from backends.qualcomm._passes.remove_identity_ops import RemoveIdentityOps
@@ -28,6 +32,10 @@ def _annotate_layout(ep: ExportedProgram) -> ExportedProgram:
 
 PREPROCESS_PASSES: List[Callable[[ExportedProgram], ExportedProgram]] = [
     mark_constants,
+    annotate_quant_attrs,
+    fold_qdq,
+    insert_requantize,
+    insert_io_qdq,
     fold_pad_into_conv,
     fold_batch_norm_into_conv,
     _annotate_layout,

@@ -8,12 +8,14 @@ import torch
 from executorch.backends.transforms.utils import get_param_tensor, is_param_node
 from torch.export import ExportedProgram
 
-from backends.qualcomm.builders.qnn_op_types import QNN_OP_TYPES
+from backends.qualcomm.builders.qnn_op_types import QNN_OP_TYPES, QNN_QUANT_OP_TYPES
+from backends.qualcomm.builders.quant_encoding import QuantAttrs, qnn_quant_dtype, quant_params, stored_data
 from backends.qualcomm.serialization.qnn_graph import (
     DataType, QnnGraph, QnnOp, QnnParam, QnnTensor, QuantParams, TensorType, uint32_tensor,
 )
 from backends.qualcomm.utils.constants import (
     DEBUG_HANDLE, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, NHWC_TO_NCHW, QCOM_LAYOUT,
+    QCOM_QUANT_ATTRS,
 )
 from backends.qualcomm.utils.errors import QnnLoweringError
 
@@ -108,8 +110,32 @@ class GraphBuilder:
         return self.add_tensor(name, TensorType.STATIC, _NUMPY_TO_QNN_DTYPE[array.dtype],
                                list(array.shape), array, quant)
 
-    def native_tensor(self, name: str, dims: Sequence[int], data_type: int = DataType.FLOAT_32) -> QnnTensor:
-        return self.add_tensor(name, TensorType.NATIVE, data_type, dims)
+    def native_tensor(self, name: str, dims: Sequence[int], data_type: int = DataType.FLOAT_32,
+                      quant: Optional[QuantParams] = None) -> QnnTensor:
+        return self.add_tensor(name, TensorType.NATIVE, data_type, dims, quant=quant)
+
+    def like(self, source: QnnTensor, name: str, dims: Optional[Sequence[int]] = None) -> QnnTensor:
+        """A NATIVE tensor with the data type and encoding of `source` (dims default to its own)."""
+        return self.native_tensor(name, source.dims if dims is None else dims, source.data_type, source.quant)
+
+    def quantized_static(self, name: str, values: np.ndarray, attrs: QuantAttrs,
+                         perm: Optional[Sequence[int]] = None) -> QnnTensor:
+        """A STATIC quantized tensor from integer `values` already in stored layout (`perm`:
+        stored dims = logical dims[perm], used to place the encoding's axes)."""
+        return self.add_tensor(name, TensorType.STATIC, qnn_quant_dtype(attrs), list(values.shape),
+                               stored_data(values, attrs), quant_params(attrs, perm))
+
+    def static_from_constant(self, node: torch.fx.Node, perm: Optional[Sequence[int]] = None,
+                             name: Optional[str] = None) -> QnnTensor:
+        """STATIC tensor of a constant placeholder, permuted by `perm`; quantized when the
+        fold pass left an encoding on the placeholder."""
+        array = self.constant_data(node).detach().contiguous().numpy()
+        if perm is not None:
+            array = array.transpose(perm)
+        attrs = node.meta.get(QCOM_QUANT_ATTRS)
+        if attrs is not None:
+            return self.quantized_static(name or node.name, np.ascontiguousarray(array), attrs, perm)
+        return self.static_tensor(name or node.name, array)
 
     def define_output(self, node: torch.fx.Node, dims: Optional[Sequence[int]] = None,
                       dtype: Optional[torch.dtype] = None) -> QnnTensor:
@@ -119,8 +145,11 @@ class GraphBuilder:
             dims = stored_dims(logical_shape(node), layout)
         val = node.meta.get("val")
         val = val[0] if isinstance(val, (tuple, list)) else val
-        data_type = qnn_dtype(dtype or val.dtype, node)
-        tensor = self.native_tensor(node.name, dims, data_type)
+        attrs = node.meta.get(QCOM_QUANT_ATTRS)
+        if attrs is not None and dtype is None:
+            tensor = self.native_tensor(node.name, dims, qnn_quant_dtype(attrs), quant_params(attrs))
+        else:
+            tensor = self.native_tensor(node.name, dims, qnn_dtype(dtype or val.dtype, node))
         self._tensors[(node, layout)] = tensor
         return tensor
 
@@ -146,10 +175,8 @@ class GraphBuilder:
         data = self.constant_data(node)
         if data is None:
             raise QnnLoweringError("placeholder is neither a graph input nor a constant", node)
-        array = data.detach().contiguous().numpy()
-        if layout == LAYOUT_CHANNEL_LAST and array.ndim == 4:
-            array = array.transpose(NCHW_TO_NHWC)
-        tensor = self.static_tensor(node.name, array)
+        perm = NCHW_TO_NHWC if layout == LAYOUT_CHANNEL_LAST and data.dim() == 4 else None
+        tensor = self.static_from_constant(node, perm)
         self._tensors[(node, layout)] = tensor
         return tensor
 
@@ -174,7 +201,7 @@ class GraphBuilder:
     def _convert_layout(self, node: torch.fx.Node, base: QnnTensor, layout: str) -> QnnTensor:
         perm = NCHW_TO_NHWC if layout == LAYOUT_CHANNEL_LAST else NHWC_TO_NCHW
         dims = permute_dims(base.dims, perm)
-        out = self.native_tensor(f"{node.name}_{layout}", dims, base.data_type)
+        out = self.like(base, f"{node.name}_{layout}", dims)
         if moves_only_unit_dims(base.dims, perm):
             self.add_op(node, "Reshape", [base], [out], suffix=f"to_{layout}")
         else:
@@ -184,7 +211,7 @@ class GraphBuilder:
     # ---- ops ------------------------------------------------------------------
     def add_op(self, node: Optional[torch.fx.Node], op_type: str, inputs: Sequence[QnnTensor],
                outputs: Sequence[QnnTensor], params: Sequence[QnnParam] = (), suffix: str = "") -> QnnOp:
-        if op_type not in QNN_OP_TYPES:
+        if op_type not in QNN_OP_TYPES and op_type not in QNN_QUANT_OP_TYPES:
             raise QnnLoweringError(f"builder emitted unknown QNN op type '{op_type}'"
                                    + (f" for node '{node.name}'" if node is not None else ""))
         base = node.name if node is not None else op_type.lower()
@@ -201,7 +228,7 @@ class GraphBuilder:
                 raise QnnLoweringError(f"graph output {node!r} is not a tensor node")
             tensor = self.tensor(node, LAYOUT_CHANNEL_FIRST)
             if tensor.type != TensorType.NATIVE:
-                copy = self.native_tensor(f"{node.name}_output", tensor.dims, tensor.data_type)
+                copy = self.like(tensor, f"{node.name}_output")
                 self.add_op(node, "Reshape", [tensor], [copy], suffix="output")
                 tensor = copy
             tensor.type = TensorType.APP_READ

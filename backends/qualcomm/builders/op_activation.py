@@ -10,10 +10,19 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
 )
-from backends.qualcomm.builders.utils import input_layout
-from backends.qualcomm.serialization.qnn_graph import QnnParam, float_scalar
+from backends.qualcomm.builders.utils import input_layout, is_quantized
+from backends.qualcomm.serialization.qnn_graph import (
+    DataType, QnnParam, QuantEncoding, QuantParams, float_scalar,
+)
 
 _aten = exir_ops.edge.aten
+
+
+def sigmoid_encoding(node: torch.fx.Node) -> tuple:
+    """(data type, encoding) of silu's inner Sigmoid: float, or uint16 over [0, 1] when quantized."""
+    if not is_quantized(node):
+        return DataType.FLOAT_32, None
+    return DataType.UFIXED_POINT_16, QuantParams(QuantEncoding.SCALE_OFFSET, 16, scale=1.0 / 65535, offset=0)
 
 
 def _no_params(node: torch.fx.Node) -> List[QnnParam]:
@@ -63,7 +72,7 @@ class UnaryActivationBuilder(NodeBuilder):
         qnn_type, params_fn = UNARY_OPS[node.target]
         x = gb.tensor(node.args[0], input_layout(node))
         if node.target == _aten.silu.default:
-            sigmoid = gb.native_tensor(f"{node.name}_sigmoid", x.dims)
+            sigmoid = gb.native_tensor(f"{node.name}_sigmoid", x.dims, *sigmoid_encoding(node))
             gb.add_op(node, "Sigmoid", [x], [sigmoid], suffix="sigmoid")
             gb.add_op(node, "ElementWiseMultiply", [x, sigmoid], [gb.define_output(node)])
             return

@@ -54,12 +54,11 @@ class ConvolutionBuilder(NodeBuilder):
         return SUPPORTED
 
     def _weight(self, gb: GraphBuilder, node: torch.fx.Node, weight: torch.fx.Node) -> QnnTensor:
-        data = gb.constant_data(weight)
-        if data is not None:
-            return gb.static_tensor(weight.name, data.detach().contiguous().numpy().transpose(OIHW_TO_HWIO))
+        if gb.constant_data(weight) is not None:
+            return gb.static_from_constant(weight, OIHW_TO_HWIO)
         source = gb.tensor(weight, LAYOUT_CHANNEL_FIRST)
         dims = [source.dims[p] for p in OIHW_TO_HWIO]
-        out = gb.native_tensor(f"{weight.name}_hwio", dims, source.data_type)
+        out = gb.like(source, f"{weight.name}_hwio", dims)
         gb.add_op(node, "Transpose", [source], [out], [uint32_tensor("perm", OIHW_TO_HWIO)], suffix="weight")
         return out
 

@@ -8,7 +8,8 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
 )
-from backends.qualcomm.builders.utils import input_layout, operand, scalar_tensor
+from backends.qualcomm.builders.utils import input_layout, is_quantized, operand, scalar_tensor
+from backends.qualcomm.utils.errors import QnnLoweringError
 
 _aten = exir_ops.edge.aten
 
@@ -47,10 +48,12 @@ class BinaryElementwiseBuilder(NodeBuilder):
         b = node.args[1]
         alpha = node.kwargs.get("alpha", 1)
         if not isinstance(b, torch.fx.Node):
-            return scalar_tensor(gb, f"{node.name}_b", float(b) * float(alpha))
+            return scalar_tensor(gb, f"{node.name}_b", float(b) * float(alpha), quantized=is_quantized(node))
         tb = operand(gb, node, b, layout, rank, "b")
         if alpha == 1:
             return tb
+        if tb.quant is not None:
+            raise QnnLoweringError(f"alpha={alpha} on quantized operands is not supported", node)
         scaled = gb.native_tensor(f"{node.name}_alpha_b", tb.dims)
         alpha_t = scalar_tensor(gb, f"{node.name}_alpha", float(alpha))
         gb.add_op(node, "ElementWiseMultiply", [tb, alpha_t], [scaled], suffix="alpha")
@@ -60,6 +63,8 @@ class BinaryElementwiseBuilder(NodeBuilder):
         qnn_type, _ = BINARY_OPS[node.target]
         layout = input_layout(node)
         rank = len(logical_shape(node))
-        ta = operand(gb, node, node.args[0], layout, rank, "a")
+        a = node.args[0]
+        ta = operand(gb, node, a, layout, rank, "a") if isinstance(a, torch.fx.Node) else \
+            scalar_tensor(gb, f"{node.name}_a", float(a), quantized=is_quantized(node))
         tb = self._scaled_second(gb, node, layout, rank)
         gb.add_op(node, qnn_type, [ta, tb], [gb.define_output(node)])

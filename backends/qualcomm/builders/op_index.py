@@ -91,7 +91,7 @@ class SelectBuilder(NodeBuilder):
         ranges[dim] = [index, index + 1, 1]
         sliced_dims = list(shape)
         sliced_dims[dim] = 1
-        sliced = gb.native_tensor(f"{node.name}_slice", sliced_dims, x.data_type)
+        sliced = gb.like(x, f"{node.name}_slice", sliced_dims)
         gb.add_op(node, "StridedSlice", [x], [sliced],
                   [int32_tensor("ranges", ranges, [len(ranges), 3])], suffix="slice")
         gb.add_op(node, "Reshape", [sliced], [gb.define_output(node)])

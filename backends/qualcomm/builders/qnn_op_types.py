@@ -9,3 +9,6 @@ QNN_OP_TYPES: frozenset[str] = frozenset({
     "PoolAvg2d", "PoolMax2d",
     "Reshape", "Transpose", "Concat", "StridedSlice", "Gather", "Tile", "Cast",
 })
+
+# Quantization ops (OPS.md "Quantized graphs", QNN_QUANT_OP_TYPES).
+QNN_QUANT_OP_TYPES: frozenset[str] = frozenset({"Quantize", "Dequantize", "Convert"})

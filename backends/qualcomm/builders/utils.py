@@ -12,7 +12,9 @@ from backends.qualcomm.builders.graph_builder import (
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_tensor
 from backends.qualcomm.utils.constants import (
     LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, QCOM_CONSTANT, QCOM_INPUT_LAYOUT,
+    QCOM_QUANT_ATTRS,
 )
+from backends.qualcomm.builders.quant_encoding import exact_scalar_attrs
 
 
 def input_layout(node: torch.fx.Node) -> str:
@@ -39,8 +41,18 @@ def is_constant(node: object) -> bool:
     return isinstance(node, torch.fx.Node) and bool(node.meta.get(QCOM_CONSTANT, False))
 
 
-def scalar_tensor(gb: GraphBuilder, name: str, value: Union[int, float], dtype=np.float32) -> QnnTensor:
+def scalar_tensor(gb: GraphBuilder, name: str, value: Union[int, float], dtype=np.float32,
+                  quantized: bool = False) -> QnnTensor:
+    """A STATIC scalar; `quantized`: a UFIXED_POINT_8 scalar that holds the value exactly."""
+    if quantized:
+        q, attrs = exact_scalar_attrs(float(value))
+        return gb.quantized_static(name, q, attrs)
     return gb.static_tensor(name, np.array(value, dtype=dtype))
+
+
+def is_quantized(node: torch.fx.Node) -> bool:
+    """The node's output carries an encoding (set by the FoldQDQ pass)."""
+    return node.meta.get(QCOM_QUANT_ATTRS) is not None
 
 
 def operand(gb: GraphBuilder, node: torch.fx.Node, arg: object, layout: str, out_rank: int,
@@ -56,16 +68,19 @@ def operand(gb: GraphBuilder, node: torch.fx.Node, arg: object, layout: str, out
     data = gb.constant_data(arg)
     if data is not None:
         array = data.detach().contiguous().numpy().reshape(shape4).transpose(NCHW_TO_NHWC)
+        attrs = arg.meta.get(QCOM_QUANT_ATTRS)
+        if attrs is not None and attrs.axis < 0:
+            return gb.quantized_static(f"{arg.name}_channel_last", np.ascontiguousarray(array), attrs)
         return gb.static_tensor(f"{arg.name}_channel_last", array)
     source = gb.tensor(arg, LAYOUT_CHANNEL_FIRST)
     nhwc = permute_dims(shape4, NCHW_TO_NHWC)
     if moves_only_unit_dims(shape4, NCHW_TO_NHWC):
-        out = gb.native_tensor(f"{arg.name}_rank4_channel_last", nhwc, source.data_type)
+        out = gb.like(source, f"{arg.name}_rank4_channel_last", nhwc)
         gb.add_op(node, "Reshape", [source], [out], suffix=f"{name}_reshape")
         return out
-    rank4 = gb.native_tensor(f"{arg.name}_rank4", shape4, source.data_type)
+    rank4 = gb.like(source, f"{arg.name}_rank4", shape4)
     gb.add_op(node, "Reshape", [source], [rank4], suffix=f"{name}_reshape")
-    out = gb.native_tensor(f"{arg.name}_rank4_channel_last", nhwc, source.data_type)
+    out = gb.like(source, f"{arg.name}_rank4_channel_last", nhwc)
     gb.add_op(node, "Transpose", [rank4], [out], [uint32_tensor("perm", NCHW_TO_NHWC)],
               suffix=f"{name}_transpose")
     return out
@@ -83,6 +98,6 @@ def int_list(value: Optional[Sequence[int]], length: int, default: int) -> List[
 
 def reshape(gb: GraphBuilder, node: torch.fx.Node, source: QnnTensor, dims: Sequence[int],
             suffix: str) -> QnnTensor:
-    out = gb.native_tensor(f"{node.name}_{suffix}", dims, source.data_type)
+    out = gb.like(source, f"{node.name}_{suffix}", dims)
     gb.add_op(node, "Reshape", [source], [out], suffix=suffix)
     return out

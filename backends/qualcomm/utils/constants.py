@@ -26,3 +26,11 @@ QCOM_CONSTANT = "qcom_constant"
 
 # Conv padding [[top, bottom], [left, right]] after a zero pad was folded into it.
 QCOM_PAD_AMOUNT = "qcom_pad_amount"
+
+# Quantization (set by the quant passes, read by builders): encoding of a node's output
+# tensor (or of a constant placeholder's data), a QuantAttrs instance.
+QCOM_QUANT_ATTRS = "qcom_quant_attrs"
+# Encoding of the input of a dequantize node (set by AnnotateQuantAttrs).
+QCOM_DEQUANT_ATTRS = "qcom_dequant_attrs"
+# Linear nodes marked by the opt-in ConvertLinearToConv2d edge pass (rewritten in preprocess).
+QCOM_LINEAR_AS_CONV = "qcom_linear_as_conv"

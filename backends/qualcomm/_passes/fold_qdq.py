@@ -1,0 +1,93 @@
+"""Fold the QDQ pairs of a delegated graph into tensor encodings.
+
+1. A dequantize of a constant (quantized weight / bias / table) becomes an encoding on the
+   constant placeholder, which the builders write as a STATIC quantized tensor.
+2. A quantize after an op whose activation inputs are all dequantized (a quantized op)
+   becomes the op's output encoding.
+3. A dequantize of a quantized tensor is bypassed for consumers that are quantized ops;
+   it stays (QNN `Dequantize`) for float consumers and delegate outputs.
+Quantize nodes left over are graph-input `Quantize`s or requantizations (InsertRequantize)."""
+from __future__ import annotations
+
+import operator
+from typing import List
+
+import torch
+from torch.export import ExportedProgram
+
+from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
+from backends.qualcomm.builders.utils import is_constant
+from backends.qualcomm.utils.constants import QCOM_DEQUANT_ATTRS, QCOM_QUANT_ATTRS
+
+
+def compute_source(node: torch.fx.Node) -> torch.fx.Node:
+    """The op that produces `node` (a getitem's tuple-returning source)."""
+    return node.args[0] if node.target is operator.getitem else node
+
+
+def _activation_inputs(node: torch.fx.Node) -> List[torch.fx.Node]:
+    return [a for a in node.all_input_nodes if not is_constant(a)]
+
+
+def is_quantized_op(node: torch.fx.Node) -> bool:
+    """Every non-constant input comes from a dequantize (or is already quantized)."""
+    if node.op != "call_function" or is_quantize(node) or is_dequantize(node):
+        return False
+    inputs = _activation_inputs(node)
+    return bool(inputs) and all(is_dequantize(a) or QCOM_QUANT_ATTRS in a.meta for a in inputs)
+
+
+def _fold_constant_dequantizes(graph: torch.fx.Graph) -> None:
+    for dq in [n for n in graph.nodes if is_dequantize(n)]:
+        source = dq.args[0]
+        if not is_constant(source):
+            continue
+        source.meta[QCOM_QUANT_ATTRS] = dq.meta[QCOM_DEQUANT_ATTRS]
+        for user in list(dq.users):
+            if user.op != "output":
+                user.replace_input_with(dq, source)
+        if not dq.users:
+            graph.erase_node(dq)
+
+
+def _fold_output_quantizes(graph: torch.fx.Graph) -> None:
+    for q in [n for n in graph.nodes if is_quantize(n)]:
+        producer = q.args[0]
+        if not isinstance(producer, torch.fx.Node) or not is_quantized_op(compute_source(producer)):
+            continue
+        if any(not is_quantize(u) for u in producer.users):
+            continue
+        attrs = q.meta[QCOM_QUANT_ATTRS]
+        existing = producer.meta.get(QCOM_QUANT_ATTRS)
+        if existing is not None and not existing.same_encoding(attrs):
+            continue  # a second encoding of the same tensor: InsertRequantize makes it a Convert
+        producer.meta[QCOM_QUANT_ATTRS] = attrs
+        compute_source(producer).meta[QCOM_QUANT_ATTRS] = attrs
+        q.replace_all_uses_with(producer)
+        graph.erase_node(q)
+
+
+def _consumes_quantized(user: torch.fx.Node) -> bool:
+    return user.op == "call_function" and QCOM_QUANT_ATTRS in compute_source(user).meta \
+        and not is_quantize(user)
+
+
+def _bypass_activation_dequantizes(graph: torch.fx.Graph) -> None:
+    for dq in [n for n in graph.nodes if is_dequantize(n)]:
+        source = dq.args[0]
+        if QCOM_QUANT_ATTRS not in source.meta or is_constant(source):
+            continue
+        for user in list(dq.users):
+            if _consumes_quantized(user):
+                user.replace_input_with(dq, source)
+        if not dq.users:
+            graph.erase_node(dq)
+
+
+def fold_qdq(ep: ExportedProgram) -> ExportedProgram:
+    graph = ep.graph_module.graph
+    _fold_constant_dequantizes(graph)
+    _fold_output_quantizes(graph)
+    _bypass_activation_dequantizes(graph)
+    ep.graph_module.recompile()
+    return ep

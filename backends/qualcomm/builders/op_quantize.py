@@ -1,0 +1,49 @@
+"""Quantize / dequantize nodes left after FoldQDQ: float -> quantized (`Quantize`),
+quantized -> quantized with another encoding (`Convert`), quantized -> float (`Dequantize`)."""
+from __future__ import annotations
+
+import torch
+
+from backends.qualcomm.builders.graph_builder import GraphBuilder
+from backends.qualcomm.builders.quant_encoding import DEQUANTIZE_OPS, QUANTIZE_OPS
+from backends.qualcomm.builders.registry import (
+    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, register_builder, tensor_vals,
+)
+from backends.qualcomm.builders.utils import input_layout, is_constant, is_quantized
+
+
+@register_builder
+class QuantizeBuilder(NodeBuilder):
+    targets = sorted(QUANTIZE_OPS, key=str)
+    layout_policy = LayoutPolicy.AGNOSTIC
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        source = tensor_vals(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else []
+        if not source or source[0].dtype != torch.float32:
+            return False, "quantize input must be a float32 tensor"
+        return SUPPORTED
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        x_node = node.args[0]
+        x = gb.tensor(x_node, input_layout(node))
+        op_type = "Convert" if x.quant is not None or is_quantized(x_node) else "Quantize"
+        gb.add_op(node, op_type, [x], [gb.define_output(node)])
+
+
+@register_builder
+class DequantizeBuilder(NodeBuilder):
+    targets = sorted(DEQUANTIZE_OPS, key=str)
+    layout_policy = LayoutPolicy.AGNOSTIC
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        source = node.args[0]
+        if not isinstance(source, torch.fx.Node):
+            return False, "dequantize input is not a tensor"
+        if source.op == "call_function" or is_constant(source):
+            return SUPPORTED
+        return False, "dequantize of a quantized graph input (the delegate takes float inputs)"
+
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        x = gb.tensor(node.args[0], input_layout(node))
+        gb.add_op(node, "Dequantize", [x], [gb.define_output(node, dtype=torch.float32)])

@@ -1,0 +1,133 @@
+"""Annotators per op family (table rows): which inputs are observed and how the output is.
+
+Families:
+- weighted (conv2d, linear): activation in, weight (per tensor / channel / block), derived
+  int32 bias, activation out.
+- compute (elementwise, activations, softmax, norms, reductions, avg pools, matmul):
+  every tensor input and the output get activation specs.
+- shared (reshape-like, max pool, cat, slice, embedding): the first input is observed,
+  the other inputs and the output share its parameters."""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional
+
+import torch
+from torch.fx import Node
+from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
+
+from backends.qualcomm.quantizer.qconfig import QuantConfig, bias_spec
+
+Q_ANNOTATION_KEY = "quantization_annotation"
+_aten = torch.ops.aten
+
+
+def _ops(*names: str) -> List[object]:
+    found = []
+    for name in names:
+        packet, overload = name.split(".")
+        op = getattr(getattr(_aten, packet, None), overload, None)
+        if op is not None:
+            found.append(op)
+    return found
+
+
+CONV_OPS = _ops("conv2d.default", "conv2d.padding", "convolution.default")
+LINEAR_OPS = _ops("linear.default")
+COMPUTE_OPS = _ops(
+    "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "add_.Tensor", "mul_.Tensor",
+    "rsub.Scalar", "relu.default", "relu_.default", "hardtanh.default", "hardtanh_.default",
+    "relu6.default", "sigmoid.default", "tanh.default", "gelu.default", "silu.default",
+    "silu_.default", "hardswish.default", "hardswish_.default", "softmax.int", "_softmax.default",
+    "layer_norm.default", "batch_norm.default", "_native_batch_norm_legit_no_training.default",
+    "mean.dim", "sum.dim_IntList", "avg_pool2d.default", "adaptive_avg_pool2d.default",
+    "matmul.default", "bmm.default", "mm.default",
+)
+SHARED_OPS = _ops(
+    "view.default", "reshape.default", "permute.default", "transpose.int", "t.default",
+    "flatten.using_ints", "squeeze.dim", "squeeze.dims", "squeeze.default", "unsqueeze.default",
+    "expand.default", "slice.Tensor", "select.int", "max_pool2d.default", "cat.default",
+    "clone.default", "contiguous.default", "dropout.default", "embedding.default",
+    "_unsafe_view.default", "constant_pad_nd.default", "pad.default",
+)
+# Inputs of compute ops that are not activations (weights of norms stay float).
+_FLOAT_ARG_POSITIONS: Dict[object, tuple] = {
+    op: (1, 2, 3, 4) for op in _ops("layer_norm.default", "batch_norm.default",
+                                    "_native_batch_norm_legit_no_training.default")
+}
+
+
+def is_annotated(node: Node) -> bool:
+    annotation = node.meta.get(Q_ANNOTATION_KEY)
+    return annotation is not None and annotation._annotated
+
+
+def _tensor_args(node: Node, skip: tuple = ()) -> List[Node]:
+    args = []
+    for i, arg in enumerate(node.args):
+        if i in skip:
+            continue
+        for a in (arg if isinstance(arg, (list, tuple)) else [arg]):
+            if isinstance(a, Node) and isinstance(a.meta.get("val"), torch.Tensor) \
+                    and a.meta["val"].is_floating_point():
+                args.append(a)
+    return args
+
+
+def _set(node: Node, inputs: Dict[Node, object], output: Optional[object]) -> None:
+    node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(
+        input_qspec_map=inputs, output_qspec=output, _annotated=True)
+
+
+def _weight_spec(node: Node, config: QuantConfig, per_channel: bool, block_size: Optional[int]):
+    weight = node.args[1]
+    if config.weight_block is not None and block_size:
+        shape = tuple(weight.meta["val"].shape)
+        return config.weight_block((1, block_size) + shape[2:]), True
+    if per_channel:
+        return config.weight_per_channel, False
+    return config.weight, False
+
+
+def annotate_weighted(node: Node, config: QuantConfig, block_size: Optional[int] = None) -> None:
+    """conv2d / linear: input, weight, derived bias, output."""
+    x, weight = node.args[0], node.args[1]
+    bias = node.args[2] if len(node.args) > 2 else None
+    per_channel = config.is_conv_per_channel if node.target in CONV_OPS else config.is_linear_per_channel
+    w_spec, is_block = _weight_spec(node, config, per_channel, block_size)
+    inputs: Dict[Node, object] = {weight: w_spec}
+    if config.input_activation is not None:
+        inputs[x] = config.input_activation
+        if isinstance(bias, Node) and not is_block:
+            inputs[bias] = bias_spec((x, node), (weight, node), per_channel)
+    _set(node, inputs, config.output_activation)
+
+
+def annotate_compute(node: Node, config: QuantConfig) -> None:
+    if config.input_activation is None:
+        return
+    skip = _FLOAT_ARG_POSITIONS.get(node.target, ())
+    inputs = {a: config.input_activation for a in _tensor_args(node, skip)}
+    _set(node, inputs, config.output_activation)
+
+
+def annotate_shared(node: Node, config: QuantConfig) -> None:
+    if config.input_activation is None:
+        return
+    args = _tensor_args(node)
+    if not args:
+        return
+    first = args[0]
+    shared = SharedQuantizationSpec((first, node))
+    inputs = {first: config.input_activation}
+    inputs.update({a: shared for a in args[1:]})
+    _set(node, inputs, shared)
+
+
+def annotator_for(target: object) -> Optional[Callable]:
+    if target in CONV_OPS or target in LINEAR_OPS:
+        return annotate_weighted
+    if target in COMPUTE_OPS:
+        return annotate_compute
+    if target in SHARED_OPS:
+        return annotate_shared
+    return None
