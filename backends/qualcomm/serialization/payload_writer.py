@@ -1,7 +1,7 @@
 """Serialize a QnnGraph into a delegate blob (QnnContextBinary wrapping a QnnPayload)."""
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import flatbuffers
 import numpy as np
@@ -60,8 +60,22 @@ def _tensor_data_bytes(tensor: QnnTensor) -> bytes:
     return array.tobytes()
 
 
-def _write_tensor(builder: flatbuffers.Builder, tensor: QnnTensor) -> int:
-    data = _aligned_bytes_vector(builder, _tensor_data_bytes(tensor)) if tensor.data is not None else None
+def _static_data_vector(builder: flatbuffers.Builder, tensor: QnnTensor,
+                        shared: Optional[Dict[bytes, int]]) -> Optional[int]:
+    """The data vector of a STATIC tensor; with `shared`, identical bytes are written once."""
+    if tensor.data is None:
+        return None
+    data = _tensor_data_bytes(tensor)
+    if shared is None:
+        return _aligned_bytes_vector(builder, data)
+    if data not in shared:
+        shared[data] = _aligned_bytes_vector(builder, data)
+    return shared[data]
+
+
+def _write_tensor(builder: flatbuffers.Builder, tensor: QnnTensor,
+                  shared: Optional[Dict[bytes, int]] = None) -> int:
+    data = _static_data_vector(builder, tensor, shared)
     quant = _write_quant(builder, tensor.quant) if tensor.quant is not None else None
     dims = _numpy_vector(builder, tensor.dims, "<u4")
     name = builder.CreateString(tensor.name)
@@ -120,8 +134,9 @@ def _write_op(builder: flatbuffers.Builder, op: QnnOp) -> int:
     return gen.OpEnd(builder)
 
 
-def _write_graph(builder: flatbuffers.Builder, graph: QnnGraph) -> int:
-    tensors = _offsets_vector(builder, [_write_tensor(builder, t) for t in graph.tensors])
+def _write_graph(builder: flatbuffers.Builder, graph: QnnGraph,
+                 shared: Optional[Dict[bytes, int]] = None) -> int:
+    tensors = _offsets_vector(builder, [_write_tensor(builder, t, shared) for t in graph.tensors])
     ops = _offsets_vector(builder, [_write_op(builder, o) for o in graph.ops])
     inputs = _numpy_vector(builder, graph.inputs, "<u4")
     outputs = _numpy_vector(builder, graph.outputs, "<u4")
@@ -140,10 +155,15 @@ def _static_bytes(graphs: Sequence[QnnGraph]) -> int:
     return sum(t.data.nbytes for g in graphs for t in g.tensors if t.data is not None)
 
 
-def serialize_payload(graphs: Sequence[QnnGraph]) -> bytes:
-    """QnnPayload flatbuffer bytes (identifier QNNP) holding `graphs`."""
+def serialize_payload(graphs: Sequence[QnnGraph], share_static_data: bool = False) -> bytes:
+    """QnnPayload flatbuffer bytes (identifier QNNP) holding `graphs`.
+
+    share_static_data: STATIC tensors with identical bytes (in any graph) point
+    to one data vector, so shared weights are stored once.
+    """
     builder = flatbuffers.Builder(_static_bytes(graphs) + 64 * 1024)
-    graph_offsets = _offsets_vector(builder, [_write_graph(builder, g) for g in graphs])
+    shared: Optional[Dict[bytes, int]] = {} if share_static_data else None
+    graph_offsets = _offsets_vector(builder, [_write_graph(builder, g, shared) for g in graphs])
     gen.QnnPayloadStart(builder)
     gen.QnnPayloadAddSchemaVersion(builder, SCHEMA_VERSION)
     gen.QnnPayloadAddGraphs(builder, graph_offsets)
@@ -163,6 +183,6 @@ def wrap_context_binary(payload: bytes) -> bytes:
     return bytes(builder.Output())
 
 
-def serialize_graphs(graphs: Sequence[QnnGraph]) -> bytes:
+def serialize_graphs(graphs: Sequence[QnnGraph], share_static_data: bool = False) -> bytes:
     """The full delegate blob for `graphs`."""
-    return wrap_context_binary(serialize_payload(graphs))
+    return wrap_context_binary(serialize_payload(graphs, share_static_data))

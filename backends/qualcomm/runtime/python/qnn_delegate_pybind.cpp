@@ -92,14 +92,22 @@ py::array checked_input(const engine::GraphExecutor& g, size_t i, const py::arra
   return py::array::ensure(arr, py::array::c_style);
 }
 
-py::list run_payload(const py::bytes& blob, const std::vector<py::array>& inputs, int graph_index) {
-  if (graph_index < 0) throw_value_error("graph_index must be >= 0");
-  const std::string data = blob_of(blob);
-  std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;
-  engine::Status s = runtime::load_graphs(data.data(), data.size(),
-                                          runtime::engine_options_from_env(), graph_index, graphs);
-  if (!s.ok()) raise_status(s);
-  engine::GraphExecutor& g = *graphs.front();
+// Fresh output arrays of graph `g` and their data pointers.
+py::list new_outputs(const engine::GraphExecutor& g, std::vector<void*>& out_ptrs) {
+  py::list outputs;
+  out_ptrs.clear();
+  for (size_t i = 0; i < g.num_outputs(); ++i) {
+    const engine::TensorInfo& info = g.output_info(i);
+    std::vector<py::ssize_t> shape(info.dims.begin(), info.dims.end());
+    py::array out(numpy_dtype_of(info.dtype, info.name), shape);
+    out_ptrs.push_back(out.mutable_data());
+    outputs.append(out);
+  }
+  return outputs;
+}
+
+// Executes the built graph once with the caller's input arrays into new output arrays.
+py::list execute_once(engine::GraphExecutor& g, const std::vector<py::array>& inputs) {
   if (inputs.size() != g.num_inputs()) {
     throw_value_error("graph '" + g.name() + "' has " + std::to_string(g.num_inputs()) +
                           " inputs, got " + std::to_string(inputs.size()));
@@ -110,20 +118,38 @@ py::list run_payload(const py::bytes& blob, const std::vector<py::array>& inputs
     in_arrays.push_back(checked_input(g, i, inputs[i]));
     in_ptrs.push_back(const_cast<void*>(in_arrays.back().data()));
   }
-  py::list outputs;
-  for (size_t i = 0; i < g.num_outputs(); ++i) {
-    const engine::TensorInfo& info = g.output_info(i);
-    std::vector<py::ssize_t> shape(info.dims.begin(), info.dims.end());
-    py::array out(numpy_dtype_of(info.dtype, info.name), shape);
-    out_ptrs.push_back(out.mutable_data());
-    outputs.append(out);
-  }
+  py::list outputs = new_outputs(g, out_ptrs);
+  engine::Status s;
   {
     py::gil_scoped_release release;
     s = g.execute(in_ptrs.data(), out_ptrs.data());
   }
   if (!s.ok()) raise_status(s);
   return outputs;
+}
+
+std::unique_ptr<engine::GraphExecutor> build_graph(const std::string& data, int graph_index) {
+  if (graph_index < 0) throw_value_error("graph_index must be >= 0");
+  std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;
+  const engine::Status s = runtime::load_graphs(data.data(), data.size(),
+                                                runtime::engine_options_from_env(), graph_index, graphs);
+  if (!s.ok()) raise_status(s);
+  return std::move(graphs.front());
+}
+
+py::list run_payload(const py::bytes& blob, const std::vector<py::array>& inputs, int graph_index) {
+  const std::unique_ptr<engine::GraphExecutor> g = build_graph(blob_of(blob), graph_index);
+  return execute_once(*g, inputs);
+}
+
+// Builds the graph once and executes it per input set, each time with the
+// caller's input buffers and new output buffers (tests buffer rebinding).
+py::list execute_many(const py::bytes& blob, const std::vector<std::vector<py::array>>& input_sets,
+                      int graph_index) {
+  const std::unique_ptr<engine::GraphExecutor> g = build_graph(blob_of(blob), graph_index);
+  py::list results;
+  for (const auto& inputs : input_sets) results.append(execute_once(*g, inputs));
+  return results;
 }
 
 bool is_known_option(const std::string& key) {
@@ -229,6 +255,8 @@ PYBIND11_MODULE(_qnn_delegate, m) {
         "Verify a delegate blob and build its graphs; raises ValueError naming the problem.");
   m.def("run_payload", &run_payload, py::arg("blob"), py::arg("inputs"), py::arg("graph_index") = 0,
         "Init + execute + destroy a payload graph on the engine (no ExecuTorch).");
+  m.def("execute_many", &execute_many, py::arg("blob"), py::arg("input_sets"), py::arg("graph_index") = 0,
+        "Build a payload graph once, execute it per input set with new output buffers each time.");
   m.def("set_runtime_option", &set_runtime_option, py::arg("key"), py::arg("value"));
   m.def("set_runtime_options", &set_runtime_options, py::arg("options"),
         "Set several runtime options in one backend call (valid ones apply even if others fail).");

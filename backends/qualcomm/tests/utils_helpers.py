@@ -1,0 +1,139 @@
+"""Helpers of test_qnn_utils.py: lowering small models, loading .pte files with
+ETDump, reading the Inspector's delegate events, counting delegate blobs."""
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from executorch.exir._serialize._program import deserialize_pte_binary
+from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+from backends.qualcomm import (
+    QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
+    to_edge_transform_and_lower_to_qnn,
+)
+from backends.qualcomm.utils.runtime_options import require_extension
+
+BACKEND = "QnnDelegate"
+RUNTIME_KEYS = ("qnn_runtime_log_level", "qnn_runtime_profile_level",
+                "qnn_runtime_htp_performance_mode", "qnn_runtime_heap_profiling_path")
+
+
+def native():
+    return require_extension()
+
+
+def fp16_specs(profile_level: int = 0, **htp_kwargs) -> list:
+    return generate_qnn_executorch_compiler_spec(
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True, **htp_kwargs),
+        profile_level=profile_level)
+
+
+def lower_to_pte(module, inputs, path: Path, specs: Optional[list] = None, **kwargs) -> Path:
+    """Lower (a module or a dict of methods) with the fp16 spec and write the .pte."""
+    edge = to_edge_transform_and_lower_to_qnn(module, inputs, specs or fp16_specs(), **kwargs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    edge.to_executorch().write_to_file(open(path, "wb"))
+    return path
+
+
+def delegate_blobs(edge, method: str = "forward") -> List[bytes]:
+    gm = edge.exported_program(method).graph_module
+    return [lowered.processed_bytes for _, lowered, _ in get_lowered_submodules(gm)]
+
+
+def pte_delegate_data_count(path: Path) -> int:
+    """Delegate blobs stored in a .pte (identical blobs are stored once)."""
+    program = deserialize_pte_binary(path.read_bytes()).program
+    return len(program.backend_delegate_data)
+
+
+def pte_method_names(path: Path) -> List[str]:
+    return [plan.name for plan in deserialize_pte_binary(path.read_bytes()).program.execution_plan]
+
+
+def load_method(path: Path, method: str = "forward", etdump: bool = False):
+    """(program, method) loaded through executorch.runtime."""
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(str(path), enable_etdump=etdump, debug_buffer_size=0)
+    return program, program.load_method(method)
+
+
+def run(method, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    return [torch.as_tensor(o).clone() for o in method.execute(list(inputs))]
+
+
+def delegate_events(etdump_path: Path) -> List[Tuple[str, str, int]]:
+    """(name, raw metadata of the first run, number of runs) of every delegate
+    event the Inspector shows, in order (without an ETRecord the Inspector
+    does not know the backend name, so every delegated event is ours)."""
+    from executorch.devtools import Inspector
+
+    inspector = Inspector(etdump_path=str(etdump_path))
+    events = []
+    for block in inspector.event_blocks:
+        for event in block.events:
+            if event.is_delegated_op:
+                metadata = event.raw_delegate_debug_metadatas or [""]
+                events.append((event.name, _as_text(metadata[0]), len(event.perf_data.raw)))
+    return events
+
+
+def _as_text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def parse_metadata(text: str) -> Dict[str, str]:
+    """'type=Conv2d;us=1.2;cycles=3' -> dict."""
+    return dict(part.split("=", 1) for part in text.strip("\x00").split(";") if "=" in part)
+
+
+def write_etdump(program, path: Path) -> Path:
+    program.write_etdump_result_to_file(str(path), str(path) + ".debug")
+    return path
+
+
+def release(*objects) -> None:
+    """Drop runtime objects and collect, so that their delegate handles are destroyed."""
+    del objects
+    gc.collect()
+
+
+def reset_runtime_options() -> None:
+    native().reset_runtime_options()
+
+
+class SharedMlp(torch.nn.Module):
+    """Linear layers whose weights two methods share (prefill [4, 64] / decode [1, 64])."""
+
+    def __init__(self, layers: torch.nn.ModuleList):
+        super().__init__()
+        self.layers = layers
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
+def shared_mlp_methods(width: int = 64, depth: int = 3) -> Tuple[dict, dict]:
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+    modules = {"prefill": SharedMlp(layers).eval(), "decode": SharedMlp(layers).eval()}
+    inputs = {"prefill": (torch.randn(4, width),), "decode": (torch.randn(1, width),)}
+    return modules, inputs
+
+
+class SplitNet(torch.nn.Module):
+    """conv -> relu -> (sigmoid kept on CPU) -> conv: two delegate partitions."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(torch.sigmoid(torch.relu(self.conv1(x))))

@@ -1,0 +1,112 @@
+"""Weight sharing across methods: one context (one delegate blob) holding one
+graph per method, with identical static data stored once.
+
+After each method is lowered on its own, every qnn-delegate blob is read back,
+its graphs renamed after their method (`<method>`, then `<method>_1`, ... for
+further partitions), and all graphs are written into one blob whose STATIC
+tensors with identical bytes share one data vector. Every lowered module then
+carries that same blob (ExecuTorch stores identical delegate blobs once) and a
+compile spec naming its own graph, which the runtime picks from the shared
+context.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+from executorch.exir import EdgeProgramManager
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.lowered_backend_module import LoweredBackendModule, get_lowered_submodules
+
+from backends.qualcomm.serialization.payload_reader import deserialize
+from backends.qualcomm.serialization.payload_writer import serialize_graphs
+from backends.qualcomm.serialization.qnn_graph import QnnGraph, QnnOp, QnnParam, QnnTensor, QuantParams
+from backends.qualcomm.utils.compile_spec import options_from_compile_specs, serialize_options
+from backends.qualcomm.utils.constants import QCOM_COMPILE_SPEC_KEY
+
+BACKEND_ID = "QnnDelegate"
+
+# Dataclass -> how its nested fields are converted from the object-API value.
+_NESTED = {"quant": QuantParams, "params": QnnParam, "tensors": QnnTensor, "ops": QnnOp}
+_ARRAY_FIELDS = {"data", "block_scales"}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _plain(name: str, value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if name in _ARRAY_FIELDS:
+        return None if value is None else np.asarray(value, dtype=np.uint8)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+def _from_object(cls, obj) -> Any:
+    """A serialization dataclass built from its generated object-API counterpart."""
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        value = getattr(obj, _camel(f.name), None)
+        nested = _NESTED.get(f.name)
+        if nested is not None and value is not None:
+            value = [_from_object(nested, v) for v in value] if isinstance(value, list) else \
+                _from_object(nested, value)
+        elif value is None and f.default is dataclasses.MISSING and \
+                f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            value = f.default_factory()  # type: ignore[misc]
+        else:
+            value = _plain(f.name, value)
+        if value is None and f.default is not dataclasses.MISSING:
+            value = f.default
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def graphs_of_blob(blob: bytes) -> List[QnnGraph]:
+    """The graphs of a delegate blob as QnnGraph objects (ready to serialize again)."""
+    return [_from_object(QnnGraph, g) for g in (deserialize(blob).graphs or [])]
+
+
+def _qnn_lowered_modules(manager: EdgeProgramManager) -> List[Tuple[str, LoweredBackendModule]]:
+    found = []
+    for method in manager.methods:
+        graph_module = manager.exported_program(method).graph_module
+        for _, lowered, _ in get_lowered_submodules(graph_module):
+            if lowered.backend_id in (BACKEND_ID, "QnnBackend"):
+                found.append((method, lowered))
+    return found
+
+
+def with_graph_name(compile_specs: List[CompileSpec], graph_name: str) -> List[CompileSpec]:
+    """Compile specs whose qnn options name `graph_name` as the graph to run."""
+    options = options_from_compile_specs(compile_specs)
+    options.graphName = [graph_name]
+    return [CompileSpec(QCOM_COMPILE_SPEC_KEY, serialize_options(options))
+            if s.key == QCOM_COMPILE_SPEC_KEY else s for s in compile_specs]
+
+
+def share_weights_across_methods(manager: EdgeProgramManager) -> bytes:
+    """Give every qnn-delegate module of `manager` one merged blob (returned)."""
+    modules = _qnn_lowered_modules(manager)
+    if not modules:
+        raise ValueError("weight sharing: no method has a qnn-delegate partition")
+    graphs: List[QnnGraph] = []
+    names: Dict[int, str] = {}
+    counts: Dict[str, int] = {}
+    for method, lowered in modules:
+        for graph in graphs_of_blob(lowered.processed_bytes):
+            index = counts.get(method, 0)
+            counts[method] = index + 1
+            graph.name = method if index == 0 else f"{method}_{index}"
+            graphs.append(graph)
+            names.setdefault(id(lowered), graph.name)
+    merged = serialize_graphs(graphs, share_static_data=True)
+    for _, lowered in modules:
+        lowered._processed_bytes = merged
+        lowered._compile_specs = with_graph_name(lowered.compile_specs, names[id(lowered)])
+    return merged
