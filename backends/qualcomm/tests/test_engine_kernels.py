@@ -41,10 +41,12 @@ class GraphBuilder:
         self.fp16 = fp16
 
     def tensor(self, name: str, kind: int, dims: Sequence[int], dtype: int = F32,
-               data: Optional[np.ndarray] = None, tid: Optional[int] = None) -> int:
+               data: Optional[np.ndarray] = None, tid: Optional[int] = None,
+               quant: Optional[dict] = None) -> int:
+        """quant: QuantizeParams fields (encoding, bitwidth, scale, offset, axis, scales, ...)."""
         index = len(self.tensors)
         self.tensors.append(dict(id=index if tid is None else tid, name=name, kind=kind,
-                                 dims=list(dims), dtype=dtype, data=data))
+                                 dims=list(dims), dtype=dtype, data=data, quant=quant))
         if kind == gen.QnnTensorType.APP_WRITE:
             self.inputs.append(index)
         if kind == gen.QnnTensorType.APP_READ:
@@ -107,8 +109,29 @@ class GraphBuilder:
             b.PrependUOffsetTRelative(off)
         return b.EndVector(len(offsets))
 
+    @staticmethod
+    def _quant(b: flatbuffers.Builder, q: dict) -> int:
+        vectors = {key: b.CreateNumpyVector(np.asarray(q[key], dtype=dt))
+                   for key, dt in (("scales", "<f4"), ("offsets", "<i4"), ("block_scales", "u1"))
+                   if q.get(key) is not None}
+        gen.QuantizeParamsStart(b)
+        gen.QuantizeParamsAddEncoding(b, q["encoding"])
+        gen.QuantizeParamsAddBitwidth(b, q.get("bitwidth", 8))
+        gen.QuantizeParamsAddScale(b, q.get("scale", 0.0))
+        gen.QuantizeParamsAddOffset(b, q.get("offset", 0))
+        gen.QuantizeParamsAddAxis(b, q.get("axis", -1))
+        gen.QuantizeParamsAddBlockAxis(b, q.get("block_axis", -1))
+        gen.QuantizeParamsAddBlockSize(b, q.get("block_size", 0))
+        gen.QuantizeParamsAddBlockScaleBitwidth(b, q.get("block_scale_bitwidth", 4))
+        for key, add in (("scales", gen.QuantizeParamsAddScales), ("offsets", gen.QuantizeParamsAddOffsets),
+                         ("block_scales", gen.QuantizeParamsAddBlockScales)):
+            if key in vectors:
+                add(b, vectors[key])
+        return gen.QuantizeParamsEnd(b)
+
     def _tensor(self, b: flatbuffers.Builder, t: dict) -> int:
         data = self._aligned_bytes(b, t["data"].tobytes()) if t["data"] is not None else None
+        quant = self._quant(b, t["quant"]) if t.get("quant") else None
         dims = b.CreateNumpyVector(np.asarray(t["dims"], dtype="<u4"))
         name = b.CreateString(t["name"])
         gen.TensorStart(b)
@@ -119,6 +142,8 @@ class GraphBuilder:
         gen.TensorAddDims(b, dims)
         if data is not None:
             gen.TensorAddData(b, data)
+        if quant is not None:
+            gen.TensorAddQuant(b, quant)
         return gen.TensorEnd(b)
 
     def _op(self, b: flatbuffers.Builder, o: dict) -> int:

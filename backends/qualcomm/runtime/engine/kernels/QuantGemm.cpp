@@ -5,7 +5,8 @@ namespace engine {
 
 bool integer_weights_supported(const TensorInfo& w, int out_axis, int k_axis) {
   const QuantInfo& q = w.quant;
-  const bool signed_weight = w.dtype == DType::SFIXED_POINT_8 || w.dtype == DType::SFIXED_POINT_4;
+  const bool signed_weight = w.dtype == DType::SFIXED_POINT_8 || w.dtype == DType::SFIXED_POINT_4 ||
+                             w.dtype == DType::SFIXED_POINT_16;
   if (w.kind != TensorKind::STATIC || !signed_weight || !is_symmetric(w)) return false;
   if (q.per_tensor()) return true;
   if (q.per_channel()) return q.axis == out_axis;
@@ -15,12 +16,11 @@ bool integer_weights_supported(const TensorInfo& w, int out_axis, int k_axis) {
 namespace {
 
 template <typename W>
-void fill_weights(const TensorInfo& w, const int8_t* unpacked, size_t N, size_t K, bool n_last,
-                  W* dst) {
-  for (size_t i = 0; i < w.numel; ++i) {
+void fill_weights(const int32_t* values, size_t numel, size_t N, size_t K, bool n_last, W* dst) {
+  for (size_t i = 0; i < numel; ++i) {
     const size_t n = n_last ? i % N : i / K;
     const size_t k = n_last ? i / N : i % K;
-    dst[n * K + k] = W(int32_t(unpacked[i]) * int32_t(block_scale_at(w, i)));
+    dst[n * K + k] = W(values[i]);
   }
 }
 
@@ -30,26 +30,32 @@ Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_l
                         TrackingAllocator* alloc, QWeights& out) {
   out.N = N;
   out.K = N ? w.numel / N : 0;
-  Buffer unpacked(alloc, w.numel);
-  if (!unpacked.valid()) {
+  // Integer values with LPBQ block scales folded in (init-time temporary).
+  Buffer values(alloc, w.numel * sizeof(int32_t));
+  if (!values.valid()) {
     return v.fail(ErrorKind::MemoryAllocationFailed, "cannot unpack weight '%s'", w.name.c_str());
   }
-  unpack_int8(w, unpacked.as<int8_t>());
-  int32_t max_abs = 0;
+  int32_t* vals = values.as<int32_t>();
+  int32_t lo = 0, hi = 0;
   for (size_t i = 0; i < w.numel; ++i) {
-    const int32_t x = int32_t(unpacked.as<int8_t>()[i]) * int32_t(block_scale_at(w, i));
-    max_abs = std::max(max_abs, x < 0 ? -x : x);
+    vals[i] = int32_t(static_q_at(w, i)) * int32_t(block_scale_at(w, i));
+    lo = std::min(lo, vals[i]);
+    hi = std::max(hi, vals[i]);
   }
-  out.wide = max_abs > 127;
+  if (lo < -32768 || hi > 32767) {
+    return v.fail(ErrorKind::NotSupported, "weight '%s' values with block scales exceed int16",
+                  w.name.c_str());
+  }
+  out.wide = lo < -128 || hi > 127;
   out.data = Buffer(alloc, w.numel * (out.wide ? 2 : 1));
   if (!out.data.valid()) {
     return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate packed weight '%s'",
                   w.name.c_str());
   }
   if (out.wide) {
-    fill_weights(w, unpacked.as<int8_t>(), N, out.K, n_last, out.data.as<int16_t>());
+    fill_weights(vals, w.numel, N, out.K, n_last, out.data.as<int16_t>());
   } else {
-    fill_weights(w, unpacked.as<int8_t>(), N, out.K, n_last, out.data.as<int8_t>());
+    fill_weights(vals, w.numel, N, out.K, n_last, out.data.as<int8_t>());
   }
   out.scale.assign(N, 0.0);
   for (size_t i = 0; i < w.numel; ++i) {

@@ -1,0 +1,151 @@
+"""Quantized engine kernels on hand-built payloads vs a numpy reference of OPS.md.
+
+Every op output must be within 1 quantization step of the reference on every
+element and exact on >= 99% of them (integer ops: exact integer accumulation,
+double requantization; other ops: f on the dequantized inputs, requantized).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from backends.qualcomm import _qnn_delegate as qd
+from backends.qualcomm.tests.quant_reference import (
+    E, QGraph, S32, U8, U16, act_quant, assert_within_one_step, dequantize, int32_bias, lpbq_quant,
+    pack_bits, quantize, requantize, weight_dtype, weight_quant)
+from backends.qualcomm.tests.test_engine_kernels import I32, U32, GraphBuilder, randn, scalar, u32
+
+ACT = {"u8": U8, "u16": U16}
+
+
+def conv_ref(x, w_hwio, b, stride, pad, groups):
+    """float64 NHWC conv2d with HWIO weights."""
+    xt = torch.from_numpy(x.astype(np.float64)).permute(0, 3, 1, 2)
+    wt = torch.from_numpy(np.ascontiguousarray(w_hwio, np.float64)).permute(3, 2, 0, 1)
+    y = F.conv2d(xt, wt, torch.from_numpy(b.astype(np.float64)), stride=stride, padding=pad, groups=groups)
+    return y.permute(0, 2, 3, 1).numpy()
+
+
+# ---- Quantize / Dequantize / Convert -------------------------------------------------------
+@pytest.mark.parametrize("src,dst", [("u8", "u8"), ("u8", "u16"), ("u16", "u8"), ("u16", "u16")])
+def test_quantize_convert_dequantize(src, dst):
+    x = randn(4, 33, seed=1) * 3
+    qin = act_quant(x, ACT[src])
+    qout = act_quant(x * 0.7 + 0.2, ACT[dst])
+    qg = QGraph()
+    xi = qg.act("x", x, qin)
+    got = qg.run("Convert", [xi], qg.out(x.shape, qout))
+    want = quantize(dequantize(quantize(x, qin), qin), qout)
+    np.testing.assert_array_equal(got, want)
+
+
+# ---- FullyConnected ------------------------------------------------------------------------
+FC_CASES = {  # name: (activation, weight bits, per_channel, int32 bias, lpbq block)
+    "8a8w_tensor": ("u8", 8, False, True, 0),
+    "8a8w_channel": ("u8", 8, True, True, 0),
+    "16a8w_channel": ("u16", 8, True, False, 0),
+    "8a4w_channel": ("u8", 4, True, True, 0),
+    "16a4w_tensor": ("u16", 4, False, False, 0),
+    "16a2w_channel": ("u16", 2, True, False, 0),
+    "16a16w_channel": ("u16", 16, True, False, 0),
+    "16a4w_block": ("u16", 4, True, False, 16),
+    "8a4w_block": ("u8", 4, True, False, 8),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FC_CASES))
+def test_fully_connected_quantized(case):
+    act, bits, per_channel, int_bias, block = FC_CASES[case]
+    x, w, b = randn(5, 3, 48, seed=2), randn(24, 48, seed=3) * 0.2, randn(24, seed=4)
+    qx = act_quant(x, ACT[act])
+    if block:
+        wq, wparams, wscale = lpbq_quant(w, axis=0, block_axis=1, block_size=block)
+    else:
+        wq, wparams, wscale = weight_quant(w, 0 if per_channel else None, bits)
+    qg = QGraph()
+    xi = qg.act("x", x, qx)
+    wi = qg.static_q("w", pack_bits(wq, bits), w.shape, weight_dtype(bits), wparams)
+    bias_scale = np.float32(qx["scale"]) * wscale[:, 0]
+    if int_bias:
+        bq, bparams = int32_bias(b, bias_scale)
+        bi, b_real = qg.static_q("b", bq, b.shape, S32, bparams), bq * bias_scale.astype(np.float64)
+    else:
+        bi, b_real = qg.static_f("b", b), b.astype(np.float64)
+    real = dequantize(quantize(x, qx), qx).astype(np.float64) @ (wq * wscale).T.astype(np.float64) + b_real
+    qy = act_quant(real, ACT[act])
+    got = qg.run("FullyConnected", [xi, wi, bi], qg.out((5, 3, 24), qy), keep_dims=scalar(gen_bool(), 1))
+    assert_within_one_step(got, requantize(real, qy))
+
+
+def gen_bool() -> int:
+    from backends.qualcomm.tests.test_engine_kernels import BOOL
+    return BOOL
+
+
+# ---- Conv2d / DepthWiseConv2d --------------------------------------------------------------
+CONV_CASES = {  # name: (act, bits, k, stride, pad, groups, lpbq block)
+    "8a8w_3x3_pad": ("u8", 8, 3, 1, 1, 1, 0),
+    "8a8w_1x1": ("u8", 8, 1, 1, 0, 1, 0),
+    "8a8w_3x3_s2_groups": ("u8", 8, 3, 2, 1, 2, 0),
+    "16a8w_3x3": ("u16", 8, 3, 1, 1, 1, 0),
+    "16a4w_3x3": ("u16", 4, 3, 2, 0, 1, 0),
+    "8a4w_1x1": ("u8", 4, 1, 1, 0, 1, 0),
+    "16a4w_block_3x3": ("u16", 4, 3, 1, 1, 1, 8),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_conv2d_quantized(case):
+    act, bits, k, stride, pad, groups, block = CONV_CASES[case]
+    cin, cout = 16, 12
+    x, w, b = randn(1, 9, 9, cin, seed=5), randn(k, k, cin // groups, cout, seed=6) * 0.2, randn(cout, seed=7)
+    qx = act_quant(x, ACT[act])
+    if block:
+        wq, wparams, wscale = lpbq_quant(w, axis=3, block_axis=2, block_size=block)
+    else:
+        wq, wparams, wscale = weight_quant(w, 3, bits)
+    qg = QGraph()
+    xi = qg.act("x", x, qx)
+    wi = qg.static_q("w", pack_bits(wq, bits), w.shape, weight_dtype(bits), wparams)
+    bi = qg.static_f("b", b)
+    real = conv_ref(dequantize(quantize(x, qx), qx), wq * wscale, b, stride, pad, groups)
+    qy = act_quant(real, ACT[act])
+    got = qg.run("Conv2d", [xi, wi, bi], qg.out(real.shape, qy), stride=u32([stride, stride]),
+                 pad_amount=u32([[pad, pad], [pad, pad]]), dilation=u32([1, 1]), group=scalar(U32, groups))
+    assert_within_one_step(got, requantize(real, qy))
+
+
+@pytest.mark.parametrize("act,mult", [("u8", 1), ("u16", 1), ("u8", 2)])
+def test_depthwise_quantized(act, mult):
+    c = 8
+    x, w, b = randn(1, 7, 7, c, seed=8), randn(3, 3, 1, c * mult, seed=9) * 0.3, randn(c * mult, seed=10)
+    qx = act_quant(x, ACT[act])
+    wq, wparams, wscale = weight_quant(w, 3, 8)
+    bq, bparams = int32_bias(b, np.float32(qx["scale"]) * wscale[0, 0, 0])
+    qg = QGraph()
+    xi = qg.act("x", x, qx)
+    wi = qg.static_q("w", pack_bits(wq, 8), w.shape, weight_dtype(8), wparams)
+    bi = qg.static_q("b", bq, b.shape, S32, bparams)
+    b_real = bq * (np.float32(qx["scale"]) * wscale[0, 0, 0]).astype(np.float64)
+    real = conv_ref(dequantize(quantize(x, qx), qx), wq * wscale, b_real, 1, 1, c)
+    qy = act_quant(real, ACT[act])
+    got = qg.run("DepthWiseConv2d", [xi, wi, bi], qg.out(real.shape, qy), stride=u32([1, 1]),
+                 pad_amount=u32([[1, 1], [1, 1]]), dilation=u32([1, 1]))
+    assert_within_one_step(got, requantize(real, qy))
+
+
+# ---- MatMul (two activations) --------------------------------------------------------------
+@pytest.mark.parametrize("act_a,act_b,tb", [("u8", "u8", False), ("u8", "u8", True), ("u16", "u16", True),
+                                            ("u16", "u8", False)])
+def test_matmul_quantized(act_a, act_b, tb):
+    a, b = randn(2, 5, 32, seed=11), randn(2, 32, 7, seed=12)
+    qa, qb = act_quant(a, ACT[act_a]), act_quant(b, ACT[act_b])
+    bin_ = np.swapaxes(b, -1, -2).copy() if tb else b
+    qg = QGraph()
+    ai, bi = qg.act("a", a, qa), qg.act("b", bin_, qb)
+    real = dequantize(quantize(a, qa), qa).astype(np.float64) @ dequantize(quantize(b, qb), qb).astype(np.float64)
+    qy = act_quant(real, ACT[act_a])
+    got = qg.run("MatMul", [ai, bi], qg.out(real.shape, qy), transpose_in1=scalar(gen_bool(), int(tb)))
+    assert_within_one_step(got, requantize(real, qy))
