@@ -19,10 +19,11 @@ from backends.qualcomm._passes.insert_requantize import insert_requantize
 from backends.qualcomm._passes.layout_transform import annotate_layout
 from backends.qualcomm._passes.mark_constants import mark_constants
 from backends.qualcomm._passes.remove_identity_ops import RemoveIdentityOps
+from backends.qualcomm._passes.resolve_debug_handle import ResolveDebugHandle
 
 
 def edge_transform_passes() -> List[Callable]:
-    return [RemoveIdentityOps()]
+    return [RemoveIdentityOps(), ResolveDebugHandle()]  # ResolveDebugHandle stays last
 
 
 def _annotate_layout(ep: ExportedProgram) -> ExportedProgram:

@@ -1,0 +1,72 @@
+"""Edge pass (always last): one unique debug handle per call_function node.
+
+ExecuTorch's to_edge gives every node of a decomposition the handle of the
+op it came from (hardsigmoid -> add, clamp, clamp, div all share one handle),
+and passes that copy meta duplicate handles further. The intermediate-output
+debugger needs one handle per op, so this pass renumbers the graph: every
+call_function node gets 1, 2, 3... in topological order; a getitem node takes
+the handle of the node it reads from (its source's outputs are compared per
+output under that one handle).
+
+Without our edge passes (plain to_edge_transform_and_lower users), handles may
+still be shared; `dumped_handle_owners` picks the one node per handle whose
+output stands for the group (the last one, as ExecuTorch's Inspector does).
+"""
+from __future__ import annotations
+
+import operator
+from typing import Dict, Iterable, Optional
+
+import torch
+from executorch.exir.pass_base import PassResult
+
+from backends.qualcomm.utils.constants import DEBUG_HANDLE
+
+
+def _is_getitem(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is operator.getitem
+
+
+def node_debug_handle(node: torch.fx.Node) -> Optional[int]:
+    """The node's debug handle as one positive int (first of a tuple), else None."""
+    handle = node.meta.get(DEBUG_HANDLE)
+    if isinstance(handle, (tuple, list)):
+        handle = handle[0] if handle else None
+    return int(handle) if isinstance(handle, int) and handle > 0 else None
+
+
+def resolve_debug_handles(graph: torch.fx.Graph) -> int:
+    """Renumber the handles of `graph` in place; returns the number of handles given."""
+    next_handle = 0
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        source = node.args[0] if _is_getitem(node) else None
+        if isinstance(source, torch.fx.Node) and node_debug_handle(source) is not None:
+            node.meta[DEBUG_HANDLE] = node_debug_handle(source)
+            continue
+        next_handle += 1
+        node.meta[DEBUG_HANDLE] = next_handle
+    return next_handle
+
+
+class ResolveDebugHandle:
+    """Graph-module pass usable as an ExecuTorch transform pass (register it last)."""
+
+    def __call__(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        resolve_debug_handles(graph_module.graph)
+        return PassResult(graph_module, True)
+
+
+def dumped_handle_owners(nodes: Iterable[torch.fx.Node]) -> Dict[torch.fx.Node, int]:
+    """{node: handle} for the one call_function node per handle whose output is dumped:
+    the last node in topological order carrying that handle (getitem nodes excluded:
+    they alias their source's outputs)."""
+    last_by_handle: Dict[int, torch.fx.Node] = {}
+    for node in nodes:
+        if node.op != "call_function" or _is_getitem(node):
+            continue
+        handle = node_debug_handle(node)
+        if handle is not None:
+            last_by_handle[handle] = node
+    return {node: handle for handle, node in last_by_handle.items()}
