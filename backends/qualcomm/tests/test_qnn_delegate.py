@@ -20,7 +20,7 @@ import torch
 from parameterized import parameterized
 
 from backends.qualcomm import _qnn_delegate
-from backends.qualcomm.builders.qnn_op_types import QNN_OP_TYPES
+from backends.qualcomm.builders.qnn_op_types import QNN_OP_TYPES, QNN_QUANT_OP_TYPES
 from backends.qualcomm.tests import models_float as m
 from backends.qualcomm.tests.model_helpers import (
     MIN_COSINE, assert_clean_failure, assert_close_to_eager, assert_top1_equal)
@@ -304,9 +304,9 @@ class TestQNNRunner:
         assert_clean_failure(result, "input_0_0.raw", "size", "bytes")
 
 
-def _ops_md_op_types() -> set[str]:
+def _ops_md_op_types(list_name: str = "QNN_OP_TYPES") -> set[str]:
     text = OPS_MD.read_text()
-    listed = text.split("QNN_OP_TYPES =", 1)[1].split("\n\n", 1)[0]
+    listed = text.split(f"\n{list_name} =", 1)[1].split("\n\n", 1)[0]
     return {name.strip() for name in listed.replace("\n", " ").split(",") if name.strip()}
 
 
@@ -322,9 +322,12 @@ def _flip_byte_of_delegate_blob(pte: bytes, blob: bytes) -> bytes:
 class TestQNNRobustness:
     def test_op_types_agree_across_ops_md_builders_and_kernels(self):
         documented = _ops_md_op_types()
+        documented_quant = _ops_md_op_types("QNN_QUANT_OP_TYPES")
         assert len(documented) == 28
+        assert documented_quant == {"Quantize", "Dequantize", "Convert"}
         assert documented == set(QNN_OP_TYPES)
-        assert set(_qnn_delegate.registered_op_types()) == documented
+        assert documented_quant == set(QNN_QUANT_OP_TYPES)
+        assert set(_qnn_delegate.registered_op_types()) == documented | documented_quant
 
     def test_fnv_signature_native_matches_reference(self):
         from backends.qualcomm.serialization.fnv import fnv1a64, fnv1a64_python
