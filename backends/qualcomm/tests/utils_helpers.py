@@ -3,6 +3,7 @@ ETDump, reading the Inspector's delegate events, counting delegate blobs."""
 from __future__ import annotations
 
 import gc
+import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -100,6 +101,16 @@ def release(*objects) -> None:
     """Drop runtime objects and collect, so that their delegate handles are destroyed."""
     del objects
     gc.collect()
+
+
+def run_runner(pte: Path, input_list: Path, out_dir: Path, flags: Sequence[str] = ()):
+    """qnn_executor_runner with extra flags; returns the CompletedProcess (text)."""
+    from examples.qualcomm.utils import find_runner
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    command = [str(find_runner()), "--model_path", str(pte), "--input_list_path", str(input_list),
+               "--output_folder_path", str(out_dir), *flags]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
 def reset_runtime_options() -> None:
