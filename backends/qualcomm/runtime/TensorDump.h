@@ -1,0 +1,62 @@
+// Intermediate tensor dumps into ETDump. With dump_intermediate_outputs in the
+// compile spec, every tensor an op writes is APP_READ and named
+// "<node>_debugID_<handle>". At init the dumper parses each handle once and
+// builds an ExecuTorch Tensor view of it (sizes, dim order, strides owned
+// here); after each execute, when the event tracer asks for intermediate
+// outputs, it logs every view under its debug handle. No allocation on execute.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <executorch/runtime/core/event_tracer.h>
+#include <executorch/runtime/core/exec_aten/exec_aten.h>
+
+#include "backends/qualcomm/runtime/engine/Status.h"
+#include "backends/qualcomm/runtime/engine/Tensor.h"
+
+namespace qnn_delegate {
+namespace runtime {
+
+// One candidate: a graph tensor and where its data lives after an execute
+// (`data` for arena tensors, else `output_index` into the caller's outputs).
+struct DumpSource {
+  const engine::TensorInfo* info = nullptr;
+  void* data = nullptr;
+  int output_index = -1;
+};
+
+// Debug handle carried by a tensor name ("..._debugID_<digits>"), or -1.
+int64_t debug_handle_from_name(const std::string& name);
+
+class TensorDumper {
+ public:
+  // Keeps the sources whose names carry a debug handle; error on a type it cannot log.
+  static engine::Status build(const std::vector<DumpSource>& sources, std::unique_ptr<TensorDumper>& out);
+
+  size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+
+  // True when `tracer` asks for intermediate outputs (the only case in which log() does anything).
+  static bool wanted(executorch::runtime::EventTracer* tracer);
+
+  // Logs every dumped tensor; `outputs` are the caller's output buffers of this execute.
+  void log(executorch::runtime::EventTracer* tracer, void* const* outputs);
+
+ private:
+  struct Entry {
+    executorch::runtime::DebugHandle handle = 0;
+    int output_index = -1;
+    std::vector<executorch::aten::SizesType> sizes;
+    std::vector<executorch::aten::DimOrderType> dim_order;
+    std::vector<executorch::aten::StridesType> strides;
+    std::unique_ptr<executorch::aten::TensorImpl> impl;
+  };
+  static engine::Status make_entry(const DumpSource& source, int64_t handle, Entry& entry);
+
+  std::vector<Entry> entries_;
+};
+
+} // namespace runtime
+} // namespace qnn_delegate
