@@ -27,13 +27,17 @@ class HardsigmoidTopk(torch.nn.Module):
         return values, indices
 
 
-def _edge_graph(module, inputs, passes=None):
+def _edge_program(module, inputs, passes=None):
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     ep = torch.export.export(module.eval(), inputs, strict=False)
     manager = to_edge_transform_and_lower(ep, transform_passes=passes,
                                           compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    return manager.exported_program().graph_module.graph
+    return manager.exported_program()
+
+
+def _edge_graph(module, inputs, passes=None):
+    return _edge_program(module, inputs, passes).graph_module.graph
 
 
 def _handles(graph):
@@ -124,3 +128,46 @@ class TestDumpedTensor:
         dumped = DumpedTensor(1, "x_debugID_1", "UFIXED_POINT_8", [2, 4, 5, 3], LAYOUT_CHANNEL_LAST,
                               scale, zero_point)
         assert torch.equal(dumped.to_reference_layout(stored), ref.to(torch.float64))
+
+
+class TestReportFromCapturedOutputs:
+    """The comparison and its outputs, with delegate dumps faked from the reference."""
+
+    def _report(self, tmp_path, perturb_index=None):
+        from executorch.devtools.inspector._intermediate_output_capturer import IntermediateOutputCapturer
+
+        from backends.qualcomm.debugger import QNNIntermediateDebugger
+
+        torch.manual_seed(0)
+        sample = (torch.randn(2, 5),)
+        module = _edge_program(HardsigmoidTopk(), sample, passes=[ResolveDebugHandle()]).module()
+        graph = module.graph
+        reference = IntermediateOutputCapturer(module).run_and_capture(*sample)
+        runtime = {key[0]: [t.clone() for t in (v if isinstance(v, list) else [v])] for key, v in reference.items()}
+        handles = sorted(runtime)
+        if perturb_index is not None:
+            runtime[handles[perturb_index]][0] += 1.0
+        debugger = QNNIntermediateDebugger(sample)
+        debugger.dumped = {h: [DumpedTensor(h, f"t_debugID_{h}", "FLOAT_32", list(t.shape)) for t in runtime[h]]
+                           for h in handles}
+        return debugger._report(graph, reference, runtime, SQNRComparator(30.0)), handles
+
+    def test_all_pass_and_multi_output_rows(self, tmp_path):
+        report, handles = self._report(tmp_path)
+        assert report.failed == [] and report.first_failure is None
+        topk_rows = [r for r in report.rows if "topk" in r.target]
+        assert [r.output_index for r in topk_rows] == [0, 1]
+        assert len(report.compared) == len(handles) + 1  # topk: values and indices
+
+    def test_first_failing_node_and_outputs(self, tmp_path):
+        report, handles = self._report(tmp_path, perturb_index=1)
+        first = report.first_failure
+        assert first is not None and first.debug_handle == handles[1]
+        assert first.status == FAIL and first.value < 30.0
+        csv_path = report.write_csv(str(tmp_path / "report.csv"))
+        lines = open(csv_path).read().splitlines()
+        assert lines[0].startswith("node,op,target,debug_handle,output_index,tensor_name,scale,zero_point,metric")
+        assert len(lines) == 1 + len(report.rows)
+        svg = open(report.write_svg(str(tmp_path / "graph.svg"), "t")).read()
+        assert svg.startswith("<svg") and svg.count("<rect") == len(report.drawn_nodes) + 3
+        assert "#f28b82" in svg and "#8fd694" in svg
