@@ -153,5 +153,4 @@ def assert_within_one_step(got: np.ndarray, want: np.ndarray, min_exact: float =
     assert diff.max() <= 1, f"max diff {diff.max()} steps"
     assert exact >= min_exact, f"exact fraction {exact:.4f} < {min_exact}"
     stats = dict(exact=exact, off_by_one=float((diff == 1).mean()))
-    print("QSTATS", stats)
     return stats

@@ -154,7 +154,77 @@ class DequantWrappedKernel final : public Kernel {
   KernelPtr inner_;
 };
 
+bool is_unary_elementwise(const std::string& type) {
+  return type == "Relu" || type == "ReluMinMax" || type == "Sigmoid" || type == "Tanh" ||
+         type == "Gelu" || type == "HardSwish";
+}
+
+// 8-bit unary op as a 256-entry table built at init by running the float
+// kernel on every dequantized input value (same numbers as the wrapped path).
+class LutKernel final : public Kernel {
+ public:
+  Status init(const OpView& v, KernelEnv& env, KernelFactory float_factory) {
+    in_ = v.inputs[0]->id;
+    out_ = v.outputs[0]->id;
+    numel_ = v.inputs[0]->numel;
+    TensorInfo x, y;
+    x.id = 0;
+    x.name = v.inputs[0]->name;
+    y.id = 1;
+    y.name = v.outputs[0]->name;
+    for (TensorInfo* t : {&x, &y}) {
+      t->dims = {256};
+      t->numel = 256;
+      t->nbytes = 256 * sizeof(float);
+    }
+    OpView table_view;
+    table_view.op = v.op;
+    table_view.graph_name = v.graph_name;
+    table_view.name = v.name;
+    table_view.type = v.type;
+    table_view.inputs = {&x};
+    table_view.outputs = {&y};
+    KernelPtr table_kernel;
+    QNN_RETURN_IF_ERROR(float_factory(table_view, env, table_kernel));
+    std::vector<float> xs(256), ys(256);
+    std::vector<char> scratch(table_kernel->scratch_bytes() + 1);
+    const QuantParams pin = quant_params_of(*v.inputs[0]), pout = quant_params_of(*v.outputs[0]);
+    for (int q = 0; q < 256; ++q) xs[q] = float(q + pin.offset) * pin.scale;
+    void* ptrs[2] = {xs.data(), ys.data()};
+    RunContext ctx;
+    ctx.ptrs = ptrs;
+    ctx.scratch = scratch.data();
+    QNN_RETURN_IF_ERROR(table_kernel->run(ctx));
+    for (int q = 0; q < 256; ++q) lut_[q] = quantize_one<uint8_t>(ys[q], pout);
+    return Status::Ok();
+  }
+  Status run(const RunContext& ctx) const override {
+    const uint8_t* x = ctx.at<const uint8_t>(in_);
+    uint8_t* y = ctx.at<uint8_t>(out_);
+    for (size_t i = 0; i < numel_; ++i) y[i] = lut_[x[i]];
+    return Status::Ok();
+  }
+
+ private:
+  uint32_t in_ = 0, out_ = 0;
+  size_t numel_ = 0;
+  uint8_t lut_[256] = {};
+};
+
+bool takes_lut(const OpView& v) {
+  return is_unary_elementwise(v.type) && v.inputs.size() == 1 && v.outputs.size() == 1 &&
+         v.inputs[0]->dtype == DType::UFIXED_POINT_8 && v.outputs[0]->dtype == DType::UFIXED_POINT_8 &&
+         is_quant_activation(*v.inputs[0]) && is_quant_activation(*v.outputs[0]) &&
+         v.inputs[0]->dims == v.outputs[0]->dims;
+}
+
 Status create_wrapped(const OpView& v, KernelEnv& env, KernelFactory float_factory, KernelPtr& out) {
+  if (takes_lut(v) && !env.reference_only) {
+    std::unique_ptr<LutKernel> k(new LutKernel());
+    QNN_RETURN_IF_ERROR(k->init(v, env, float_factory));
+    out = std::move(k);
+    return Status::Ok();
+  }
   std::unique_ptr<DequantWrappedKernel> k(new DequantWrappedKernel());
   QNN_RETURN_IF_ERROR(k->init(v, env, float_factory));
   out = std::move(k);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "backends/qualcomm/runtime/engine/Quant.h"
@@ -75,6 +76,44 @@ void qgemm(const A* a, size_t lda, const W* w, size_t K, size_t n0, size_t nn, s
         out[(m0 + r) * ldo + j] = rq.apply<O>(acc, n);
       }
     }
+  }
+}
+
+// ---- u8 x s8 fast path: AVX-512 VNNI (vpdpbusd) ------------------------------
+// Weights packed in panels of kVnniNR output channels x 4 k: [panel][ceil(K/4)][16][4].
+constexpr size_t kVnniNR = 16;
+bool vnni_available();
+size_t vnni_packed_bytes(size_t K, size_t nn);
+// Packs rows n0 .. n0+nn of w [N][K] (zero padded).
+void pack_vnni(const int8_t* w, size_t K, size_t n0, size_t nn, int8_t* dst);
+// Same contract as qgemm<uint8_t, int8_t, int32_t, O> on packed weights `wp`
+// (the panels of rows n0 .. n0+nn).
+template <typename O>
+void qgemm_vnni(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t n0, size_t nn,
+                size_t M, const Requant& rq, O* out, size_t ldo);
+
+// VNNI-packed copy of QWeights rows, one block of panels per group of `nn` rows;
+// empty when the path does not apply (not u8 x s8, or no VNNI).
+struct VnniWeights {
+  Buffer data;
+  size_t group_bytes = 0;
+  bool ready() const { return data.size() != 0; }
+};
+template <typename A, typename W>
+void prepare_vnni(QWeights& w, size_t groups, TrackingAllocator* alloc, VnniWeights& out) {
+  if constexpr (std::is_same<A, uint8_t>::value && std::is_same<W, int8_t>::value) {
+    if (!vnni_available() || w.N % groups != 0) return;
+    const size_t nn = w.N / groups;
+    out.group_bytes = vnni_packed_bytes(w.K, nn);
+    out.data = Buffer(alloc, out.group_bytes * groups);
+    if (!out.data.valid() || out.data.size() == 0) {
+      out.data.reset();
+      return;
+    }
+    for (size_t g = 0; g < groups; ++g) {
+      pack_vnni(w.data.as<int8_t>(), w.K, g * nn, nn, out.data.as<int8_t>() + g * out.group_bytes);
+    }
+    w.data.reset();  // the packed copy replaces the [N][K] rows
   }
 }
 

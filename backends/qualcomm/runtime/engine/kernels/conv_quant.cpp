@@ -32,16 +32,16 @@ class QConvGemmKernel final : public Kernel {
     pointwise_ = g_.kh == 1 && g_.kw == 1 && g_.sh == 1 && g_.sw == 1 && g_.group == 1 &&
                  g_.pt + g_.pb + g_.pl + g_.pr == 0;
     zero_point_ = A(-rq_.in_offset);
+    prepare_vnni<A, W>(w_, g_.group, s.alloc, vnni_);
   }
   size_t scratch_bytes() const override { return pointwise_ ? 0 : kQIm2colTile * k_ * sizeof(A); }
-  size_t owned_bytes() const override { return w_.data.size(); }
+  size_t owned_bytes() const override { return w_.data.size() + vnni_.data.size(); }
 
   Status run(const RunContext& c) const override {
     const A* x = c.at<const A>(ids_.x);
     O* out = c.at<O>(ids_.out);
-    const W* w = w_.data.as<W>();
     if (pointwise_) {
-      qgemm<A, W, Acc, O>(x, g_.cin, w, k_, 0, g_.cout, g_.n * g_.h * g_.w, rq_, out, g_.cout);
+      gemm(x, g_.cin, 0, g_.n * g_.h * g_.w, out, g_.cout);
       return Status::Ok();
     }
     A* cols = static_cast<A*>(c.scratch);
@@ -50,14 +50,26 @@ class QConvGemmKernel final : public Kernel {
       const size_t np = std::min(kQIm2colTile, pixels - p0);
       for (size_t grp = 0; grp < g_.group; ++grp) {
         im2col(x, p0, np, grp, cols);
-        qgemm<A, W, Acc, O>(cols, k_, w, k_, grp * cg, cg, np, rq_, out + p0 * g_.cout + grp * cg,
-                            g_.cout);
+        gemm(cols, k_, grp, np, out + p0 * g_.cout + grp * cg, g_.cout);
       }
     }
     return Status::Ok();
   }
 
  private:
+  // Rows of `a` times the weights of group `grp` (VNNI panels when packed).
+  void gemm(const A* a, size_t lda, size_t grp, size_t M, O* out, size_t ldo) const {
+    const size_t cg = g_.cout_g();
+    if constexpr (std::is_same<A, uint8_t>::value && std::is_same<W, int8_t>::value) {
+      if (vnni_.ready()) {
+        qgemm_vnni<O>(a, lda, vnni_.data.as<int8_t>() + grp * vnni_.group_bytes, k_, grp * cg, cg, M,
+                      rq_, out, ldo);
+        return;
+      }
+    }
+    qgemm<A, W, Acc, O>(a, lda, w_.data.as<W>(), k_, grp * cg, cg, M, rq_, out, ldo);
+  }
+
   void im2col(const A* x, size_t p0, size_t np, size_t grp, A* cols) const {
     const size_t cin_g = g_.cin_g();
     for (size_t r = 0; r < np; ++r) {
@@ -83,6 +95,7 @@ class QConvGemmKernel final : public Kernel {
   ConvGeometry g_;
   ConvIds ids_;
   QWeights w_;
+  VnniWeights vnni_;
   Requant rq_;
   size_t k_ = 0;
 

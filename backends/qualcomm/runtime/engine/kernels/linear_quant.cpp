@@ -12,14 +12,24 @@ struct QFcSetup {
   FcShape s;
   QWeights* w;
   Requant rq;
+  TrackingAllocator* alloc;
 };
 
 template <typename A, typename W, typename Acc, typename O>
 class QFcKernel final : public Kernel {
  public:
-  explicit QFcKernel(QFcSetup& s) : s_(s.s), w_(std::move(*s.w)), rq_(std::move(s.rq)) {}
-  size_t owned_bytes() const override { return w_.data.size(); }
+  explicit QFcKernel(QFcSetup& s) : s_(s.s), w_(std::move(*s.w)), rq_(std::move(s.rq)) {
+    prepare_vnni<A, W>(w_, 1, s.alloc, vnni_);
+  }
+  size_t owned_bytes() const override { return w_.data.size() + vnni_.data.size(); }
   Status run(const RunContext& c) const override {
+    if constexpr (std::is_same<A, uint8_t>::value && std::is_same<W, int8_t>::value) {
+      if (vnni_.ready()) {
+        qgemm_vnni<O>(c.at<const A>(s_.x), s_.K, vnni_.data.as<int8_t>(), s_.K, 0, s_.N, s_.M, rq_,
+                      c.at<O>(s_.out), s_.N);
+        return Status::Ok();
+      }
+    }
     qgemm<A, W, Acc, O>(c.at<const A>(s_.x), s_.K, w_.data.as<W>(), s_.K, 0, s_.N, s_.M, rq_,
                         c.at<O>(s_.out), s_.N);
     return Status::Ok();
@@ -28,6 +38,7 @@ class QFcKernel final : public Kernel {
  private:
   FcShape s_;
   QWeights w_;
+  VnniWeights vnni_;
   Requant rq_;
 };
 
@@ -48,6 +59,7 @@ Status create_qfc(const OpView& v, KernelEnv& env, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(prepare_qweights(v, w, s.s.N, false, env.allocator, qw));
   prepare_requant(x, qw, b, y, s.rq);
   s.w = &qw;
+  s.alloc = env.allocator;
   out = make_integer_kernel<QFcKernel>(x.dtype == DType::UFIXED_POINT_16, qw.wide,
                                        y.dtype == DType::UFIXED_POINT_16, s);
   return Status::Ok();
