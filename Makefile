@@ -8,7 +8,7 @@ PIP     := $(VENV)/bin/pip
 STAMP   := $(VENV)/.deps-stamp
 JOBS    ?= $(shell nproc)
 
-.PHONY: all install run test test-fast bench clean
+.PHONY: all install run test test-fast bench clean sanitize
 
 all: install
 
@@ -38,3 +38,13 @@ test-fast: install
 
 clean:
 	rm -rf build artifacts
+
+# ASan + UBSan build of the runtime and runner in build/sanitize, then the
+# runner over small .pte files (multi-method, multi-context, profiling, teardown).
+SAN_DIR := build/sanitize
+sanitize: install
+	$(VENV)/bin/cmake -S . -B $(SAN_DIR) -G Ninja -DQNN_SANITIZE=ON -DPython_EXECUTABLE=$(abspath $(VPY)) \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja
+	$(VENV)/bin/cmake --build $(SAN_DIR) --target qnn_executor_runner -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    HF_HUB_OFFLINE=1 $(VPY) backends/qualcomm/tests/sanitize_cases.py --runner $(SAN_DIR)/qnn_executor_runner
