@@ -55,9 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     for name, pte, inputs, flags in build_cases(folder):
         input_list = write_input_files([inputs], folder / "inputs" / name.replace(" ", "_"))
+        out_dir = folder / "out" / name.replace(" ", "_")
+        out_dir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         done = subprocess.run([str(args.runner), "--model_path", str(pte), "--input_list_path",
-                               str(input_list), "--output_folder_path", str(folder / "out"), *flags],
+                               str(input_list), "--output_folder_path", str(out_dir), *flags],
                               capture_output=True, text=True)
         status = "ok" if done.returncode == 0 and "Sanitizer" not in done.stderr else "FAILED"
         failures += status != "ok"

@@ -96,7 +96,7 @@ struct PackedGemmJob {
 
 constexpr size_t kRowBlock = 96;
 // Below this many multiply-adds a GEMM runs on the calling thread only.
-constexpr size_t kMinParallelMacs = size_t(1) << 16;
+constexpr size_t kMinParallelMacs = size_t(1) << 20;
 
 // Tile t = (row block t / panels, panel t % panels).
 void run_packed_tiles(void* ctx, size_t begin, size_t end) {
