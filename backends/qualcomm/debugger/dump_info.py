@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Set
 
-import numpy as np
 import torch
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch.export import ExportedProgram
 
 from backends.qualcomm._passes.pass_manager import run_preprocess_passes
-from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners
+from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners, node_debug_handle
 from backends.qualcomm.serialization import qnn_payload_generated as gen
 from backends.qualcomm.serialization.payload_reader import deserialize
 from backends.qualcomm.utils.constants import (
@@ -39,11 +38,11 @@ class DumpedTensor:
     scale: Optional[float] = None
     zero_point: Optional[int] = None
 
-    def to_reference_layout(self, data: torch.Tensor) -> torch.Tensor:
-        """Dequantized (real = scale * (q - zero_point)) and permuted back to PyTorch's
-        channel-first layout."""
+    def to_reference_layout(self, data: torch.Tensor, dequantize: bool = True) -> torch.Tensor:
+        """Dequantized (real = scale * (q - zero_point); kept integer when `dequantize` is
+        False, e.g. against a quantize node) and permuted back to PyTorch's channel-first layout."""
         values = data.detach().to(torch.float64)
-        if self.scale is not None:
+        if self.scale is not None and dequantize:
             values = (values - float(self.zero_point or 0)) * float(self.scale)
         if self.layout == LAYOUT_CHANNEL_LAST and values.dim() == 4:
             values = values.permute(*NHWC_TO_NCHW).contiguous()
@@ -99,5 +98,12 @@ def collect_dumped_tensors(program: ExportedProgram) -> Dict[int, List[DumpedTen
     return by_handle
 
 
-def as_numpy_dims(dims: List[int]) -> np.ndarray:
-    return np.asarray(dims, dtype=np.int64)
+def delegated_debug_handles(program: ExportedProgram) -> Set[int]:
+    """Debug handles of the edge nodes the qnn-delegate payloads were built from."""
+    handles: Set[int] = set()
+    for lowered in lowered_qnn_modules(program):
+        for node in lowered.original_module.graph.nodes:
+            handle = node_debug_handle(node) if node.op == "call_function" else None
+            if handle is not None:
+                handles.add(handle)
+    return handles

@@ -15,7 +15,7 @@ import logging
 import operator
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 from executorch.devtools.inspector._intermediate_output_capturer import IntermediateOutputCapturer
@@ -24,7 +24,7 @@ from torch.export import ExportedProgram
 
 from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners, node_debug_handle
 from backends.qualcomm.debugger.comparators import NumericalComparator, SQNRComparator
-from backends.qualcomm.debugger.dump_info import DumpedTensor, collect_dumped_tensors
+from backends.qualcomm.debugger.dump_info import DumpedTensor, collect_dumped_tensors, delegated_debug_handles
 from backends.qualcomm.debugger.reports import (
     FAIL, NOT_COMPARED, PASS, ComparisonRow, write_csv, write_svg,
 )
@@ -92,7 +92,8 @@ def _compare_output(row: ComparisonRow, reference, actual: Optional[torch.Tensor
         row.reason = f"reference output is {type(reference).__name__}, not a tensor"
         return row
     try:
-        value = comparator.compare(reference, dumped.to_reference_layout(actual))
+        restored = dumped.to_reference_layout(actual, dequantize=reference.is_floating_point())
+        value = comparator.compare(reference, restored)
     except ValueError as exc:
         row.reason = str(exc)
         return row
@@ -110,11 +111,13 @@ class QNNIntermediateDebugger:
         self.reference_graph_name = reference_graph_name
         self.etrecord_path: Optional[str] = None
         self.dumped: Dict[int, List[DumpedTensor]] = {}
+        self.delegated_handles: Set[int] = set()
 
     # ---- step 1: record what the lowered program dumps, save .pte + ETRecord -------------
     def attach(self, lowered_program: ExportedProgram) -> None:
         """Read which tensors the delegate payloads dump (names, layouts, encodings)."""
         self.dumped = collect_dumped_tensors(lowered_program)
+        self.delegated_handles = delegated_debug_handles(lowered_program)
         if not self.dumped:
             logger.warning("QNNIntermediateDebugger: the lowered program dumps no tensor; "
                            "lower with dump_intermediate_outputs=True in the compile spec")
@@ -188,7 +191,8 @@ class QNNIntermediateDebugger:
             base.reason = "no debug handle" if handle is None else "handle shared with a later node"
             return [base]
         if handle not in runtime:
-            base.reason = "not delegated (or not dumped)"
+            base.reason = ("folded into the delegate (no tensor of its own)" if handle in self.delegated_handles
+                           else "not delegated (runs on CPU) or not dumped")
             return [base]
         outputs = _as_list(reference.get((handle,)))
         actual, dumped = runtime[handle], self.dumped.get(handle, [])
