@@ -226,6 +226,11 @@ class TestQNNFloatingPointUtils:
         h.release()
         assert (qd.live_context_count(), qd.live_handle_count()) == (base_contexts, base_handles)
 
+    def test_qnn_backend_destroy_shared_handle_twice(self, small):
+        base = h.native().live_context_count()
+        counts = h.native().init_destroy_twice(small["blob"])
+        assert counts == (base + 1, base + 1, base)
+
     def test_qnn_backend_options_from_threads_while_executing(self, small):
         program, method = h.load_method(small["off"])
         expected = small["model"](small["x"])

@@ -152,6 +152,32 @@ py::list execute_many(const py::bytes& blob, const std::vector<std::vector<py::a
   return results;
 }
 
+// Inits two delegate handles from one blob through the backend interface
+// (one shared context), destroys the first twice, then the second. Returns
+// the live context count after each step: (after init, after destroy x2, after last).
+py::tuple init_destroy_twice(const py::bytes& blob) {
+  const std::string data = blob_of(blob);
+  std::vector<uint8_t> pool(1 << 16);
+  executorch::runtime::MemoryAllocator allocator(pool.size(), pool.data());
+  executorch::runtime::BackendInitContext ctx(&allocator);
+  auto& backend = runtime::backend_instance();
+  executorch::runtime::DelegateHandle* handles[2] = {nullptr, nullptr};
+  for (auto& handle : handles) {
+    executorch::runtime::FreeableBuffer buffer(data.data(), data.size(),
+                                              executorch::runtime::FreeableBuffer::FreeFn(nullptr));
+    auto result = backend.init(ctx, &buffer, {});
+    if (!result.ok()) throw_value_error("init failed with error " + std::to_string(int(result.error())));
+    handle = *result;
+  }
+  auto& cache = runtime::ContextCache::instance();
+  const size_t after_init = cache.live_contexts();
+  backend.destroy(handles[0]);
+  backend.destroy(handles[0]);  // already destroyed: a no-op
+  const size_t after_first = cache.live_contexts();
+  backend.destroy(handles[1]);
+  return py::make_tuple(after_init, after_first, cache.live_contexts());
+}
+
 bool is_known_option(const std::string& key) {
   return key == runtime::kLogLevelKey || key == runtime::kProfileLevelKey ||
          key == runtime::kPerformanceModeKey || key == runtime::kHeapProfilingPathKey;
@@ -257,6 +283,8 @@ PYBIND11_MODULE(_qnn_delegate, m) {
         "Init + execute + destroy a payload graph on the engine (no ExecuTorch).");
   m.def("execute_many", &execute_many, py::arg("blob"), py::arg("input_sets"), py::arg("graph_index") = 0,
         "Build a payload graph once, execute it per input set with new output buffers each time.");
+  m.def("init_destroy_twice", &init_destroy_twice, py::arg("blob"),
+        "Lifecycle check: two handles of one blob, the first destroyed twice; live contexts per step.");
   m.def("set_runtime_option", &set_runtime_option, py::arg("key"), py::arg("value"));
   m.def("set_runtime_options", &set_runtime_options, py::arg("options"),
         "Set several runtime options in one backend call (valid ones apply even if others fail).");
