@@ -336,32 +336,48 @@ class TestQNNFloatingPointUtils:
 class TestQNNQuantizedUtils:
     @pytest.fixture(scope="class")
     def quantized(self, tmp_path_factory):
-        quantizer_module = pytest.importorskip("backends.qualcomm.quantizer")
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
+        pytest.importorskip("backends.qualcomm.quantizer")
         torch.manual_seed(4)
         model, x = SmallConvNet().eval(), torch.randn(1, 3, 16, 16)
-        exported = torch.export.export(model, (x,), strict=False).module()
-        prepared = prepare_pt2e(exported, quantizer_module.QnnQuantizer())
-        for _ in range(4):
-            prepared(torch.randn(1, 3, 16, 16))
-        prepared(x)
-        converted = convert_pt2e(prepared)
-        specs = h.generate_qnn_executorch_compiler_spec(
-            h.QcomChipset.SM8650, h.generate_htp_compiler_spec(use_fp16=False))
-        pte = h.lower_to_pte(converted, (x,), tmp_path_factory.mktemp("q") / "q.pte", specs)
-        return {"pte": pte, "x": x, "reference": converted(x)}
+        converted = h.quantize(model, (x,), [(torch.randn(1, 3, 16, 16),) for _ in range(4)] + [(x,)])
+        edge = to_edge_transform_and_lower_to_qnn(converted, (x,), h.quantized_specs())
+        pte = tmp_path_factory.mktemp("q") / "q.pte"
+        edge.to_executorch().write_to_file(open(pte, "wb"))
+        return {"pte": pte, "x": x, "blob": h.delegate_blobs(edge)[0]}
 
-    def test_qnn_backend_runtime_option_profile(self, quantized, tmp_path):
+    def test_qnn_backend_profile_op(self, quantized, tmp_path):
+        names, types, graph = _op_names_and_types(quantized["blob"])
         set_runtime_option(PROFILE, 2)
         events = _profiled_events(quantized["pte"], quantized["x"], tmp_path / "q.etdp")
-        assert len(events) >= 3 and events[-1][0] == "forward"
+        assert [e[0] for e in events] == names + [graph]
+        assert [h.parse_metadata(m)["type"] for _, m, _ in events] == types + ["Graph"]
 
     def test_qnn_backend_runtime_option_htp_performance(self, quantized):
         program, method = h.load_method(quantized["pte"])
         outs = []
-        for mode in (2, 4):
+        for mode in (2, 4, 8):
             set_runtime_option(PERF, mode)
             outs.append(h.run(method, [quantized["x"]])[0])
-        h.release(program, method)
-        assert torch.equal(outs[0], outs[1])
+        del program, method
+        assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+    def test_qnn_backend_multi_graphs(self, tmp_path):
+        pytest.importorskip("backends.qualcomm.quantizer")
+        modules, inputs = h.shared_mlp_methods()
+        torch.manual_seed(5)
+        converted = {name: h.quantize(m, inputs[name], [(torch.randn_like(inputs[name][0]),)
+                                                        for _ in range(4)] + [inputs[name]])
+                     for name, m in modules.items()}
+        edge = to_edge_transform_and_lower_to_qnn(converted, inputs, h.quantized_specs(use_weight_sharing=True))
+        blobs = h.delegate_blobs(edge, "prefill") + h.delegate_blobs(edge, "decode")
+        assert blobs[0] == blobs[1]
+        assert sorted(g.name for g in describe_payload(blobs[0])) == ["decode", "prefill"]
+        pte = tmp_path / "q_shared.pte"
+        edge.to_executorch().write_to_file(open(pte, "wb"))
+        assert pte.read_bytes().count(blobs[0]) == 1
+        program = __import__("executorch.runtime", fromlist=["Runtime"]).Runtime.get().load_program(str(pte))
+        for name in ("prefill", "decode"):
+            got = h.run(program.load_method(name), inputs[name])[0]
+            want = converted[name](*inputs[name])
+            assert float((got - want).abs().max()) <= 0.05 * float(want.max() - want.min()) + 1e-6
+        del program

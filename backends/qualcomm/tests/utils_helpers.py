@@ -148,3 +148,20 @@ class SplitNet(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv2(torch.sigmoid(torch.relu(self.conv1(x))))
+
+
+def quantize(module: torch.nn.Module, example: Tuple, calibration: Sequence[Tuple]) -> torch.nn.Module:
+    """PT2E with QnnQuantizer (default config): prepare, calibrate, convert."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from backends.qualcomm.quantizer import QnnQuantizer
+
+    prepared = prepare_pt2e(torch.export.export(module, example, strict=False).module(), QnnQuantizer())
+    for sample in calibration:
+        prepared(*sample)
+    return convert_pt2e(prepared)
+
+
+def quantized_specs(**htp_kwargs) -> list:
+    return generate_qnn_executorch_compiler_spec(
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=False, **htp_kwargs))
