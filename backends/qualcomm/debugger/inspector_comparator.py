@@ -24,17 +24,21 @@ class InspectorComparator(NumericalComparatorBase):
         self.comparator = comparator
         self.dumped = dumped
 
-    def _restore(self, handle: tuple, value: Any) -> Any:
+    def _restore(self, handle: tuple, value: Any, reference: Any) -> Any:
         infos = self.dumped.get(handle[0], []) if len(handle) == 1 else []
-        if isinstance(value, torch.Tensor):
-            return infos[0].to_reference_layout(value) if infos else value
-        if isinstance(value, (list, tuple)):
-            return [infos[i].to_reference_layout(v) if i < len(infos) and isinstance(v, torch.Tensor) else v
-                    for i, v in enumerate(value)]
-        return value
+        values = value if isinstance(value, (list, tuple)) else [value]
+        references = reference if isinstance(reference, (list, tuple)) else [reference]
+        restored = []
+        for i, v in enumerate(values):
+            ref = references[i] if i < len(references) else None
+            dequantize = not isinstance(ref, torch.Tensor) or ref.is_floating_point()
+            ok = i < len(infos) and isinstance(v, torch.Tensor)
+            restored.append(infos[i].to_reference_layout(v, dequantize) if ok else v)
+        return restored if isinstance(value, (list, tuple)) else restored[0]
 
     def preprocessing(self, mapping: IntermediateOutputMapping) -> IntermediateOutputMapping:
-        return {aot: (rt_handle, self._restore(rt_handle, rt_value)) for aot, (rt_handle, rt_value) in mapping.items()}
+        return {(aot_handle, aot_value): (rt_handle, self._restore(rt_handle, rt_value, aot_value))
+                for (aot_handle, aot_value), (rt_handle, rt_value) in mapping.items()}
 
     def element_compare(self, a: Any, b: Any) -> float:
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
