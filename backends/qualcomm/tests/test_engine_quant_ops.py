@@ -194,3 +194,18 @@ def test_float_tensor_with_encoding_is_rejected():
     g.op("Relu", [x], [y])
     with pytest.raises(ValueError, match="tensor 'y_f'.*needs a fixed-point data type"):
         qd.verify_payload(g.blob())
+
+
+def test_float_intermediate_between_quantized_ops():
+    """silu as Sigmoid -> FLOAT_32 NATIVE -> Multiply(x_q, sig): one quantization, like the QDQ reference."""
+    x = randn(4, 72, seed=16) * 3
+    qx = act_quant(x, U16)
+    xd = deq(x, qx)
+    real = xd / (1 + np.exp(-xd))
+    qy = act_quant(real, U16)
+    qg = QGraph()
+    xi = qg.act("x", x, qx)
+    sig = qg.g.native("sig_f", x.shape)
+    qg.g.op("Sigmoid", [xi], [sig])
+    got = qg.run("ElementWiseMultiply", [xi, sig], qg.out(x.shape, qy))
+    assert_within_one_step(got, requantize(real, qy), min_exact=0.995)
