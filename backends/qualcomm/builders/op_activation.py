@@ -10,19 +10,16 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
 )
-from backends.qualcomm.builders.utils import input_layout, is_quantized
-from backends.qualcomm.serialization.qnn_graph import (
-    DataType, QnnParam, QuantEncoding, QuantParams, float_scalar,
-)
+from backends.qualcomm.builders.utils import input_layout
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnParam, float_scalar
 
 _aten = exir_ops.edge.aten
 
 
 def sigmoid_encoding(node: torch.fx.Node) -> tuple:
-    """(data type, encoding) of silu's inner Sigmoid: float, or uint16 over [0, 1] when quantized."""
-    if not is_quantized(node):
-        return DataType.FLOAT_32, None
-    return DataType.UFIXED_POINT_16, QuantParams(QuantEncoding.SCALE_OFFSET, 16, scale=1.0 / 65535, offset=0)
+    """(data type, encoding) of silu's inner Sigmoid: FLOAT_32 even in quantized graphs, so
+    that x * sigmoid(x) is rounded once, to the output encoding, like the QDQ reference."""
+    return DataType.FLOAT_32, None
 
 
 def _no_params(node: torch.fx.Node) -> List[QnnParam]:

@@ -9,6 +9,7 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
     NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
 )
+from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.utils.errors import QnnLoweringError
 
 _aten = exir_ops.edge.aten
@@ -23,10 +24,21 @@ def foldable_pad(node: torch.fx.Node) -> SupportResult:
         return False, "only H/W padding of a rank-4 tensor is supported"
     if value != 0 or any(int(p) < 0 for p in pad):
         return False, "only non-negative zero padding is supported"
-    for user in node.users:
-        if user.target not in (_CONV,) or user.args[0] is not node or user.args[6]:
+    for user, source in _consumers(node):
+        if user.target not in (_CONV,) or user.args[0] is not source or user.args[6]:
             return False, f"pad is used by '{user.name}', not as the input of a convolution"
     return SUPPORTED
+
+
+def _consumers(node: torch.fx.Node):
+    """(consumer, the node it reads) pairs, looking through quantize -> dequantize pairs
+    (a quantized pad shares its input's encoding, so FoldQDQ removes them)."""
+    for user in node.users:
+        if is_quantize(user):
+            for dq in user.users:
+                yield from ((c, dq) for c in dq.users) if is_dequantize(dq) else [(dq, user)]
+        else:
+            yield user, node
 
 
 @register_builder

@@ -49,11 +49,21 @@ SHARED_OPS = _ops(
     "clone.default", "contiguous.default", "dropout.default", "embedding.default",
     "_unsafe_view.default", "constant_pad_nd.default", "pad.default",
 )
+BATCH_NORM_OPS = _ops("batch_norm.default", "_native_batch_norm_legit_no_training.default")
 # Inputs of compute ops that are not activations (weights of norms stay float).
 _FLOAT_ARG_POSITIONS: Dict[object, tuple] = {
-    op: (1, 2, 3, 4) for op in _ops("layer_norm.default", "batch_norm.default",
-                                    "_native_batch_norm_legit_no_training.default")
+    op: (1, 2, 3, 4) for op in _ops("layer_norm.default") + BATCH_NORM_OPS
 }
+
+
+def feeds_batch_norm(node: Node) -> bool:
+    """conv -> batch_norm (QAT graphs): the pair is quantized as one op so that it folds."""
+    return len(node.users) == 1 and next(iter(node.users)).target in BATCH_NORM_OPS
+
+
+def _after_conv(node: Node) -> bool:
+    return node.target in BATCH_NORM_OPS and isinstance(node.args[0], Node) \
+        and node.args[0].target in CONV_OPS and feeds_batch_norm(node.args[0])
 
 
 def is_annotated(node: Node) -> bool:
@@ -73,7 +83,14 @@ def _tensor_args(node: Node, skip: tuple = ()) -> List[Node]:
     return args
 
 
+def _float_output(node: Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.is_floating_point()
+
+
 def _set(node: Node, inputs: Dict[Node, object], output: Optional[object]) -> None:
+    if not _float_output(node):
+        return
     node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(
         input_qspec_map=inputs, output_qspec=output, _annotated=True)
 
@@ -94,18 +111,23 @@ def annotate_weighted(node: Node, config: QuantConfig, block_size: Optional[int]
     bias = node.args[2] if len(node.args) > 2 else None
     per_channel = config.is_conv_per_channel if node.target in CONV_OPS else config.is_linear_per_channel
     w_spec, is_block = _weight_spec(node, config, per_channel, block_size)
-    inputs: Dict[Node, object] = {weight: w_spec}
+    # Order input, weight, bias: torchao's QAT conv-bn rewrite remaps the keys by position.
+    inputs: Dict[Node, object] = {}
     if config.input_activation is not None:
         inputs[x] = config.input_activation
-        if isinstance(bias, Node) and not is_block:
-            inputs[bias] = bias_spec((x, node), (weight, node), per_channel)
-    _set(node, inputs, config.output_activation)
+    inputs[weight] = w_spec
+    if config.input_activation is not None and isinstance(bias, Node) and not is_block:
+        inputs[bias] = bias_spec((x, node), (weight, node), per_channel)
+    output = None if feeds_batch_norm(node) else config.output_activation
+    _set(node, inputs, output)
 
 
 def annotate_compute(node: Node, config: QuantConfig) -> None:
     if config.input_activation is None:
         return
     skip = _FLOAT_ARG_POSITIONS.get(node.target, ())
+    if _after_conv(node):
+        skip = skip + (0,)
     inputs = {a: config.input_activation for a in _tensor_args(node, skip)}
     _set(node, inputs, config.output_activation)
 

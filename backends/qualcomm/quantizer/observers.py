@@ -68,7 +68,16 @@ class LpbqObserver(AffineQuantizedObserverBase):
 
 
 class LpbqFakeQuantize(LpbqObserver):
-    """QAT: observes like LpbqObserver and returns the fake-quantized weight (straight-through)."""
+    """QAT: observes like LpbqObserver and returns the fake-quantized weight (straight-through).
+    On convert it also folds a following QAT batch norm (torchao does not for affine weights)."""
+
+    def convert(self, model, observer_node) -> None:
+        from backends.qualcomm.quantizer.qat_fold import fold_qat_conv_bn
+
+        consumers = [u for u in observer_node.users if "conv" in str(u.target)]
+        super().convert(model, observer_node)
+        for conv in consumers:
+            fold_qat_conv_bn(model, conv)
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
