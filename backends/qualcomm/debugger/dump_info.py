@@ -24,6 +24,8 @@ from backends.qualcomm.utils.tensor_dump import handle_from_tensor_name
 
 _DATA_TYPE_NAMES = {v: k for k, v in vars(gen.QnnDataType).items() if not k.startswith("_")}
 _PER_TENSOR_ENCODINGS = (gen.QnnQuantEncoding.SCALE_OFFSET, gen.QnnQuantEncoding.BW_SCALE_OFFSET)
+_QUANT_RANGES = {"UFIXED_POINT_8": (0, 255), "UFIXED_POINT_16": (0, 65535),
+                 "SFIXED_POINT_8": (-128, 127), "SFIXED_POINT_16": (-32768, 32767)}
 
 
 @dataclass
@@ -37,6 +39,16 @@ class DumpedTensor:
     layout: str = LAYOUT_CHANNEL_FIRST
     scale: Optional[float] = None
     zero_point: Optional[int] = None
+
+    def in_own_encoding(self, reference: torch.Tensor) -> torch.Tensor:
+        """A float reference rounded to this tensor's encoding (what the QDQ reference
+        graph hands to the next op), so that only the delegate's own deviation is measured."""
+        if self.scale is None or self.data_type not in _QUANT_RANGES or not reference.is_floating_point():
+            return reference
+        qmin, qmax = _QUANT_RANGES[self.data_type]
+        zero_point = float(self.zero_point or 0)
+        q = torch.clamp(torch.round(reference.to(torch.float64) / self.scale) + zero_point, qmin, qmax)
+        return (q - zero_point) * self.scale
 
     def to_reference_layout(self, data: torch.Tensor, dequantize: bool = True) -> torch.Tensor:
         """Dequantized (real = scale * (q - zero_point); kept integer when `dequantize` is

@@ -1,5 +1,7 @@
 """Our comparators inside ExecuTorch's Inspector.calculate_numeric_gap.
 
+The AOT reference is rounded to each dumped tensor's encoding (as in the debugger).
+
 `Inspector(...).calculate_numeric_gap(InspectorComparator(SQNRComparator(), dumped), reference_graph=
 "edge_after_transform/forward")`: each runtime tensor is dequantized and permuted back to
 the PyTorch layout (from `dumped`, see dump_info.collect_dumped_tensors) before the metric."""
@@ -36,8 +38,15 @@ class InspectorComparator(NumericalComparatorBase):
             restored.append(infos[i].to_reference_layout(v, dequantize) if ok else v)
         return restored if isinstance(value, (list, tuple)) else restored[0]
 
+    def _reference(self, handle: tuple, reference: Any) -> Any:
+        infos = self.dumped.get(handle[0], []) if len(handle) == 1 else []
+        if isinstance(reference, torch.Tensor) and infos:
+            return infos[0].in_own_encoding(reference)
+        return reference
+
     def preprocessing(self, mapping: IntermediateOutputMapping) -> IntermediateOutputMapping:
-        return {(aot_handle, aot_value): (rt_handle, self._restore(rt_handle, rt_value, aot_value))
+        return {(aot_handle, self._reference(rt_handle, aot_value)):
+                (rt_handle, self._restore(rt_handle, rt_value, aot_value))
                 for (aot_handle, aot_value), (rt_handle, rt_value) in mapping.items()}
 
     def element_compare(self, a: Any, b: Any) -> float:

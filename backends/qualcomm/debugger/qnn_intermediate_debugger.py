@@ -25,6 +25,7 @@ from torch.export import ExportedProgram
 from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners, node_debug_handle
 from backends.qualcomm.debugger.comparators import NumericalComparator, SQNRComparator
 from backends.qualcomm.debugger.dump_info import DumpedTensor, collect_dumped_tensors, delegated_debug_handles
+from backends.qualcomm.debugger.isolating_capturer import IsolatingCapturer
 from backends.qualcomm.debugger.reports import (
     FAIL, NOT_COMPARED, PASS, ComparisonRow, write_csv, write_svg,
 )
@@ -93,7 +94,7 @@ def _compare_output(row: ComparisonRow, reference, actual: Optional[torch.Tensor
         return row
     try:
         restored = dumped.to_reference_layout(actual, dequantize=reference.is_floating_point())
-        value = comparator.compare(reference, restored)
+        value = comparator.compare(dumped.in_own_encoding(reference), restored)
     except ValueError as exc:
         row.reason = str(exc)
         return row
@@ -158,13 +159,16 @@ class QNNIntermediateDebugger:
         return graph_map[self.reference_graph_name]
 
     def compare(self, etdump_path: str, debug_buffer_path: str,
-                comparator: Optional[NumericalComparator] = None) -> DebugReport:
-        """Rows per edge node output; logs the summary and the first failing node."""
+                comparator: Optional[NumericalComparator] = None, isolate: bool = False) -> DebugReport:
+        """Rows per edge node output; prints the summary and the first failing node.
+        `isolate`: each op's reference is computed from the delegate's inputs (IsolatingCapturer),
+        so accumulated drift does not hide or fake the op that departs."""
         comparator = comparator or SQNRComparator()
-        program = self.reference_program()
-        module = program.module()
-        reference = IntermediateOutputCapturer(module).run_and_capture(*self.sample_input)
+        module = self.reference_program().module()
         runtime = read_delegate_dumps(etdump_path, debug_buffer_path)
+        capturer = (IsolatingCapturer(module, runtime, self.dumped) if isolate
+                    else IntermediateOutputCapturer(module))
+        reference = capturer.run_and_capture(*self.sample_input)
         report = self._report(module.graph, reference, runtime, comparator)
         print(f"[QNNIntermediateDebugger] {report.summary()}")
         return report

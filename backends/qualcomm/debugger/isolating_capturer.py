@@ -1,0 +1,67 @@
+"""Per-op reference with the delegate's inputs: separates an op's own error from drift.
+
+ExecuTorch's IntermediateOutputCapturer runs the whole reference graph on the
+sample input, so small (1-step) differences accumulate through a deep
+quantized network and late layers show low agreement even when every op is
+right. This capturer computes each dumped node's reference from the values
+the delegate produced for its inputs: after a dumped node runs, its output is
+replaced by the delegate's tensor (dequantized, back in PyTorch layout) for
+the nodes downstream. A low score then means this op itself departs."""
+from __future__ import annotations
+
+import operator
+from typing import Any, Dict, List
+
+import torch
+
+from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners
+from backends.qualcomm.debugger.dump_info import DumpedTensor
+
+
+class IsolatingCapturer(torch.fx.Interpreter):
+    """{(handle,): reference output} like IntermediateOutputCapturer, with delegate inputs."""
+
+    def __init__(self, module: torch.fx.GraphModule, runtime: Dict[int, List[torch.Tensor]],
+                 dumped: Dict[int, List[DumpedTensor]]):
+        super().__init__(module)
+        self.runtime = runtime
+        self.dumped = dumped
+        self.owners = dumped_handle_owners(module.graph.nodes)
+        self.captured: Dict[tuple, Any] = {}
+
+    def run_and_capture(self, *args) -> Dict[tuple, Any]:
+        self.captured = {}
+        self.run(*args)
+        return self.captured
+
+    def run_node(self, node: torch.fx.Node) -> Any:
+        result = super().run_node(node)
+        handle = self.owners.get(node) if node.target is not operator.getitem else None
+        if handle is None or handle not in self.runtime:
+            return result
+        self.captured[(handle,)] = _detached(result)
+        return self._delegate_value(handle, result)
+
+    def _delegate_value(self, handle: int, result: Any) -> Any:
+        references = list(result) if isinstance(result, (list, tuple)) else [result]
+        actual, infos = self.runtime[handle], self.dumped.get(handle, [])
+        replaced = [self._restored(ref, actual[i], infos[i]) if i < min(len(actual), len(infos)) else ref
+                    for i, ref in enumerate(references)]
+        if isinstance(result, (list, tuple)):
+            return type(result)(replaced)
+        return replaced[0]
+
+    @staticmethod
+    def _restored(reference: Any, actual: torch.Tensor, info: DumpedTensor) -> Any:
+        if not isinstance(reference, torch.Tensor):
+            return reference
+        value = info.to_reference_layout(actual, dequantize=reference.is_floating_point()).to(reference.dtype)
+        return value if value.shape == reference.shape else reference
+
+
+def _detached(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in value]
+    return value
