@@ -11,6 +11,7 @@ from typing import Callable, List
 from torch.export import ExportedProgram
 
 from backends.qualcomm._passes.annotate_quant_attrs import annotate_quant_attrs
+from backends.qualcomm._passes.duplicate_quantize import DuplicateQuantize
 from backends.qualcomm._passes.fold_batch_norm import fold_batch_norm_into_conv
 from backends.qualcomm._passes.fold_pad_into_conv import fold_pad_into_conv
 from backends.qualcomm._passes.fold_qdq import fold_qdq
@@ -23,7 +24,7 @@ from backends.qualcomm._passes.resolve_debug_handle import ResolveDebugHandle
 
 
 def edge_transform_passes() -> List[Callable]:
-    return [RemoveIdentityOps(), ResolveDebugHandle()]  # ResolveDebugHandle stays last
+    return [RemoveIdentityOps(), DuplicateQuantize(), ResolveDebugHandle()]  # ResolveDebugHandle stays last
 
 
 def _annotate_layout(ep: ExportedProgram) -> ExportedProgram:

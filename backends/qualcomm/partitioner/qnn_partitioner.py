@@ -16,6 +16,7 @@ import backends.qualcomm.builders  # noqa: F401  (registers builders)
 import backends.qualcomm.qnn_preprocess  # noqa: F401  (makes the QnnDelegate backend known)
 from backends.qualcomm._passes.mark_constants import mark_constants
 from backends.qualcomm.builders.registry import get_builder
+from backends.qualcomm.partitioner.quant_boundaries import keep_quantize_with_consumers
 from backends.qualcomm.utils.constants import QNN_BACKEND_ID
 
 logger = logging.getLogger(__name__)
@@ -97,7 +98,9 @@ class QnnPartitioner(Partitioner):
         partitioner = CapabilityBasedPartitioner(
             exported_program.graph_module, support, allows_single_node_partition=True)
         partition_tags: Dict[str, DelegationSpec] = {}
-        for partition in partitioner.propose_partitions():
+        partitions = partitioner.propose_partitions()
+        keep_quantize_with_consumers(exported_program.graph_module.graph, partitions)
+        for partition in partitions:
             tag = f"qnn_{partition.id}"
             for node in partition.nodes:
                 node.meta["delegation_tag"] = tag
