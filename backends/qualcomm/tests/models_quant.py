@@ -95,3 +95,27 @@ class DiscardedTail(torch.nn.Module):
 
     def forward(self, x):
         return torch.sigmoid(torch.relu(x) + 1.0)
+
+
+class TinyQwen3Block(torch.nn.Module):
+    """One Qwen3 decoder layer from a small transformers config (random weights), with its
+    rotary embeddings and causal mask precomputed: forward(hidden [1, seq, hidden])."""
+
+    def __init__(self, seq_len: int = 8, hidden: int = 64, seed: int = 0):
+        super().__init__()
+        from transformers import Qwen3Config
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RotaryEmbedding
+
+        config = Qwen3Config(hidden_size=hidden, intermediate_size=2 * hidden, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=hidden // 4, num_hidden_layers=1, vocab_size=128)
+        config._attn_implementation = "eager"
+        torch.manual_seed(seed)
+        self.layer = Qwen3DecoderLayer(config, 0).eval()
+        cos, sin = Qwen3RotaryEmbedding(config)(torch.zeros(1, seq_len, hidden), torch.arange(seq_len)[None])
+        self.register_buffer("cos", cos)
+        self.register_buffer("sin", sin)
+        self.register_buffer("mask", torch.triu(torch.full((seq_len, seq_len), -1e4), 1)[None, None])
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        out = self.layer(hidden, attention_mask=self.mask, position_embeddings=(self.cos, self.sin))
+        return out[0] if isinstance(out, tuple) else out

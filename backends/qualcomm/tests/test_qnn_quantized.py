@@ -159,3 +159,114 @@ class TestQNNQuantizedOperator(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# ---- real models (slow) --------------------------------------------------------------------
+import pytest  # noqa: E402
+
+from backends.qualcomm.tests.quant_tester import quant_compile_specs, quantize_module, sqnr_db  # noqa: E402
+
+# Float top-1 / top-2 logit margin below which 8-bit logits cannot keep the order (the
+# rocket photo's float margin is 0.01 logits, a tenth of one output step).
+MIN_TOP1_MARGIN = 0.5
+QWEN3_MIN_SQNR_DB = 25.0        # measured 31.0 dB (QDQ reference 31.0 dB)
+QWEN3_MIN_SQNR_VS_QDQ_DB = 60.0  # measured 97.7 dB
+
+
+def _lower_quantized(model, samples, quantizer, dtype, pte_path):
+    """(converted QDQ module, edge manager, delegate outputs per sample) of a real model."""
+    from examples.qualcomm import utils
+    from backends.qualcomm import to_edge_transform_and_lower_to_qnn
+
+    converted = quantize_module(model, tuple(samples[0]), quantizer, [tuple(s) for s in samples])
+    edge = to_edge_transform_and_lower_to_qnn(converted, tuple(samples[0]), quant_compile_specs(dtype))
+    utils.save_pte(edge, pte_path)
+    outputs = [outs[0] for outs in utils.run_samples_with_runtime(pte_path, samples)]
+    return converted, edge, outputs
+
+
+@pytest.fixture(scope="module")
+def mobilenet_v2_8a8w(tmp_path_factory):
+    from backends.qualcomm.tests.model_helpers import photo_samples
+    from examples.qualcomm.models import imagenet
+    from examples.qualcomm.models.mobilenet_v2 import load_mobilenet_v2
+
+    model = load_mobilenet_v2().eval()
+    samples = photo_samples(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD)
+    quantizer = QnnQuantizer()
+    quantizer.set_default_quant_config(A8W8, is_conv_per_channel=True, is_linear_per_channel=True)
+    folder = tmp_path_factory.mktemp("mbv2_8a8w")
+    converted, edge, outputs = _lower_quantized(model, samples, quantizer, A8W8, folder / "mbv2_8a8w.pte")
+    with torch.no_grad():
+        floats = [model(*s) for s in samples]
+    return dict(edge=edge, samples=samples, outputs=outputs, floats=floats, folder=folder,
+                pte=folder / "mbv2_8a8w.pte")
+
+
+@pytest.mark.slow
+class TestQNNQuantizedModel:
+    def test_mobilenet_v2_8a8w_fully_delegated(self, mobilenet_v2_8a8w):
+        from examples.qualcomm import utils
+
+        assert utils.ops_outside_delegates(mobilenet_v2_8a8w["edge"]) == []
+        assert utils.delegate_call_count(mobilenet_v2_8a8w["edge"]) == 1
+
+    def test_mobilenet_v2_8a8w_top1(self, mobilenet_v2_8a8w):
+        from examples.qualcomm.models import imagenet
+
+        checked = 0
+        for photo, got, want in zip(imagenet.PHOTO_NAMES, mobilenet_v2_8a8w["outputs"],
+                                    mobilenet_v2_8a8w["floats"]):
+            top2 = want.flatten().topk(2).values
+            if float(top2[0] - top2[1]) >= MIN_TOP1_MARGIN:
+                assert int(got.argmax()) == int(want.argmax()), f"{photo}: top-1 differs from float"
+                checked += 1
+            else:  # a near-tie in float: the float top-1 must stay in the quantized top-5
+                assert int(want.argmax()) in got.flatten().topk(5).indices.tolist(), photo
+        assert checked == 3
+        assert imagenet.is_cat_class(int(mobilenet_v2_8a8w["outputs"][0].argmax()))
+
+    def test_mobilenet_v2_8a8w_runner_equals_runtime(self, mobilenet_v2_8a8w):
+        from examples.qualcomm import utils
+
+        folder = mobilenet_v2_8a8w["folder"]
+        input_list = utils.write_input_files(mobilenet_v2_8a8w["samples"], folder / "inputs")
+        result = utils.run_runner(mobilenet_v2_8a8w["pte"], input_list, folder / "outputs")
+        assert result.returncode == 0, result.stderr[-2000:]
+        for idx, expected in enumerate(mobilenet_v2_8a8w["outputs"]):
+            got = utils.read_raw_output(folder / "outputs", idx, 0, expected)
+            assert torch.equal(got, expected), f"sample {idx}: runner != runtime"
+
+    def test_minilm_16a8w_sentence_cosine(self, tmp_path):
+        from examples.qualcomm import utils
+        from examples.qualcomm.models.minilm import SAMPLE_SENTENCES, load_minilm, sentence_embeddings, tokenize
+
+        encoder, tokenizer = load_minilm()
+        ids, mask = tokenize(tokenizer, SAMPLE_SENTENCES)
+        quantizer = QnnQuantizer()
+        quantizer.set_default_quant_config(A16W8, is_linear_per_channel=True)
+        _, edge, outputs = _lower_quantized(encoder, [[ids, mask]], quantizer, A16W8, tmp_path / "minilm.pte")
+        assert utils.ops_outside_delegates(edge) == []
+        with torch.no_grad():
+            want = sentence_embeddings(encoder(ids, mask), mask)
+        cosines = torch.nn.functional.cosine_similarity(sentence_embeddings(outputs[0], mask), want, dim=1)
+        assert float(cosines.min()) >= 0.99, f"sentence cosines {cosines.tolist()}"
+
+    def test_qwen3_block_16a4w_block_sqnr(self, tmp_path):
+        from backends.qualcomm.tests.models_quant import TinyQwen3Block
+
+        block = TinyQwen3Block().eval()
+        generator = torch.Generator().manual_seed(1)
+        samples = [[torch.randn(1, 8, 64, generator=generator)] for _ in range(4)]
+        quantizer = QnnQuantizer()
+        quantizer.set_default_quant_config(QuantDtype.use_16a4w_block)
+        dtype = QuantDtype.use_16a4w_block
+        converted, _, outputs = _lower_quantized(block, samples, quantizer, dtype, tmp_path / "qwen3.pte")
+        with torch.no_grad():
+            floats = [block(*s) for s in samples]
+            refs = [converted(*s) for s in samples]
+        sqnr = min(sqnr_db(o.numpy(), f.numpy()) for o, f in zip(outputs, floats))
+        sqnr_qdq = min(sqnr_db(o.numpy(), r.numpy()) for o, r in zip(outputs, refs))
+        print(f"qwen3 block 16a4w_block: SQNR vs float {sqnr:.1f} dB, vs QDQ reference {sqnr_qdq:.1f} dB")
+        assert sqnr >= QWEN3_MIN_SQNR_DB
+        assert sqnr_qdq >= QWEN3_MIN_SQNR_VS_QDQ_DB
