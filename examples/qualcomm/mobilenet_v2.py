@@ -1,6 +1,7 @@
 """Export MobileNetV2 (real ImageNet weights) through the QNN delegate and run it.
 
     python examples/qualcomm/mobilenet_v2.py --artifact artifacts/mobilenet_v2
+    python examples/qualcomm/mobilenet_v2.py --quantize   # 8a8w (QnnQuantizer, PT2E)
 
 Steps: lower with an fp16 HTP spec, check the graph is fully delegated, write
 the ``.pte``, write four scikit-image photos as raw float32 inputs plus
@@ -29,6 +30,8 @@ from examples.qualcomm.models.mobilenet_v2 import load_mobilenet_v2  # noqa: E40
 MODEL_NAME = "mobilenet_v2"
 # fp16 sanity bound on |logits - eager| relative to the eager logit range.
 MAX_RELATIVE_LOGIT_DIFF = 0.05
+# 8a8w sanity bound (8-bit logits, per-channel weights, calibrated on the four photos).
+MAX_RELATIVE_LOGIT_DIFF_8A8W = 0.25
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--soc_model", default="SM8650", help="target SoC (QcomChipset name)")
     parser.add_argument("--iterations", type=int, default=10, help="timed runner iterations")
     parser.add_argument("--warm_up", type=int, default=2, help="untimed runner warm-up runs")
+    parser.add_argument("--quantize", action="store_true",
+                        help="quantize 8a8w with QnnQuantizer (calibrated on the photos) instead of fp16")
     return parser.parse_args(argv)
 
 
@@ -46,10 +51,36 @@ def eager_logits(model: torch.nn.Module, photos: dict[str, torch.Tensor]) -> dic
         return {name: model(x) for name, x in photos.items()}
 
 
-def export_pte(model: torch.nn.Module, example: torch.Tensor, soc_model: str, pte_path: Path) -> Path:
-    start = utils.log_step(f"lowering {MODEL_NAME} to the QNN delegate (fp16, {soc_model})")
-    specs = utils.build_compiler_specs(soc_model=soc_model, use_fp16=True)
-    edge = utils.lower_to_qnn(model, (example,), specs)
+def quantize_8a8w(model: torch.nn.Module, photos: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """PT2E: export -> prepare with QnnQuantizer (8a8w, per-channel weights) -> calibrate -> convert."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from backends.qualcomm import QnnQuantizer, QuantDtype
+
+    utils.log_step(f"quantizing {MODEL_NAME} 8a8w (calibration: {len(photos)} photos)")
+    quantizer = QnnQuantizer()
+    quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_conv_per_channel=True,
+                                       is_linear_per_channel=True)
+    example = (next(iter(photos.values())),)
+    prepared = prepare_pt2e(torch.export.export(model.eval(), example, strict=False).module(), quantizer)
+    with torch.no_grad():
+        for x in photos.values():
+            prepared(x)
+    return convert_pt2e(prepared)
+
+
+def export_pte(model: torch.nn.Module, example: torch.Tensor, soc_model: str, pte_path: Path,
+               quantized: bool = False) -> Path:
+    precision = "8a8w" if quantized else "fp16"
+    start = utils.log_step(f"lowering {MODEL_NAME} to the QNN delegate ({precision}, {soc_model})")
+    specs = utils.build_compiler_specs(soc_model=soc_model, use_fp16=not quantized)
+    if quantized:  # a converted PT2E GraphModule: lowered as is (no eval())
+        from backends.qualcomm import to_edge_transform_and_lower_to_qnn
+
+        with torch.no_grad():
+            edge = to_edge_transform_and_lower_to_qnn(model, (example,), specs)
+    else:
+        edge = utils.lower_to_qnn(model, (example,), specs)
     utils.assert_fully_delegated(edge, MODEL_NAME)
     print(f"      fully delegated ({utils.delegate_call_count(edge)} delegate call(s)) "
           f"in {time.perf_counter() - start:.1f} s", flush=True)
@@ -89,14 +120,15 @@ def report_photo(name: str, logits: torch.Tensor, eager: torch.Tensor) -> tuple[
     return matches, rel_diff
 
 
-def check_results(outcomes: dict[str, tuple[bool, float]], chelsea_top1: int) -> None:
+def check_results(outcomes: dict[str, tuple[bool, float]], chelsea_top1: int,
+                  max_relative_diff: float = MAX_RELATIVE_LOGIT_DIFF) -> None:
     if not imagenet.is_cat_class(chelsea_top1):
         raise utils.ExampleError(f"chelsea (a cat) classified as class {chelsea_top1}")
     for name, (_, rel_diff) in outcomes.items():
-        if rel_diff > MAX_RELATIVE_LOGIT_DIFF:
+        if rel_diff > max_relative_diff:
             raise utils.ExampleError(
                 f"{name}: logits differ from eager by {rel_diff:.2%} of their range "
-                f"(bound {MAX_RELATIVE_LOGIT_DIFF:.0%})"
+                f"(bound {max_relative_diff:.0%})"
             )
 
 
@@ -108,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     photos = imagenet.load_photo_batch()
     eager = eager_logits(model, photos)
 
-    pte_path = export_pte(model, next(iter(photos.values())), args.soc_model,
-                          artifact / f"{MODEL_NAME}.pte")
+    lowered = quantize_8a8w(model, photos) if args.quantize else model
+    pte_path = export_pte(lowered, next(iter(photos.values())), args.soc_model,
+                          artifact / f"{MODEL_NAME}.pte", quantized=args.quantize)
     result = run_on_runner(pte_path, photos, artifact, args.iterations, args.warm_up)
 
     outcomes = {}
@@ -122,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     latency = "n/a" if result.avg_latency_ms is None else f"{result.avg_latency_ms:.2f} ms"
     print(f"\ntop-1 equal to eager on {matched}/{len(outcomes)} photos; "
           f"runner average latency {latency}")
-    check_results(outcomes, delegated_top1["chelsea"])
+    check_results(outcomes, delegated_top1["chelsea"],
+                  MAX_RELATIVE_LOGIT_DIFF_8A8W if args.quantize else MAX_RELATIVE_LOGIT_DIFF)
     return 0
 
 
