@@ -4,12 +4,12 @@ from backends.qualcomm.debugger.comparators import (
 )
 from backends.qualcomm.debugger.inspector_comparator import InspectorComparator
 from backends.qualcomm.debugger.qnn_intermediate_debugger import (
-    REFERENCE_GRAPH_NAME, DebugReport, QNNIntermediateDebugger,
+    EDGE_DIALECT_GRAPH_NAME, REFERENCE_GRAPH_NAME, DebugReport, QNNIntermediateDebugger,
 )
 from backends.qualcomm.debugger.reports import FAIL, NOT_COMPARED, PASS, ComparisonRow
 
 __all__ = [
-    "ComparisonRow", "CosineSimilarityComparator", "DebugReport", "FAIL", "InspectorComparator", "MSEComparator",
+    "ComparisonRow", "CosineSimilarityComparator", "DebugReport", "EDGE_DIALECT_GRAPH_NAME", "FAIL", "InspectorComparator", "MSEComparator",
     "NOT_COMPARED", "NumericalComparator", "PASS", "QNNIntermediateDebugger", "REFERENCE_GRAPH_NAME",
     "SQNRComparator",
 ]

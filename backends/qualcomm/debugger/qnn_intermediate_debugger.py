@@ -34,6 +34,9 @@ from backends.qualcomm.debugger.runtime_dump import read_delegate_dumps, run_wit
 logger = logging.getLogger(__name__)
 
 REFERENCE_GRAPH_NAME = "edge_after_transform/forward"
+# The edge program before transform passes: the reference for plain to_edge_transform_and_lower
+# users (no ResolveDebugHandle: ExecuTorch's shared handles, the last node of a group is compared).
+EDGE_DIALECT_GRAPH_NAME = "edge_dialect_exported_program"
 
 
 @dataclass
@@ -152,7 +155,10 @@ class QNNIntermediateDebugger:
 
         if self.etrecord_path is None:
             raise ValueError("no ETRecord: call save() first (or set etrecord_path)")
-        graph_map = parse_etrecord(self.etrecord_path).graph_map or {}
+        etrecord = parse_etrecord(self.etrecord_path)
+        if self.reference_graph_name == EDGE_DIALECT_GRAPH_NAME:
+            return etrecord.edge_dialect_program
+        graph_map = etrecord.graph_map or {}
         if self.reference_graph_name not in graph_map:
             raise ValueError(f"ETRecord has no graph '{self.reference_graph_name}' (has {sorted(graph_map)}); "
                              "lower with to_edge_transform_and_lower_to_qnn(..., generate_etrecord=True)")
