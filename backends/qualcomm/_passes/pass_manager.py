@@ -11,6 +11,7 @@ from typing import Callable, List
 from torch.export import ExportedProgram
 
 from backends.qualcomm._passes.annotate_quant_attrs import annotate_quant_attrs
+from backends.qualcomm._passes.convert_linear_to_conv2d import MarkLinearAsConv2d, convert_linear_to_conv2d
 from backends.qualcomm._passes.duplicate_quantize import DuplicateQuantize
 from backends.qualcomm._passes.fold_batch_norm import fold_batch_norm_into_conv
 from backends.qualcomm._passes.fold_pad_into_conv import fold_pad_into_conv
@@ -23,8 +24,10 @@ from backends.qualcomm._passes.remove_identity_ops import RemoveIdentityOps
 from backends.qualcomm._passes.resolve_debug_handle import ResolveDebugHandle
 
 
-def edge_transform_passes() -> List[Callable]:
-    return [RemoveIdentityOps(), DuplicateQuantize(), ResolveDebugHandle()]  # ResolveDebugHandle stays last
+def edge_transform_passes(convert_linear_to_conv2d: bool = False) -> List[Callable]:
+    """Edge passes; `convert_linear_to_conv2d` marks linear nodes to be lowered as 1x1 Conv2d."""
+    optional = [MarkLinearAsConv2d()] if convert_linear_to_conv2d else []
+    return [RemoveIdentityOps(), DuplicateQuantize(), *optional, ResolveDebugHandle()]  # ResolveDebugHandle stays last
 
 
 def _annotate_layout(ep: ExportedProgram) -> ExportedProgram:
@@ -38,6 +41,7 @@ PREPROCESS_PASSES: List[Callable[[ExportedProgram], ExportedProgram]] = [
     fold_qdq,
     insert_requantize,
     insert_io_qdq,
+    convert_linear_to_conv2d,
     fold_pad_into_conv,
     fold_batch_norm_into_conv,
     _annotate_layout,

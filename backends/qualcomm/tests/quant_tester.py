@@ -103,6 +103,14 @@ class QuantTester(QnnTester):
         self.module = converted  # the patched eval() of converted modules returns None
         self.stats: List[StepStats] = []
 
+    def lower_to_qnn(self, **kwargs) -> "QuantTester":
+        """Lower with to_edge_transform_and_lower_to_qnn (e.g. convert_linear_to_conv2d=True)."""
+        from backends.qualcomm import QnnPartitioner, to_edge_transform_and_lower_to_qnn
+
+        self.partitioner = QnnPartitioner(self.compile_specs)  # for messages only
+        self.edge = to_edge_transform_and_lower_to_qnn(self.module, self.inputs, self.compile_specs, **kwargs)
+        return self
+
     def compare_steps(self, max_step_diff: int = MAX_STEP_DIFF,
                       min_exact: float = MIN_EXACT_FRACTION) -> "QuantTester":
         """Per output: every element within `max_step_diff` steps, >= `min_exact` exact."""

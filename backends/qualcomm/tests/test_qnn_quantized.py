@@ -35,6 +35,9 @@ def _check(module: torch.nn.Module, inputs, dtype: QuantDtype, **kwargs) -> Quan
 
 
 class TestQNNQuantizedOperator(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(0)  # module weights are drawn in the test bodies: deterministic numbers
+
     # ---- weighted ops: every weight dtype, per tensor and per channel --------------------
     @parameterized.expand([(f"{d}_{'per_channel' if pc else 'per_tensor'}", dtype, pc)
                            for d, dtype in WEIGHT_DTYPES for pc in (False, True)])
@@ -145,6 +148,27 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         self.assertFalse(any("batch_norm" in str(n.target) for n in tester.module.graph.nodes))
         tester.run_and_compare_steps()
         self.assertEqual(count_op_types(tester.payload(), "Conv2d"), 1)
+
+    @parameterized.expand([("8a8w", A8W8), ("16a4w_block", QuantDtype.use_16a4w_block)])
+    def test_linear_to_conv2d(self, _, dtype):
+        from backends.qualcomm import deserialize
+        from backends.qualcomm.serialization.qnn_graph import QuantEncoding
+
+        torch.manual_seed(0)
+        module = torch.nn.Linear(32, 16)  # one op: 1-step differences would double through a relu
+        tester = QuantTester(module, inputs_of((2, 5, 32)), dtype, per_channel=True,
+                             block_size_map={"linear": 8})
+        tester.lower_to_qnn(convert_linear_to_conv2d=True).check_fully_delegated()
+        tester.to_executorch().run().compare_steps()
+        types = tester.payload().op_types()
+        self.assertEqual((types["Conv2d"], types.get("FullyConnected", 0)), (1, 0))
+        graph = deserialize(tester.delegate_blobs()[0]).graphs[0]
+        weight = next(t for t in graph.tensors if t.quant is not None and t.quant.axis >= 0 and list(t.dims)[:2] == [1, 1])
+        self.assertEqual(list(weight.dims), [1, 1, 32, 16])
+        self.assertEqual(weight.quant.axis, 3)
+        if dtype == QuantDtype.use_16a4w_block:
+            self.assertEqual(weight.quant.encoding, QuantEncoding.BLOCKWISE_EXPANSION)
+            self.assertEqual((weight.quant.blockAxis, weight.quant.blockSize), (2, 8))
 
     def test_fp16a8w_weight_only(self):
         tester = QuantTester(m.Conv2d(4, 8, 3), inputs_of((1, 4, 6, 6)), QuantDtype.use_fp16a8w).lower()

@@ -36,6 +36,7 @@ def to_edge_transform_and_lower_to_qnn(
     skip_node_id_set: Optional[Set[str]] = None,
     skip_node_op_set: Optional[Set[str]] = None,
     generate_etrecord: bool = False,
+    convert_linear_to_conv2d: bool = False,
 ) -> EdgeProgramManager:
     """torch.export -> edge transform passes -> to_edge_transform_and_lower with QnnPartitioner.
 
@@ -43,6 +44,8 @@ def to_edge_transform_and_lower_to_qnn(
     same keys): every method is lowered, its graphs named after the method.
     With use_weight_sharing in the HTP options, all methods then share one
     context (one delegate blob) whose identical weights are stored once.
+    `convert_linear_to_conv2d=True` lowers linear layers as 1x1 Conv2d (HWIO weights, faster
+    on HTP); quantized weights keep their per-channel / LPBQ per-block encodings.
     """
     from backends.qualcomm.partitioner import QnnPartitioner
 
@@ -56,7 +59,7 @@ def to_edge_transform_and_lower_to_qnn(
     partitioners = {
         name: [QnnPartitioner(specs[name], skip_node_id_set, skip_node_op_set)] for name in programs
     }
-    passes = {name: edge_transform_passes() for name in programs}
+    passes = {name: edge_transform_passes(convert_linear_to_conv2d) for name in programs}
     manager = to_edge_transform_and_lower(
         programs,
         transform_passes=passes,
