@@ -15,15 +15,12 @@ from backends.qualcomm.utils.errors import QnnLoweringError  # noqa: E402
 from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn  # noqa: E402
 from backends.qualcomm.utils.runtime_options import get_runtime_option, set_runtime_option  # noqa: E402
 
-try:  # the quantizer is added by a later task
-    from backends.qualcomm.quantizer import QnnQuantizer, QuantDtype  # noqa: F401
-except ImportError:
-    pass
+from backends.qualcomm.quantizer import QnnQuantizer, QuantDtype  # noqa: E402
 
 __all__ = [
     "HtpArch", "QcomChipset", "QnnBackend", "QnnDelegate", "QnnExecuTorchBackendType",
     "QnnExecuTorchHtpPerformanceMode", "QnnExecuTorchHtpPrecision", "QnnExecuTorchLogLevel",
-    "QnnExecuTorchProfileLevel", "QnnLoweringError", "QnnPartitioner", "deserialize",
+    "QnnExecuTorchProfileLevel", "QnnLoweringError", "QnnPartitioner", "QnnQuantizer", "QuantDtype", "deserialize",
     "describe_payload", "generate_htp_compiler_spec", "generate_qnn_executorch_compiler_spec",
     "get_runtime_option", "set_runtime_option", "to_edge_transform_and_lower_to_qnn",
 ]

@@ -12,6 +12,20 @@ from backends.qualcomm.serialization.fnv import fnv1a64
 
 _DATA_TYPE_NAMES = {v: k for k, v in vars(gen.QnnDataType).items() if not k.startswith("_")}
 _TENSOR_TYPE_NAMES = {v: k for k, v in vars(gen.QnnTensorType).items() if not k.startswith("_")}
+_ENCODING_NAMES = {v: k for k, v in vars(gen.QnnQuantEncoding).items() if not k.startswith("_")}
+
+
+def describe_quant(quant) -> str:
+    """One-line summary of a tensor's QuantizeParamsT ("" when it has none)."""
+    if quant is None or quant.encoding == gen.QnnQuantEncoding.UNDEFINED:
+        return ""
+    name = _ENCODING_NAMES.get(quant.encoding, str(quant.encoding))
+    if quant.scales is None:
+        return f"{name}(bw={quant.bitwidth}, scale={quant.scale:.6g}, offset={quant.offset})"
+    text = f"{name}(bw={quant.bitwidth}, axis={quant.axis}, channels={len(quant.scales)}"
+    if quant.encoding == gen.QnnQuantEncoding.BLOCKWISE_EXPANSION:
+        text += f", block_axis={quant.blockAxis}, block_size={quant.blockSize}"
+    return text + ")"
 
 
 @dataclass
@@ -22,6 +36,7 @@ class TensorSummary:
     data_type: str
     dims: List[int]
     nbytes: int
+    quant: str = ""  # e.g. "SCALE_OFFSET(bw=8, scale=0.0203, offset=-117)"; "" when not quantized
 
 
 @dataclass
@@ -93,6 +108,7 @@ def _summarize_tensor(tensor: gen.TensorT) -> TensorSummary:
     return TensorSummary(
         int(tensor.id), _decode(tensor.name), _TENSOR_TYPE_NAMES.get(tensor.type, str(tensor.type)),
         _DATA_TYPE_NAMES.get(tensor.dataType, str(tensor.dataType)), dims, nbytes,
+        describe_quant(tensor.quant),
     )
 
 

@@ -103,6 +103,9 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         self.assertEqual([types[n] for n in conv.inputs],
                          ["UFIXED_POINT_8", "SFIXED_POINT_8", "SFIXED_POINT_32"])
         self.assertEqual(types[conv.outputs[0]], "UFIXED_POINT_8")
+        quant = {t.name: t.quant for t in summary.tensors}
+        self.assertEqual(quant[conv.inputs[1]], "AXIS_SCALE_OFFSET(bw=8, axis=3, channels=8)")
+        self.assertTrue(quant[conv.inputs[0]].startswith("SCALE_OFFSET(bw=8, scale="))
         self.assertEqual([types[n] for n in summary.inputs + summary.outputs], ["FLOAT_32", "FLOAT_32"])
 
     def test_payload_int4_packing_and_lpbq(self):
