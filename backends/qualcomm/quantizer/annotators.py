@@ -40,7 +40,7 @@ COMPUTE_OPS = _ops(
     "silu_.default", "hardswish.default", "hardswish_.default", "softmax.int", "_softmax.default",
     "layer_norm.default", "batch_norm.default", "_native_batch_norm_legit_no_training.default",
     "mean.dim", "sum.dim_IntList", "avg_pool2d.default", "adaptive_avg_pool2d.default",
-    "matmul.default", "bmm.default", "mm.default",
+    "matmul.default", "bmm.default", "mm.default", "addmm.default",
 )
 SHARED_OPS = _ops(
     "view.default", "reshape.default", "permute.default", "transpose.int", "t.default",

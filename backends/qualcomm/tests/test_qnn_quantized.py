@@ -81,7 +81,9 @@ class TestQNNQuantizedOperator(unittest.TestCase):
 
     @parameterized.expand([(f"{name}_{d}", module, shapes, dtype)
                            for name, module, shapes in (("conv_cat", m.ConvCat, [(1, 3, 6, 6)]),
-                                                        ("pad_conv", m.PadConv, [(1, 3, 9, 9)]))
+                                                        ("pad_conv", m.PadConv, [(1, 3, 9, 9)]),
+                                                        ("conv_bias_residual", m.ConvBias, [(1, 4, 6, 6)]),
+                                                        ("addmm", m.AddMm, [(4, 8)]))
                            for d, dtype in ACT_DTYPES])
     def test_conv_graphs(self, _, module, shapes, dtype):
         _check(module(), shapes, dtype, per_channel=True)
