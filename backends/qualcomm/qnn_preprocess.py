@@ -12,6 +12,7 @@ from torch.export import ExportedProgram
 
 import backends.qualcomm.builders  # noqa: F401  (registers builders)
 from backends.qualcomm._passes.pass_manager import run_preprocess_passes
+from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.registry import get_builder
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
@@ -61,8 +62,9 @@ def _debug_handle_map(ep: ExportedProgram) -> Dict[int, Tuple[int]]:
     return handles
 
 
-def build_qnn_graph(ep: ExportedProgram, graph_name: str, fp16: bool) -> QnnGraph:
-    """Walk a (preprocessed) delegated program and emit its QNN graph."""
+def build_qnn_graph(ep: ExportedProgram, graph_name: str, fp16: bool, dump: bool = False) -> QnnGraph:
+    """Walk a (preprocessed) delegated program and emit its QNN graph (`dump`: every
+    intermediate tensor readable, named after its node's debug handle)."""
     gb = GraphBuilder(ep, graph_name, fp16)
     _define_inputs(ep, gb)
     nodes = [n for n in ep.graph_module.graph.nodes if n.op == "call_function"]
@@ -71,6 +73,8 @@ def build_qnn_graph(ep: ExportedProgram, graph_name: str, fp16: bool) -> QnnGrap
     output = next(n for n in ep.graph_module.graph.nodes if n.op == "output")
     outputs = output.args[0]
     gb.define_graph_outputs(list(outputs) if isinstance(outputs, (tuple, list)) else [outputs])
+    if dump:
+        gb.promote_for_dump(dumped_handle_owners(nodes))
     return gb.graph
 
 
@@ -80,7 +84,8 @@ class QnnDelegate(BackendDetails):
     def preprocess(edge_program: ExportedProgram, compile_specs: List[CompileSpec]) -> PreprocessResult:
         options = options_from_compile_specs(compile_specs)
         ep = run_preprocess_passes(copy.deepcopy(edge_program))
-        graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options))
+        graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options),
+                                bool(options.dumpIntermediateOutputs))
         return PreprocessResult(processed_bytes=serialize_graphs([graph]),
                                 debug_handle_map=_debug_handle_map(ep))
 

@@ -1,6 +1,7 @@
 """GraphBuilder: owns the QNN tensors and ops that builders emit for one delegate graph."""
 from __future__ import annotations
 
+import operator
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -18,6 +19,7 @@ from backends.qualcomm.utils.constants import (
     QCOM_QUANT_ATTRS,
 )
 from backends.qualcomm.utils.errors import QnnLoweringError
+from backends.qualcomm.utils.tensor_dump import DEBUG_ID_MARKER, dump_tensor_name
 
 _TORCH_TO_QNN_DTYPE = {
     torch.float32: DataType.FLOAT_32, torch.int32: DataType.INT_32, torch.int64: DataType.INT_64,
@@ -156,6 +158,35 @@ class GraphBuilder:
     def alias(self, node: torch.fx.Node, source: torch.fx.Node) -> None:
         """`node` is the same tensor as `source` (getitem of output 0)."""
         self._tensors[(node, node_layout(node))] = self.tensor(source, node_layout(node))
+
+    def bind(self, node: torch.fx.Node, tensor: QnnTensor) -> None:
+        """`tensor` is the output of `node` in its own layout (getitem i of a multi-output op)."""
+        self._tensors[(node, node_layout(node))] = tensor
+
+    def has_tensor(self, node: torch.fx.Node) -> bool:
+        return (node, node_layout(node)) in self._tensors
+
+    def node_output_tensors(self, node: torch.fx.Node) -> List[QnnTensor]:
+        """The output tensors of `node` in output order (its getitem users' for a multi-output op)."""
+        getitems = sorted((u for u in node.users if u.target is operator.getitem), key=lambda u: u.args[1])
+        found: List[QnnTensor] = []
+        for source in getitems or [node]:
+            tensor = self._tensors.get((source, node_layout(source)))
+            if tensor is not None and all(t is not tensor for t in found):
+                found.append(tensor)
+        return found
+
+    def promote_for_dump(self, owners: Dict[torch.fx.Node, int]) -> None:
+        """dump_intermediate_outputs: the outputs of each owner node are named
+        `<name>_debugID_<handle>`, and every NATIVE tensor becomes APP_READ (readable after
+        execute; Graph.outputs stays the delegate outputs)."""
+        for node, handle in owners.items():
+            for tensor in self.node_output_tensors(node):
+                if tensor.type in (TensorType.NATIVE, TensorType.APP_READ) and DEBUG_ID_MARKER not in tensor.name:
+                    tensor.name = self._unique(dump_tensor_name(tensor.name, handle), self._tensor_names)
+        for tensor in self.graph.tensors:
+            if tensor.type == TensorType.NATIVE:
+                tensor.type = TensorType.APP_READ
 
     def constant_data(self, node: object) -> Optional[torch.Tensor]:
         """Data of a param/buffer/lifted-constant placeholder, else None."""

@@ -1,4 +1,5 @@
-"""operator.getitem of output 0 of a tuple-returning op: same tensor, no op."""
+"""operator.getitem of a tuple-returning op: output 0 is the op's own tensor; output i > 0
+of a multi-output op (builder with `num_outputs`) is bound by that op's builder. No op."""
 from __future__ import annotations
 
 import operator
@@ -17,12 +18,13 @@ class GetItemBuilder(NodeBuilder):
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         source = node.args[0]
-        if node.args[1] != 0:
-            return False, f"getitem index {node.args[1]} (only output 0 is produced)"
         builder = get_builder(getattr(source, "target", None))
         if builder is None:
             return False, f"source '{getattr(source, 'name', source)}' has no builder"
+        if not 0 <= node.args[1] < getattr(builder, "num_outputs", 1):
+            return False, f"getitem index {node.args[1]} (the op's builder produces only output 0)"
         return builder.is_supported(source)
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        gb.alias(node, node.args[0])
+        if node.args[1] == 0:
+            gb.alias(node, node.args[0])

@@ -7,7 +7,7 @@ QNN_OP_TYPES: frozenset[str] = frozenset({
     "Relu", "ReluMinMax", "Sigmoid", "Tanh", "Gelu", "HardSwish",
     "Softmax", "LayerNorm", "Batchnorm", "ReduceMean", "ReduceSum",
     "PoolAvg2d", "PoolMax2d",
-    "Reshape", "Transpose", "Concat", "StridedSlice", "Gather", "Tile", "Cast",
+    "Reshape", "Transpose", "Concat", "StridedSlice", "Gather", "Tile", "Cast", "TopK",
 })
 
 # Quantization ops (OPS.md "Quantized graphs", QNN_QUANT_OP_TYPES).

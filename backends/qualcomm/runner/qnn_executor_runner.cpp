@@ -43,6 +43,10 @@ struct Args {
   int log_level = -1, profile_level = -1, htp_performance_mode = -1;
   bool heap_profiling_path_given = false;
   std::string heap_profiling_path;
+  // Intermediate tensor dumps into the ETDump's debug buffer.
+  bool dump_intermediate_outputs = false;
+  std::string debug_output_path;
+  int debug_buffer_size = 64 << 20;
 };
 
 void print_usage() {
@@ -59,6 +63,11 @@ void print_usage() {
       "  --profile_level <n>        QnnDelegate profile level (0 off, 1 basic, 2 detailed)\n"
       "  --htp_performance_mode <n> QnnDelegate HTP performance mode (0..8, 2 = burst)\n"
       "  --heap_profiling_path <file>  QnnDelegate heap checkpoints (needs a profile level)\n"
+      "  --dump_intermediate_outputs  log every dumped delegate tensor into the ETDump (needs\n"
+      "                             --etdump_path and a .pte lowered with dump_intermediate_outputs)\n"
+      "  --debug_output_path <file> the debug buffer holding the dumped tensors\n"
+      "                             (default <etdump_path>.debug_buffer)\n"
+      "  --debug_buffer_size <bytes>  size of the debug buffer (default 67108864)\n"
       "  --help\n");
 }
 
@@ -75,6 +84,10 @@ int parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
     std::string key = argv[i], value;
     if (key == "--help" || key == "-h") return 2;
+    if (key == "--dump_intermediate_outputs") {  // a switch: no value
+      a.dump_intermediate_outputs = true;
+      continue;
+    }
     const size_t eq = key.find('=');
     if (eq != std::string::npos) {
       value = key.substr(eq + 1);
@@ -97,6 +110,8 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (key == "--log_level") ok = parse_int(value, a.log_level);
     else if (key == "--profile_level") ok = parse_int(value, a.profile_level);
     else if (key == "--htp_performance_mode") ok = parse_int(value, a.htp_performance_mode);
+    else if (key == "--debug_output_path") a.debug_output_path = value;
+    else if (key == "--debug_buffer_size") ok = parse_int(value, a.debug_buffer_size) && a.debug_buffer_size > 0;
     else if (key == "--heap_profiling_path") {
       a.heap_profiling_path = value;
       a.heap_profiling_path_given = true;
@@ -113,6 +128,13 @@ int parse_args(int argc, char** argv, Args& a) {
   if (a.model_path.empty()) {
     std::fprintf(stderr, "error: --model_path is required\n");
     return 1;
+  }
+  if (a.dump_intermediate_outputs && a.etdump_path.empty()) {
+    std::fprintf(stderr, "error: --dump_intermediate_outputs needs --etdump_path\n");
+    return 1;
+  }
+  if (a.dump_intermediate_outputs && a.debug_output_path.empty()) {
+    a.debug_output_path = a.etdump_path + ".debug_buffer";
   }
   return 0;
 }
@@ -225,6 +247,23 @@ bool write_etdump(executorch::etdump::ETDumpGen& gen, const std::string& path) {
   return ok;
 }
 
+// Debug buffer + debug level so that delegates log their intermediate outputs.
+bool enable_intermediate_dumps(executorch::etdump::ETDumpGen& gen, std::vector<uint8_t>& buffer) {
+  if (!gen.set_debug_buffer(Span<uint8_t>(buffer.data(), buffer.size())).ok()) {
+    std::fprintf(stderr, "error: cannot set the ETDump debug buffer (%zu bytes)\n", buffer.size());
+    return false;
+  }
+  gen.set_event_tracer_debug_level(executorch::runtime::EventTracerDebugLogLevel::kIntermediateOutputs);
+  return true;
+}
+
+bool write_debug_buffer(const std::vector<uint8_t>& buffer, const std::string& path) {
+  std::ofstream f(path, std::ios::binary);
+  const bool ok = f && f.write(reinterpret_cast<const char*>(buffer.data()), buffer.size());
+  if (!ok) std::fprintf(stderr, "error: cannot write the debug buffer '%s'\n", path.c_str());
+  return ok;
+}
+
 void add_int_option(std::vector<BackendOption>& opts, const char* key, int value) {
   if (value < 0) return;
   BackendOption o;
@@ -296,6 +335,11 @@ int run(const Args& a) {
   MemoryManager memory_manager(&method_allocator, &planned_memory, &temp_allocator);
   std::unique_ptr<executorch::etdump::ETDumpGen> etdump;
   if (!a.etdump_path.empty()) etdump.reset(new executorch::etdump::ETDumpGen());
+  std::vector<uint8_t> debug_buffer;
+  if (a.dump_intermediate_outputs) {
+    debug_buffer.assign(static_cast<size_t>(a.debug_buffer_size), 0);
+    if (!enable_intermediate_dumps(*etdump, debug_buffer)) return 1;
+  }
   auto method = program->load_method(*method_name, &memory_manager, etdump.get());
   if (!method.ok()) {
     std::fprintf(stderr, "error: cannot load method '%s' (error %d)\n", *method_name, int(method.error()));
@@ -348,6 +392,7 @@ int run(const Args& a) {
     }
   }
   if (etdump && !write_etdump(*etdump, a.etdump_path)) return 1;
+  if (a.dump_intermediate_outputs && !write_debug_buffer(debug_buffer, a.debug_output_path)) return 1;
   return 0;
 }
 

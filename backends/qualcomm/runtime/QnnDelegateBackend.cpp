@@ -147,6 +147,15 @@ HeapProfileRequest heap_request(const CompileOptions& options) {
   return r;
 }
 
+// Dumped tensors of a graph: readable APP_READ tensors (arena) and graph outputs (caller buffers).
+engine::Status make_dumper(const engine::GraphExecutor& g, std::unique_ptr<TensorDumper>& out) {
+  if (g.readable_ids().empty()) return engine::Status::Ok();
+  std::vector<DumpSource> sources;
+  for (uint32_t id : g.readable_ids()) sources.push_back({&g.tensor_info(id), g.tensor_data(id), -1});
+  for (size_t i = 0; i < g.num_outputs(); ++i) sources.push_back({&g.output_info(i), nullptr, int(i)});
+  return TensorDumper::build(sources, out);
+}
+
 Error parse_delegate_options(ArrayRef<CompileSpec> compile_specs, CompileOptions& options) {
   const CompileSpec* spec = find_spec(compile_specs, kCompileSpecKey);
   if (spec == nullptr) return Error::Ok;
@@ -190,6 +199,13 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
   processed->Free();  // weights were copied into the engine
   handle->graph = select_graph(*handle->context, options, context.get_method_name());
   handle->options = std::move(options);
+  const engine::Status dump_status = make_dumper(*handle->graph, handle->dumper);
+  if (!dump_status.ok()) {
+    ET_LOG(Error, "QnnDelegate init failed: %s", dump_status.message.c_str());
+    ContextCache::instance().release(handle->context);
+    delete handle;
+    return to_et_error(dump_status.kind);
+  }
   register_handle(handle);
   if (log_enabled(kLogLevelInfo, handle->options)) {
     ET_LOG(Info, "QnnDelegate: method '%s' runs graph '%s' (%zu ops) of context %016llx "
@@ -242,6 +258,7 @@ Error QnnDelegateBackend::execute(BackendExecutionContext& context, DelegateHand
       s = g.execute(in_ptrs, out_ptrs, profiler.op_observer());
       profiler.graph_finished();
     }
+    if (s.ok() && h->dumper != nullptr && TensorDumper::wanted(tracer)) h->dumper->log(tracer, out_ptrs);
   }
   if (!s.ok()) {
     ET_LOG(Error, "QnnDelegate execute failed: %s", s.message.c_str());

@@ -8,6 +8,7 @@
 #include <executorch/runtime/backend/interface.h>
 
 #include "backends/qualcomm/runtime/CompileOptions.h"
+#include "backends/qualcomm/runtime/TensorDump.h"
 #include "backends/qualcomm/runtime/engine/GraphExecutor.h"
 
 namespace qnn_delegate {
@@ -23,6 +24,7 @@ struct QnnDelegateHandle {
   QnnContext* context = nullptr;
   engine::GraphExecutor* graph = nullptr;
   CompileOptions options;
+  std::unique_ptr<TensorDumper> dumper;  // null when the graph dumps no tensor
 };
 
 // Threads the engine uses for an HTP performance mode: burst / high /

@@ -140,14 +140,24 @@ Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
                         name_.c_str(), tensors_[id].name.c_str());
     }
   }
+  for (uint32_t id : readable_ids_) {
+    if (!produced[id]) {
+      return make_error(ErrorKind::InvalidProgram, "graph '%s': APP_READ tensor '%s' is not produced by any op",
+                        name_.c_str(), tensors_[id].name.c_str());
+    }
+    last_step_[id] = steps_.empty() ? 0 : steps_.size() - 1;  // readable until the execute ends
+  }
   return Status::Ok();
 }
 
 Status GraphExecutor::plan_and_allocate() {
   std::vector<uint32_t> arena_ids;
   std::vector<BufferLifetime> lifetimes;
+  std::vector<bool> in_arena(tensors_.size(), false);  // NATIVE and readable APP_READ tensors
+  for (const TensorInfo& t : tensors_) in_arena[t.id] = t.kind == TensorKind::NATIVE;
+  for (uint32_t id : readable_ids_) in_arena[id] = true;
   for (const TensorInfo& t : tensors_) {
-    if (t.kind != TensorKind::NATIVE || first_step_[t.id] == kNotProduced) continue;
+    if (!in_arena[t.id] || first_step_[t.id] == kNotProduced) continue;
     arena_ids.push_back(t.id);
     lifetimes.push_back({t.nbytes, first_step_[t.id], std::max(first_step_[t.id], last_step_[t.id])});
   }

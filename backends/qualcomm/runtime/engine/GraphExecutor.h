@@ -51,6 +51,11 @@ class GraphExecutor {
   const std::string& op_name(size_t i) const { return op_names_[i]; }
   const std::string& op_type(size_t i) const { return op_types_[i]; }
   size_t arena_bytes() const { return arena_.size(); }
+  // APP_READ tensors that are not graph outputs (intermediate dumps): produced by an op,
+  // kept in the arena for the whole execute, readable at tensor_data(id) after it.
+  const std::vector<uint32_t>& readable_ids() const { return readable_ids_; }
+  const TensorInfo& tensor_info(uint32_t id) const { return tensors_[id]; }
+  void* tensor_data(uint32_t id) const { return ptrs_[id]; }
   const TrackingAllocator& allocator() const { return allocator_; }
 
   // inputs[i] / outputs[i]: caller buffers of input_info(i) / output_info(i).
@@ -83,6 +88,7 @@ class GraphExecutor {
   std::vector<int64_t> shadow_of_;  // tensor id -> fp16 shadow id (-1 none)
   std::vector<uint32_t> input_ids_;
   std::vector<uint32_t> output_ids_;
+  std::vector<uint32_t> readable_ids_;
   // Lifetimes (step indices) of arena tensors.
   std::vector<size_t> first_step_;
   std::vector<size_t> last_step_;

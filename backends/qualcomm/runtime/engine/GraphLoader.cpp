@@ -135,13 +135,13 @@ Status GraphExecutor::load_io(const ::qnn_delegate::Graph* graph) {
   QNN_RETURN_IF_ERROR(load_list(graph->inputs(), TensorKind::APP_WRITE, "graph input", input_ids_));
   QNN_RETURN_IF_ERROR(load_list(graph->outputs(), TensorKind::APP_READ, "graph output", output_ids_));
   for (const TensorInfo& t : tensors_) {
-    const bool io = t.kind == TensorKind::APP_WRITE || t.kind == TensorKind::APP_READ;
-    if (io && !seen[t.id]) {
+    if (t.kind == TensorKind::APP_WRITE && !seen[t.id]) {
       return make_error(ErrorKind::InvalidProgram,
-                        "graph '%s': tensor '%s' is %s but not listed in the graph %s",
-                        name_.c_str(), t.name.c_str(), kind_name(t.kind),
-                        t.kind == TensorKind::APP_WRITE ? "inputs" : "outputs");
+                        "graph '%s': tensor '%s' is APP_WRITE but not listed in the graph inputs",
+                        name_.c_str(), t.name.c_str());
     }
+    // APP_READ outside the graph outputs: readable after execute (intermediate dumps).
+    if (t.kind == TensorKind::APP_READ && !seen[t.id]) readable_ids_.push_back(t.id);
   }
   return Status::Ok();
 }

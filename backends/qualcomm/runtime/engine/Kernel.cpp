@@ -85,6 +85,7 @@ const KernelRegistry& float_kernel_registry() {
     register_shape_kernels(r);
     register_gather_kernels(r);
     register_cast_kernels(r);
+    register_topk_kernels(r);
     return r;
   }();
   return registry;

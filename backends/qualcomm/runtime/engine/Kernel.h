@@ -85,6 +85,7 @@ void register_pool_kernels(KernelRegistry& r);
 void register_shape_kernels(KernelRegistry& r);
 void register_gather_kernels(KernelRegistry& r);
 void register_cast_kernels(KernelRegistry& r);
+void register_topk_kernels(KernelRegistry& r);
 // Quantized families.
 void register_quant_kernels(KernelRegistry& r);  // Quantize, Dequantize, Convert
 void register_conv_quant_kernels(KernelRegistry& r);
