@@ -323,7 +323,7 @@ class TestQNNRobustness:
     def test_op_types_agree_across_ops_md_builders_and_kernels(self):
         documented = _ops_md_op_types()
         documented_quant = _ops_md_op_types("QNN_QUANT_OP_TYPES")
-        assert len(documented) == 28
+        assert len(documented) == 29
         assert documented_quant == {"Quantize", "Dequantize", "Convert"}
         assert documented == set(QNN_OP_TYPES)
         assert documented_quant == set(QNN_QUANT_OP_TYPES)
