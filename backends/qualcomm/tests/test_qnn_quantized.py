@@ -71,8 +71,11 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         _check(mq.norms(), [(2, 5, 16)], dtype)
 
     @parameterized.expand(ACT_DTYPES)
-    def test_pool_reduce_batch_norm(self, _, dtype):
+    def test_pool_reduce(self, _, dtype):
         _check(mq.spatial(), [(1, 4, 9, 9)], dtype)
+
+    def test_batch_norm_16a8w(self):
+        _check(m.BatchNorm(4), [(1, 4, 5, 5)], A16W8)
 
     # ---- shape / indexing -----------------------------------------------------------------
     @parameterized.expand(ACT_DTYPES)

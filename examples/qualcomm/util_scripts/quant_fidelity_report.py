@@ -34,6 +34,7 @@ FAMILIES = {
     "spatial": (mq.spatial, [(1, 4, 9, 9)], False),
     "shapes": (mq.shapes, [(2, 3, 4)], False),
     "embedding": (m.Embedding, (torch.tensor([[1, 5, 9], [0, 2, 2]]),), False),
+    "batch_norm": (lambda: m.BatchNorm(4), [(1, 4, 5, 5)], False),
 }
 WEIGHT_ONLY_FAMILIES = {"weighted", "conv_variants"}
 DTYPES = {name.replace("use_", ""): dtype for name, dtype in QuantDtype.__members__.items()
