@@ -11,7 +11,7 @@ edge node, then write `<artifact>/debug_report.csv` and `<artifact>/debug_graph.
 delegate only (the reference keeps 8 bits): the report names it as the first
 failing node. `--float` skips quantization (fp16 HTP precision).
 
-Measured here: undamaged, all 102 dumped outputs pass (lowest SQNR 59 dB); with
+Measured here: undamaged, all 112 dumped outputs pass (lowest SQNR 59 dB); with
 `--damage_node aten_convolution_default_10` exactly that conv fails (7.7 dB).
 """
 from __future__ import annotations
