@@ -1,4 +1,4 @@
-"""Unary activations, one row per op: relu, hardtanh/relu6, sigmoid, tanh, gelu, silu, hardswish."""
+"""Unary activations, one row per op: relu, hardtanh/relu6, clamp, sigmoid, tanh, gelu, silu, hardswish."""
 from __future__ import annotations
 
 from typing import Callable, Dict, List
@@ -32,6 +32,24 @@ def _clamp_params(node: torch.fx.Node) -> List[QnnParam]:
     return [float_scalar("min_value", min_value), float_scalar("max_value", max_value)]
 
 
+_FLOAT_MAX = 3.4028234663852886e38
+
+
+def _clamp_bounds_params(node: torch.fx.Node) -> List[QnnParam]:
+    """clamp(x, min=None, max=None): a missing bound is the float range's end."""
+    low = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
+    high = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
+    return [float_scalar("min_value", -_FLOAT_MAX if low is None else float(low)),
+            float_scalar("max_value", _FLOAT_MAX if high is None else float(high))]
+
+
+def _clamp_check(node: torch.fx.Node) -> SupportResult:
+    bounds = list(node.args[1:3]) + [node.kwargs.get("min"), node.kwargs.get("max")]
+    if any(b is not None and not isinstance(b, (int, float)) for b in bounds):
+        return False, "clamp bounds must be numbers"
+    return SUPPORTED
+
+
 def _gelu_check(node: torch.fx.Node) -> SupportResult:
     approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
     if approximate != "none":
@@ -43,6 +61,7 @@ def _gelu_check(node: torch.fx.Node) -> SupportResult:
 UNARY_OPS: Dict[object, tuple] = {
     _aten.relu.default: ("Relu", _no_params),
     _aten.hardtanh.default: ("ReluMinMax", _clamp_params),
+    _aten.clamp.default: ("ReluMinMax", _clamp_bounds_params),
     _aten.sigmoid.default: ("Sigmoid", _no_params),
     _aten.tanh.default: ("Tanh", _no_params),
     _aten.gelu.default: ("Gelu", _no_params),
@@ -51,6 +70,7 @@ UNARY_OPS: Dict[object, tuple] = {
 }
 _EXTRA_CHECKS: Dict[object, Callable[[torch.fx.Node], SupportResult]] = {
     _aten.gelu.default: _gelu_check,
+    _aten.clamp.default: _clamp_check,
 }
 
 

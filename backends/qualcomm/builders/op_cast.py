@@ -31,4 +31,6 @@ class CastBuilder(NodeBuilder):
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = gb.tensor(node.args[0])
         same = tensor_vals(node.args[0])[0].dtype == tensor_vals(node)[0].dtype
-        gb.add_op(node, "Reshape" if same else "Cast", [x], [gb.define_output(node)])
+        # Elementwise: the output keeps the input's dims (a lifted scalar constant may be
+        # stored as [1] while the node's meta says []).
+        gb.add_op(node, "Reshape" if same else "Cast", [x], [gb.define_output(node, dims=x.dims)])

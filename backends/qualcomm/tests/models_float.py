@@ -285,3 +285,14 @@ class PadConv(torch.nn.Module):
 class CastRoundTrip(torch.nn.Module):
     def forward(self, x):
         return x.to(torch.int32).to(torch.float32) + 0.5
+
+
+class Lambda(torch.nn.Module):
+    """Wraps a function of the inputs as a module."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)

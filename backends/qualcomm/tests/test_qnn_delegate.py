@@ -85,6 +85,17 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
     def test_activation(self, name):
         _run(m.Activation(name), (2, 4, 6, 6))
 
+    @parameterized.expand([
+        ("clamp_both", lambda x: torch.clamp(x, -0.5, 0.75)),
+        ("clamp_min", lambda x: torch.clamp(x, min=0.25)),
+        ("clamp_max", lambda x: torch.clamp(x, max=-0.1)),
+        # decomposes into add + clamp + div with lifted scalar constants (Cast of a 0-d constant)
+        ("hardsigmoid_times_two", lambda x: torch.nn.functional.hardsigmoid(x * 3.0) * 2.0),
+    ])
+    def test_clamp_and_decomposed_activation(self, _, fn):
+        tester = _run(m.Lambda(fn), (2, 4, 6, 6))
+        self.assertEqual(len(tester.delegate_blobs()), 1)
+
     def test_gelu_tanh_falls_back(self):
         tester = QnnTester(m.Activation("gelu_tanh"), inputs_of((2, 8))).lower()
         self.assertTrue(tester.cpu_nodes() or not tester.delegate_blobs() or
