@@ -65,6 +65,10 @@ class TestQNNQuantizedOperator(unittest.TestCase):
     def test_activations(self, _, dtype):
         _check(mq.activations(), [(2, 4, 6, 6)], dtype)
 
+    @parameterized.expand(ACT_DTYPES)
+    def test_math_ops(self, _, dtype):
+        _check(mq.math_ops(), [(2, 4, 6, 6)], dtype)
+
     # ---- softmax / norms / reductions / pools -----------------------------------------------
     @parameterized.expand(ACT_DTYPES)
     def test_softmax_layer_norm(self, _, dtype):
@@ -231,7 +235,8 @@ def mobilenet_v2_8a8w(tmp_path_factory):
     converted, edge, outputs = _lower_quantized(model, samples, quantizer, A8W8, folder / "mbv2_8a8w.pte")
     with torch.no_grad():
         floats = [model(*s) for s in samples]
-    return dict(edge=edge, samples=samples, outputs=outputs, floats=floats, folder=folder,
+        qdq = [converted(*s) for s in samples]
+    return dict(edge=edge, samples=samples, outputs=outputs, floats=floats, qdq=qdq, folder=folder,
                 pte=folder / "mbv2_8a8w.pte")
 
 
@@ -256,6 +261,15 @@ class TestQNNQuantizedModel:
             else:  # a near-tie in float: the float top-1 must stay in the quantized top-5
                 assert int(want.argmax()) in got.flatten().topk(5).indices.tolist(), photo
         assert checked == 3
+
+    def test_mobilenet_v2_8a8w_top1_equals_qdq_reference(self, mobilenet_v2_8a8w):
+        """The engine keeps the quantized model's own decision on every photo (the rocket's
+        float near-tie flips in the QDQ reference itself, not in the delegate)."""
+        from examples.qualcomm.models import imagenet
+
+        for photo, got, ref in zip(imagenet.PHOTO_NAMES, mobilenet_v2_8a8w["outputs"],
+                                   mobilenet_v2_8a8w["qdq"]):
+            assert int(got.argmax()) == int(ref.argmax()), f"{photo}: top-1 differs from the QDQ reference"
         assert imagenet.is_cat_class(int(mobilenet_v2_8a8w["outputs"][0].argmax()))
 
     def test_mobilenet_v2_8a8w_runner_equals_runtime(self, mobilenet_v2_8a8w):
