@@ -1,4 +1,5 @@
-"""Unary activations, one row per op: relu, hardtanh/relu6, clamp, sigmoid, tanh, gelu, silu, hardswish."""
+"""Unary ops, one row per op: relu, hardtanh/relu6, clamp, sigmoid, tanh, gelu, silu, hardswish,
+rsqrt, sqrt, neg."""
 from __future__ import annotations
 
 from typing import Callable, Dict, List
@@ -67,6 +68,9 @@ UNARY_OPS: Dict[object, tuple] = {
     _aten.gelu.default: ("Gelu", _no_params),
     _aten.hardswish.default: ("HardSwish", _no_params),
     _aten.silu.default: ("Sigmoid", _no_params),
+    _aten.rsqrt.default: ("ElementWiseRsqrt", _no_params),
+    _aten.sqrt.default: ("ElementWiseSquareRoot", _no_params),
+    _aten.neg.default: ("ElementWiseNeg", _no_params),
 }
 _EXTRA_CHECKS: Dict[object, Callable[[torch.fx.Node], SupportResult]] = {
     _aten.gelu.default: _gelu_check,

@@ -1,4 +1,4 @@
-"""Binary elementwise ops: add / sub / mul / div (Tensor and Scalar overloads)."""
+"""Binary elementwise ops: add / sub / mul / div (Tensor and Scalar overloads), pow(x, scalar)."""
 from __future__ import annotations
 
 import torch
@@ -23,6 +23,7 @@ BINARY_OPS = {
     _aten.mul.Scalar: ("ElementWiseMultiply", False),
     _aten.div.Tensor: ("ElementWiseDivide", False),
     _aten.div.Scalar: ("ElementWiseDivide", False),
+    _aten.pow.Tensor_Scalar: ("ElementWisePower", False),
 }
 
 

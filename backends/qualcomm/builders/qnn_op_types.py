@@ -4,6 +4,7 @@ runtime's kernel registry by a test, and against every op a builder adds."""
 QNN_OP_TYPES: frozenset[str] = frozenset({
     "Conv2d", "DepthWiseConv2d", "FullyConnected", "MatMul",
     "ElementWiseAdd", "ElementWiseSubtract", "ElementWiseMultiply", "ElementWiseDivide",
+    "ElementWisePower", "ElementWiseRsqrt", "ElementWiseSquareRoot", "ElementWiseNeg",
     "Relu", "ReluMinMax", "Sigmoid", "Tanh", "Gelu", "HardSwish",
     "Softmax", "LayerNorm", "Batchnorm", "ReduceMean", "ReduceSum",
     "PoolAvg2d", "PoolMax2d",

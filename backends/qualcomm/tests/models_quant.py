@@ -28,6 +28,10 @@ def activations() -> Family:
     return Family({name: (lambda self, x, f=f: f(x * 3.0)) for name, f in m.ACTIVATIONS.items()})
 
 
+def math_ops() -> Family:
+    return Family({name: (lambda self, x, f=f: f(x)) for name, f in m.MATH_OPS.items()})
+
+
 def binary() -> Family:
     return Family({
         "add": lambda self, a, b, c: a + b, "sub": lambda self, a, b, c: a - b,

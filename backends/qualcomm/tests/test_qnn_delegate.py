@@ -85,6 +85,12 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
     def test_activation(self, name):
         _run(m.Activation(name), (2, 4, 6, 6))
 
+    @parameterized.expand([(name,) for name in m.MATH_OPS])
+    def test_math_op(self, name):
+        tester = _run(m.Lambda(m.MATH_OPS[name]), (2, 4, 6, 6))
+        self.assertEqual(len(tester.delegate_blobs()), 1)
+        self.assertEqual(tester.cpu_nodes(), [])
+
     @parameterized.expand([
         ("clamp_both", lambda x: torch.clamp(x, -0.5, 0.75)),
         ("clamp_min", lambda x: torch.clamp(x, min=0.25)),
@@ -334,7 +340,7 @@ class TestQNNRobustness:
     def test_op_types_agree_across_ops_md_builders_and_kernels(self):
         documented = _ops_md_op_types()
         documented_quant = _ops_md_op_types("QNN_QUANT_OP_TYPES")
-        assert len(documented) == 29
+        assert len(documented) == 33
         assert documented_quant == {"Quantize", "Dequantize", "Convert"}
         assert documented == set(QNN_OP_TYPES)
         assert documented_quant == set(QNN_QUANT_OP_TYPES)

@@ -156,7 +156,8 @@ class DequantWrappedKernel final : public Kernel {
 
 bool is_unary_elementwise(const std::string& type) {
   return type == "Relu" || type == "ReluMinMax" || type == "Sigmoid" || type == "Tanh" ||
-         type == "Gelu" || type == "HardSwish";
+         type == "Gelu" || type == "HardSwish" || type == "ElementWiseRsqrt" ||
+         type == "ElementWiseSquareRoot" || type == "ElementWiseNeg";
 }
 
 // 8-bit unary op as a 256-entry table built at init by running the float

@@ -29,6 +29,17 @@ struct DivOp {
     }
   }
 };
+// Float only (see kFloatOnly): pow(base, exponent), as std::pow.
+struct PowOp {
+  static constexpr bool kFloatOnly = true;
+  template <typename T> static T apply(T a, T b) { return T(std::pow(a, b)); }
+};
+
+// Ops without a `kFloatOnly = true` member accept FLOAT_32, INT_32 and INT_64.
+template <typename Op, typename = void>
+struct IsFloatOnly : std::false_type {};
+template <typename Op>
+struct IsFloatOnly<Op, std::void_t<decltype(Op::kFloatOnly)>> : std::integral_constant<bool, Op::kFloatOnly> {};
 
 template <typename Op, typename T>
 class BinaryKernel final : public Kernel {
@@ -103,6 +114,9 @@ Status create_binary(const OpView& v, KernelEnv&, KernelPtr& out) {
                   dims_to_string(b.dims).c_str());
   }
   QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, a.dtype));
+  if (IsFloatOnly<Op>::value && a.dtype != DType::FLOAT_32) {
+    return v.fail(ErrorKind::NotSupported, "data type %s is not supported (FLOAT_32)", dtype_name(a.dtype));
+  }
   switch (a.dtype) {
     case DType::FLOAT_32: return emplace_kernel<BinaryKernel<Op, float>>(out, v, out_dims);
     case DType::INT_32: return emplace_kernel<BinaryKernel<Op, int32_t>>(out, v, out_dims);
@@ -138,6 +152,10 @@ struct HardSwishFn {
     return x * (r < 0.f ? 0.f : (r > 6.f ? 6.f : r)) / 6.f;
   }
 };
+
+struct RsqrtFn { static float apply(float x, const UnaryParams&) { return 1.f / std::sqrt(x); } };
+struct SqrtFn { static float apply(float x, const UnaryParams&) { return std::sqrt(x); } };
+struct NegFn { static float apply(float x, const UnaryParams&) { return -x; } };
 
 template <typename Fn>
 class UnaryKernel final : public Kernel {
@@ -183,12 +201,16 @@ void register_elementwise_kernels(KernelRegistry& r) {
   r["ElementWiseSubtract"] = &create_binary<SubOp>;
   r["ElementWiseMultiply"] = &create_binary<MulOp>;
   r["ElementWiseDivide"] = &create_binary<DivOp>;
+  r["ElementWisePower"] = &create_binary<PowOp>;
   r["Relu"] = &create_unary<ReluFn>;
   r["ReluMinMax"] = &create_unary<ReluMinMaxFn>;
   r["Sigmoid"] = &create_unary<SigmoidFn>;
   r["Tanh"] = &create_unary<TanhFn>;
   r["Gelu"] = &create_unary<GeluFn>;
   r["HardSwish"] = &create_unary<HardSwishFn>;
+  r["ElementWiseRsqrt"] = &create_unary<RsqrtFn>;
+  r["ElementWiseSquareRoot"] = &create_unary<SqrtFn>;
+  r["ElementWiseNeg"] = &create_unary<NegFn>;
 }
 
 } // namespace engine
