@@ -91,6 +91,13 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
         self.assertEqual(len(tester.delegate_blobs()), 1)
         self.assertEqual(tester.cpu_nodes(), [])
 
+    def test_qwen3_block_one_delegate(self):
+        from backends.qualcomm.tests.models_quant import TinyQwen3Block
+
+        tester = _run(TinyQwen3Block().eval(), (1, 8, 64))  # RMSNorm pow/rsqrt, rotary neg
+        self.assertEqual(len(tester.delegate_blobs()), 1)
+        self.assertEqual(tester.cpu_op_names(), [])
+
     @parameterized.expand([
         ("clamp_both", lambda x: torch.clamp(x, -0.5, 0.75)),
         ("clamp_min", lambda x: torch.clamp(x, min=0.25)),

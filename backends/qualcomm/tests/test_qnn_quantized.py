@@ -206,7 +206,7 @@ from backends.qualcomm.tests.quant_tester import quant_compile_specs, quantize_m
 # rocket photo's float margin is 0.01 logits, a tenth of one output step).
 MIN_TOP1_MARGIN = 0.5
 QWEN3_MIN_SQNR_DB = 25.0        # measured 31.0 dB (QDQ reference 31.0 dB)
-QWEN3_MIN_SQNR_VS_QDQ_DB = 60.0  # measured 97.7 dB
+QWEN3_MIN_SQNR_VS_QDQ_DB = 60.0  # measured 93.2 dB (one delegate)
 
 
 def _lower_quantized(model, samples, quantizer, dtype, pte_path):
@@ -299,6 +299,7 @@ class TestQNNQuantizedModel:
         assert float(cosines.min()) >= 0.99, f"sentence cosines {cosines.tolist()}"
 
     def test_qwen3_block_16a4w_block_sqnr(self, tmp_path):
+        from examples.qualcomm import utils
         from backends.qualcomm.tests.models_quant import TinyQwen3Block
 
         block = TinyQwen3Block().eval()
@@ -307,7 +308,9 @@ class TestQNNQuantizedModel:
         quantizer = QnnQuantizer()
         quantizer.set_default_quant_config(QuantDtype.use_16a4w_block)
         dtype = QuantDtype.use_16a4w_block
-        converted, _, outputs = _lower_quantized(block, samples, quantizer, dtype, tmp_path / "qwen3.pte")
+        converted, edge, outputs = _lower_quantized(block, samples, quantizer, dtype, tmp_path / "qwen3.pte")
+        assert utils.ops_outside_delegates(edge) == []
+        assert utils.delegate_call_count(edge) == 1
         with torch.no_grad():
             floats = [block(*s) for s in samples]
             refs = [converted(*s) for s in samples]
