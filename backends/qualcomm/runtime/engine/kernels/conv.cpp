@@ -90,7 +90,7 @@ class ConvGemmKernel final : public Kernel {
     for (size_t p0 = 0; p0 < pixels; p0 += kIm2colTile) {
       const size_t np = std::min(kIm2colTile, pixels - p0);
       for (size_t grp = 0; grp < g_.group; ++grp) {
-        im2col(x, p0, np, grp, cols);
+        im2col_rows(g_, k_, x, p0, np, grp, 0.0f, cols);
         gemm_packed(cols, k_, packed_.as<float>() + grp * group_floats_, b + grp * g_.cout_g(),
                     out + p0 * g_.cout + grp * g_.cout_g(), g_.cout, np, g_.cout_g(), k_);
       }
@@ -99,29 +99,6 @@ class ConvGemmKernel final : public Kernel {
   }
 
  private:
-  // Rows = output pixels p0..p0+np, columns = (ky, kx, ci) of group grp.
-  void im2col(const float* x, size_t p0, size_t np, size_t grp, float* cols) const {
-    const size_t cin_g = g_.cin_g();
-    for (size_t r = 0; r < np; ++r) {
-      const size_t p = p0 + r;
-      const size_t ox = p % g_.ow, oy = (p / g_.ow) % g_.oh, n = p / (g_.ow * g_.oh);
-      float* row = cols + r * k_;
-      for (size_t ky = 0; ky < g_.kh; ++ky) {
-        const long iy = long(oy * g_.sh + ky * g_.dh) - long(g_.pt);
-        for (size_t kx = 0; kx < g_.kw; ++kx) {
-          const long ix = long(ox * g_.sw + kx * g_.dw) - long(g_.pl);
-          float* dst = row + (ky * g_.kw + kx) * cin_g;
-          if (iy < 0 || iy >= long(g_.h) || ix < 0 || ix >= long(g_.w)) {
-            std::memset(dst, 0, cin_g * sizeof(float));
-          } else {
-            std::memcpy(dst, x + ((n * g_.h + iy) * g_.w + ix) * g_.cin + grp * cin_g,
-                        cin_g * sizeof(float));
-          }
-        }
-      }
-    }
-  }
-
   ConvGeometry g_;
   ConvIds ids_;
   size_t k_ = 0, group_floats_ = 0;

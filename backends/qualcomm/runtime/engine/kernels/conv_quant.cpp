@@ -49,7 +49,7 @@ class QConvGemmKernel final : public Kernel {
     for (size_t p0 = 0; p0 < pixels; p0 += kQIm2colTile) {
       const size_t np = std::min(kQIm2colTile, pixels - p0);
       for (size_t grp = 0; grp < g_.group; ++grp) {
-        im2col(x, p0, np, grp, cols);
+        im2col_rows<A>(g_, k_, x, p0, np, grp, zero_point_, cols);
         gemm(cols, k_, grp, np, out + p0 * g_.cout + grp * cg, g_.cout);
       }
     }
@@ -68,28 +68,6 @@ class QConvGemmKernel final : public Kernel {
       }
     }
     qgemm<A, W, Acc, O>(a, lda, w_.data.as<W>(), k_, grp * cg, cg, M, rq_, out, ldo);
-  }
-
-  void im2col(const A* x, size_t p0, size_t np, size_t grp, A* cols) const {
-    const size_t cin_g = g_.cin_g();
-    for (size_t r = 0; r < np; ++r) {
-      const size_t p = p0 + r;
-      const size_t ox = p % g_.ow, oy = (p / g_.ow) % g_.oh, n = p / (g_.ow * g_.oh);
-      A* row = cols + r * k_;
-      for (size_t ky = 0; ky < g_.kh; ++ky) {
-        const long iy = long(oy * g_.sh + ky * g_.dh) - long(g_.pt);
-        for (size_t kx = 0; kx < g_.kw; ++kx) {
-          const long ix = long(ox * g_.sw + kx * g_.dw) - long(g_.pl);
-          A* dst = row + (ky * g_.kw + kx) * cin_g;
-          if (iy < 0 || iy >= long(g_.h) || ix < 0 || ix >= long(g_.w)) {
-            std::fill(dst, dst + cin_g, zero_point_);
-          } else {
-            std::memcpy(dst, x + ((n * g_.h + iy) * g_.w + ix) * g_.cin + grp * cin_g,
-                        cin_g * sizeof(A));
-          }
-        }
-      }
-    }
   }
 
   ConvGeometry g_;
