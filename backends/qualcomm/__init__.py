@@ -1,4 +1,7 @@
 """qnn-delegate: ExecuTorch delegate for Qualcomm QNN-style NPUs (public API)."""
+from backends.qualcomm._quiet_imports import silence_third_party_noise as _silence
+
+_silence()  # before torchao / ExecuTorch are imported: drops their known start-up noise only
 from backends.qualcomm.utils.runtime_options import load_extension as _load_extension
 
 _load_extension()  # registers the QnnDelegate runtime backend when the extension is built
