@@ -24,8 +24,16 @@ $(STAMP): Makefile pyproject.toml
 	touch $(STAMP)
 
 # The package builds against the executorch wheel of the venv, hence no build isolation.
-install: $(STAMP)
+# Python sources are imported from the work tree (editable install), so only the native
+# sources and build files trigger a rebuild: `make run` / `make test` are no-ops otherwise.
+BUILD_STAMP := $(VENV)/.build-stamp
+NATIVE_SRCS := CMakeLists.txt pyproject.toml $(shell find backends -name '*.cpp' -o -name '*.h' -o -name '*.fbs' -o -name CMakeLists.txt)
+
+$(BUILD_STAMP): $(STAMP) $(NATIVE_SRCS)
 	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) install -q --no-build-isolation --no-deps -e .
+	touch $(BUILD_STAMP)
+
+install: $(BUILD_STAMP)
 
 run: install
 	HF_HUB_OFFLINE=1 PYTHONWARNINGS=ignore PATH=$(abspath $(VENV))/bin:$$PATH $(VPY) examples/qualcomm/mobilenet_v2.py --artifact artifacts/mobilenet_v2
