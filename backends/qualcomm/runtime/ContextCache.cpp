@@ -46,6 +46,7 @@ engine::Status ContextCache::acquire(const void* data, size_t size,
     return s;
   }
   context->refcount = 1;
+  HeapProfiler::context_created();
   *out = context.get();
   contexts_.push_back(std::move(context));
   return engine::Status::Ok();

@@ -15,7 +15,11 @@ namespace {
 struct HeapProfileState {
   std::mutex mutex;
   size_t live = 0;
-  std::string session_path;  // non-empty while a profiling session is open
+  size_t baseline = 0;        // heap in use when the first live context started to be created
+  int first_level = 0;        // effective profile level of that context
+  bool first_pending = false; // the first context is being created
+  std::string pending_path;   // its session path, opened once it exists
+  std::string session_path;   // non-empty while a profiling session is open
 };
 
 HeapProfileState& state() {
@@ -23,13 +27,13 @@ HeapProfileState& state() {
   return s;
 }
 
-void write_checkpoint(const std::string& path, const char* mode, const char* checkpoint) {
+void write_checkpoint(const std::string& path, const char* mode, const char* checkpoint, size_t value) {
   std::FILE* f = std::fopen(path.c_str(), mode);
   if (f == nullptr) {
     ET_LOG(Error, "QnnDelegate: cannot open heap-profiling file '%s'", path.c_str());
     return;
   }
-  std::fprintf(f, "%s(bytes),%zu\n", checkpoint, engine::TrackingAllocator::process_bytes_in_use());
+  std::fprintf(f, "%s(bytes),%zu\n", checkpoint, value);
   std::fclose(f);
 }
 
@@ -48,21 +52,39 @@ std::string session_path_for(const HeapProfileRequest& r) {
   return r.path;
 }
 
+void open_session(HeapProfileState& s, const std::string& path) {
+  s.session_path = path;
+  write_checkpoint(path, "w", HeapProfiler::kBeforeCheckpoint, s.baseline);
+}
+
 } // namespace
 
 void HeapProfiler::context_creating(const HeapProfileRequest& request) {
   HeapProfileState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.live++ != 0) return;
-  s.session_path = session_path_for(request);
-  if (!s.session_path.empty()) write_checkpoint(s.session_path, "w", kBeforeCheckpoint);
+  s.baseline = engine::TrackingAllocator::process_bytes_in_use();
+  s.first_level = request.profile_level;
+  s.first_pending = true;
+  s.pending_path = session_path_for(request);
+}
+
+void HeapProfiler::context_created() {
+  HeapProfileState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.first_pending) return;
+  s.first_pending = false;
+  if (!s.pending_path.empty() && s.session_path.empty()) open_session(s, s.pending_path);
+  s.pending_path.clear();
 }
 
 void HeapProfiler::context_creation_failed() {
   HeapProfileState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.live > 0) --s.live;
-  if (s.live == 0) s.session_path.clear();  // the failed first context opened no session
+  if (s.live != 0) return;
+  s.first_pending = false;  // the failed first context opened no session and wrote nothing
+  s.pending_path.clear();
 }
 
 void HeapProfiler::context_freed() {
@@ -70,8 +92,19 @@ void HeapProfiler::context_freed() {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.live == 0) return;
   if (--s.live != 0) return;
-  if (!s.session_path.empty()) write_checkpoint(s.session_path, "a", kAfterCheckpoint);
+  if (!s.session_path.empty()) {
+    write_checkpoint(s.session_path, "a", kAfterCheckpoint, engine::TrackingAllocator::process_bytes_in_use());
+  }
   s.session_path.clear();
+}
+
+void HeapProfiler::runtime_options_changed(const std::optional<std::string>& path,
+                                           const std::optional<int>& profile_level) {
+  HeapProfileState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.live == 0 || s.first_pending || !s.session_path.empty()) return;
+  if (!path || path->empty() || profile_level.value_or(s.first_level) == 0) return;
+  open_session(s, *path);
 }
 
 size_t HeapProfiler::live_contexts() {

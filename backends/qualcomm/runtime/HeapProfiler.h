@@ -1,12 +1,19 @@
 // Heap checkpoints: a process-wide count of live contexts under a static
-// mutex. When the first context is created, the engine heap in use is recorded
-// as `before_context_created` (the file is truncated); when the last one is
-// freed, `after_context_freed` is appended. One `<checkpoint>(bytes),<value>`
-// line each. Needs an effective profile level other than off and a non-empty
-// path; otherwise nothing is written (a warning says why when a path was set).
+// mutex. The engine heap in use is sampled when the first context starts to be
+// created (the baseline). Once that context was really created, the file is
+// truncated and `before_context_created` = the baseline is written; a first
+// context that fails to load writes nothing and leaves the file untouched. When
+// the last context is freed, `after_context_freed` is appended. One
+// `<checkpoint>(bytes),<value>` line each.
+// A session needs a non-empty path and a profile level other than off. When
+// they are set at run time while contexts are already live (no session open),
+// the session opens at that moment: the file gets the baseline sampled when the
+// first of those contexts was created, so the two lines keep their meaning.
+// Otherwise nothing is written (a warning says why when a path was set).
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace qnn_delegate {
@@ -20,12 +27,18 @@ struct HeapProfileRequest {
 
 class HeapProfiler {
  public:
-  // Before a context is created: counts it; the first one records the checkpoint.
+  // Before a context is created: counts it; the first one samples the baseline.
   static void context_creating(const HeapProfileRequest& request);
+  // The context announced by context_creating exists: the first one opens the session.
+  static void context_created();
   // The creation announced by context_creating failed: the count is rolled back.
   static void context_creation_failed();
-  // After a context was freed: the last one records the checkpoint.
+  // After a context was freed: the last one closes the session.
   static void context_freed();
+  // Run-time options changed (path and profile level set at run time, if any):
+  // opens a session when contexts are live and none is open.
+  static void runtime_options_changed(const std::optional<std::string>& path,
+                                      const std::optional<int>& profile_level);
   static size_t live_contexts();
 
   static constexpr const char* kBeforeCheckpoint = "before_context_created";

@@ -4,6 +4,9 @@
 
 #include <executorch/runtime/platform/log.h>
 
+#include "backends/qualcomm/runtime/HeapProfiler.h"
+#include "qc_compiler_spec_generated.h"
+
 namespace qnn_delegate {
 namespace runtime {
 
@@ -29,6 +32,12 @@ bool is_int_key(const char* key) {
 
 bool is_string_key(const char* key) { return std::strcmp(key, kHeapProfilingPathKey) == 0; }
 
+bool in_range(const BackendOption& option) {
+  int lo = 0, hi = 0;
+  const int v = std::get<int>(option.value);
+  return RuntimeOptions::int_option_range(option.key, lo, hi) && v >= lo && v <= hi;
+}
+
 } // namespace
 
 RuntimeOptions& RuntimeOptions::instance() {
@@ -36,9 +45,36 @@ RuntimeOptions& RuntimeOptions::instance() {
   return options;
 }
 
+bool RuntimeOptions::int_option_range(const char* key, int& min_value, int& max_value) {
+  if (std::strcmp(key, kLogLevelKey) == 0) {
+    min_value = static_cast<int>(::qnn_delegate::QnnExecuTorchLogLevel::MIN);
+    max_value = static_cast<int>(::qnn_delegate::QnnExecuTorchLogLevel::MAX);
+  } else if (std::strcmp(key, kProfileLevelKey) == 0) {
+    min_value = static_cast<int>(::qnn_delegate::QnnExecuTorchProfileLevel::MIN);
+    max_value = static_cast<int>(::qnn_delegate::QnnExecuTorchProfileLevel::MAX);
+  } else if (std::strcmp(key, kPerformanceModeKey) == 0) {
+    min_value = static_cast<int>(::qnn_delegate::QnnExecuTorchHtpPerformanceMode::MIN);
+    max_value = static_cast<int>(::qnn_delegate::QnnExecuTorchHtpPerformanceMode::MAX);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+const char* RuntimeOptions::int_option_values(const char* key) {
+  if (std::strcmp(key, kLogLevelKey) == 0) return "0 off, 1 error, 2 warn, 3 info, 4 verbose, 5 debug";
+  if (std::strcmp(key, kProfileLevelKey) == 0) return "0 off, 1 basic, 2 detailed";
+  if (std::strcmp(key, kPerformanceModeKey) == 0) {
+    return "0 default, 1 sustained high performance, 2 burst, 3 high performance, 4 power saver, "
+           "5 low power saver, 6 high power saver, 7 low balanced, 8 balanced";
+  }
+  return "";
+}
+
 const char* RuntimeOptions::rejection_reason(const BackendOption& option) {
   if (is_int_key(option.key)) {
-    return std::holds_alternative<int>(option.value) ? nullptr : "needs an int value";
+    if (!std::holds_alternative<int>(option.value)) return "needs an int value";
+    return in_range(option) ? nullptr : "is out of range";
   }
   if (is_string_key(option.key)) {
     return std::holds_alternative<StringValue>(option.value) ? nullptr : "needs a string value";
@@ -48,8 +84,15 @@ const char* RuntimeOptions::rejection_reason(const BackendOption& option) {
 
 Error RuntimeOptions::set_one(const BackendOption& option) {
   if (const char* reason = rejection_reason(option)) {
-    ET_LOG(Error, "QnnDelegate: runtime option '%s' %s; the other options still apply",
-           option.key, reason);
+    int lo = 0, hi = 0;
+    if (std::holds_alternative<int>(option.value) && int_option_range(option.key, lo, hi)) {
+      ET_LOG(Error, "QnnDelegate: runtime option '%s' value %d %s (valid: %d..%d: %s); the other "
+             "options still apply", option.key, std::get<int>(option.value), reason, lo, hi,
+             int_option_values(option.key));
+    } else {
+      ET_LOG(Error, "QnnDelegate: runtime option '%s' %s; the other options still apply",
+             option.key, reason);
+    }
     return Error::InvalidArgument;
   }
   if (std::optional<int>* slot = int_slot(values_, option.key)) {
@@ -62,12 +105,17 @@ Error RuntimeOptions::set_one(const BackendOption& option) {
 }
 
 Error RuntimeOptions::set(const Span<BackendOption>& options) {
-  std::lock_guard<std::mutex> lock(mutex_);
   Error result = Error::Ok;
-  for (const BackendOption& option : options) {
-    const Error e = set_one(option);
-    if (e != Error::Ok) result = e;
+  RuntimeOptionValues after;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const BackendOption& option : options) {
+      const Error e = set_one(option);
+      if (e != Error::Ok) result = e;
+    }
+    after = values_;
   }
+  HeapProfiler::runtime_options_changed(after.heap_profiling_path, after.profile_level);
   return result;
 }
 

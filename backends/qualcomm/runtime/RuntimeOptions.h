@@ -65,8 +65,13 @@ class RuntimeOptions {
   // Clears every run-time value (tests; the compiled values hold again).
   void reset();
 
-  // Why `option` cannot be set (unknown key / wrong type), or nullptr if it can.
+  // Why `option` cannot be set (unknown key / wrong type / value out of range), or
+  // nullptr if it can.
   static const char* rejection_reason(const executorch::runtime::BackendOption& option);
+  // Valid values of an int option: its .fbs enum's MIN..MAX; false for other keys.
+  static bool int_option_range(const char* key, int& min_value, int& max_value);
+  // The values of an int option in words ("0 off, 1 error, ..."); "" for other keys.
+  static const char* int_option_values(const char* key);
 
  private:
   executorch::runtime::Error set_one(const executorch::runtime::BackendOption& option);

@@ -1,6 +1,10 @@
 #include "backends/qualcomm/runtime/TensorDump.h"
 
+#include <cstdint>
+
+#include <executorch/devtools/etdump/etdump_flatcc.h>
 #include <executorch/runtime/core/event_tracer_hooks_delegate.h>
+#include <executorch/runtime/platform/log.h>
 
 namespace qnn_delegate {
 namespace runtime {
@@ -79,6 +83,7 @@ engine::Status TensorDumper::build(const std::vector<DumpSource>& sources, std::
     if (handle < 0) continue;
     Entry entry;
     QNN_RETURN_IF_ERROR(make_entry(source, handle, entry));
+    dumper->bytes_per_execute_ += entry.impl->nbytes() + kDebugBufferAlignment;
     dumper->entries_.push_back(std::move(entry));
   }
   out = std::move(dumper);
@@ -90,13 +95,38 @@ bool TensorDumper::wanted(EventTracer* tracer) {
          tracer->event_tracer_debug_level() == EventTracerDebugLogLevel::kIntermediateOutputs;
 }
 
-void TensorDumper::log(EventTracer* tracer, void* const* outputs) {
-  if (!wanted(tracer)) return;
+size_t TensorDumper::debug_buffer_room(EventTracer* tracer) {
+  auto* gen = dynamic_cast<executorch::etdump::ETDumpGen*>(tracer);
+  if (gen == nullptr) return SIZE_MAX;
+  executorch::etdump::DataSinkBase* sink = gen->get_data_sink();
+  if (sink == nullptr) return 0;
+  auto* buffer = dynamic_cast<executorch::etdump::BufferDataSink*>(sink);
+  if (buffer == nullptr) return SIZE_MAX;
+  const executorch::runtime::Result<size_t> total = buffer->get_storage_size();
+  if (!total.ok()) return SIZE_MAX;
+  const size_t used = buffer->get_used_bytes();
+  return *total > used ? *total - used : 0;
+}
+
+bool TensorDumper::log(EventTracer* tracer, void* const* outputs) {
+  if (!wanted(tracer) || entries_.empty()) return true;
+  const size_t room = debug_buffer_room(tracer);
+  if (room < bytes_per_execute_) {
+    if (!warned_full_) {
+      warned_full_ = true;
+      ET_LOG(Error, "QnnDelegate warning: the ETDump debug buffer is full (%zu bytes left, this "
+             "graph's %zu dumped tensors need %zu per execute); intermediate outputs are not dumped "
+             "from now on. Use a larger debug buffer (debug_buffer_size / --debug_buffer_size)",
+             room, entries_.size(), bytes_per_execute_);
+    }
+    return false;
+  }
   for (Entry& entry : entries_) {
     if (entry.output_index >= 0) entry.impl->set_data(outputs[entry.output_index]);
     executorch::runtime::event_tracer_log_output_delegate<Tensor>(tracer, nullptr, entry.handle,
                                                                   Tensor(entry.impl.get()));
   }
+  return true;
 }
 
 } // namespace runtime

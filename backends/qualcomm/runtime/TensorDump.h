@@ -4,6 +4,9 @@
 // builds an ExecuTorch Tensor view of it (sizes, dim order, strides owned
 // here); after each execute, when the event tracer asks for intermediate
 // outputs, it logs every view under its debug handle. No allocation on execute.
+// ExecuTorch's ETDumpGen aborts when its debug buffer is full, so each execute's
+// tensors are logged only when all of them fit; otherwise that execute's dump is
+// skipped and one warning (per dumper) says so.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +45,16 @@ class TensorDumper {
   static bool wanted(executorch::runtime::EventTracer* tracer);
 
   // Logs every dumped tensor; `outputs` are the caller's output buffers of this execute.
-  void log(executorch::runtime::EventTracer* tracer, void* const* outputs);
+  // Returns false (nothing logged) when the tracer's debug buffer cannot hold them all.
+  bool log(executorch::runtime::EventTracer* tracer, void* const* outputs);
+
+  // Debug-buffer bytes one execute's dump may take (each tensor plus its alignment).
+  size_t bytes_per_execute() const { return bytes_per_execute_; }
+  // Bytes `tracer`'s debug buffer can still take: SIZE_MAX when unknown (a tracer or
+  // data sink other than ETDumpGen's buffer), 0 without a debug buffer.
+  static size_t debug_buffer_room(executorch::runtime::EventTracer* tracer);
+  // Debug buffers align each write to this many bytes (BufferDataSink's default).
+  static constexpr size_t kDebugBufferAlignment = 64;
 
  private:
   struct Entry {
@@ -56,6 +68,8 @@ class TensorDumper {
   static engine::Status make_entry(const DumpSource& source, int64_t handle, Entry& entry);
 
   std::vector<Entry> entries_;
+  size_t bytes_per_execute_ = 0;
+  bool warned_full_ = false;
 };
 
 } // namespace runtime

@@ -220,14 +220,21 @@ std::string type_name(const py::object& value) {
 // naming every rejected option afterwards.
 void set_runtime_options(const py::dict& options) {
   std::vector<executorch::runtime::BackendOption> opts;
-  std::string unknown, wrong_type;
+  std::string unknown, wrong_type, out_of_range;
   for (const auto& item : options) {
     const std::string key = py::cast<std::string>(item.first);
     const py::object value = py::reinterpret_borrow<py::object>(item.second);
     executorch::runtime::BackendOption opt = make_option(key, value);
+    int lo = 0, hi = 0;
+    const char* reason = runtime::RuntimeOptions::rejection_reason(opt);
     if (!is_known_option(key)) {
       unknown += (unknown.empty() ? "'" : ", '") + key + "'";
-    } else if (const char* reason = runtime::RuntimeOptions::rejection_reason(opt)) {
+    } else if (reason != nullptr && std::holds_alternative<int>(opt.value) &&
+               runtime::RuntimeOptions::int_option_range(key.c_str(), lo, hi)) {
+      out_of_range += (out_of_range.empty() ? "'" : "; '") + key + "' value " +
+                      std::to_string(std::get<int>(opt.value)) + " is out of range " + std::to_string(lo) +
+                      ".." + std::to_string(hi) + " (" + runtime::RuntimeOptions::int_option_values(key.c_str()) + ")";
+    } else if (reason != nullptr) {
       wrong_type += (wrong_type.empty() ? "'" : "; '") + key + "' " + reason + " (got " +
                     type_name(value) + ")";
     }
@@ -240,6 +247,9 @@ void set_runtime_options(const py::dict& options) {
   }
   if (!wrong_type.empty()) {
     throw py::type_error("runtime option " + wrong_type + " (the other options were applied)");
+  }
+  if (!out_of_range.empty()) {
+    throw py::value_error("runtime option " + out_of_range + " (the other options were applied)");
   }
   if (e != executorch::runtime::Error::Ok) {
     throw std::runtime_error("set_option failed with error " + std::to_string(static_cast<int>(e)));
