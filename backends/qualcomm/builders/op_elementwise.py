@@ -9,6 +9,7 @@ from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
 )
 from backends.qualcomm.builders.utils import input_layout, is_quantized, operand, scalar_tensor
+from backends.qualcomm.serialization.qnn_graph import QnnTensor, TensorType
 from backends.qualcomm.utils.errors import QnnLoweringError
 
 _aten = exir_ops.edge.aten
@@ -68,4 +69,19 @@ class BinaryElementwiseBuilder(NodeBuilder):
         ta = operand(gb, node, a, layout, rank, "a") if isinstance(a, torch.fx.Node) else \
             scalar_tensor(gb, f"{node.name}_a", float(a), quantized=is_quantized(node))
         tb = self._scaled_second(gb, node, layout, rank)
+        if rank == 0:  # 0-d output: a [1] operand would broadcast it to [1]
+            ta, tb = as_rank0(gb, node, ta, "a"), as_rank0(gb, node, tb, "b")
         gb.add_op(node, qnn_type, [ta, tb], [gb.define_output(node)])
+
+
+def as_rank0(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, name: str) -> QnnTensor:
+    """`tensor` (one element) with dims []: STATIC scalars are stored with dims [1]
+    (numpy makes 0-d arrays 1-d), which would give a 0-d op a [1] output."""
+    if not tensor.dims:
+        return tensor
+    if tensor.type == TensorType.STATIC:
+        return gb.add_tensor(f"{tensor.name}_rank0", TensorType.STATIC, tensor.data_type, [],
+                             tensor.data, tensor.quant)
+    out = gb.like(tensor, f"{node.name}_{name}_rank0", [])
+    gb.add_op(node, "Reshape", [tensor], [out], suffix=f"{name}_rank0")
+    return out

@@ -1,0 +1,172 @@
+"""Lowering and partitioner correctness: what the partitioner accepts lowers and runs.
+
+TestAcceptedNodesRun: for every registered builder, its op tests' modules (models_float /
+models_quant) lower, init, execute and match eager (fp16 tolerance) or the QDQ reference;
+plus unusual inputs (0-d tensors, expanded / broadcast operands, non-contiguous views, int
+inputs) for elementwise and reduce builders: whatever is delegated runs and matches eager.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Set, Tuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+from backends.qualcomm.builders.registry import get_builder, registered_targets
+from backends.qualcomm.tests import models_float as m
+from backends.qualcomm.tests.tester import QnnTester, inputs_of, randn
+
+L = m.Lambda
+
+
+class ConvThen(torch.nn.Module):
+    """A conv (its output is channel-last inside the delegate) followed by `fn`."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(self.conv(x))
+
+
+def delegated_builders(tester: QnnTester) -> Set[str]:
+    """Names of the builder classes of every node inside the program's delegates."""
+    names = set()
+    for _, lowered, _ in get_lowered_submodules(tester.graph_module()):
+        for node in lowered.original_module.graph.nodes:
+            builder = get_builder(node.target) if node.op == "call_function" else None
+            if builder is not None:
+                names.add(type(builder).__name__)
+    return names
+
+
+def lower_run_compare(module: torch.nn.Module, inputs: Tuple, **tolerance) -> QnnTester:
+    """Lower (no full-delegation requirement), init + execute, compare with eager."""
+    return QnnTester(module, inputs).lower().to_executorch().run().compare(**tolerance)
+
+
+# ---- one case per builder, from the op tests (models_float) ------------------------------------
+_X = (2, 4, 6, 6)
+
+
+def _outputs(*fns: Callable) -> torch.nn.Module:
+    """One module, one output per function (several targets of a builder in one lowering)."""
+    return L(lambda *xs: tuple(f(*xs) for f in fns))
+
+
+BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
+    "UnaryActivationBuilder": (lambda: _outputs(
+        *[lambda x, f=f: f(x * 3.0) for f in m.ACTIVATIONS.values()],
+        *[m.MATH_OPS[n] for n in ("rsqrt", "sqrt", "neg")],
+        lambda x: torch.clamp(x, -0.5, 0.75)), inputs_of(_X)),
+    "BinaryElementwiseBuilder": (lambda: _outputs(
+        torch.add, torch.sub, torch.mul, lambda a, b: a / (b + 3.0), lambda a, b: 2.0 - a,
+        lambda a, b: a ** 3, lambda a, b: torch.add(a, b, alpha=0.5)), inputs_of((2, 3, 4), (4,))),
+    "ReshapeBuilder": (lambda: _outputs(lambda x: x.view(8), lambda x: x.reshape(4, -1),
+                                        lambda x: x.unsqueeze(0), lambda x: x.squeeze(1)),
+                       inputs_of((2, 1, 4))),
+    "IdentityBuilder": (lambda: L(lambda x: (x * 2.0).clone() + 1.0), inputs_of((2, 3))),
+    "TransposeBuilder": (lambda: _outputs(lambda x: x.permute(2, 0, 1), lambda x: x.transpose(0, 2),
+                                          lambda x: x[0].t()), inputs_of((2, 3, 4))),
+    "ExpandBuilder": (lambda: _outputs(lambda x: x.expand(3, 5), lambda x: x.expand(2, 3, 4)),
+                      inputs_of((3, 1))),
+    "CastBuilder": (lambda: m.CastRoundTrip(), inputs_of((2, 3, 4))),
+    "ConvolutionBuilder": (lambda: m.Conv2d(4, 8, 3, stride=2, padding=1, groups=2), inputs_of((1, 4, 9, 9))),
+    "ConstantPadBuilder": (lambda: m.PadConv(), inputs_of((1, 3, 9, 9))),
+    "ConcatBuilder": (lambda: m.Cat(1), inputs_of((2, 3, 4), (2, 3, 4))),
+    "SliceBuilder": (lambda: m.Slice(2, 0, None, 2), inputs_of((4, 5, 6))),
+    "SelectBuilder": (lambda: m.Shape("select_neg"), inputs_of((2, 3, 4))),
+    "EmbeddingBuilder": (lambda: m.Embedding(), (torch.tensor([[1, 5, 9], [0, 2, 2]]),)),
+    "LinearBuilder": (lambda: torch.nn.Linear(16, 8), inputs_of((2, 5, 16))),
+    "MatMulBuilder": (lambda: _outputs(torch.matmul, lambda a, b: torch.bmm(a, b)), inputs_of((2, 4, 8), (2, 8, 3))),
+    "LayerNormBuilder": (lambda: m.LayerNorm([16]), inputs_of((2, 5, 16))),
+    "BatchNormBuilder": (lambda: m.BatchNorm(6), inputs_of((2, 6, 5, 5))),
+    "AvgPoolBuilder": (lambda: m.AvgPool(3, 2, 1, False), inputs_of((1, 4, 9, 9))),
+    "MaxPoolBuilder": (lambda: m.MaxPool(3, 2, 1), inputs_of((1, 4, 9, 9))),
+    "AdaptiveAvgPoolBuilder": (lambda: m.AdaptiveAvgPool((2, 3)), inputs_of((1, 4, 8, 9))),
+    "ReduceBuilder": (lambda: _outputs(lambda x: x.mean([2, 3], keepdim=True), lambda x: x.sum([1, 2])),
+                      inputs_of((2, 4, 5, 6))),
+    "SoftmaxBuilder": (lambda: m.Softmax(1), inputs_of((3, 4, 5))),
+    "TopKBuilder": (lambda: L(lambda x: torch.topk(x * 2.0, 3).values), inputs_of((2, 8))),
+    "GetItemBuilder": (lambda: L(lambda x: torch.topk(x, 3)[0] + 1.0), inputs_of((2, 8))),
+}
+# Builders of quantized graphs only: covered by test_quantized_builders_lower_and_run.
+QUANT_ONLY_BUILDERS = {"QuantizeBuilder", "DequantizeBuilder"}
+
+
+
+class TestAcceptedNodesRun:
+    def test_every_registered_builder_has_a_case(self):
+        registered = {type(get_builder(t)).__name__ for t in registered_targets()}
+        assert registered - QUANT_ONLY_BUILDERS == set(BUILDER_CASES)
+
+    @pytest.mark.parametrize("builder", list(BUILDER_CASES))
+    def test_builder_case_lowers_and_runs(self, builder):
+        make, inputs = BUILDER_CASES[builder]
+        tester = lower_run_compare(make(), inputs)
+        assert builder in delegated_builders(tester), \
+            f"{builder} not used; rejected: {tester.partitioner.rejected_nodes}"
+
+    def test_quantized_builders_lower_and_run(self):
+        from backends.qualcomm.tests.quant_tester import QuantTester
+
+        tester = QuantTester(ConvThen(lambda y: torch.relu(y) + 1.0), inputs_of((1, 3, 6, 6)))
+        tester.lower().to_executorch().run().compare_steps(max_step_diff=1, min_exact=0.99)
+        assert QUANT_ONLY_BUILDERS <= delegated_builders(tester)
+
+
+# ---- unusual inputs for elementwise / reduce builders: accepted => runs and matches -------------
+_A = randn(2, 3, 4)
+_I = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+UNUSUAL_CASES = {
+    # 0-d tensors (a STATIC scalar is stored with dims [1]: the op must still give [])
+    "zero_d": (lambda: _outputs(
+        lambda x: x.sum() + 1.0, lambda x: x.sum() * 2.0, lambda x: x.sum().pow(2),
+        lambda x: torch.relu(x.sum()).clamp(-1, 1), lambda x: x[0, 1, 2] * 3.0,
+        lambda x: x * x.sum(), lambda x: x.sum().expand(3, 4).pow(2)), (_A,)),
+    "zero_d_input": (lambda: _outputs(lambda s, x: s * 3.0 + 1.0, lambda s, x: x * s + 1.0),
+                     (torch.tensor(1.5), _A)),
+    # norms (pow -> sum -> pow)
+    "norms": (lambda: _outputs(
+        lambda x: torch.linalg.vector_norm(x, dim=-1), lambda x: torch.linalg.vector_norm(x),
+        lambda x: torch.linalg.vector_norm(x, dim=(1, 2), keepdim=True),
+        lambda x: F.normalize(x, dim=-1)), (_A,)),
+    # expanded / broadcast operands
+    "expanded": (lambda: _outputs(
+        lambda x, y, z: x.expand(2, 3, 4).pow(2), lambda x, y, z: y.expand(2, 3, 4) + z,
+        lambda x, y, z: y * x - y, lambda x, y, z: z[:, :1].expand(2, 3, 4) ** 3),
+        (randn(4), randn(3, 1), _A)),
+    "expanded_channel_last": (lambda: ConvThen(lambda y: (
+        y[:, :1].expand(1, 4, 5, 5).pow(2), y + y[0, :, :1], y * y.mean(1, keepdim=True).expand(1, 4, 5, 5))),
+        (randn(1, 3, 5, 5),)),
+    # non-contiguous views
+    "non_contiguous": (lambda: _outputs(
+        lambda a, b: a.t() + b, lambda a, b: a[:, ::2] * 2.0, lambda a, b: a.permute(1, 0).pow(2),
+        lambda a, b: a.transpose(0, 1).sum(0)), (randn(4, 3), randn(3, 4))),
+    # int inputs (int ops stay on the CPU; casts may be delegated)
+    "int_inputs": (lambda: _outputs(lambda x: x + 1, lambda x: x * 0.5, lambda x: x.sum(1),
+                                    lambda x: x.pow(2), lambda x: x.float().pow(2) + 0.5), (_I,)),
+    # reductions
+    "reductions": (lambda: _outputs(lambda x: x.sum([0, 1, 2], keepdim=True), lambda x: x.mean(-2),
+                                    lambda x: x.sum(-1).pow(-1)), (_A + 5.0,)),
+    "reductions_channel_last": (lambda: ConvThen(lambda y: (y.sum(1), y.mean(3), y.mean([1, 2, 3]))),
+                                (randn(1, 3, 5, 5),)),
+    "rank1": (lambda: L(lambda x: torch.sigmoid(x) + torch.tanh(x) * x.sum()), (randn(7),)),
+}
+
+
+class TestUnusualInputs:
+    @pytest.mark.parametrize("name", list(UNUSUAL_CASES))
+    def test_accepted_means_runs(self, name):
+        make, inputs = UNUSUAL_CASES[name]
+        lower_run_compare(make(), inputs)
+
+    @pytest.mark.parametrize("name", ["zero_d", "zero_d_input", "norms"])
+    def test_zero_d_elementwise_fully_delegated(self, name):
+        make, inputs = UNUSUAL_CASES[name]
+        tester = lower_run_compare(make(), inputs)
+        assert tester.cpu_op_names() == [] and len(tester.delegate_blobs()) == 1
