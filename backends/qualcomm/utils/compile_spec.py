@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Type, Union
 
 import flatbuffers
 from executorch.exir.backend.compile_spec_schema import CompileSpec
@@ -42,11 +42,40 @@ _SOC_TABLE: Dict[str, Tuple[str, int]] = {
 }
 
 
-def get_soc_info(soc_model: "QcomChipset") -> gen.SocInfoT:
+def _valid_members(enum_cls: Type[IntEnum], names: Optional[List[str]] = None) -> str:
+    return ", ".join(f"{m.name} ({int(m)})" for m in enum_cls if names is None or m.name in names)
+
+
+def enum_option(option: str, enum_cls: Type[IntEnum], value: object,
+                allowed: Optional[List[str]] = None) -> IntEnum:
+    """`value` (a member of `enum_cls` or an equal-valued IntEnum, its name in any case, or its
+    int value) as a member of `enum_cls`; ValueError naming `option` and the valid values."""
+    member = None
+    if isinstance(value, str):
+        wanted = value.strip().split(".")[-1].lower()
+        member = next((m for m in enum_cls if m.name.lower() == wanted), None)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        member = next((m for m in enum_cls if int(m) == int(value)), None)
+    if member is None or (allowed is not None and member.name not in allowed):
+        raise ValueError(f"{option}={value!r} is not a valid {enum_cls.__name__}; valid values: "
+                         f"{_valid_members(enum_cls, allowed)}")
+    return member
+
+
+def as_chipset(soc_model: Union["QcomChipset", str, int]) -> "QcomChipset":
+    """A QcomChipset from the enum, its name (case-insensitive, e.g. "sm8650") or its value."""
+    return enum_option("soc_model", QcomChipset, soc_model, allowed=list(_SOC_TABLE))
+
+
+def _bool_option(option: str, value: object) -> bool:
+    if not isinstance(value, (bool, int)) or isinstance(value, int) and value not in (0, 1):
+        raise ValueError(f"{option}={value!r} must be a bool (True or False)")
+    return bool(value)
+
+
+def get_soc_info(soc_model: Union["QcomChipset", str, int]) -> gen.SocInfoT:
     """SocInfoT (arch and VTCM size) of a chipset; ValueError for an unknown one."""
-    chipset = QcomChipset(int(soc_model))
-    if chipset.name not in _SOC_TABLE:
-        raise ValueError(f"Unsupported SoC model {chipset.name}; known: {sorted(_SOC_TABLE)}")
+    chipset = as_chipset(soc_model)
     arch, vtcm = _SOC_TABLE[chipset.name]
     htp_info = gen.HtpInfoT()
     htp_info.htpArch = int(HtpArch[arch])
@@ -64,15 +93,18 @@ def generate_htp_compiler_spec(
     use_weight_sharing: bool = False,
     htp_performance_mode: "QnnExecuTorchHtpPerformanceMode" = QnnExecuTorchHtpPerformanceMode.kHtpBurst,
 ) -> QnnExecuTorchBackendOptionsT:
-    """HTP backend options: fp16 or quantized precision, performance mode, context sharing."""
-    del use_dlbc  # accepted for upstream compatibility; no effect on this engine
+    """HTP backend options: fp16 or quantized precision, performance mode, context sharing.
+    ValueError on a non-bool flag or an unknown performance mode (name or value)."""
+    _bool_option("use_dlbc", use_dlbc)  # accepted for upstream compatibility; no effect here
     htp = QnnExecuTorchHtpBackendOptionsT()
     htp.precision = int(
-        QnnExecuTorchHtpPrecision.kHtpFp16 if use_fp16 else QnnExecuTorchHtpPrecision.kHtpQuantized
+        QnnExecuTorchHtpPrecision.kHtpFp16 if _bool_option("use_fp16", use_fp16)
+        else QnnExecuTorchHtpPrecision.kHtpQuantized
     )
-    htp.performanceMode = int(htp_performance_mode)
-    htp.useMultiContexts = bool(use_multi_contexts)
-    htp.useWeightSharing = bool(use_weight_sharing)
+    htp.performanceMode = int(enum_option("htp_performance_mode", QnnExecuTorchHtpPerformanceMode,
+                                          htp_performance_mode))
+    htp.useMultiContexts = _bool_option("use_multi_contexts", use_multi_contexts)
+    htp.useWeightSharing = _bool_option("use_weight_sharing", use_weight_sharing)
     options = QnnExecuTorchBackendOptionsT()
     options.backendType = int(QnnExecuTorchBackendType.kHtpBackend)
     options.htpOptions = htp
@@ -101,7 +133,12 @@ def generate_qnn_executorch_compiler_spec(
     is_from_context_binary: bool = False,
     graph_name: Optional[List[str]] = None,
 ) -> List[CompileSpec]:
-    """One CompileSpec ("qnn_compile_spec") holding the QnnExecuTorchOptions flatbuffer."""
+    """One CompileSpec ("qnn_compile_spec") holding the QnnExecuTorchOptions flatbuffer.
+    `soc_model`: QcomChipset, its name or its value. ValueError on an unknown SoC, profile
+    level or a non-bool flag."""
+    if not isinstance(backend_options, QnnExecuTorchBackendOptionsT):
+        raise ValueError("backend_options must come from generate_htp_compiler_spec(...), got "
+                         f"{type(backend_options).__name__}")
     _reject_unsupported_options(
         saver=saver,
         online_prepare=online_prepare,
@@ -113,10 +150,11 @@ def generate_qnn_executorch_compiler_spec(
     options.backendOptions = backend_options
     options.graphName = list(graph_name) if graph_name else ["forward"]
     options.logLevel = int(
-        QnnExecuTorchLogLevel.kLogLevelDebug if debug else QnnExecuTorchLogLevel.kLogLevelError
+        QnnExecuTorchLogLevel.kLogLevelDebug if _bool_option("debug", debug)
+        else QnnExecuTorchLogLevel.kLogLevelError
     )
-    options.profileLevel = int(QnnExecuTorchProfileLevel(int(profile_level)))
-    options.dumpIntermediateOutputs = bool(dump_intermediate_outputs)
+    options.profileLevel = int(enum_option("profile_level", QnnExecuTorchProfileLevel, profile_level))
+    options.dumpIntermediateOutputs = _bool_option("dump_intermediate_outputs", dump_intermediate_outputs)
     return [CompileSpec(QCOM_COMPILE_SPEC_KEY, serialize_options(options))]
 
 
