@@ -65,6 +65,18 @@ std::string error_name(Error e) {
   return buf;
 }
 
+const char* tag_name(Tag tag) {
+  switch (tag) {
+#define QNN_RUNNER_TAG_NAME(x) \
+  case Tag::x:                 \
+    return #x;
+    EXECUTORCH_FORALL_TAGS(QNN_RUNNER_TAG_NAME)
+#undef QNN_RUNNER_TAG_NAME
+    default:
+      return "unknown";
+  }
+}
+
 bool ends_with(const char* s, const char* suffix) {
   const size_t n = std::strlen(s), m = std::strlen(suffix);
   return n >= m && std::strcmp(s + n - m, suffix) == 0;
@@ -419,8 +431,8 @@ bool make_event_tracer(const Args& a, Session& s) {
 bool describe_input(const MethodMeta& meta, size_t i, uint64_t limit, InputTensor& t) {
   auto tag = meta.input_tag(i);
   if (!tag.ok() || *tag != Tag::Tensor) {
-    std::fprintf(stderr, "error: method input %zu is not a tensor (tag %d): the runner feeds tensors only\n",
-                 i, tag.ok() ? static_cast<int>(*tag) : -1);
+    std::fprintf(stderr, "error: method input %zu is a %s, not a tensor: the runner feeds tensors only\n",
+                 i, tag.ok() ? tag_name(*tag) : "value of unknown kind");
     return false;
   }
   auto info = meta.input_tensor_meta(i);

@@ -153,7 +153,7 @@ engine::Status make_dumper(const engine::GraphExecutor& g, std::unique_ptr<Tenso
   std::vector<DumpSource> sources;
   for (uint32_t id : g.readable_ids()) sources.push_back({&g.tensor_info(id), g.tensor_data(id), -1});
   for (size_t i = 0; i < g.num_outputs(); ++i) sources.push_back({&g.output_info(i), nullptr, int(i)});
-  return TensorDumper::build(sources, out);
+  return TensorDumper::build(g.name(), sources, out);
 }
 
 Error parse_delegate_options(ArrayRef<CompileSpec> compile_specs, CompileOptions& options) {

@@ -76,14 +76,19 @@ engine::Status TensorDumper::make_entry(const DumpSource& source, int64_t handle
   return engine::Status::Ok();
 }
 
-engine::Status TensorDumper::build(const std::vector<DumpSource>& sources, std::unique_ptr<TensorDumper>& out) {
+engine::Status TensorDumper::build(const std::string& graph_name, const std::vector<DumpSource>& sources,
+                                   std::unique_ptr<TensorDumper>& out) {
   std::unique_ptr<TensorDumper> dumper(new TensorDumper());
+  dumper->graph_name_ = graph_name;
   for (const DumpSource& source : sources) {
     const int64_t handle = source.info != nullptr ? debug_handle_from_name(source.info->name) : -1;
     if (handle < 0) continue;
     Entry entry;
     QNN_RETURN_IF_ERROR(make_entry(source, handle, entry));
-    dumper->bytes_per_execute_ += entry.impl->nbytes() + kDebugBufferAlignment;
+    const size_t bytes = entry.impl->nbytes() + kDebugBufferAlignment;
+    dumper->bytes_per_execute_ += bytes;
+    // ExecuTorch logs the method outputs after the delegate: keep room for them too.
+    if (entry.output_index >= 0) dumper->bytes_per_execute_ += bytes;
     dumper->entries_.push_back(std::move(entry));
   }
   out = std::move(dumper);
@@ -112,13 +117,14 @@ bool TensorDumper::log(EventTracer* tracer, void* const* outputs) {
   if (!wanted(tracer) || entries_.empty()) return true;
   const size_t room = debug_buffer_room(tracer);
   if (room < bytes_per_execute_) {
-    if (!warned_full_) {
-      warned_full_ = true;
-      ET_LOG(Error, "QnnDelegate warning: the ETDump debug buffer is full (%zu bytes left, this "
-             "graph's %zu dumped tensors need %zu per execute); intermediate outputs are not dumped "
-             "from now on. Use a larger debug buffer (debug_buffer_size / --debug_buffer_size)",
-             room, entries_.size(), bytes_per_execute_);
-    }
+    // Any later write into the full buffer (ours or ExecuTorch's own output logging)
+    // would abort the process: stop logging into it, keep what it holds.
+    tracer->set_event_tracer_debug_level(EventTracerDebugLogLevel::kNoLogging);
+    ET_LOG(Error, "QnnDelegate warning: the ETDump debug buffer is full (%zu bytes left, graph "
+           "'%s' needs %zu per execute for %zu dumped tensors and the outputs); logging into it "
+           "stops here (the event tracer's debug level is set to no logging), the ETDump keeps "
+           "what was logged before. Use a larger debug buffer (debug_buffer_size / "
+           "--debug_buffer_size)", room, graph_name_.c_str(), bytes_per_execute_, entries_.size());
     return false;
   }
   for (Entry& entry : entries_) {

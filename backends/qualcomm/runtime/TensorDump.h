@@ -5,12 +5,15 @@
 // here); after each execute, when the event tracer asks for intermediate
 // outputs, it logs every view under its debug handle. No allocation on execute.
 // ExecuTorch's ETDumpGen aborts when its debug buffer is full, so each execute's
-// tensors are logged only when all of them fit; otherwise that execute's dump is
-// skipped and one warning (per dumper) says so.
+// tensors are logged only when all of them fit, with room left for the method
+// outputs that ExecuTorch logs after the delegate. Otherwise nothing is logged,
+// the tracer's debug level is set to no logging (no later write, ours or
+// ExecuTorch's, can hit the full buffer) and one warning says so.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <executorch/runtime/core/event_tracer.h>
@@ -36,7 +39,8 @@ int64_t debug_handle_from_name(const std::string& name);
 class TensorDumper {
  public:
   // Keeps the sources whose names carry a debug handle; error on a type it cannot log.
-  static engine::Status build(const std::vector<DumpSource>& sources, std::unique_ptr<TensorDumper>& out);
+  static engine::Status build(const std::string& graph_name, const std::vector<DumpSource>& sources,
+                              std::unique_ptr<TensorDumper>& out);
 
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
@@ -48,7 +52,8 @@ class TensorDumper {
   // Returns false (nothing logged) when the tracer's debug buffer cannot hold them all.
   bool log(executorch::runtime::EventTracer* tracer, void* const* outputs);
 
-  // Debug-buffer bytes one execute's dump may take (each tensor plus its alignment).
+  // Debug-buffer bytes one execute's dump may take (each tensor plus its alignment, the
+  // graph outputs twice: ExecuTorch logs the method outputs after the delegate).
   size_t bytes_per_execute() const { return bytes_per_execute_; }
   // Bytes `tracer`'s debug buffer can still take: SIZE_MAX when unknown (a tracer or
   // data sink other than ETDumpGen's buffer), 0 without a debug buffer.
@@ -68,8 +73,8 @@ class TensorDumper {
   static engine::Status make_entry(const DumpSource& source, int64_t handle, Entry& entry);
 
   std::vector<Entry> entries_;
+  std::string graph_name_;
   size_t bytes_per_execute_ = 0;
-  bool warned_full_ = false;
 };
 
 } // namespace runtime
