@@ -18,7 +18,13 @@ from backends.qualcomm.utils.errors import QnnLoweringError  # noqa: E402
 from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn  # noqa: E402
 from backends.qualcomm.utils.runtime_options import get_runtime_option, set_runtime_option  # noqa: E402
 
-from backends.qualcomm.quantizer import QnnQuantizer, QuantDtype  # noqa: E402
+from backends.qualcomm.quantizer import (  # noqa: E402
+    ModuleQConfig, QnnQuantizer, QuantDtype, QuantGranularity, QuantRecipe, get_submodule_name_predicate,
+    get_submodule_type_predicate,
+)
+from backends.qualcomm.utils.upstream_compat import (  # noqa: E402
+    dump_context_from_pte, from_context_binary, skip_annotation,
+)
 
 __all__ = [
     "HtpArch", "QcomChipset", "QnnBackend", "QnnDelegate", "QnnExecuTorchBackendType",
@@ -26,4 +32,6 @@ __all__ = [
     "QnnExecuTorchProfileLevel", "QnnLoweringError", "QnnPartitioner", "QnnQuantizer", "QuantDtype", "deserialize",
     "describe_payload", "generate_htp_compiler_spec", "generate_qnn_executorch_compiler_spec",
     "get_runtime_option", "set_runtime_option", "to_edge_transform_and_lower_to_qnn",
+    "ModuleQConfig", "QuantGranularity", "QuantRecipe", "get_submodule_name_predicate",
+    "get_submodule_type_predicate", "dump_context_from_pte", "from_context_binary", "skip_annotation",
 ]

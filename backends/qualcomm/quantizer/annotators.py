@@ -6,10 +6,11 @@ Families:
 - compute (elementwise, activations, softmax, norms, reductions, avg pools, matmul):
   every tensor input and the output get activation specs.
 - shared (reshape-like, max pool, cat, slice, embedding): the first input is observed,
-  the other inputs and the output share its parameters."""
+  the other inputs and the output share its parameters.
+- embedding with is_embedding_per_channel: per-row weight encoding, own output encoding."""
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch.fx import Node
@@ -47,9 +48,10 @@ SHARED_OPS = _ops(
     "view.default", "reshape.default", "permute.default", "transpose.int", "t.default",
     "flatten.using_ints", "squeeze.dim", "squeeze.dims", "squeeze.default", "unsqueeze.default",
     "expand.default", "slice.Tensor", "select.int", "max_pool2d.default", "cat.default",
-    "clone.default", "contiguous.default", "dropout.default", "embedding.default",
+    "clone.default", "contiguous.default", "dropout.default",
     "_unsafe_view.default", "constant_pad_nd.default", "pad.default",
 )
+EMBEDDING_OPS = _ops("embedding.default")
 BATCH_NORM_OPS = _ops("batch_norm.default", "_native_batch_norm_legit_no_training.default")
 # Inputs of compute ops that are not activations (weights of norms stay float).
 _FLOAT_ARG_POSITIONS: Dict[object, tuple] = {
@@ -96,18 +98,17 @@ def _set(node: Node, inputs: Dict[Node, object], output: Optional[object]) -> No
         input_qspec_map=inputs, output_qspec=output, _annotated=True)
 
 
-def _weight_spec(node: Node, config: QuantConfig, per_channel: bool, block_size: Optional[int]):
-    weight = node.args[1]
+def _weight_spec(node: Node, config: QuantConfig, per_channel: bool, block_size: Optional[Tuple[int, ...]]):
     if config.weight_block is not None and block_size:
-        shape = tuple(weight.meta["val"].shape)
-        return config.weight_block((1, block_size) + shape[2:]), True
+        return config.weight_block(tuple(block_size)), True
     if per_channel:
         return config.weight_per_channel, False
     return config.weight, False
 
 
-def annotate_weighted(node: Node, config: QuantConfig, block_size: Optional[int] = None) -> None:
-    """conv2d / linear: input, weight, derived bias, output."""
+def annotate_weighted(node: Node, config: QuantConfig, block_size: Optional[Tuple[int, ...]] = None) -> None:
+    """conv2d / linear: input, weight (LPBQ with the torch block size (1, b, *kernel)),
+    bias (derived, own-range or float), output."""
     x, weight = node.args[0], node.args[1]
     bias = node.args[2] if len(node.args) > 2 else None
     per_channel = config.is_conv_per_channel if node.target in CONV_OPS else config.is_linear_per_channel
@@ -118,7 +119,7 @@ def annotate_weighted(node: Node, config: QuantConfig, block_size: Optional[int]
         inputs[x] = config.input_activation
     inputs[weight] = w_spec
     if config.input_activation is not None and isinstance(bias, Node) and not is_block:
-        inputs[bias] = bias_spec((x, node), (weight, node), per_channel)
+        inputs[bias] = config.bias or bias_spec((x, node), (weight, node), per_channel)
     output = None if feeds_batch_norm(node) else config.output_activation
     _set(node, inputs, output)
 
@@ -131,6 +132,19 @@ def annotate_compute(node: Node, config: QuantConfig) -> None:
         skip = skip + (0,)
     inputs = {a: config.input_activation for a in _tensor_args(node, skip)}
     _set(node, inputs, config.output_activation)
+
+
+def annotate_embedding(node: Node, config: QuantConfig) -> None:
+    """aten.embedding(weight, indices): the table shares the output's encoding, or with
+    is_embedding_per_channel gets a per-row (axis 0) weight encoding and the output its own
+    activation encoding (a Gather over an AXIS_SCALE_OFFSET table)."""
+    if not config.is_embedding_per_channel:
+        annotate_shared(node, config)
+        return
+    weight = node.args[0]
+    if config.input_activation is None or not isinstance(weight, Node) or not _float_output(weight):
+        return
+    _set(node, {weight: config.weight_per_channel}, config.output_activation)
 
 
 def annotate_shared(node: Node, config: QuantConfig) -> None:
@@ -153,4 +167,11 @@ def annotator_for(target: object) -> Optional[Callable]:
         return annotate_compute
     if target in SHARED_OPS:
         return annotate_shared
+    if target in EMBEDDING_OPS:
+        return annotate_embedding
     return None
+
+
+def supported_ops() -> set:
+    """Every OpOverload QnnQuantizer annotates."""
+    return set(CONV_OPS + LINEAR_OPS + COMPUTE_OPS + SHARED_OPS + EMBEDDING_OPS)

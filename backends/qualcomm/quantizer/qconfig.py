@@ -1,13 +1,17 @@
 """Quantization configs of QnnQuantizer: one table row per QuantDtype.
 
-Activations are unsigned asymmetric (uint8, or uint16 stored in int32 like upstream);
-weights are signed symmetric with the quant range of their bit width (int8 storage for
-8/4/2 bits, int16 for 16 bits); bias is int32 derived from input and weight scales."""
+Activations are unsigned (uint8, or uint16 stored in int32 like upstream), asymmetric by
+default, symmetric with `act_symmetric` (zero point 128 / 32768); weights are signed
+symmetric with the quant range of their bit width (int8 storage for 8/4/2 bits, int16 for
+16 bits). Bias: int32 with scale = input_scale x weight_scale for 8/4/2-bit weights; with
+16-bit weights that scale is so small (about 1e-9) that a bias above ~2 saturates, so the
+bias gets its own int32 scale (max|bias| / 2**31, what upstream's per-tensor 16a16w config
+does); float32 with LPBQ weights."""
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple, Type
 
 import torch
 from torchao.quantization.pt2e import (
@@ -20,7 +24,8 @@ from backends.qualcomm.quantizer.observers import LpbqFakeQuantize, LpbqObserver
 
 
 class QuantDtype(enum.IntEnum):
-    """<activation bits>a<weight bits>w; fp16a8w = float activations, int8 weights only."""
+    """<activation bits>a<weight bits>w; fp16a8w = float activations, int8 weights only.
+    Values are upstream's (executorch.backends.qualcomm.quantizer.quantizer.QuantDtype)."""
 
     use_16a16w = 0
     use_16a8w = 1
@@ -28,8 +33,8 @@ class QuantDtype(enum.IntEnum):
     use_16a4w_block = 3
     use_8a8w = 4
     use_8a4w = 5
-    use_16a2w = 6
-    use_fp16a8w = 7
+    use_fp16a8w = 6
+    use_16a2w = 7
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,11 @@ DTYPE_TABLE: Dict[QuantDtype, DtypeRow] = {
 
 DEFAULT_BLOCK_SIZE = 16
 BLOCK_SCALE_BITWIDTH = 4
+# Smallest scale an observer may produce (upstream's DEFAULT_EPS_8BIT / DEFAULT_EPS_16BIT).
+DEFAULT_EPS_8BIT = 0.0001 / 255
+DEFAULT_EPS_16BIT = 0.0001 / 65535
+# Upstream's default activation observer.
+DEFAULT_ACT_OBSERVER = MovingAverageMinMaxObserver
 
 
 @dataclass
@@ -67,6 +77,9 @@ class QuantConfig:
     is_conv_per_channel: bool = False
     is_linear_per_channel: bool = False
     is_qat: bool = False
+    is_embedding_per_channel: bool = False
+    bias: Optional[QuantizationSpec] = None            # own-range int32 bias; None: derived
+    block_size: Optional[Tuple[int, ...]] = None       # LPBQ block size of a recipe strategy
 
 
 def act_range(bits: int) -> Tuple[torch.dtype, int, int]:
@@ -81,27 +94,70 @@ def weight_range(bits: int) -> Tuple[torch.dtype, int, int]:
     return torch.int8, -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
 
-def _act_spec(bits: int, observer, is_qat: bool) -> QuantizationSpec:
+_MIDPOINT_OBSERVERS: Dict[type, type] = {}
+
+
+def symmetric_activation_observer(observer: type) -> type:
+    """`observer` whose symmetric zero point is the middle of an unsigned range stored in a
+    wider dtype (uint16 in int32: 32768). torchao only does that for uint8 / uint16 dtypes
+    and would give zero point 0, which clips every negative value."""
+    if observer not in _MIDPOINT_OBSERVERS:
+        def _calculate_qparams(self, min_val, max_val):
+            scale, zero_point = observer._calculate_qparams(self, min_val, max_val)
+            if self.dtype == torch.int32 and self.quant_min == 0:
+                zero_point = torch.full_like(zero_point, (self.quant_max + 1) // 2)
+            return scale, zero_point
+        _MIDPOINT_OBSERVERS[observer] = type(observer.__name__, (observer,),
+                                             {"_calculate_qparams": _calculate_qparams,
+                                              "__module__": observer.__module__})
+    return _MIDPOINT_OBSERVERS[observer]
+
+
+def _act_spec(bits: int, observer: type, is_qat: bool, symmetric: bool, eps: float) -> QuantizationSpec:
     dtype, qmin, qmax = act_range(bits)
-    ctr = observer.with_args(eps=2**-20)
+    if symmetric:
+        qscheme = torch.per_tensor_symmetric
+        observer = symmetric_activation_observer(observer) if bits == 16 else observer
+        # uint8 without an explicit range: torchao's symmetric zero point is 128 (HTP's choice)
+        range_args = {} if bits == 8 else {"quant_min": qmin, "quant_max": qmax}
+    else:
+        qscheme = torch.per_tensor_affine
+        range_args = {"quant_min": qmin, "quant_max": qmax}
+    ctr = observer.with_args(eps=eps)
     if is_qat:
-        ctr = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, eps=2**-20,
-                                     quant_min=qmin, quant_max=qmax, dtype=dtype)
-    return QuantizationSpec(dtype=dtype, quant_min=qmin, quant_max=qmax,
-                            qscheme=torch.per_tensor_affine, observer_or_fake_quant_ctr=ctr)
+        ctr = FakeQuantize.with_args(observer=observer, eps=eps, dtype=dtype, qscheme=qscheme,
+                                     **range_args)
+    return QuantizationSpec(dtype=dtype, qscheme=qscheme, observer_or_fake_quant_ctr=ctr, **range_args)
 
 
-def _weight_spec(bits: int, per_channel: bool, is_qat: bool) -> QuantizationSpec:
+def _weight_spec(bits: int, per_channel: bool, is_qat: bool, eps: float, ch_axis: int = 0) -> QuantizationSpec:
     dtype, qmin, qmax = weight_range(bits)
     qscheme = torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric
     observer = PerChannelMinMaxObserver if per_channel else MinMaxObserver
-    ctr = observer.with_args(eps=2**-20)
+    axis_args = {"ch_axis": ch_axis} if per_channel else {}
+    ctr = observer.with_args(eps=eps, **axis_args)
     if is_qat:
         observer = MovingAveragePerChannelMinMaxObserver if per_channel else MovingAverageMinMaxObserver
-        ctr = FakeQuantize.with_args(observer=observer, eps=2**-20, quant_min=qmin, quant_max=qmax,
-                                     dtype=dtype, qscheme=qscheme, **({"ch_axis": 0} if per_channel else {}))
+        ctr = FakeQuantize.with_args(observer=observer, eps=eps, quant_min=qmin, quant_max=qmax,
+                                     dtype=dtype, qscheme=qscheme, **axis_args)
     return QuantizationSpec(dtype=dtype, quant_min=qmin, quant_max=qmax, qscheme=qscheme,
-                            ch_axis=0 if per_channel else None, observer_or_fake_quant_ctr=ctr)
+                            ch_axis=ch_axis if per_channel else None, observer_or_fake_quant_ctr=ctr)
+
+
+# int32 bias range: 2**31 - 1 is not a float32, so torch's quantize would clamp to 2**31 and
+# wrap to -2**31 on the cast; 2**31 - 128 is the largest float32 below 2**31.
+BIAS_QMAX = 2**31 - 128
+
+
+def _own_range_bias_spec(is_qat: bool, eps: float) -> QuantizationSpec:
+    """int32 symmetric bias observed from its own values: scale = max|bias| / BIAS_QMAX."""
+    qmin, qmax = -BIAS_QMAX, BIAS_QMAX
+    ctr = MinMaxObserver.with_args(eps=eps)
+    if is_qat:
+        ctr = FakeQuantize.with_args(observer=MinMaxObserver, eps=eps, quant_min=qmin, quant_max=qmax,
+                                     dtype=torch.int32, qscheme=torch.per_tensor_symmetric)
+    return QuantizationSpec(dtype=torch.int32, quant_min=qmin, quant_max=qmax,
+                            qscheme=torch.per_tensor_symmetric, observer_or_fake_quant_ctr=ctr)
 
 
 def _block_spec_factory(bits: int, is_qat: bool) -> Callable[[Tuple[int, ...]], QuantizationSpec]:
@@ -117,19 +173,30 @@ def _block_spec_factory(bits: int, is_qat: bool) -> Callable[[Tuple[int, ...]], 
     return make
 
 
+def default_eps(row: DtypeRow) -> float:
+    return DEFAULT_EPS_8BIT if row.act_bits == 8 else DEFAULT_EPS_16BIT
+
+
 def make_quant_config(quant_dtype: QuantDtype, is_qat: bool = False, is_conv_per_channel: bool = False,
-                      is_linear_per_channel: bool = False, act_observer=MinMaxObserver) -> QuantConfig:
-    """The QuantConfig of one table row."""
+                      is_linear_per_channel: bool = False, act_observer: Optional[Type] = None,
+                      is_embedding_per_channel: bool = False, act_symmetric: bool = False,
+                      eps: Optional[float] = None) -> QuantConfig:
+    """The QuantConfig of one table row (argument meanings as upstream's ModuleQConfig;
+    act_observer None = MovingAverageMinMaxObserver, eps None = 1e-4 / (2**act_bits - 1))."""
     row = DTYPE_TABLE[QuantDtype(quant_dtype)]
-    act = _act_spec(row.act_bits, act_observer, is_qat) if row.act_bits is not None else None
+    eps = float(eps) if eps else default_eps(row)
+    observer = act_observer or DEFAULT_ACT_OBSERVER
+    act = _act_spec(row.act_bits, observer, is_qat, act_symmetric, eps) if row.act_bits is not None else None
     return QuantConfig(
         input_activation=act, output_activation=act,
-        weight=_weight_spec(row.weight_bits, False, is_qat),
-        weight_per_channel=_weight_spec(row.weight_bits, True, is_qat),
+        weight=_weight_spec(row.weight_bits, False, is_qat, eps),
+        weight_per_channel=_weight_spec(row.weight_bits, True, is_qat, eps),
         weight_block=_block_spec_factory(row.weight_bits, is_qat) if row.block else None,
         is_conv_per_channel=is_conv_per_channel or row.block,
         is_linear_per_channel=is_linear_per_channel or row.block,
         is_qat=is_qat,
+        is_embedding_per_channel=is_embedding_per_channel,
+        bias=_own_range_bias_spec(is_qat, eps) if row.weight_bits == 16 else None,
     )
 
 
@@ -145,7 +212,7 @@ def bias_spec(input_edge, weight_edge, per_channel: bool) -> DerivedQuantization
     """int32 bias with scale = input_scale * weight_scale (per channel when the weight is)."""
     return DerivedQuantizationSpec(
         derived_from=[input_edge, weight_edge], derive_qparams_fn=_derive_bias_qparams,
-        dtype=torch.int32, quant_min=-(2**31), quant_max=2**31 - 1,
+        dtype=torch.int32, quant_min=-BIAS_QMAX, quant_max=BIAS_QMAX,
         qscheme=torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric,
         ch_axis=0 if per_channel else None,
     )

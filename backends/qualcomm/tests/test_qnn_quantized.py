@@ -169,7 +169,7 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         torch.manual_seed(0)
         module = torch.nn.Linear(32, 16)  # one op: 1-step differences would double through a relu
         tester = QuantTester(module, inputs_of((2, 5, 32)), dtype, per_channel=True,
-                             block_size_map={"linear": 8})
+                             block_size_map={"linear": 8} if dtype == QuantDtype.use_16a4w_block else {})
         tester.lower_to_qnn(convert_linear_to_conv2d=True).check_fully_delegated()
         tester.to_executorch().run().compare_steps()
         types = tester.payload().op_types()

@@ -1,0 +1,2 @@
+"""Upstream's module path (executorch.backends.qualcomm.partition): QnnPartitioner lives in
+backends.qualcomm.partitioner."""

@@ -1,0 +1,4 @@
+"""Upstream's module path executorch.backends.qualcomm.partition.qnn_partitioner."""
+from backends.qualcomm.partitioner.qnn_partitioner import QnnPartitioner
+
+__all__ = ["QnnPartitioner"]

@@ -1,0 +1,9 @@
+"""Upstream's module path executorch.backends.qualcomm.serialization.qc_schema (the enums of
+the compile options)."""
+from backends.qualcomm.utils.compile_spec import (
+    HtpArch, QcomChipset, QnnExecuTorchBackendType, QnnExecuTorchHtpPerformanceMode,
+    QnnExecuTorchHtpPrecision, QnnExecuTorchLogLevel, QnnExecuTorchProfileLevel,
+)
+
+__all__ = ["HtpArch", "QcomChipset", "QnnExecuTorchBackendType", "QnnExecuTorchHtpPerformanceMode",
+           "QnnExecuTorchHtpPrecision", "QnnExecuTorchLogLevel", "QnnExecuTorchProfileLevel"]

@@ -1,0 +1,61 @@
+"""Upstream helpers (executorch.backends.qualcomm.utils.utils) that no other module of
+ours has: skip_annotation, and from_context_binary / dump_context_from_pte, which need
+real QNN context binaries in the .pte (not built yet: they raise a clear error)."""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Set, Tuple
+
+import torch
+
+from backends.qualcomm.utils.compile_spec import QcomChipset
+
+_NO_CONTEXT_BINARY = (
+    "{name}: qnn-delegate does not store QNN context binaries in its delegates yet (each delegate "
+    "is a QnnContextBinary flatbuffer wrapping our own payload, run by the host engine), so there "
+    "is no QNN context binary to {action}. Lower the model with to_edge_transform_and_lower_to_qnn "
+    "instead.")
+
+
+class ContextBinaryNotSupportedError(NotImplementedError):
+    """from_context_binary / dump_context_from_pte until real QNN context binaries exist."""
+
+
+def from_context_binary(ctx_path, op_name: str, soc_model: QcomChipset = QcomChipset.SM8650,
+                        custom_info: Optional[Dict] = None):
+    """Upstream: wrap a prebuilt QNN context binary as a custom op and a program. Not built yet."""
+    raise ContextBinaryNotSupportedError(_NO_CONTEXT_BINARY.format(name="from_context_binary", action="load"))
+
+
+def dump_context_from_pte(pte_path) -> List[str]:
+    """Upstream: write each delegate's QNN context binary next to the .pte. Not built yet."""
+    raise ContextBinaryNotSupportedError(_NO_CONTEXT_BINARY.format(name="dump_context_from_pte", action="dump"))
+
+
+def skip_annotation(nn_module: torch.nn.Module, quantizer, compiler_specs, sample_input: Tuple[torch.Tensor, ...],
+                    calibration_cb: Callable[[torch.fx.GraphModule], None], fp_node_id_set: Optional[Set[str]] = None,
+                    fp_node_op_set: Optional[Set[object]] = None, fallback_to_cpu: bool = True):
+    """Quantize `nn_module` leaving the named nodes / ops unannotated (float), and lower it.
+
+    With fallback_to_cpu (default) the skipped nodes stay on ExecuTorch's CPU kernels;
+    otherwise they are delegated in float inside the quantized delegate. Returns
+    (graph module of the lowered program, [EdgeProgramManager]) like upstream; re-export the
+    graph module with torch.export + to_edge, or call .to_executorch() on the manager.
+    Upstream lowers each quantized region as its own program (several managers); here the
+    whole model is one program and one manager."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn
+
+    fp_node_id_set = set(fp_node_id_set or ())
+    fp_node_op_set = set(fp_node_op_set or ())
+    quantizer.add_discard_nodes(fp_node_id_set)
+    quantizer.add_discard_ops(fp_node_op_set)
+    graph_module = torch.export.export(nn_module, tuple(sample_input), strict=True).module()
+    prepared = prepare_pt2e(graph_module, quantizer)
+    calibration_cb(prepared)
+    converted = convert_pt2e(prepared)
+    skip_ids = fp_node_id_set if fallback_to_cpu else None
+    skip_ops = fp_node_op_set if fallback_to_cpu else None
+    manager = to_edge_transform_and_lower_to_qnn(converted, tuple(sample_input), compiler_specs,
+                                                 skip_node_id_set=skip_ids, skip_node_op_set=skip_ops)
+    return manager.exported_program().module(), [manager]
