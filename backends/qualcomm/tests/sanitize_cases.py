@@ -1,13 +1,17 @@
 """Runs qnn_executor_runner (e.g. the ASan + UBSan build of `make sanitize`) over
 small .pte files: one graph, several methods sharing one context (each method
 index), several contexts (partitions), profiling + heap checkpoints, every
-performance mode, and repeated executes. Exits non-zero when any run fails.
+performance mode, repeated executes with warm-up on a partly delegated program,
+intermediate dumps into a debug buffer that fills up, and corrupted programs
+(an absurd planned size, seeded byte mutations) that must fail cleanly (exit 1
+or 0, no sanitizer report). Exits non-zero when any run fails.
 
     python backends/qualcomm/tests/sanitize_cases.py --runner build/sanitize/qnn_executor_runner
 """
 from __future__ import annotations
 
 import argparse
+import random
 import subprocess
 import sys
 import time
@@ -19,13 +23,55 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
+from backends.qualcomm import (  # noqa: E402
+    QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec)
 from backends.qualcomm.tests import utils_helpers as h  # noqa: E402
 from backends.qualcomm.tests.model_helpers import SmallConvNet  # noqa: E402
 from examples.qualcomm.utils import write_input_files  # noqa: E402
 
 
-def build_cases(folder: Path) -> list[tuple[str, Path, list, list[str]]]:
-    """(case name, .pte, inputs, extra runner flags)."""
+Case = tuple  # (name, .pte, inputs or None, extra runner flags, expected exit codes)
+MUTATIONS = 24
+
+
+def _with_planned_size(src: Path, dst: Path, size: int) -> Path:
+    from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
+
+    pte = deserialize_pte_binary(src.read_bytes())
+    pte.program.execution_plan[0].non_const_buffer_sizes[1] = size
+    dst.write_bytes(bytes(serialize_pte_binary(pte)))
+    return dst
+
+
+def _mutated(src: Path, folder: Path, count: int, seed: int) -> list[Path]:
+    rng, data, out = random.Random(seed), src.read_bytes(), []
+    for i in range(count):
+        mutated = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            mutated[rng.randrange(min(4096, len(data)))] = rng.randrange(256)
+        out.append(folder / f"mutated_{i}.pte")
+        out[-1].write_bytes(bytes(mutated))
+    return out
+
+
+def corrupted_cases(small: Path, split: Path, folder: Path) -> list[Case]:
+    huge = _with_planned_size(small, folder / "huge_plan.pte", 1 << 50)
+    cases = [("corrupted planned size", huge, None, [], {1})]
+    for index, pte in enumerate(_mutated(split, folder, MUTATIONS, seed=7)):
+        cases.append((f"mutated {index}", pte, None, [], {0, 1}))
+    return cases
+
+
+def dump_case(x, folder: Path) -> Case:
+    specs = generate_qnn_executorch_compiler_spec(
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True), dump_intermediate_outputs=True)
+    dump = h.lower_to_pte(SmallConvNet().eval(), (x,), folder / "dump.pte", specs)
+    return ("dumps, debug buffer full", dump, [x],
+            ["--iteration", "5", "--dump_intermediate_outputs", "--etdump_path", str(folder / "dump.etdp"),
+             "--debug_buffer_size", "20000"], {0})
+
+
+def build_cases(folder: Path) -> list[Case]:
     torch.manual_seed(0)
     x = torch.randn(1, 3, 16, 16)
     small = h.lower_to_pte(SmallConvNet().eval(), (x,), folder / "small.pte")
@@ -34,16 +80,17 @@ def build_cases(folder: Path) -> list[tuple[str, Path, list, list[str]]]:
     y = torch.randn(1, 3, 12, 12)
     split = h.lower_to_pte(h.SplitNet().eval(), (y,), folder / "split.pte",
                            h.fp16_specs(use_multi_contexts=True), skip_node_op_set={"aten.sigmoid.default"})
-    cases = [("small", small, [x], ["--iteration", "5"])]
+    cases = [("small", small, [x], ["--iteration", "5"], {0})]
     for mode in range(9):
-        cases.append((f"small perf mode {mode}", small, [x], ["--htp_performance_mode", str(mode)]))
+        cases.append((f"small perf mode {mode}", small, [x], ["--htp_performance_mode", str(mode)], {0}))
     cases.append(("small profile + heap", small, [x],
                   ["--profile_level", "2", "--etdump_path", str(folder / "small.etdp"),
-                   "--heap_profiling_path", str(folder / "heap.csv"), "--log_level", "5"]))
+                   "--heap_profiling_path", str(folder / "heap.csv"), "--log_level", "5"], {0}))
     for index, name in enumerate(h.pte_method_names(shared)):
-        cases.append((f"shared method {name}", shared, list(inputs[name]), ["--method_index", str(index)]))
-    cases.append(("multi contexts", split, [y], ["--iteration", "3", "--profile_level", "1"]))
-    return cases
+        cases.append((f"shared method {name}", shared, list(inputs[name]), ["--method_index", str(index)], {0}))
+    cases.append(("multi contexts", split, [y], ["--iteration", "3", "--warm_up", "2", "--profile_level", "1"], {0}))
+    cases.append(dump_case(x, folder))
+    return cases + corrupted_cases(small, split, folder)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,19 +100,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     folder = args.folder.resolve()
     failures = 0
-    for name, pte, inputs, flags in build_cases(folder):
-        input_list = write_input_files([inputs], folder / "inputs" / name.replace(" ", "_"))
-        out_dir = folder / "out" / name.replace(" ", "_")
-        out_dir.mkdir(parents=True, exist_ok=True)
+    for name, pte, inputs, flags, expected in build_cases(folder):
+        slug = name.replace(" ", "_").replace(",", "")
+        out_dir = folder / "out" / slug  # the runner creates it
+        command = [str(args.runner), "--model_path", str(pte), "--output_folder_path", str(out_dir), *flags]
+        if inputs is not None:
+            command += ["--input_list_path", str(write_input_files([inputs], folder / "inputs" / slug))]
         start = time.perf_counter()
-        done = subprocess.run([str(args.runner), "--model_path", str(pte), "--input_list_path",
-                               str(input_list), "--output_folder_path", str(out_dir), *flags],
-                              capture_output=True, text=True)
-        status = "ok" if done.returncode == 0 and "Sanitizer" not in done.stderr else "FAILED"
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=300)
+            code, stderr = done.returncode, done.stderr
+        except subprocess.TimeoutExpired:
+            code, stderr = "hang", "no exit within 300 s"
+        status = "ok" if code in expected and "Sanitizer" not in stderr else "FAILED"
         failures += status != "ok"
-        print(f"{status:<7}{name:<28}{time.perf_counter() - start:6.2f}s")
+        print(f"{status:<7}{name:<28}{time.perf_counter() - start:6.2f}s  exit {code}")
         if status != "ok":
-            print(done.stderr[-4000:])
+            print(stderr[-4000:])
     print(f"{failures} failing case(s)")
     return 1 if failures else 0
 
