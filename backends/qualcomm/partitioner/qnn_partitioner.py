@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
+import warnings
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 import torch
 from executorch.exir.backend.compile_spec_schema import CompileSpec
@@ -15,8 +16,12 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 import backends.qualcomm.builders  # noqa: F401  (registers builders)
 import backends.qualcomm.qnn_preprocess  # noqa: F401  (makes the QnnDelegate backend known)
 from backends.qualcomm._passes.mark_constants import mark_constants
+from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.builders.registry import get_builder
+from backends.qualcomm.partitioner.op_names import node_op_keys, resolve_skip_ops
 from backends.qualcomm.partitioner.quant_boundaries import keep_quantize_with_consumers
+from backends.qualcomm.partitioner.summary import PartitionSummary, summarize
+from backends.qualcomm.utils.compile_spec import is_fp16, options_from_compile_specs
 from backends.qualcomm.utils.constants import QNN_BACKEND_ID
 
 logger = logging.getLogger(__name__)
@@ -30,6 +35,18 @@ OPS_TO_NOT_DECOMPOSE = [
     torch.ops.aten.matmul.default,
     torch.ops.aten.silu.default,
 ]
+
+FLOAT_GRAPH_QUANTIZED_PRECISION_WARNING = (
+    "QnnPartitioner: the compile spec asks for quantized precision "
+    "(generate_htp_compiler_spec(use_fp16=False)) but the graph has no quantize/dequantize nodes: "
+    "nothing is quantized and the delegated ops run in float32. Quantize the model with QnnQuantizer "
+    "(prepare_pt2e, calibrate, convert_pt2e) before lowering, or lower with use_fp16=True for HTP fp16 "
+    "precision."
+)
+
+
+class FloatGraphQuantizedPrecisionWarning(UserWarning):
+    """A float (unquantized) graph lowered with quantized precision (use_fp16=False)."""
 
 
 def _op_name(node: torch.fx.Node) -> str:
@@ -51,17 +68,24 @@ class QnnOperatorSupport(OperatorSupportBase):
     """Asks the builder registry; records rejected nodes with the reason."""
 
     def __init__(self, skip_node_id_set: Optional[Set[str]] = None,
-                 skip_node_op_set: Optional[Set[str]] = None):
+                 skip_op_keys: Optional[Set[str]] = None):
         self.skip_node_id_set = set(skip_node_id_set or ())
-        self.skip_node_op_set = set(skip_node_op_set or ())
+        self.skip_op_keys = set(skip_op_keys or ())  # resolved by resolve_skip_ops
         self.rejected_nodes: Dict[str, str] = {}
+
+    def skipped_by_op(self, node: torch.fx.Node) -> Optional[str]:
+        """The skipped op key that names `node` (its own op or one it was decomposed from)."""
+        if not self.skip_op_keys:
+            return None
+        matched = node_op_keys(node) & self.skip_op_keys
+        return min(matched) if matched else None
 
     def _skipped(self, node: torch.fx.Node) -> Optional[str]:
         if node.name in self.skip_node_id_set:
             return "skipped by skip_node_id_set"
-        names = {_op_name(node), str(node.target)}
-        if names & self.skip_node_op_set or node.target in self.skip_node_op_set:
-            return "skipped by skip_node_op_set"
+        matched = self.skipped_by_op(node)
+        if matched:
+            return f"skipped by skip_node_op_set ({matched})"
         return None
 
     def _reject(self, node: torch.fx.Node, reason: str) -> bool:
@@ -79,18 +103,47 @@ class QnnOperatorSupport(OperatorSupportBase):
         return True if ok else self._reject(node, reason)
 
 
+def _as_set(values: Optional[Iterable[object]]) -> Set[object]:
+    if values is None:
+        return set()
+    return {values} if isinstance(values, str) else set(values)
+
+
 class QnnPartitioner(Partitioner):
+    """Tags the nodes our builders support. Never raises for unsupported nodes (they stay on
+    the CPU; `rejected_nodes` and `summary` say why). A bad argument raises at construction:
+    a skip_node_op_set entry that names no op gives ValueError."""
+
     def __init__(self, compiler_specs: List[CompileSpec], skip_node_id_set: Optional[Set[str]] = None,
-                 skip_node_op_set: Optional[Set[str]] = None):
+                 skip_node_op_set: Optional[Set[object]] = None):
         super().__init__()
         self.compiler_specs = list(compiler_specs)
         self.delegation_spec = DelegationSpec(QNN_BACKEND_ID, self.compiler_specs)
-        self.skip_node_id_set = set(skip_node_id_set or ())
-        self.skip_node_op_set = set(skip_node_op_set or ())
+        self.skip_node_id_set = _as_set(skip_node_id_set)
+        self.skip_node_op_set = _as_set(skip_node_op_set)
+        self.skip_op_keys = resolve_skip_ops(self.skip_node_op_set)
         self.rejected_nodes: Dict[str, str] = {}
+        self.summary: Optional[PartitionSummary] = None
 
     def _operator_support(self) -> QnnOperatorSupport:
-        return QnnOperatorSupport(self.skip_node_id_set, self.skip_node_op_set)
+        return QnnOperatorSupport(self.skip_node_id_set, self.skip_op_keys)
+
+    def _quantized_precision(self) -> bool:
+        try:
+            return not is_fp16(options_from_compile_specs(self.compiler_specs))
+        except ValueError:
+            return False
+
+    def _report(self, exported_program: ExportedProgram, support: QnnOperatorSupport) -> None:
+        graph = exported_program.graph_module.graph
+        tags = {n: n.meta["delegation_tag"] for n in graph.nodes
+                if n.op == "call_function" and n.meta.get("delegation_tag")}
+        self.summary = summarize(graph, tags, support.rejected_nodes)
+        logger.log(self.summary.log_level, "%s", self.summary)
+        if tags and self._quantized_precision() and \
+                not any(is_quantize(n) or is_dequantize(n) for n in graph.nodes):
+            warnings.warn(FLOAT_GRAPH_QUANTIZED_PRECISION_WARNING, FloatGraphQuantizedPrecisionWarning,
+                          stacklevel=2)
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         mark_constants(exported_program)
@@ -107,6 +160,7 @@ class QnnPartitioner(Partitioner):
             partition_tags[tag] = self.delegation_spec
         tag_constant_data(exported_program)
         self.rejected_nodes = dict(support.rejected_nodes)
+        self._report(exported_program, support)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=partition_tags)
 
     def ops_to_not_decompose(self, ep: ExportedProgram
@@ -114,6 +168,7 @@ class QnnPartitioner(Partitioner):
         support = self._operator_support()
 
         def keep_whole(node: torch.fx.Node) -> bool:
+            # A skipped op decomposes; its parts are skipped through their provenance.
             return support.is_node_supported({}, node)
 
         return list(OPS_TO_NOT_DECOMPOSE), keep_whole

@@ -239,3 +239,169 @@ class TestCompileSpecOptions:
 
         with pytest.raises(ValueError, match="backend_options must come from generate_htp_compiler_spec"):
             generate_qnn_executorch_compiler_spec(QcomChipset.SM8650, True)
+
+
+# ---- skip_node_op_set names ----------------------------------------------------------------------
+def _quant_specs_fp32() -> list:
+    from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
+
+    return generate_qnn_executorch_compiler_spec(QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=False))
+
+
+class TestSkipNodeOpSet:
+    @pytest.mark.parametrize("entry", [
+        "aten.conv2d.default", "torch.ops.aten.conv2d.default", "aten::conv2d", "conv2d",
+        torch.ops.aten.conv2d.default, torch.ops.aten.conv2d, "aten.convolution.default",
+    ], ids=str)
+    def test_conv_names_keep_both_convs_on_cpu(self, entry):
+        tester = QnnTester(m.ConvReluConvLinear(), inputs_of((1, 3, 8, 8))).lower(skip_node_op_set={entry})
+        assert tester.cpu_op_names() == ["aten.convolution.default"] * 2
+        assert tester.partitioner.summary.cpu_op_counts() == {"aten.convolution.default": 2}
+        tester.check_count(2).to_executorch().run().compare()
+
+    def test_edge_op_object(self):
+        from executorch.exir.dialects._ops import ops as exir_ops
+
+        tester = QnnTester(m.ReluSigmoid(), inputs_of((2, 8))).lower(
+            skip_node_op_set={exir_ops.edge.aten.sigmoid.default})
+        assert tester.cpu_op_names() == ["aten.sigmoid.default"]
+
+    def test_linear_skipped_through_its_decomposition(self):
+        tester = QnnTester(m.ConvReluConvLinear(), inputs_of((1, 3, 8, 8))).lower(
+            skip_node_op_set={"aten.linear.default"})
+        assert sorted(tester.cpu_op_names()) == ["aten.addmm.default", "aten.permute_copy.default"]
+        reasons = {g.op: g.reason for g in tester.partitioner.summary.cpu_ops}
+        assert reasons["aten.addmm.default"] == "skipped by skip_node_op_set (aten.linear.default)"
+        tester.check_count(1).to_executorch().run().compare()
+
+    @pytest.mark.parametrize("entry, message", [
+        ("aten.conv2.default", "skip_node_op_set entry 'aten.conv2.default' names no op; did you mean "
+                               "'aten.conv2d.default'"),
+        ("aten.conv2d.tensor", "skip_node_op_set entry 'aten.conv2d.tensor' names no op; aten.conv2d has "
+                               "overloads 'aten.conv2d.default', 'aten.conv2d.padding'"),
+        ("relux", "skip_node_op_set entry 'relux' names no op; did you mean 'aten.relu'"),
+        (42, "skip_node_op_set entry 42 names no op (entries are op names or OpOverload objects, not int)"),
+    ])
+    def test_bad_entry_raises_at_construction(self, entry, message):
+        from backends.qualcomm import QnnPartitioner
+
+        with pytest.raises(ValueError) as info:
+            QnnPartitioner(_quant_specs_fp32(), skip_node_op_set={"aten.relu.default", entry})
+        assert str(info.value).startswith(message)
+
+    def test_bad_entry_raises_from_one_call_lowering(self):
+        from backends.qualcomm import to_edge_transform_and_lower_to_qnn
+        from backends.qualcomm.tests.tester import fp16_compile_specs
+
+        with pytest.raises(ValueError, match="'aten.sigmoidd.default' names no op; did you mean 'aten.sigmoid.default'"):
+            to_edge_transform_and_lower_to_qnn(m.ReluSigmoid(), inputs_of((2, 8)), fp16_compile_specs(),
+                                               skip_node_op_set={"aten.sigmoidd.default"})
+
+
+# ---- partition summary -------------------------------------------------------------------------
+class PartlyDelegated(torch.nn.Module):
+    """5 delegable nodes, 2 cumsum (no builder) and 1 sigmoid skipped by the test."""
+
+    def forward(self, x):
+        y = torch.cumsum(torch.relu(x), dim=1)
+        z = torch.cumsum(torch.sigmoid(y) * 2.0, dim=0)
+        return torch.tanh(z) + x
+
+
+class TestPartitionSummary:
+    def test_counts_and_log_line(self, caplog):
+        import logging
+
+        caplog.set_level(logging.INFO, logger="backends.qualcomm")
+        tester = QnnTester(PartlyDelegated(), inputs_of((3, 4))).lower(skip_node_op_set={"aten.sigmoid.default"})
+        summary = tester.partitioner.summary
+        assert (summary.delegated_nodes, summary.delegates, summary.cpu_nodes) == (4, 3, 3)
+        assert [(g.op, g.reason, g.count) for g in summary.cpu_ops] == [
+            ("aten.cumsum.default", "no QNN builder for aten.cumsum.default", 2),
+            ("aten.sigmoid.default", "skipped by skip_node_op_set (aten.sigmoid.default)", 1)]
+        records = [r for r in caplog.records if r.name == "backends.qualcomm.partitioner.qnn_partitioner"
+                   and r.getMessage().startswith("QnnPartitioner: ")]
+        assert len(records) == 1 and records[0].levelname == "WARNING"
+        assert records[0].getMessage() == (
+            "QnnPartitioner: 4 of 7 nodes delegated in 3 delegate(s); 3 left on the CPU: "
+            "aten.cumsum.default x2 (no QNN builder for aten.cumsum.default); "
+            "aten.sigmoid.default x1 (skipped by skip_node_op_set (aten.sigmoid.default))")
+        tester.to_executorch().run().compare()
+
+    def test_fully_delegated_logs_info(self, caplog):
+        import logging
+
+        caplog.set_level(logging.INFO, logger="backends.qualcomm")
+        tester = QnnTester(m.ReluSigmoid(), inputs_of((2, 8))).lower()
+        records = [r for r in caplog.records if r.getMessage().startswith("QnnPartitioner: ")]
+        assert [(r.levelname, r.getMessage()) for r in records] == [
+            ("INFO", "QnnPartitioner: 4 of 4 nodes delegated in 1 delegate(s); nothing left on the CPU")]
+        assert tester.partitioner.summary.cpu_op_counts() == {}
+
+    def test_visible_without_logging_configuration(self, tmp_path):
+        """A user who configures no logging sees the summary on stderr (WARNING level)."""
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        script = tmp_path / "lower.py"
+        script.write_text(
+            "import torch\n"
+            "from backends.qualcomm.tests.tester import QnnTester, inputs_of\n"
+            "from backends.qualcomm.tests import models_float as m\n"
+            "QnnTester(m.WithCumsum(), inputs_of((2, 8))).lower()\n")
+        repo = Path(__file__).resolve().parents[3]
+        result = subprocess.run([sys.executable, str(script)], cwd=repo, capture_output=True, text=True,
+                                timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "QnnPartitioner: 3 of 4 nodes delegated in 2 delegate(s); 1 left on the CPU: " \
+               "aten.cumsum.default x1 (no QNN builder for aten.cumsum.default)" in result.stderr
+
+    def test_long_lists_are_truncated(self):
+        from backends.qualcomm.partitioner.summary import MAX_LISTED_GROUPS, CpuOpGroup, PartitionSummary
+
+        groups = [CpuOpGroup(f"aten.op{i}.default", "no QNN builder", 2, ("a", "b")) for i in range(20)]
+        text = str(PartitionSummary(100, 3, 40, groups))
+        assert text.count(" x2 (") == MAX_LISTED_GROUPS
+        assert text.endswith("... 12 more op/reason group(s), 24 node(s)")
+
+    def test_one_call_lowering_logs_per_method(self, caplog):
+        import logging
+
+        from backends.qualcomm import to_edge_transform_and_lower_to_qnn
+        from backends.qualcomm.tests.tester import fp16_compile_specs
+
+        caplog.set_level(logging.INFO, logger="backends.qualcomm")
+        to_edge_transform_and_lower_to_qnn(m.WithCumsum(), inputs_of((2, 8)), fp16_compile_specs())
+        messages = [r.getMessage() for r in caplog.records if r.getMessage().startswith("QnnPartitioner: ")]
+        assert messages == ["QnnPartitioner: 3 of 4 nodes delegated in 2 delegate(s); 1 left on the CPU: "
+                            "aten.cumsum.default x1 (no QNN builder for aten.cumsum.default)"]
+
+
+# ---- float graph with quantized precision ------------------------------------------------------
+class TestFloatGraphQuantizedPrecision:
+    def test_warns_once_and_runs_in_float32(self):
+        import warnings
+
+        from backends.qualcomm.partitioner.qnn_partitioner import (
+            FLOAT_GRAPH_QUANTIZED_PRECISION_WARNING, FloatGraphQuantizedPrecisionWarning)
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            tester = QnnTester(m.ReluSigmoid(), inputs_of((2, 8)), _quant_specs_fp32()).lower()
+        ours = [w for w in caught if issubclass(w.category, FloatGraphQuantizedPrecisionWarning)]
+        assert [str(w.message) for w in ours] == [FLOAT_GRAPH_QUANTIZED_PRECISION_WARNING]
+        assert "nothing is quantized" in str(ours[0].message) and "QnnQuantizer" in str(ours[0].message)
+        assert tester.payload().fp16_precision is False
+        tester.to_executorch().run().compare(rtol=1e-5, atol=1e-5)  # float32, not fp16
+
+    def test_no_warning_for_fp16_or_quantized_graphs(self):
+        import warnings
+
+        from backends.qualcomm.partitioner.qnn_partitioner import FloatGraphQuantizedPrecisionWarning
+        from backends.qualcomm.tests.quant_tester import QuantTester
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FloatGraphQuantizedPrecisionWarning)
+            QnnTester(m.ReluSigmoid(), inputs_of((2, 8))).lower()
+            QuantTester(m.ReluSigmoid(), inputs_of((2, 8))).lower()
