@@ -140,3 +140,326 @@ def _weight_kinds(converted: torch.fx.GraphModule) -> dict:
             kind = "per_channel" if "per_channel" in dq else "affine" if "affine" in dq else "per_tensor"
             kinds[str(node.target).split(".")[1]] = kind
     return kinds
+
+
+# ---- upstream's names, signatures, defaults --------------------------------------------------
+UPSTREAM_QUANT_DTYPE = {"use_16a16w": 0, "use_16a8w": 1, "use_16a4w": 2, "use_16a4w_block": 3, "use_8a8w": 4,
+                        "use_8a4w": 5, "use_fp16a8w": 6, "use_16a2w": 7}
+UPSTREAM_SET_DEFAULT = [("quant_dtype", inspect.Parameter.empty), ("is_qat", False), ("is_conv_per_channel", False),
+                        ("is_linear_per_channel", False), ("is_embedding_per_channel", False),
+                        ("act_observer", None), ("act_symmetric", False), ("eps", None)]
+UPSTREAM_MODULE_QCONFIG = [("quant_dtype", QuantDtype.use_8a8w), ("is_qat", False), ("is_conv_per_channel", False),
+                           ("is_linear_per_channel", False), ("is_embedding_per_channel", False),
+                           ("act_observer", None), ("act_symmetric", False), ("eps", None)]
+
+
+def _prepare(module: torch.nn.Module, inputs, quantizer: QnnQuantizer, is_qat: bool = False) -> torch.fx.GraphModule:
+    exported = torch.export.export(module, tuple(inputs), strict=True).module()
+    prepared = prepare_qat_pt2e(exported, quantizer) if is_qat else prepare_pt2e(exported, quantizer)
+    prepared(*inputs)
+    return prepared
+
+
+def _convert(module, inputs, quantizer) -> torch.fx.GraphModule:
+    return convert_pt2e(_prepare(module, inputs, quantizer))
+
+
+def _quantize_args(converted: torch.fx.GraphModule, target_name: str) -> list:
+    """(scale, zero_point, qmin, qmax) of the activation quantize nodes after each `target_name` node."""
+    found = []
+    for node in converted.graph.nodes:
+        if node.op == "call_function" and target_name in str(node.target):
+            for user in node.users:
+                if user.target == torch.ops.quantized_decomposed.quantize_per_tensor.default:
+                    found.append(tuple(user.args[1:5]))
+    return found
+
+
+def _activation_observer(prepared: torch.fx.GraphModule, target, position: int = 0):
+    """The observer / fake-quant module on input `position` of the first `target` node."""
+    node = next(n for n in prepared.graph.nodes if n.target == target)
+    return prepared.get_submodule(node.args[position].target)
+
+
+class ConvThenFc(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+        self.linear = torch.nn.Linear(4, 6)
+
+    def forward(self, x):
+        return self.linear(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+class TestQuantizerApi(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def test_quant_dtype_values_are_upstreams(self):
+        self.assertEqual({d.name: int(d) for d in QuantDtype}, UPSTREAM_QUANT_DTYPE)
+
+    def test_signatures_and_defaults_are_upstreams(self):
+        params = list(inspect.signature(QnnQuantizer.set_default_quant_config).parameters.values())[1:]
+        self.assertEqual([(p.name, p.default) for p in params], UPSTREAM_SET_DEFAULT)
+        params = inspect.signature(ModuleQConfig).parameters.values()
+        self.assertEqual([(p.name, p.default) for p in params], UPSTREAM_MODULE_QCONFIG)
+        params = inspect.signature(QnnQuantizer).parameters
+        self.assertEqual(list(params), ["backend", "soc_model", "strict"])
+        for name in ("set_block_size_map", "set_submodule_qconfig_list", "add_custom_quant_annotations",
+                     "add_discard_nodes", "add_discard_ops", "get_supported_ops", "set_recipe"):
+            self.assertTrue(callable(getattr(QnnQuantizer, name)), name)
+
+    def test_constructor_arguments(self):
+        from backends.qualcomm.serialization.qc_schema import QcomChipset, QnnExecuTorchBackendType
+
+        quantizer = QnnQuantizer(backend=QnnExecuTorchBackendType.kHtpBackend, soc_model=QcomChipset.SM8650,
+                                 strict=False)
+        self.assertEqual(quantizer.soc_info.socModel, int(QcomChipset.SM8650))
+        with self.assertRaisesRegex(ValueError, "backend kGpuBackend is not supported"):
+            QnnQuantizer(backend=QnnExecuTorchBackendType.kGpuBackend)
+
+    def test_supported_and_discarded_ops(self):
+        quantizer = QnnQuantizer()
+        ops = quantizer.get_supported_ops()
+        for op in (_aten.conv2d.default, _aten.linear.default, _aten.embedding.default, _aten.add.Tensor):
+            self.assertIn(op, ops)
+        quantizer.set_default_quant_config(QuantDtype.use_8a8w)
+        quantizer.add_discard_ops([_aten.relu.default])
+        module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.ReLU())
+        converted = _convert(module.eval(), inputs_of((1, 3, 4, 4)), quantizer)
+        self.assertEqual(_quantize_args(converted, "aten.relu"), [])  # float output
+        self.assertEqual(len(_quantize_args(converted, "aten.conv2d")), 1)
+        self.assertIn(_aten.relu.default, quantizer.get_supported_ops())  # discard does not shrink support
+
+    def test_custom_quant_annotations_run_after_the_builtin_ones(self):
+        from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, QuantizationSpec
+
+        seen = []
+
+        def annotate_relu_16bit(gm: torch.fx.GraphModule) -> None:
+            relu = next(n for n in gm.graph.nodes if n.target == _aten.relu.default)
+            conv = relu.args[0]
+            seen.append(conv.meta["quantization_annotation"].output_qspec.dtype)
+            spec = QuantizationSpec(dtype=torch.int32, quant_min=0, quant_max=65535, qscheme=torch.per_tensor_affine,
+                                    observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=1e-9))
+            relu.meta["quantization_annotation"] = QuantizationAnnotation(
+                input_qspec_map={conv: spec}, output_qspec=spec, _annotated=True)
+
+        quantizer = QnnQuantizer()
+        quantizer.set_default_quant_config(QuantDtype.use_8a8w)
+        quantizer.add_discard_ops([_aten.relu.default])
+        quantizer.add_custom_quant_annotations((annotate_relu_16bit,))
+        converted = _convert(ConvThenFc().eval(), inputs_of((1, 3, 4, 4)), quantizer)
+        self.assertEqual(seen, [torch.uint8])
+        (_, _, qmin, qmax), = _quantize_args(converted, "aten.relu")
+        self.assertEqual((qmin, qmax), (0, 65535))
+
+    def test_submodule_predicates(self):
+        from backends.qualcomm.quantizer.quantizer import get_submodule_name_predicate, get_submodule_type_predicate
+
+        for predicate in (get_submodule_type_predicate("Linear"), get_submodule_name_predicate("linear")):
+            quantizer = QnnQuantizer()
+            quantizer.set_default_quant_config(QuantDtype.use_8a8w)
+            quantizer.set_submodule_qconfig_list([(predicate, ModuleQConfig(QuantDtype.use_16a8w))])
+            converted = _convert(ConvThenFc().eval(), inputs_of((1, 3, 4, 4)), quantizer)
+            self.assertEqual([q[3] for q in _quantize_args(converted, "aten.linear")], [65535])
+            self.assertEqual([q[3] for q in _quantize_args(converted, "aten.conv2d")], [255])
+
+    def test_submodule_rule_errors(self):
+        quantizer = QnnQuantizer()
+        with self.assertRaisesRegex(ValueError, "rule 0: with a ModuleQConfig the key must be a predicate"):
+            quantizer.set_submodule_qconfig_list([(torch.nn.Linear, ModuleQConfig(QuantDtype.use_16a8w))])
+        with self.assertRaisesRegex(ValueError, "rule 1: second item must be a ModuleQConfig"):
+            quantizer.set_submodule_qconfig_list([(torch.nn.Linear, QuantDtype.use_16a8w), (torch.nn.Conv2d, "8a8w")])
+
+    def test_act_observer_default_and_chosen(self):
+        module, inputs = ConvThenFc().eval(), inputs_of((1, 3, 4, 4))
+        quantizer = QnnQuantizer()
+        quantizer.set_default_quant_config(QuantDtype.use_8a8w)
+        self.assertIs(type(_activation_observer(_prepare(module, inputs, quantizer), _aten.conv2d.default)),
+                      MovingAverageMinMaxObserver)
+        quantizer.set_default_quant_config(QuantDtype.use_8a8w, act_observer=MinMaxObserver)
+        self.assertIs(type(_activation_observer(_prepare(module, inputs, quantizer), _aten.conv2d.default)),
+                      MinMaxObserver)
+
+    def test_eps_is_the_smallest_scale(self):
+        module, inputs = torch.nn.ReLU(), (1e-4 * randn(2, 8),)
+        for eps, expected in ((None, 1e-4 / 255), (1e-3, 1e-3)):
+            quantizer = QnnQuantizer()
+            quantizer.set_default_quant_config(QuantDtype.use_8a8w, eps=eps)
+            (scale, _, _, _), = _quantize_args(_convert(module, inputs, quantizer), "aten.relu")
+            if eps is None:
+                self.assertGreater(scale, expected)  # the data's range: eps does not bind
+            else:
+                self.assertAlmostEqual(scale, expected, places=9)
+
+    @parameterized.expand([("8a8w", QuantDtype.use_8a8w, 128, 255), ("16a8w", QuantDtype.use_16a8w, 32768, 65535)])
+    def test_act_symmetric(self, _, dtype, zero_point, qmax):
+        quantizer = QnnQuantizer()
+        quantizer.set_default_quant_config(dtype, act_symmetric=True, is_conv_per_channel=True)
+        module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Tanh())
+        tester = QuantTester(module, inputs_of((1, 3, 6, 6)), dtype, quantizer=quantizer)
+        args = [n.args[1:5] for n in tester.module.graph.nodes
+                if n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default]
+        self.assertEqual(len(args), 3)
+        self.assertEqual({(zp, qmax_) for _, zp, _, qmax_ in args}, {(zero_point, qmax)})
+        tester.run_and_compare_steps()  # the delegate honours the midpoint zero points
+
+    def test_recipe(self):
+        from backends.qualcomm.quantizer.quant_recipe import QuantGranularity, QuantRecipe
+
+        recipe = QuantRecipe(QuantDtype.use_8a8w, False, act_observer=MinMaxObserver,
+                             granularity=QuantGranularity.PER_TENSOR).add_node_target(
+            {_aten.linear.default}, QuantDtype.use_16a8w, False, act_observer=MinMaxObserver,
+            granularity=QuantGranularity.PER_CHANNEL, note="linear in 16 bits", priority=2)
+        quantizer = QnnQuantizer()
+        quantizer.set_recipe(recipe)
+        self.assertIs(quantizer.recipe, recipe)
+        converted = _convert(ConvThenFc().eval(), inputs_of((1, 3, 4, 4)), quantizer)
+        self.assertEqual([q[3] for q in _quantize_args(converted, "aten.linear")], [65535])
+        self.assertEqual([q[3] for q in _quantize_args(converted, "aten.conv2d")], [255])
+        kinds = _weight_kinds(converted)
+        self.assertEqual((kinds["linear"], kinds["conv2d"]), ("per_channel", "per_tensor"))
+        self.assertIn("use_16a8w/PTQ | MinMaxObserver | PER_CHANNEL | linear in 16 bits", recipe.summary())
+
+    def test_recipe_per_block(self):
+        from backends.qualcomm.quantizer.quant_recipe import QuantGranularity, QuantRecipe
+
+        recipe = QuantRecipe(QuantDtype.use_16a4w_block, False, MinMaxObserver, QuantGranularity.PER_BLOCK,
+                             extra_kwargs={"block_size": (1, 8)})
+        quantizer = QnnQuantizer()
+        quantizer.set_recipe(recipe)
+        converted = _convert(torch.nn.Linear(32, 4).eval(), inputs_of((2, 32)), quantizer)
+        dq = next(n for n in converted.graph.nodes if "dequantize_affine" in str(n.target))
+        self.assertEqual(tuple(dq.args[1]), (1, 8))
+        with self.assertRaisesRegex(ValueError, "PER_BLOCK needs QuantDtype.use_16a4w_block"):
+            QuantRecipe(QuantDtype.use_8a8w, False, MinMaxObserver, QuantGranularity.PER_BLOCK) \
+                .initialize_default_strategy_ops(set())
+
+    def test_context_binary_helpers_say_not_built(self):
+        from backends.qualcomm.utils.upstream_compat import ContextBinaryNotSupportedError
+        from backends.qualcomm.utils.utils import dump_context_from_pte, from_context_binary
+
+        with self.assertRaisesRegex(ContextBinaryNotSupportedError, "from_context_binary: qnn-delegate does not "
+                                                                     "store QNN context binaries"):
+            from_context_binary("model.bin", "ctx_op")
+        with self.assertRaisesRegex(ContextBinaryNotSupportedError, "dump_context_from_pte: .* no QNN context "
+                                                                     "binary to dump"):
+            dump_context_from_pte("model.pte")
+
+
+# ---- issue 17: recipe defects -------------------------------------------------------------------
+class TestQuantizerFixes(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(0)
+
+    @parameterized.expand([("conv_bias3_per_tensor", "conv", 3.0, False), ("conv_bias20_per_channel", "conv", 20.0, True),
+                           ("linear_bias20_per_tensor", "linear", 20.0, False),
+                           ("linear_bias3_per_channel", "linear", 3.0, True)])
+    def test_16a16w_large_bias_against_float(self, _, kind, bias, per_channel):
+        """Was: int32 bias scale = act_scale x weight_scale (~1e-9) saturated any bias above ~2
+        (max error 3.6 with bias 3, 20.8 with bias 20). 16a8w on the same layer: 0.006-0.008."""
+        from backends.qualcomm import deserialize
+        from backends.qualcomm.quantizer.qconfig import BIAS_QMAX, DEFAULT_EPS_16BIT
+
+        module = torch.nn.Conv2d(4, 8, 3) if kind == "conv" else torch.nn.Linear(16, 8)
+        with torch.no_grad():
+            module.bias.fill_(bias)
+        inputs = inputs_of((1, 4, 6, 6) if kind == "conv" else (3, 16))
+        tester = QuantTester(module, inputs, QuantDtype.use_16a16w, per_channel=per_channel).lower()
+        tester.check_fully_delegated().to_executorch().run()
+        with torch.no_grad():
+            expected = module(*inputs).numpy()
+        self.assertLess(float(np.abs(tester.outputs[0] - expected).max()), 1e-3)
+        summary = tester.payload()
+        op = next(o for o in summary.ops if o.type in ("Conv2d", "FullyConnected"))
+        self.assertEqual({t.name: t.data_type for t in summary.tensors}[op.inputs[2]], "SFIXED_POINT_32")
+        bias_tensor = next(t for t in deserialize(tester.delegate_blobs()[0]).graphs[0].tensors
+                           if t.name.decode() == op.inputs[2])
+        expected_scale = max(bias / BIAS_QMAX, DEFAULT_EPS_16BIT)  # its own range (eps bounds it below)
+        self.assertAlmostEqual(bias_tensor.quant.scale / expected_scale, 1.0, places=6)
+
+    def test_qat_submodule_rules_get_fake_quant_and_the_observer(self):
+        """Was: a submodule rule under a QAT default got PTQ observers (never fake-quantized)."""
+        from backends.qualcomm.quantizer.quantizer import get_submodule_type_predicate
+
+        inputs = inputs_of((1, 3, 4, 4))
+        for rules in ([(torch.nn.Linear, QuantDtype.use_16a8w)],  # our older form: inherits QAT / observer
+                      [(get_submodule_type_predicate("Linear"),
+                        ModuleQConfig(QuantDtype.use_16a8w, is_qat=True, act_observer=MinMaxObserver))]):
+            quantizer = QnnQuantizer()
+            quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_qat=True, act_observer=MinMaxObserver)
+            quantizer.set_submodule_qconfig_list(rules)
+            prepared = _prepare(ConvThenFc().train(), inputs, quantizer, is_qat=True)
+            for target, qmax in ((_aten.linear.default, 65535), (_aten.conv2d.default, 255)):
+                fake = _activation_observer(prepared, target)
+                self.assertIsInstance(fake, FakeQuantize)
+                self.assertIs(type(fake.activation_post_process), MinMaxObserver)
+                self.assertEqual(fake.quant_max, qmax)
+
+    def test_block_size_map_rejects_zero_and_bad_values(self):
+        quantizer = QnnQuantizer()
+        with self.assertRaisesRegex(ValueError, "block size of node 'linear' must be > 0, got 0"):
+            quantizer.set_block_size_map({"linear": 0})
+        with self.assertRaisesRegex(ValueError, r"must be > 0 in every dim, got \(1, 0\)"):
+            quantizer.set_block_size_map({"linear": (1, 0)})
+        with self.assertRaisesRegex(ValueError, "must be an int or a tuple of ints, got '16'"):
+            quantizer.set_block_size_map({"linear": "16"})
+
+    def _block_prepare(self, block_size_map, dtype=QuantDtype.use_16a4w_block):
+        quantizer = QnnQuantizer()
+        quantizer.set_default_quant_config(dtype)
+        quantizer.set_block_size_map(block_size_map)
+        torch.manual_seed(0)
+        module = torch.nn.Sequential(torch.nn.Conv2d(32, 16, 3), torch.nn.Flatten(1), torch.nn.Linear(16 * 4, 8))
+        return _convert(module.eval(), inputs_of((1, 32, 4, 4)), quantizer)
+
+    def test_block_size_map_rejects_unknown_names_at_annotation(self):
+        with self.assertRaisesRegex(ValueError, r"no node named 'linaer' \(did you mean 'linear'\?\) in the "
+                                                r"graph; conv/linear nodes: conv2d, linear"):
+            self._block_prepare({"linaer": (1, 16)})
+        with self.assertRaisesRegex(ValueError, r"node\(s\) 'flatten' are not conv/linear"):
+            self._block_prepare({"flatten": 16})
+
+    def test_block_size_map_checks_the_weight(self):
+        with self.assertRaisesRegex(ValueError, r"block size \(1, 16\) of node 'conv2d' needs one entry per "
+                                                r"weight dim, weight shape \(16, 32, 3, 3\)"):
+            self._block_prepare({"conv2d": (1, 16)})
+        with self.assertRaisesRegex(ValueError, r"must be \(1, b, 3, 3\)"):
+            self._block_prepare({"conv2d": (2, 16, 3, 3)})
+        with self.assertRaisesRegex(ValueError, "block size 24 of node 'conv2d' does not divide its input "
+                                                "channels 32"):
+            self._block_prepare({"conv2d": (1, 24, 3, 3)})
+        with self.assertRaisesRegex(ValueError, "node 'linear' has a block size but its config has no block "
+                                                "weights"):
+            self._block_prepare({"linear": 16}, QuantDtype.use_16a4w)
+
+    def test_block_size_tuple_equals_int_form(self):
+        def block_scales(converted):
+            return [getattr(converted, n.args[2].target) for n in converted.graph.nodes if "dequantize_affine" in str(n.target)]
+
+        by_tuple = block_scales(self._block_prepare({"conv2d": (1, 8, 3, 3), "linear": (1, 32)}))
+        by_int = block_scales(self._block_prepare({"conv2d": 8, "linear": 32}))
+        self.assertEqual([tuple(s.shape) for s in by_tuple], [(16, 4, 1, 1), (8, 2)])
+        for a, b in zip(by_tuple, by_int):
+            self.assertTrue(torch.equal(a, b))
+
+    @parameterized.expand([("8a8w", QuantDtype.use_8a8w), ("16a8w", QuantDtype.use_16a8w)])
+    def test_embedding_per_channel_gather_table(self, _, dtype):
+        """is_embedding_per_channel: the table is int8 with one scale per row (AXIS_SCALE_OFFSET,
+        axis 0) and the delegate's Gather agrees with the QDQ reference within 1 step."""
+        from backends.qualcomm import deserialize
+        from backends.qualcomm.serialization.qnn_graph import QuantEncoding
+
+        embedding = EmbedConvLinear().embedding.eval()
+        idx = (torch.tensor([[0, 1, 2, 11], [3, 0, 10, 1]]),)
+        quantizer = QnnQuantizer()
+        quantizer.set_default_quant_config(dtype, is_embedding_per_channel=True)
+        tester = QuantTester(embedding, idx, dtype, quantizer=quantizer).run_and_compare_steps()
+        graph = deserialize(tester.delegate_blobs()[0]).graphs[0]
+        table = next(t for t in graph.tensors if t.quant is not None and t.quant.axis == 0)
+        self.assertEqual(table.quant.encoding, QuantEncoding.AXIS_SCALE_OFFSET)
+        self.assertEqual(list(table.dims), [12, 32])
+        row_max = embedding.weight.detach().abs().amax(dim=1)
+        np.testing.assert_allclose(np.asarray(table.quant.scales), (row_max / 127.5).numpy(), rtol=1e-6)
+        self.assertEqual(len(table.data), 12 * 32)  # one byte per weight
