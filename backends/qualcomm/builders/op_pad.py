@@ -2,6 +2,8 @@
 FoldPadIntoConv preprocess pass merges it into the conv's pad_amount (no QNN Pad op)."""
 from __future__ import annotations
 
+from typing import List
+
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
@@ -49,5 +51,10 @@ class ConstantPadBuilder(NodeBuilder):
         ok, reason = check_float_io(node)
         return foldable_pad(node) if ok else (ok, reason)
 
+    def lowered_only_with(self, node: torch.fx.Node) -> List[torch.fx.Node]:
+        """The convolutions it is folded into (there is no QNN Pad op in the payload)."""
+        return [conv for conv, _ in _consumers(node)]
+
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        raise QnnLoweringError("zero padding should have been folded into the following convolution", node)
+        raise QnnLoweringError("zero padding should have been folded into the following convolution "
+                               "(the partitioner only delegates a pad together with its convolutions)", node)

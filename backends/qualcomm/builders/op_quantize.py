@@ -2,6 +2,7 @@
 quantized -> quantized with another encoding (`Convert`), quantized -> float (`Dequantize`)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
@@ -10,6 +11,8 @@ from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, register_builder, tensor_vals,
 )
 from backends.qualcomm.builders.utils import input_layout, is_constant, is_quantized
+from backends.qualcomm.serialization.qnn_graph import QnnTensor
+from backends.qualcomm.utils.errors import QnnLoweringError
 
 
 @register_builder
@@ -45,5 +48,19 @@ class DequantizeBuilder(NodeBuilder):
 
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        if is_constant(node.args[0]):
+            gb.bind(node, dequantized_constant(node, gb))
+            return
         x = gb.tensor(node.args[0], input_layout(node))
         gb.add_op(node, "Dequantize", [x], [gb.define_output(node, dtype=torch.float32)])
+
+
+def dequantized_constant(node: torch.fx.Node, gb: GraphBuilder) -> QnnTensor:
+    """A dequantized weight whose users stay outside the delegate (FoldQDQ folds it into the
+    users it has inside): a float STATIC tensor computed here, as the QDQ reference does."""
+    args = [gb.constant_data(a) if isinstance(a, torch.fx.Node) else a for a in node.args]
+    if any(a is None for a in args):
+        raise QnnLoweringError("dequantize of a constant with non-constant parameters", node)
+    with torch.no_grad():
+        value = node.target(*args, **node.kwargs)
+    return gb.static_tensor(node.name, value.detach().contiguous().numpy().astype(np.float32))

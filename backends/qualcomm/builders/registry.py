@@ -32,6 +32,12 @@ class NodeBuilder:
         """(supported, reason). Default: every tensor in/out is float32."""
         return check_float_io(node)
 
+    def lowered_only_with(self, node: torch.fx.Node) -> List[torch.fx.Node]:
+        """Nodes that must be delegated together with `node` for it to lower (e.g. a pad that
+        only lowers folded into its convolutions). The partitioner rejects `node` when one of
+        them stays on the CPU. Default: none."""
+        return []
+
     def supports_channel_last(self, node: torch.fx.Node) -> bool:
         """AGNOSTIC builders: whether this node can read channel-last inputs."""
         return self.layout_policy is LayoutPolicy.AGNOSTIC

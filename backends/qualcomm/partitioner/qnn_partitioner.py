@@ -100,7 +100,27 @@ class QnnOperatorSupport(OperatorSupportBase):
         if skipped:
             return self._reject(node, skipped)
         ok, reason = check_node(node)
+        if ok:
+            ok, reason = self._partners_delegated(node)
         return True if ok else self._reject(node, reason)
+
+    def _partners_delegated(self, node: torch.fx.Node) -> Tuple[bool, str]:
+        """A node that only lowers together with others (a pad folded into its convs) is
+        supported only when they are too; else it stays on the CPU with them."""
+        builder = get_builder(node.target)
+        try:
+            partners = builder.lowered_only_with(node) if builder is not None else []
+        except Exception as exc:  # noqa: BLE001
+            return False, f"support check raised {type(exc).__name__}: {exc}"
+        for partner in partners:
+            why = self._skipped(partner)
+            if why is None:
+                ok, reason = check_node(partner)
+                why = None if ok else reason
+            if why is not None:
+                return False, (f"lowered only together with '{partner.name}' ({_op_name(partner)}), "
+                               f"which stays on the CPU: {why}")
+        return True, ""
 
 
 def _as_set(values: Optional[Iterable[object]]) -> Set[object]:

@@ -405,3 +405,47 @@ class TestFloatGraphQuantizedPrecision:
             warnings.simplefilter("error", FloatGraphQuantizedPrecisionWarning)
             QnnTester(m.ReluSigmoid(), inputs_of((2, 8))).lower()
             QuantTester(m.ReluSigmoid(), inputs_of((2, 8))).lower()
+
+
+# ---- a pad whose convolution stays on the CPU ----------------------------------------------------
+_PAD_SKIPS = [("op_set", dict(skip_node_op_set={"aten.conv2d.default"})),
+              ("id_set", dict(skip_node_id_set={"aten_convolution_default"}))]
+_PAD_REASON = ("lowered only together with 'aten_convolution_default' (aten.convolution.default), "
+               "which stays on the CPU: ")
+
+
+class TestPadBeforeCpuConv:
+    @pytest.mark.parametrize("how, skip", _PAD_SKIPS, ids=[s[0] for s in _PAD_SKIPS])
+    def test_float_pad_stays_with_its_conv(self, how, skip):
+        tester = QnnTester(m.PadConv(), inputs_of((1, 3, 9, 9))).lower(**skip)
+        assert tester.cpu_op_names() == ["aten.constant_pad_nd.default", "aten.convolution.default"]
+        reason = tester.partitioner.rejected_nodes["aten_constant_pad_nd_default"]
+        assert reason.startswith(_PAD_REASON) and "skipped by skip_node_" in reason
+        tester.to_executorch().run().compare(rtol=1e-5, atol=1e-5)  # nothing delegated: exact
+
+    def test_float_pad_conv_relu_partly_delegated(self):
+        pad_conv = m.PadConv()
+        module = L(lambda x: torch.relu(pad_conv(torch.sigmoid(x))) * 2.0)
+        module.pad_conv = pad_conv
+        tester = QnnTester(module, inputs_of((1, 3, 9, 9))).lower(skip_node_op_set={"aten.convolution.default"})
+        assert sorted(tester.cpu_op_names()) == ["aten.constant_pad_nd.default", "aten.convolution.default"]
+        tester.check_count(2).to_executorch().run().compare()
+
+    @pytest.mark.parametrize("how, skip", _PAD_SKIPS, ids=[s[0] for s in _PAD_SKIPS])
+    def test_quantized_8a8w_pad_stays_with_its_conv(self, how, skip):
+        """The conv's dequantized weight is produced by a delegate as a float constant (the CPU has
+        no dequantize kernel); outputs match the QDQ reference within one step."""
+        from backends.qualcomm.tests.quant_tester import QuantTester
+
+        tester = QuantTester(m.PadConv(), inputs_of((1, 3, 9, 9)))
+        tester.lower(**skip)
+        assert tester.cpu_op_names() == ["aten.constant_pad_nd.default", "aten.convolution.default"]
+        tester.to_executorch().run().compare_steps(max_step_diff=1, min_exact=0.99)
+
+    def test_quantized_pad_folded_when_conv_delegated(self):
+        from backends.qualcomm.tests.quant_tester import QuantTester
+
+        tester = QuantTester(m.PadConv(), inputs_of((1, 3, 9, 9)))
+        tester.run_and_compare_steps()
+        conv = [op for op in tester.payload().ops if op.type == "Conv2d"][0]
+        assert conv.params["pad_amount"] == [0, 1, 1, 2]
