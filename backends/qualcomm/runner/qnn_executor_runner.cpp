@@ -1,10 +1,10 @@
 // qnn_executor_runner: loads a .pte, feeds raw inputs, executes, writes raw
-// outputs, reports the average execute latency. Arguments parsed by hand.
+// outputs, reports the average execute latency. Command line: runner_args.h;
+// error names, log filter and file I/O: runner_util.h.
 //
 // run() = load (program, verified) -> prepare (bounded memory, method, input
 // tensors) -> loop (inputs bound before every execute) -> report. A corrupted
 // or hostile .pte gives an error message and exit code 1, never a signal.
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -12,11 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,9 +25,10 @@
 #include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 #include <executorch/runtime/executor/method.h>
 #include <executorch/runtime/executor/program.h>
-#include <executorch/runtime/platform/platform.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include "backends/qualcomm/runner/runner_args.h"
+#include "backends/qualcomm/runner/runner_util.h"
 #include "backends/qualcomm/runtime/RuntimeOptions.h"
 
 using executorch::extension::FileDataLoader;
@@ -44,6 +43,7 @@ using executorch::runtime::MethodMeta;
 using executorch::runtime::Program;
 using executorch::runtime::Span;
 using executorch::runtime::Tag;
+using namespace qnn_delegate::runner;
 namespace rt_options = qnn_delegate::runtime;
 
 namespace {
@@ -51,244 +51,6 @@ namespace {
 constexpr char kBackendName[] = "QnnDelegate";
 constexpr size_t kMethodPoolBytes = 4u << 20;
 constexpr size_t kTempPoolBytes = 4u << 20;
-
-// ---- messages -------------------------------------------------------------------
-
-// "NotFound", "InvalidProgram", ... for an ExecuTorch error code ("Unknown(0x7f)" otherwise).
-std::string error_name(Error e) {
-  const char* name = executorch::runtime::to_string(e);
-  constexpr char kPrefix[] = "Error::";
-  if (std::strncmp(name, kPrefix, sizeof(kPrefix) - 1) == 0) name += sizeof(kPrefix) - 1;
-  if (std::strcmp(name, "Unknown") != 0) return name;
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "Unknown(0x%x)", static_cast<unsigned>(e));
-  return buf;
-}
-
-const char* tag_name(Tag tag) {
-  switch (tag) {
-#define QNN_RUNNER_TAG_NAME(x) \
-  case Tag::x:                 \
-    return #x;
-    EXECUTORCH_FORALL_TAGS(QNN_RUNNER_TAG_NAME)
-#undef QNN_RUNNER_TAG_NAME
-    default:
-      return "unknown";
-  }
-}
-
-bool ends_with(const char* s, const char* suffix) {
-  const size_t n = std::strlen(s), m = std::strlen(suffix);
-  return n >= m && std::strcmp(s + n - m, suffix) == 0;
-}
-
-// ExecuTorch's thread pool probes the CPU when a CPU kernel first asks for it and
-// logs five Info lines from cpuinfo_utils.cpp about ARM-only files. They are
-// dropped below --log_level 4 (verbose); every other message goes through.
-pal_emit_log_message_method g_default_emit = nullptr;
-bool g_show_cpuinfo_lines = false;
-
-void filtered_emit(et_timestamp_t timestamp, et_pal_log_level_t level, const char* filename,
-                   const char* function, size_t line, const char* message, size_t length) {
-  if (!g_show_cpuinfo_lines && level == kInfo && filename != nullptr &&
-      ends_with(filename, "cpuinfo_utils.cpp")) {
-    return;
-  }
-  if (g_default_emit != nullptr) g_default_emit(timestamp, level, filename, function, line, message, length);
-}
-
-void install_log_filter(bool show_cpuinfo_lines) {
-  g_show_cpuinfo_lines = show_cpuinfo_lines;
-  const executorch::runtime::PalImpl* current = executorch::runtime::get_pal_impl();
-  g_default_emit = current != nullptr ? current->emit_log_message : nullptr;
-  if (g_default_emit == nullptr) return;  // nothing to forward to: keep the default
-  executorch::runtime::register_pal(executorch::runtime::PalImpl::create(&filtered_emit, __FILE__));
-}
-
-// ---- command line -----------------------------------------------------------------
-
-struct Args {
-  std::string model_path, input_list_path, output_folder_path, etdump_path, performance_output_path;
-  int method_index = 0, iteration = 1, warm_up = 0;
-  // Backend runtime options: forwarded only when given (-1 / unset = not given).
-  int log_level = -1, profile_level = -1, htp_performance_mode = -1;
-  bool heap_profiling_path_given = false;
-  std::string heap_profiling_path;
-  // Intermediate tensor dumps into the ETDump's debug buffer.
-  bool dump_intermediate_outputs = false;
-  std::string debug_output_path;
-  int debug_buffer_size = 64 << 20;
-};
-
-void print_usage() {
-  std::printf(
-      "usage: qnn_executor_runner --model_path <file.pte> [options]\n"
-      "  --input_list_path <file>   one inference per line: raw input files separated by spaces\n"
-      "  --output_folder_path <dir> writes output_<inference>_<index>.raw (created if missing)\n"
-      "  --method_index <n>         method to run (default 0)\n"
-      "  --iteration <n>            timed executes per inference (default 1)\n"
-      "  --warm_up <n>              untimed executes before timing (default 0)\n"
-      "  --etdump_path <file>       write an ETDump of the run\n"
-      "  --performance_output_path <file>  write the average execute time in ms\n"
-      "  --log_level <n>            QnnDelegate runtime log level (0 off .. 5 debug)\n"
-      "  --profile_level <n>        QnnDelegate profile level (0 off, 1 basic, 2 detailed)\n"
-      "  --htp_performance_mode <n> QnnDelegate HTP performance mode (0..8, 2 = burst)\n"
-      "  --heap_profiling_path <file>  QnnDelegate heap checkpoints (needs a profile level)\n"
-      "  --dump_intermediate_outputs  log every dumped delegate tensor into the ETDump (needs\n"
-      "                             --etdump_path and a .pte lowered with dump_intermediate_outputs)\n"
-      "  --debug_output_path <file> the debug buffer holding the dumped tensors\n"
-      "                             (default <etdump_path>.debug_buffer)\n"
-      "  --debug_buffer_size <bytes>  size of the debug buffer (default 67108864); when it is\n"
-      "                             full, later dumps are skipped with one warning\n"
-      "  --help\n");
-}
-
-bool parse_int(const std::string& s, int& out) {
-  char* end = nullptr;
-  const long v = std::strtol(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || v < 0 || v > 1000000000) return false;
-  out = static_cast<int>(v);
-  return true;
-}
-
-// A runtime-option flag: an integer in the range of its .fbs enum.
-bool parse_option_int(const std::string& flag, const std::string& value, const char* key, int& out) {
-  int lo = 0, hi = 0;
-  rt_options::RuntimeOptions::int_option_range(key, lo, hi);
-  if (!parse_int(value, out) || out < lo || out > hi) {
-    std::fprintf(stderr, "error: %s %s is out of range: valid values are %d..%d (%s)\n", flag.c_str(),
-                 value.c_str(), lo, hi, rt_options::RuntimeOptions::int_option_values(key));
-    return false;
-  }
-  return true;
-}
-
-// Returns 0 when the flag was applied, 1 on a bad or unknown flag.
-int apply_flag(const std::string& key, const std::string& value, Args& a) {
-  bool ok = true;
-  if (key == "--model_path") a.model_path = value;
-  else if (key == "--input_list_path") a.input_list_path = value;
-  else if (key == "--output_folder_path") a.output_folder_path = value;
-  else if (key == "--etdump_path") a.etdump_path = value;
-  else if (key == "--performance_output_path") a.performance_output_path = value;
-  else if (key == "--method_index") ok = parse_int(value, a.method_index);
-  else if (key == "--iteration") ok = parse_int(value, a.iteration) && a.iteration > 0;
-  else if (key == "--warm_up") ok = parse_int(value, a.warm_up);
-  else if (key == "--log_level") return parse_option_int(key, value, rt_options::kLogLevelKey, a.log_level) ? 0 : 1;
-  else if (key == "--profile_level") return parse_option_int(key, value, rt_options::kProfileLevelKey, a.profile_level) ? 0 : 1;
-  else if (key == "--htp_performance_mode") {
-    return parse_option_int(key, value, rt_options::kPerformanceModeKey, a.htp_performance_mode) ? 0 : 1;
-  }
-  else if (key == "--debug_output_path") a.debug_output_path = value;
-  else if (key == "--debug_buffer_size") ok = parse_int(value, a.debug_buffer_size) && a.debug_buffer_size > 0;
-  else if (key == "--heap_profiling_path") {
-    a.heap_profiling_path = value;
-    a.heap_profiling_path_given = true;
-  } else {
-    std::fprintf(stderr, "error: unknown flag %s\n", key.c_str());
-    return 1;
-  }
-  if (!ok) std::fprintf(stderr, "error: bad value '%s' for %s\n", value.c_str(), key.c_str());
-  return ok ? 0 : 1;
-}
-
-int check_args(Args& a) {
-  if (a.model_path.empty()) {
-    std::fprintf(stderr, "error: --model_path is required\n");
-    return 1;
-  }
-  if (a.dump_intermediate_outputs && a.etdump_path.empty()) {
-    std::fprintf(stderr, "error: --dump_intermediate_outputs needs --etdump_path\n");
-    return 1;
-  }
-  if (a.dump_intermediate_outputs && a.debug_output_path.empty()) {
-    a.debug_output_path = a.etdump_path + ".debug_buffer";
-  }
-  return 0;
-}
-
-// Returns 0 on success, 1 on a bad command line, 2 for --help.
-int parse_args(int argc, char** argv, Args& a) {
-  for (int i = 1; i < argc; ++i) {
-    std::string key = argv[i], value;
-    if (key == "--help" || key == "-h") return 2;
-    if (key == "--dump_intermediate_outputs") {  // a switch: no value
-      a.dump_intermediate_outputs = true;
-      continue;
-    }
-    const size_t eq = key.find('=');
-    if (eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key = key.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      std::fprintf(stderr, "error: flag %s needs a value\n", key.c_str());
-      return 1;
-    }
-    if (apply_flag(key, value, a) != 0) return 1;
-  }
-  return check_args(a);
-}
-
-// ---- files ------------------------------------------------------------------------
-
-// mkdir -p; false (with a message) when it cannot be created or is not a directory.
-bool make_output_folder(const std::string& path) {
-  if (path.empty()) return true;
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec || !std::filesystem::is_directory(path)) {
-    std::fprintf(stderr, "error: cannot create output folder '%s': %s\n", path.c_str(),
-                 ec ? ec.message().c_str() : "a file of that name exists");
-    return false;
-  }
-  return true;
-}
-
-// Each line: the raw files of one inference.
-bool read_input_list(const std::string& path, std::vector<std::vector<std::string>>& out) {
-  std::ifstream f(path);
-  if (!f) {
-    std::fprintf(stderr, "error: cannot open input list '%s'\n", path.c_str());
-    return false;
-  }
-  std::string line;
-  while (std::getline(f, line)) {
-    std::istringstream ss(line);
-    std::vector<std::string> files;
-    for (std::string tok; ss >> tok;) files.push_back(tok);
-    if (!files.empty()) out.push_back(files);
-  }
-  return true;
-}
-
-bool read_file_exact(const std::string& path, void* dst, size_t nbytes) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) {
-    std::fprintf(stderr, "error: cannot open raw input '%s'\n", path.c_str());
-    return false;
-  }
-  const std::streamoff size = f.tellg();
-  if (size < 0 || static_cast<size_t>(size) != nbytes) {
-    std::fprintf(stderr, "error: raw input '%s' has %lld bytes, the input tensor needs %zu\n",
-                 path.c_str(), static_cast<long long>(size), nbytes);
-    return false;
-  }
-  f.seekg(0);
-  if (nbytes && !f.read(static_cast<char*>(dst), static_cast<std::streamsize>(nbytes))) {
-    std::fprintf(stderr, "error: cannot read raw input '%s'\n", path.c_str());
-    return false;
-  }
-  return true;
-}
-
-bool write_bytes(const std::string& path, const void* data, size_t nbytes, const char* what) {
-  std::ofstream f(path, std::ios::binary);
-  const bool ok = f && f.write(static_cast<const char*>(data), static_cast<std::streamsize>(nbytes));
-  if (!ok) std::fprintf(stderr, "error: cannot write %s '%s'\n", what, path.c_str());
-  return ok;
-}
 
 // ---- the session: everything a loaded method needs, destroyed in reverse order ----
 
