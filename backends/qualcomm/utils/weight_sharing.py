@@ -3,16 +3,18 @@ graph per method, with identical static data stored once.
 
 After each method is lowered on its own, every qnn-delegate blob is read back,
 its graphs renamed after their method (`<method>`, then `<method>_1`, ... for
-further partitions), and all graphs are written into one blob whose STATIC
-tensors with identical bytes share one data vector. Every lowered module then
-carries that same blob (ExecuTorch stores identical delegate blobs once) and a
-compile spec naming its own graph, which the runtime picks from the shared
-context.
+further partitions, skipping names another method or graph already has: a method
+`dec_1` next to a two-partition `dec` gives graphs `dec`, `dec_1_2` and `dec_1`;
+uniqueness is checked before writing), and all graphs are written into one blob
+whose STATIC tensors with identical bytes share one data vector. Every lowered
+module then carries that same blob (ExecuTorch stores identical delegate blobs
+once) and a compile spec naming its own graph, which the runtime picks from the
+shared context.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 import numpy as np
 from executorch.exir import EdgeProgramManager
@@ -24,6 +26,7 @@ from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import QnnGraph, QnnOp, QnnParam, QnnTensor, QuantParams
 from backends.qualcomm.utils.compile_spec import options_from_compile_specs, serialize_options
 from backends.qualcomm.utils.constants import QCOM_COMPILE_SPEC_KEY
+from backends.qualcomm.utils.errors import QnnLoweringError
 
 BACKEND_ID = "QnnDelegate"
 
@@ -90,6 +93,28 @@ def with_graph_name(compile_specs: List[CompileSpec], graph_name: str) -> List[C
             if s.key == QCOM_COMPILE_SPEC_KEY else s for s in compile_specs]
 
 
+def _free_name(base: str, taken: Set[str]) -> str:
+    """`base`, or `base_2`, `base_3`, ... when a method or an earlier graph has that name."""
+    name, k = base, 2
+    while name in taken:
+        name = f"{base}_{k}"
+        k += 1
+    taken.add(name)
+    return name
+
+
+def check_unique_graph_names(graphs: List[QnnGraph]) -> None:
+    """QnnLoweringError when two graphs of one shared context have the same name (the runtime
+    picks a method's graph by name, so a clash would run another method's graph)."""
+    seen: Dict[str, int] = {}
+    for graph in graphs:
+        seen[graph.name] = seen.get(graph.name, 0) + 1
+    clashes = sorted(name for name, count in seen.items() if count > 1)
+    if clashes:
+        raise QnnLoweringError(f"weight sharing: graph name(s) {clashes} are used by more than one graph "
+                               "of the shared context")
+
+
 def share_weights_across_methods(manager: EdgeProgramManager) -> bytes:
     """Give every qnn-delegate module of `manager` one merged blob (returned)."""
     modules = _qnn_lowered_modules(manager)
@@ -98,13 +123,15 @@ def share_weights_across_methods(manager: EdgeProgramManager) -> bytes:
     graphs: List[QnnGraph] = []
     names: Dict[int, str] = {}
     counts: Dict[str, int] = {}
+    taken: Set[str] = set(manager.methods)  # a method's first graph is named after it
     for method, lowered in modules:
         for graph in graphs_of_blob(lowered.processed_bytes):
             index = counts.get(method, 0)
             counts[method] = index + 1
-            graph.name = method if index == 0 else f"{method}_{index}"
+            graph.name = method if index == 0 else _free_name(f"{method}_{index}", taken)
             graphs.append(graph)
             names.setdefault(id(lowered), graph.name)
+    check_unique_graph_names(graphs)
     merged = serialize_graphs(graphs, share_static_data=True)
     for _, lowered in modules:
         lowered._processed_bytes = merged
