@@ -3,7 +3,10 @@
 1. A dequantize of a constant (quantized weight / bias / table) becomes an encoding on the
    constant placeholder, which the builders write as a STATIC quantized tensor.
 2. A quantize after an op whose activation inputs are all dequantized (a quantized op)
-   becomes the op's output encoding.
+   becomes the op's output encoding. The op may also be a delegate output: only a quantize
+   node moved to another delegate (partitioner/quant_boundaries.py) reads it there, and it
+   gets the dequantized value (InsertIOQDQ), which that quantize maps back to the same
+   integers; so the op stays quantized instead of running in float.
 3. A dequantize of a quantized tensor is bypassed for consumers that are quantized ops;
    it stays (QNN `Dequantize`) for float consumers and delegate outputs.
 Quantize nodes left over are graph-input `Quantize`s or requantizations (InsertRequantize)."""
@@ -55,8 +58,8 @@ def _fold_output_quantizes(graph: torch.fx.Graph) -> None:
         producer = q.args[0]
         if not isinstance(producer, torch.fx.Node) or not is_quantized_op(compute_source(producer)):
             continue
-        if any(not is_quantize(u) for u in producer.users):
-            continue
+        if any(not is_quantize(u) and u.op != "output" for u in producer.users):
+            continue  # a float consumer inside the delegate reads the unquantized value
         attrs = q.meta[QCOM_QUANT_ATTRS]
         existing = producer.meta.get(QCOM_QUANT_ATTRS)
         if existing is not None and not existing.same_encoding(attrs):

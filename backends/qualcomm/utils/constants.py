@@ -34,3 +34,6 @@ QCOM_QUANT_ATTRS = "qcom_quant_attrs"
 QCOM_DEQUANT_ATTRS = "qcom_dequant_attrs"
 # Linear nodes marked by the opt-in ConvertLinearToConv2d edge pass (rewritten in preprocess).
 QCOM_LINEAR_AS_CONV = "qcom_linear_as_conv"
+# dtypes the edge graph expects of a delegated program's outputs, recorded (on the output
+# node) before FoldQDQ replaces quantize outputs by their producers (insert_io_qdq.py).
+QCOM_OUTPUT_DTYPES = "qcom_output_dtypes"
