@@ -132,11 +132,14 @@ def _as_set(values: Optional[Iterable[object]]) -> Set[object]:
 class QnnPartitioner(Partitioner):
     """Tags the nodes our builders support. Never raises for unsupported nodes (they stay on
     the CPU; `rejected_nodes` and `summary` say why). A bad argument raises at construction:
-    a skip_node_op_set entry that names no op gives ValueError."""
+    a skip_node_op_set entry that names no op gives ValueError. Arguments follow upstream's
+    QnnPartitioner; mutable buffers always stay outside the delegate (skip_mutable_buffer)."""
 
     def __init__(self, compiler_specs: List[CompileSpec], skip_node_id_set: Optional[Set[str]] = None,
-                 skip_node_op_set: Optional[Set[object]] = None):
+                 skip_node_op_set: Optional[Set[object]] = None, skip_mutable_buffer: bool = False):
         super().__init__()
+        # Upstream's argument: mutable buffers are never delegated here (as with True).
+        self.skip_mutable_buffer = bool(skip_mutable_buffer)
         self.compiler_specs = list(compiler_specs)
         self.delegation_spec = DelegationSpec(QNN_BACKEND_ID, self.compiler_specs)
         self.skip_node_id_set = _as_set(skip_node_id_set)

@@ -91,11 +91,13 @@ def generate_htp_compiler_spec(
     use_dlbc: bool = False,
     use_multi_contexts: bool = False,
     use_weight_sharing: bool = False,
+    use_slc_allocator: bool = False,
     htp_performance_mode: "QnnExecuTorchHtpPerformanceMode" = QnnExecuTorchHtpPerformanceMode.kHtpBurst,
 ) -> QnnExecuTorchBackendOptionsT:
     """HTP backend options: fp16 or quantized precision, performance mode, context sharing.
     ValueError on a non-bool flag or an unknown performance mode (name or value)."""
     _bool_option("use_dlbc", use_dlbc)  # accepted for upstream compatibility; no effect here
+    _bool_option("use_slc_allocator", use_slc_allocator)  # idem (a device cache allocator)
     htp = QnnExecuTorchHtpBackendOptionsT()
     htp.precision = int(
         QnnExecuTorchHtpPrecision.kHtpFp16 if _bool_option("use_fp16", use_fp16)
@@ -116,8 +118,9 @@ def _reject_unsupported_options(**flags: bool) -> None:
     if enabled:
         raise ValueError(
             f"qnn-delegate does not support compile option(s) {enabled}: "
-            "there is no QNN SDK in this project (saver, online prepare, shared buffers "
-            "and context binaries need it). Leave them False."
+            "there is no QNN SDK in this project (saver, online prepare, shared buffers, "
+            "context binaries and custom op packages need it; the MHA-to-SHA rewrite is not "
+            "implemented). Leave them False / None."
         )
 
 
@@ -131,6 +134,8 @@ def generate_qnn_executorch_compiler_spec(
     profile_level: int = 0,
     shared_buffer: bool = False,
     is_from_context_binary: bool = False,
+    op_package_options: Optional[object] = None,
+    use_mha2sha: bool = False,
     graph_name: Optional[List[str]] = None,
 ) -> List[CompileSpec]:
     """One CompileSpec ("qnn_compile_spec") holding the QnnExecuTorchOptions flatbuffer.
@@ -144,6 +149,8 @@ def generate_qnn_executorch_compiler_spec(
         online_prepare=online_prepare,
         shared_buffer=shared_buffer,
         is_from_context_binary=is_from_context_binary,
+        op_package_options=op_package_options is not None,
+        use_mha2sha=_bool_option("use_mha2sha", use_mha2sha),
     )
     options = QnnExecuTorchOptionsT()
     options.socInfo = get_soc_info(soc_model)

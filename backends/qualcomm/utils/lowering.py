@@ -1,7 +1,7 @@
 """One-call export + edge transform passes + lowering to qnn-delegate."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
@@ -28,46 +28,75 @@ def _as_method_dict(module, inputs) -> Tuple[Dict[str, torch.nn.Module], Dict[st
     return {"forward": module}, {"forward": tuple(inputs)}
 
 
+def _per_method(value, methods: Sequence[str]) -> Dict[str, object]:
+    """Upstream's rule: a dict keyed by exactly the method names is per method; anything else
+    (None included) applies to every method."""
+    if isinstance(value, dict) and set(value) == set(methods):
+        return dict(value)
+    return {name: value for name in methods}
+
+
+def _reject_pass_customization(dep_table: Optional[Dict], passes_job: Optional[Dict]) -> None:
+    given = [name for name, value in (("dep_table", dep_table), ("passes_job", passes_job)) if value]
+    if given:
+        raise ValueError(f"{', '.join(given)}: qnn-delegate's edge passes are fixed (see "
+                         "backends/qualcomm/_passes/pass_manager.py); upstream's pass-job tables do not "
+                         "apply. Leave them None.")
+
+
 def to_edge_transform_and_lower_to_qnn(
     module: Union[torch.nn.Module, ExportedProgram, Dict[str, torch.nn.Module]],
     inputs: Union[Tuple, Dict[str, Tuple]],
-    compiler_specs: List[CompileSpec],
+    compiler_specs: Union[List[CompileSpec], Dict[str, List[CompileSpec]]],
+    constant_methods: Optional[Dict[str, Any]] = None,
     dynamic_shapes: Optional[Dict] = None,
+    dep_table: Optional[Dict] = None,
+    passes_job: Optional[Dict] = None,
     skip_node_id_set: Optional[Set[str]] = None,
-    skip_node_op_set: Optional[Set[str]] = None,
+    skip_node_op_set: Optional[Set[object]] = None,
+    skip_mutable_buffer: bool = False,
     generate_etrecord: bool = False,
     convert_linear_to_conv2d: bool = False,
 ) -> EdgeProgramManager:
     """torch.export -> edge transform passes -> to_edge_transform_and_lower with QnnPartitioner.
 
-    `module` may be a dict {method name: module} (with `inputs` a dict of the
-    same keys): every method is lowered, its graphs named after the method.
-    With use_weight_sharing in the HTP options, all methods then share one
-    context (one delegate blob) whose identical weights are stored once.
+    Arguments follow upstream's function of the same name. `module` may be a dict {method name:
+    module} (with `inputs` a dict of the same keys): every method is lowered, its graphs named
+    after the method. `compiler_specs` and `dynamic_shapes` may be dicts keyed by the method
+    names (else they apply to every method). With use_weight_sharing in the HTP options, all
+    methods then share one context (one delegate blob) whose identical weights are stored once.
+    `constant_methods` are added to the program as upstream does. `dep_table` / `passes_job`
+    (upstream's pass tables) must stay None. `skip_mutable_buffer`: mutable buffers are never
+    delegated here (as upstream with True).
     `convert_linear_to_conv2d=True` lowers linear layers as 1x1 Conv2d (HWIO weights, faster
     on HTP); quantized weights keep their per-channel / LPBQ per-block encodings.
     """
     from backends.qualcomm.partitioner import QnnPartitioner
 
+    _reject_pass_customization(dep_table, passes_job)
     modules, method_inputs = _as_method_dict(module, inputs)
-    specs = {name: compiler_specs if len(modules) == 1 else with_graph_name(compiler_specs, name)
+    method_specs = _per_method(compiler_specs, list(modules))
+    shapes = _per_method(dynamic_shapes, list(modules))
+    specs = {name: method_specs[name] if len(modules) == 1 else with_graph_name(method_specs[name], name)
              for name in modules}
     programs = {
-        name: m if isinstance(m, ExportedProgram) else _export(m, method_inputs[name], dynamic_shapes)
+        name: m if isinstance(m, ExportedProgram) else _export(m, method_inputs[name], shapes[name])
         for name, m in modules.items()
     }
     partitioners = {
-        name: [QnnPartitioner(specs[name], skip_node_id_set, skip_node_op_set)] for name in programs
+        name: [QnnPartitioner(specs[name], skip_node_id_set, skip_node_op_set,
+                              skip_mutable_buffer=skip_mutable_buffer)] for name in programs
     }
     passes = {name: edge_transform_passes(convert_linear_to_conv2d) for name in programs}
     manager = to_edge_transform_and_lower(
         programs,
         transform_passes=passes,
         partitioner=partitioners,
+        constant_methods=constant_methods,
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
         generate_etrecord=generate_etrecord,
     )
-    if _uses_weight_sharing(compiler_specs):
+    if any(_uses_weight_sharing(method_specs[name]) for name in modules):
         share_weights_across_methods(manager)
     return manager
 
