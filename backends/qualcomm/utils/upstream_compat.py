@@ -54,8 +54,25 @@ def skip_annotation(nn_module: torch.nn.Module, quantizer, compiler_specs, sampl
     prepared = prepare_pt2e(graph_module, quantizer)
     calibration_cb(prepared)
     converted = convert_pt2e(prepared)
-    skip_ids = fp_node_id_set if fallback_to_cpu else None
+    program = torch.export.export(converted, tuple(sample_input), strict=False)
+    skip_ids = _edge_names(program, fp_node_id_set) if fallback_to_cpu else None
     skip_ops = fp_node_op_set if fallback_to_cpu else None
-    manager = to_edge_transform_and_lower_to_qnn(converted, tuple(sample_input), compiler_specs,
+    manager = to_edge_transform_and_lower_to_qnn(program, tuple(sample_input), compiler_specs,
                                                  skip_node_id_set=skip_ids, skip_node_op_set=skip_ops)
     return manager.exported_program().module(), [manager]
+
+
+def _edge_names(program, names: Set[str]) -> Set[str]:
+    """The edge-dialect node names of the exported nodes `names` (to_edge renames them, e.g.
+    conv2d -> aten_convolution_default; the provenance chain keeps the original name)."""
+    from executorch.exir import to_edge
+
+    found = set(names)
+    for node in to_edge(program).exported_program().graph.nodes:
+        source = node.meta.get("from_node")
+        while source:
+            if source[-1].name in names:
+                found.add(node.name)
+                break
+            source = source[-1].from_node
+    return found
