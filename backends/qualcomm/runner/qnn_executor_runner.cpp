@@ -27,6 +27,7 @@
 #include <executorch/runtime/executor/program.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include "backends/qualcomm/runner/program_check.h"
 #include "backends/qualcomm/runner/runner_args.h"
 #include "backends/qualcomm/runner/runner_util.h"
 #include "backends/qualcomm/runtime/RuntimeOptions.h"
@@ -121,6 +122,12 @@ bool load_program(const Args& a, Session& s) {
     return false;
   }
   s.program.emplace(std::move(program.get()));
+  std::string why;
+  if (!check_program_fields(a.model_path, s.file_size, why)) {
+    std::fprintf(stderr, "error: '%s' is not a valid program (InvalidProgram): %s\n", a.model_path.c_str(),
+                 why.c_str());
+    return false;
+  }
   auto name = s.program->get_method_name(a.method_index);
   if (!name.ok()) {
     std::fprintf(stderr, "error: method index %d out of range (%zu methods)\n", a.method_index,

@@ -182,6 +182,43 @@ class TestRunnerMessages:
         assert result.returncode == 1
         assert "error: method input 0 is a Int, not a tensor: the runner feeds tensors only" in result.stderr
 
+    @pytest.mark.parametrize("field, message", [
+        ("id", "has no backend id"),
+        ("processed", "has no processed data reference"),
+        ("key", "has compile spec 0 without a key or value"),
+        ("index", "refers to data 7 of 1"),
+    ])
+    def test_delegate_field_missing_rejected(self, programs, tmp_path, field, message):
+        """Fields ExecuTorch's loader dereferences unchecked (found by fuzzing: SIGSEGV, in the
+        Python runtime too): the runner checks them after loading the program."""
+        def drop(program) -> None:
+            delegate = program.execution_plan[0].delegates[0]
+            if field == "key":
+                delegate.compile_specs[0].key = None
+            elif field == "index":
+                delegate.processed.index = 7
+            else:
+                setattr(delegate, field, None)
+
+        bad = _rewrite_pte(programs["small"][0], tmp_path / f"no_{field}.pte", drop)
+        result = _runner("--model_path", str(bad))
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert (f"error: '{bad}' is not a valid program (InvalidProgram): execution plan 'forward' "
+                f"delegate 0 {message}") in result.stderr
+
+    def test_delegate_without_compile_spec_list_runs(self, programs, tmp_path):
+        """A missing compile-spec list is legal (ExecuTorch accepts it; the compiled defaults hold)."""
+        def drop_specs(program) -> None:
+            program.execution_plan[0].delegates[0].compile_specs = None
+
+        pte, samples = programs["small"]
+        bare = _rewrite_pte(pte, tmp_path / "no_specs.pte", drop_specs)
+        input_list = utils.write_input_files(samples, tmp_path / "in")
+        result = h.run_runner(bare, input_list, tmp_path / "out")
+        assert result.returncode == 0, result.stderr[-2000:]
+        expected = utils.run_samples_with_runtime(pte, samples)[0][0]
+        assert torch.equal(utils.read_raw_output(tmp_path / "out", 0, 0, expected), expected)
+
     def test_absurd_planned_size_rejected(self, programs, tmp_path):
         def plan_a_petabyte(program) -> None:
             program.execution_plan[0].non_const_buffer_sizes[1] = 1 << 50
