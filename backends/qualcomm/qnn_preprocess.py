@@ -18,7 +18,7 @@ from backends.qualcomm.builders.registry import get_builder
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import QnnGraph
 from backends.qualcomm.utils.compile_spec import graph_names, is_fp16, options_from_compile_specs
-from backends.qualcomm.utils.constants import DEBUG_HANDLE
+from backends.qualcomm.utils.constants import DEBUG_HANDLE, QCOM_OUTPUT_DIM_ORDERS
 from backends.qualcomm.utils.errors import QnnLoweringError
 
 PROGRESS_BAR_MIN_NODES = 200
@@ -72,10 +72,26 @@ def build_qnn_graph(ep: ExportedProgram, graph_name: str, fp16: bool, dump: bool
         _build_node(node, gb)
     output = next(n for n in ep.graph_module.graph.nodes if n.op == "output")
     outputs = output.args[0]
-    gb.define_graph_outputs(list(outputs) if isinstance(outputs, (tuple, list)) else [outputs])
+    gb.define_graph_outputs(list(outputs) if isinstance(outputs, (tuple, list)) else [outputs],
+                            output.meta.get(QCOM_OUTPUT_DIM_ORDERS))
     if dump:
         gb.promote_for_dump(dumped_handle_owners(nodes))
     return gb.graph
+
+
+MULTI_CONTEXTS_MESSAGE = (
+    "use_multi_contexts=True is not supported: upstream it makes the contexts of one .pte share a "
+    "single spill-fill buffer on a real HTP, which this delegate's engines have no equivalent of. "
+    "Contexts here: without use_weight_sharing every partition (delegate) is its own context; with "
+    "use_weight_sharing all graphs share one. Leave use_multi_contexts False.")
+
+
+def check_backend_options(options) -> None:
+    """QnnLoweringError on HTP options the delegate cannot honour."""
+    backend = options.backendOptions
+    htp = backend.htpOptions if backend is not None else None
+    if htp is not None and htp.useMultiContexts:
+        raise QnnLoweringError(MULTI_CONTEXTS_MESSAGE)
 
 
 @final
@@ -83,6 +99,7 @@ class QnnDelegate(BackendDetails):
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: List[CompileSpec]) -> PreprocessResult:
         options = options_from_compile_specs(compile_specs)
+        check_backend_options(options)
         ep = run_preprocess_passes(copy.deepcopy(edge_program))
         graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options),
                                 bool(options.dumpIntermediateOutputs))

@@ -23,8 +23,11 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.export import ExportedProgram
 
+from backends.qualcomm.builders.graph_builder import io_dim_order
 from backends.qualcomm.builders.quant_encoding import QuantAttrs, is_dequantize
-from backends.qualcomm.utils.constants import QCOM_DEQUANT_ATTRS, QCOM_OUTPUT_DTYPES, QCOM_QUANT_ATTRS
+from backends.qualcomm.utils.constants import (
+    QCOM_DEQUANT_ATTRS, QCOM_OUTPUT_DIM_ORDERS, QCOM_OUTPUT_DTYPES, QCOM_QUANT_ATTRS,
+)
 from backends.qualcomm.utils.errors import QnnLoweringError
 
 _DQ = exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default
@@ -88,13 +91,22 @@ def _quantize_integer_input(graph: torch.fx.Graph, placeholder: torch.fx.Node, d
     dq.replace_input_with(placeholder, requantized)
 
 
+def record_output_meta(ep: ExportedProgram) -> ExportedProgram:
+    """Record the dtype and dim order the edge graph expects of each output (first pass:
+    FoldQDQ and this file replace output nodes later)."""
+    output = _output_node(ep.graph_module.graph)
+    flat = _flat_outputs(output)
+    output.meta[QCOM_OUTPUT_DTYPES] = [_val_dtype(n) for n in flat]
+    output.meta[QCOM_OUTPUT_DIM_ORDERS] = [
+        list(io_dim_order(n.meta.get("val"))) if isinstance(n, torch.fx.Node) else [] for n in flat]
+    return ep
+
+
 def quantize_integer_inputs(ep: ExportedProgram) -> ExportedProgram:
-    """Record the output dtypes the edge graph expects, and turn every quantized integer
-    input (a graph input read by dequantize nodes) into Cast + dequantize arithmetic +
-    Quantize, so the delegate's own quantized tensors carry the encoding."""
+    """Turn every quantized integer input (a graph input read by dequantize nodes) into
+    Cast + dequantize arithmetic + Quantize, so the delegate's own quantized tensors carry
+    the encoding."""
     graph = ep.graph_module.graph
-    output = _output_node(graph)
-    output.meta[QCOM_OUTPUT_DTYPES] = [_val_dtype(n) for n in _flat_outputs(output)]
     changed = False
     for placeholder in _user_inputs(ep):
         if not _is_integer(_val_dtype(placeholder)):

@@ -8,9 +8,10 @@ import operator
 
 import torch
 
+from backends.qualcomm.builders.graph_builder import io_dim_order
 from backends.qualcomm.builders.registry import LayoutPolicy, get_builder
 from backends.qualcomm.utils.constants import (
-    LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_INPUT_LAYOUT, QCOM_LAYOUT,
+    LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, QCOM_CONSTANT, QCOM_INPUT_LAYOUT, QCOM_LAYOUT,
 )
 
 
@@ -43,9 +44,20 @@ def _layouts_for(node: torch.fx.Node) -> tuple:
     return LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_FIRST
 
 
+def _graph_input_layout(node: torch.fx.Node) -> str:
+    """A rank-4 graph input the caller passes channels_last is stored channel-last (the
+    delegate reads the caller's NHWC memory as is); every other placeholder channel-first."""
+    if node.meta.get(QCOM_CONSTANT, False):
+        return LAYOUT_CHANNEL_FIRST
+    return LAYOUT_CHANNEL_LAST if io_dim_order(node.meta.get("val")) == NCHW_TO_NHWC else LAYOUT_CHANNEL_FIRST
+
+
 def annotate_layout(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Set QCOM_INPUT_LAYOUT / QCOM_LAYOUT on every call_function node (topological order)."""
+    """Set QCOM_INPUT_LAYOUT / QCOM_LAYOUT on every call_function node (topological order),
+    and QCOM_LAYOUT on graph inputs."""
     for node in graph_module.graph.nodes:
+        if node.op == "placeholder":
+            node.meta[QCOM_LAYOUT] = _graph_input_layout(node)
         if node.op != "call_function":
             continue
         in_layout, out_layout = _layouts_for(node)

@@ -16,7 +16,7 @@ from backends.qualcomm._passes.duplicate_quantize import DuplicateQuantize
 from backends.qualcomm._passes.fold_batch_norm import fold_batch_norm_into_conv
 from backends.qualcomm._passes.fold_pad_into_conv import fold_pad_into_conv
 from backends.qualcomm._passes.fold_qdq import fold_qdq
-from backends.qualcomm._passes.insert_io_qdq import insert_io_qdq, quantize_integer_inputs
+from backends.qualcomm._passes.insert_io_qdq import insert_io_qdq, quantize_integer_inputs, record_output_meta
 from backends.qualcomm._passes.insert_requantize import insert_requantize
 from backends.qualcomm._passes.layout_transform import annotate_layout
 from backends.qualcomm._passes.mark_constants import mark_constants
@@ -37,6 +37,7 @@ def _annotate_layout(ep: ExportedProgram) -> ExportedProgram:
 
 PREPROCESS_PASSES: List[Callable[[ExportedProgram], ExportedProgram]] = [
     mark_constants,
+    record_output_meta,
     quantize_integer_inputs,
     annotate_quant_attrs,
     fold_qdq,

@@ -50,6 +50,21 @@ def moves_only_unit_dims(dims: Sequence[int], perm: Sequence[int]) -> bool:
     return kept == sorted(kept)
 
 
+def io_dim_order(val: object) -> Tuple[int, ...]:
+    """The dim order of a graph input / output value; () when contiguous (or not a tensor)."""
+    if not isinstance(val, torch.Tensor) or val.dim() < 2:
+        return ()
+    order = tuple(int(d) for d in val.dim_order())
+    return () if order == tuple(range(val.dim())) else order
+
+
+def inverse_perm(perm: Sequence[int]) -> List[int]:
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return inverse
+
+
 def node_layout(node: torch.fx.Node) -> str:
     return node.meta.get(QCOM_LAYOUT, LAYOUT_CHANNEL_FIRST)
 
@@ -195,11 +210,24 @@ class GraphBuilder:
         return None
 
     def define_graph_input(self, node: torch.fx.Node) -> QnnTensor:
+        """APP_WRITE tensor of a graph input, stored in the caller's dim order: a channels_last
+        rank-4 input is the node's channel-last tensor as is; another non-contiguous order gets
+        one Transpose to the logical dims."""
         shape = logical_shape(node)
-        tensor = self.add_tensor(node.name, TensorType.APP_WRITE,
-                                 qnn_dtype(node.meta["val"].dtype, node), shape)
-        self._tensors[(node, LAYOUT_CHANNEL_FIRST)] = tensor
+        order = io_dim_order(node.meta["val"])
+        tensor = self.add_tensor(node.name, TensorType.APP_WRITE, qnn_dtype(node.meta["val"].dtype, node),
+                                 [shape[d] for d in order] if order else shape)
+        tensor.dim_order = list(order)
         self.graph.inputs.append(tensor.id)
+        if order == NCHW_TO_NHWC:
+            self._tensors[(node, LAYOUT_CHANNEL_LAST)] = tensor
+        elif order:
+            logical = self.like(tensor, f"{node.name}_contiguous", shape)
+            self.add_op(node, "Transpose", [tensor], [logical], [uint32_tensor("perm", inverse_perm(order))],
+                        suffix="contiguous")
+            self._tensors[(node, LAYOUT_CHANNEL_FIRST)] = logical
+        else:
+            self._tensors[(node, LAYOUT_CHANNEL_FIRST)] = tensor
         return tensor
 
     def _define_static_placeholder(self, node: torch.fx.Node, layout: str) -> QnnTensor:
@@ -214,7 +242,7 @@ class GraphBuilder:
     def tensor(self, node: torch.fx.Node, layout: Optional[str] = LAYOUT_CHANNEL_FIRST) -> QnnTensor:
         """The tensor of `node` in `layout` (default channel-first; None = the node's own
         layout), converting once per layout when needed (rank-4 tensors only)."""
-        own = node_layout(node) if node.op != "placeholder" else LAYOUT_CHANNEL_FIRST
+        own = node_layout(node)  # placeholders: channel-first unless a channels_last graph input
         layout = layout or own
         if (node, layout) in self._tensors:
             return self._tensors[(node, layout)]
@@ -252,15 +280,31 @@ class GraphBuilder:
         self.graph.ops.append(op)
         return op
 
-    def define_graph_outputs(self, output_nodes: Sequence[object]) -> None:
-        """APP_READ tensors in output order (channel-first); copies when a tensor repeats."""
-        for node in output_nodes:
+    def define_graph_outputs(self, output_nodes: Sequence[object],
+                             dim_orders: Optional[Sequence[Sequence[int]]] = None) -> None:
+        """APP_READ tensors in output order, in the dim order the caller's tensor has
+        (`dim_orders`, default contiguous; channels_last = the channel-last tensor); copies
+        when a tensor repeats."""
+        for i, node in enumerate(output_nodes):
             if not isinstance(node, torch.fx.Node):
                 raise QnnLoweringError(f"graph output {node!r} is not a tensor node")
-            tensor = self.tensor(node, LAYOUT_CHANNEL_FIRST)
+            order = tuple(dim_orders[i]) if dim_orders and dim_orders[i] else ()
+            tensor = self._output_in_dim_order(node, order)
             if tensor.type != TensorType.NATIVE:
                 copy = self.like(tensor, f"{node.name}_output")
                 self.add_op(node, "Reshape", [tensor], [copy], suffix="output")
                 tensor = copy
             tensor.type = TensorType.APP_READ
+            tensor.dim_order = list(order)
             self.graph.outputs.append(tensor.id)
+
+    def _output_in_dim_order(self, node: torch.fx.Node, order: Tuple[int, ...]) -> QnnTensor:
+        if order == NCHW_TO_NHWC:
+            return self.tensor(node, LAYOUT_CHANNEL_LAST)
+        tensor = self.tensor(node, LAYOUT_CHANNEL_FIRST)
+        if not order:
+            return tensor
+        stored = self.like(tensor, f"{node.name}_dim_order", [tensor.dims[d] for d in order])
+        self.add_op(node, "Transpose", [tensor], [stored], [uint32_tensor("perm", list(order))],
+                    suffix="dim_order")
+        return stored

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backends/qualcomm/runtime/ContextCache.h"
@@ -57,6 +58,49 @@ bool dtype_matches(ScalarType st, engine::DType dt) {
   }
 }
 
+// The memory order of the non-unit dims of a tensor with `sizes` stored in `dim_order`
+// (two dim orders give the same memory layout iff these agree). Empty `dim_order` =
+// contiguous. Returns the count written to `out` (at most kMaxDimOrderRank).
+constexpr size_t kMaxDimOrderRank = 16;
+size_t memory_order(ArrayRef<executorch::aten::SizesType> sizes, const uint8_t* dim_order,
+                    size_t dim_order_size, uint8_t* out) {
+  size_t n = 0;
+  for (size_t i = 0; i < sizes.size() && n < kMaxDimOrderRank; ++i) {
+    const size_t d = dim_order_size == sizes.size() ? dim_order[i] : i;
+    if (d < sizes.size() && sizes[d] != 1) out[n++] = uint8_t(d);
+  }
+  return n;
+}
+
+std::string dim_order_text(const uint8_t* order, size_t rank) {
+  std::string text = "(";
+  for (size_t i = 0; i < rank; ++i) text += (i ? "," : "") + std::to_string(order[i]);
+  return text + ")";
+}
+
+// The caller's tensor must be laid out in memory like the graph tensor it binds to: the
+// dim order the delegate was lowered for (contiguous unless the payload says otherwise).
+Error check_dim_order(const engine::GraphExecutor& g, const executorch::aten::Tensor& t, size_t index,
+                      const engine::TensorInfo& info, const char* what) {
+  const auto got = t.dim_order();
+  const size_t rank = got.size();
+  if (rank > kMaxDimOrderRank) return Error::Ok;
+  uint8_t identity[kMaxDimOrderRank];
+  for (size_t i = 0; i < rank; ++i) identity[i] = uint8_t(i);
+  const uint8_t* want = info.dim_order.size() == rank ? info.dim_order.data() : identity;
+  uint8_t got_order[kMaxDimOrderRank], want_order[kMaxDimOrderRank];
+  const size_t ng = memory_order(t.sizes(), reinterpret_cast<const uint8_t*>(got.data()), rank, got_order);
+  const size_t nw = memory_order(t.sizes(), want, rank, want_order);
+  if (ng == nw && std::equal(got_order, got_order + ng, want_order)) return Error::Ok;
+  ET_LOG(Error,
+         "QnnDelegate graph '%s': %s %zu (tensor '%s') has dim order %s, the delegate was lowered "
+         "for dim order %s (%s); export with an example input in the memory format you run with",
+         g.name().c_str(), what, index, info.name.c_str(),
+         dim_order_text(reinterpret_cast<const uint8_t*>(got.data()), rank).c_str(),
+         dim_order_text(want, rank).c_str(), want == identity ? "contiguous" : "from the payload");
+  return Error::InvalidArgument;
+}
+
 // Checks arg `index` against graph tensor `info`; returns its data pointer.
 Error check_tensor_arg(const engine::GraphExecutor& g, const EValue* arg, size_t index,
                        const engine::TensorInfo& info, const char* what, void** data) {
@@ -78,6 +122,7 @@ Error check_tensor_arg(const engine::GraphExecutor& g, const EValue* arg, size_t
            info.numel, engine::dims_to_string(info.dims).c_str());
     return Error::InvalidArgument;
   }
+  ET_CHECK_OK_OR_RETURN_ERROR(check_dim_order(g, t, index, info, what));
   *data = t.mutable_data_ptr();
   if (*data == nullptr && info.nbytes != 0) {
     ET_LOG(Error, "QnnDelegate graph '%s': %s %zu (tensor '%s') has no data", g.name().c_str(), what,

@@ -37,6 +37,7 @@ class TensorSummary:
     dims: List[int]
     nbytes: int
     quant: str = ""  # e.g. "SCALE_OFFSET(bw=8, scale=0.0203, offset=-117)"; "" when not quantized
+    dim_order: List[int] = field(default_factory=list)  # graph IO: ExecuTorch dim order; [] = contiguous
 
 
 @dataclass
@@ -108,7 +109,7 @@ def _summarize_tensor(tensor: gen.TensorT) -> TensorSummary:
     return TensorSummary(
         int(tensor.id), _decode(tensor.name), _TENSOR_TYPE_NAMES.get(tensor.type, str(tensor.type)),
         _DATA_TYPE_NAMES.get(tensor.dataType, str(tensor.dataType)), dims, nbytes,
-        describe_quant(tensor.quant),
+        describe_quant(tensor.quant), [] if tensor.dimOrder is None else [int(d) for d in tensor.dimOrder],
     )
 
 

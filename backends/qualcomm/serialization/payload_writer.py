@@ -78,6 +78,7 @@ def _write_tensor(builder: flatbuffers.Builder, tensor: QnnTensor,
     data = _static_data_vector(builder, tensor, shared)
     quant = _write_quant(builder, tensor.quant) if tensor.quant is not None else None
     dims = _numpy_vector(builder, tensor.dims, "<u4")
+    dim_order = _numpy_vector(builder, tensor.dim_order, "<u1") if tensor.dim_order else None
     name = builder.CreateString(tensor.name)
     gen.TensorStart(builder)
     gen.TensorAddId(builder, tensor.id)
@@ -89,6 +90,8 @@ def _write_tensor(builder: flatbuffers.Builder, tensor: QnnTensor,
         gen.TensorAddQuant(builder, quant)
     if data is not None:
         gen.TensorAddData(builder, data)
+    if dim_order is not None:
+        gen.TensorAddDimOrder(builder, dim_order)
     return gen.TensorEnd(builder)
 
 

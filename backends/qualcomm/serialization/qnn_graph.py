@@ -40,6 +40,7 @@ class QnnTensor:
     dims: List[int]
     quant: Optional[QuantParams] = None
     data: Optional[np.ndarray] = None  # STATIC only
+    dim_order: List[int] = field(default_factory=list)  # graph IO: ExecuTorch dim order; [] = contiguous
 
 
 @dataclass

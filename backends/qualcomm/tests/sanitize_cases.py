@@ -79,7 +79,7 @@ def build_cases(folder: Path) -> list[Case]:
     shared = h.lower_to_pte(modules, inputs, folder / "shared.pte", h.fp16_specs(use_weight_sharing=True))
     y = torch.randn(1, 3, 12, 12)
     split = h.lower_to_pte(h.SplitNet().eval(), (y,), folder / "split.pte",
-                           h.fp16_specs(use_multi_contexts=True), skip_node_op_set={"aten.sigmoid.default"})
+                           h.fp16_specs(), skip_node_op_set={"aten.sigmoid.default"})
     cases = [("small", small, [x], ["--iteration", "5"], {0})]
     for mode in range(9):
         cases.append((f"small perf mode {mode}", small, [x], ["--htp_performance_mode", str(mode)], {0}))

@@ -37,3 +37,5 @@ QCOM_LINEAR_AS_CONV = "qcom_linear_as_conv"
 # dtypes the edge graph expects of a delegated program's outputs, recorded (on the output
 # node) before FoldQDQ replaces quantize outputs by their producers (insert_io_qdq.py).
 QCOM_OUTPUT_DTYPES = "qcom_output_dtypes"
+# ... and their dim orders ([] = contiguous): the delegate writes outputs in the caller's order.
+QCOM_OUTPUT_DIM_ORDERS = "qcom_output_dim_orders"

@@ -67,6 +67,7 @@ class GraphExecutor {
   Status load_tensors(const ::qnn_delegate::Graph* graph);
   Status load_tensor(const ::qnn_delegate::Tensor* t, size_t index);
   Status copy_static_data(TensorInfo& info, const ::qnn_delegate::Tensor* t);
+  Status load_dim_order(const ::qnn_delegate::Tensor* t, TensorInfo& info);
   Status load_io(const ::qnn_delegate::Graph* graph);
   Status create_kernels(const ::qnn_delegate::Graph* graph);
   Status make_view(const ::qnn_delegate::Op* op, size_t index, OpView& view,

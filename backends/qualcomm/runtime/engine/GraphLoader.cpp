@@ -73,11 +73,39 @@ Status GraphExecutor::load_tensor(const ::qnn_delegate::Tensor* t, size_t index)
                       g, info.name.c_str(), dims_to_string(info.dims).c_str());
   }
   QNN_RETURN_IF_ERROR(load_quant_info(t->quant(), name_, info));
+  QNN_RETURN_IF_ERROR(load_dim_order(t, info));
   if (info.kind == TensorKind::STATIC) return copy_static_data(info, t);
   if (t->data() != nullptr && t->data()->size() != 0) {
     return make_error(ErrorKind::InvalidProgram,
                       "graph '%s': tensor '%s' of type %s carries data (only STATIC may)", g,
                       info.name.c_str(), kind_name(info.kind));
+  }
+  return Status::Ok();
+}
+
+// A dim order must be a permutation of 0..rank-1, and only graph IO tensors carry one.
+Status GraphExecutor::load_dim_order(const ::qnn_delegate::Tensor* t, TensorInfo& info) {
+  if (t->dim_order() == nullptr || t->dim_order()->size() == 0) return Status::Ok();
+  const char* g = name_.c_str();
+  if (info.kind != TensorKind::APP_WRITE && info.kind != TensorKind::APP_READ) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "graph '%s': tensor '%s' of type %s has a dim order (only graph inputs / "
+                      "outputs may)", g, info.name.c_str(), kind_name(info.kind));
+  }
+  info.dim_order.assign(t->dim_order()->begin(), t->dim_order()->end());
+  std::vector<bool> seen(info.dim_order.size(), false);
+  bool valid = info.dim_order.size() == info.dims.size();
+  for (uint8_t d : info.dim_order) {
+    if (!valid || d >= seen.size() || seen[d]) {
+      valid = false;
+      break;
+    }
+    seen[d] = true;
+  }
+  if (!valid) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "graph '%s': tensor '%s' has a dim order that is not a permutation of its "
+                      "%zu dims", g, info.name.c_str(), info.dims.size());
   }
   return Status::Ok();
 }

@@ -25,6 +25,9 @@ struct TensorInfo {
   // STATIC tensors: engine-owned copy of the data (fp16-rounded if needed).
   const void* static_data = nullptr;
   QuantInfo quant;  // UNDEFINED for float / integer tensors
+  // Graph inputs / outputs: the ExecuTorch dim order of the caller's tensor (`dims` are the
+  // logical dims in this order). Empty = contiguous.
+  std::vector<uint8_t> dim_order;
 
   size_t rank() const { return dims.size(); }
   bool is_float() const { return dtype == DType::FLOAT_32; }

@@ -1,0 +1,99 @@
+"""Delegate inputs and outputs in dim orders other than contiguous (issue 9, item 5).
+
+A model exported with a channels_last example input gets channels_last input (and, for
+convs, output) tensors in the program. The delegate stores every graph input / output in
+the caller's dim order (the payload says which): a channels_last rank-4 input is read as
+the channel-last (NHWC) tensor the engine uses anyway, so a conv model needs no Transpose at
+all; any other order gets one Transpose. The backend checks that the caller's tensor has the
+dim order the delegate was lowered for and refuses (InvalidArgument) instead of reading the
+memory in the wrong order. (ExecuTorch's Python runtime copies an input's bytes into the
+program's input tensor without comparing memory formats: feed inputs in the memory format
+of the example input.)"""
+from __future__ import annotations
+
+import unittest
+
+import numpy as np
+import torch
+
+from backends.qualcomm import QuantDtype
+from backends.qualcomm.tests.quant_tester import QuantTester
+from backends.qualcomm.tests.tester import QnnTester, count_op_types, randn
+
+CHANNELS_LAST = [0, 2, 3, 1]
+
+
+class ConvRelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x))
+
+
+class ScaleShift(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0 + 1.0
+
+
+def _channels_last(*shape: int) -> torch.Tensor:
+    return randn(*shape).contiguous(memory_format=torch.channels_last)
+
+
+def _io_dim_orders(tester: QnnTester) -> tuple:
+    summary = tester.payload()
+    by_name = {t.name: t for t in summary.tensors}
+    return ([by_name[n].dim_order for n in summary.inputs], [by_name[n].dim_order for n in summary.outputs],
+            [by_name[n].dims for n in summary.inputs])
+
+
+class TestQNNDimOrder(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def test_channels_last_conv_fp16(self):
+        x = _channels_last(1, 3, 8, 8)
+        tester = QnnTester(ConvRelu(), (x,)).lower().check_fully_delegated()
+        inputs, outputs, input_dims = _io_dim_orders(tester)
+        self.assertEqual((inputs, outputs, input_dims), ([CHANNELS_LAST], [CHANNELS_LAST], [[1, 8, 8, 3]]))
+        self.assertEqual(count_op_types(tester.payload(), "Transpose"), 0)  # NHWC in, NHWC out
+        tester.to_executorch().run()
+        self.assertTrue(tester.outputs[0].strides[1] == tester.outputs[0].itemsize)  # channels_last out
+        tester.compare(rtol=1e-2, atol=1e-2)
+
+    def test_contiguous_conv_has_two_transposes(self):
+        tester = QnnTester(ConvRelu(), (randn(1, 3, 8, 8),)).lower()
+        inputs, outputs, _ = _io_dim_orders(tester)
+        self.assertEqual((inputs, outputs), ([[]], [[]]))
+        self.assertEqual(count_op_types(tester.payload(), "Transpose"), 2)
+        tester.to_executorch().run().compare(rtol=1e-2, atol=1e-2)
+
+    def test_permuted_rank3_input(self):
+        """Any other dim order: the input tensor holds the caller's memory (dims in memory
+        order) and one Transpose makes it logical; the output is written back in its dim
+        order. (ExecuTorch's runtime only passes contiguous / channels_last inputs, so the
+        payload runs directly on the engine with the tensors in memory order.)"""
+        from backends.qualcomm import _qnn_delegate
+
+        x = randn(6, 4, 2).permute(2, 1, 0)  # logical [2, 4, 6], dim order (2, 1, 0)
+        tester = QnnTester(ScaleShift(), (x,)).lower().check_fully_delegated()
+        inputs, outputs, input_dims = _io_dim_orders(tester)
+        self.assertEqual((inputs, outputs, input_dims), ([[2, 1, 0]], [[2, 1, 0]], [[6, 4, 2]]))
+        self.assertEqual(count_op_types(tester.payload(), "Transpose"), 2)
+        memory_order = x.permute(2, 1, 0).contiguous().numpy()
+        got = _qnn_delegate.run_payload(tester.delegate_blobs()[0], [memory_order])[0]
+        want = (x * 2.0 + 1.0).permute(2, 1, 0).numpy()
+        np.testing.assert_allclose(np.asarray(got).reshape(want.shape), want, rtol=1e-2, atol=1e-2)
+
+    def test_channels_last_conv_8a8w(self):
+        x = _channels_last(1, 3, 8, 8)
+        tester = QuantTester(ConvRelu(), (x,), QuantDtype.use_8a8w).lower().check_fully_delegated()
+        inputs, outputs, _ = _io_dim_orders(tester)
+        self.assertEqual((inputs, outputs), ([CHANNELS_LAST], [CHANNELS_LAST]))
+        self.assertEqual(count_op_types(tester.payload(), "Transpose"), 0)
+        tester.to_executorch().run().compare_steps()
+
+
+if __name__ == "__main__":
+    unittest.main()
