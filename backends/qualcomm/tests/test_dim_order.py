@@ -62,6 +62,25 @@ class TestQNNDimOrder(unittest.TestCase):
         self.assertTrue(tester.outputs[0].strides[1] == tester.outputs[0].itemsize)  # channels_last out
         tester.compare(rtol=1e-2, atol=1e-2)
 
+    def test_channels_last_conv_runner(self):
+        """qnn_executor_runner copies each raw input file into the program's input tensor and
+        writes each output tensor's memory as is: for a channels_last program both are NHWC,
+        and the outputs equal the Python runtime's."""
+        from pathlib import Path
+
+        from examples.qualcomm import utils
+
+        x = _channels_last(1, 3, 8, 8)
+        tester = QnnTester(ConvRelu(), (x,)).lower().to_executorch().run()
+        folder = Path(tester.tmp_dir)
+        input_list = utils.write_input_files([[x.permute(0, 2, 3, 1)]], folder / "inputs")  # NHWC bytes
+        result = utils.run_runner(Path(tester.pte_path), input_list, folder / "outputs")
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        got = np.fromfile(folder / "outputs" / "output_0_0.raw", dtype=np.float32).reshape(1, 8, 8, 4)
+        np.testing.assert_array_equal(got, tester.outputs[0].transpose(0, 2, 3, 1))
+        want = tester.reference_outputs()[0].transpose(0, 2, 3, 1)  # eager, in NHWC memory order
+        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * max(1.0, float(np.abs(want).max())))
+
     def test_contiguous_conv_has_two_transposes(self):
         tester = QnnTester(ConvRelu(), (randn(1, 3, 8, 8),)).lower()
         inputs, outputs, _ = _io_dim_orders(tester)
