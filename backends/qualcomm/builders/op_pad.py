@@ -26,19 +26,22 @@ def foldable_pad(node: torch.fx.Node) -> SupportResult:
         return False, "only H/W padding of a rank-4 tensor is supported"
     if value != 0 or any(int(p) < 0 for p in pad):
         return False, "only non-negative zero padding is supported"
-    for user, source in _consumers(node):
+    for user, source in consumers(node):
         if user.target not in (_CONV,) or user.args[0] is not source or user.args[6]:
             return False, f"pad is used by '{user.name}', not as the input of a convolution"
     return SUPPORTED
 
 
-def _consumers(node: torch.fx.Node):
+def consumers(node: torch.fx.Node):
     """(consumer, the node it reads) pairs, looking through quantize -> dequantize pairs
-    (a quantized pad shares its input's encoding, so FoldQDQ removes them)."""
+    (a quantized pad shares its input's encoding, so FoldQDQ removes them) and through a lone
+    dequantize (what FoldQDQ leaves before a convolution that computes in float)."""
     for user in node.users:
         if is_quantize(user):
             for dq in user.users:
                 yield from ((c, dq) for c in dq.users) if is_dequantize(dq) else [(dq, user)]
+        elif is_dequantize(user):
+            yield from ((c, user) for c in user.users)
         else:
             yield user, node
 
@@ -53,7 +56,7 @@ class ConstantPadBuilder(NodeBuilder):
 
     def lowered_only_with(self, node: torch.fx.Node) -> List[torch.fx.Node]:
         """The convolutions it is folded into (there is no QNN Pad op in the payload)."""
-        return [conv for conv, _ in _consumers(node)]
+        return [conv for conv, _ in consumers(node)]
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         raise QnnLoweringError("zero padding should have been folded into the following convolution "

@@ -595,3 +595,32 @@ class TestUpstreamSignatures:
         assert program.load_method("vocab_size").execute([])[0] == 7
         torch.testing.assert_close(program.load_method("b").execute(list(inputs["b"]))[0],
                                    torch.sigmoid(inputs["b"][0]), atol=1e-5, rtol=1e-5)
+
+
+class PadDepthwiseBn(torch.nn.Module):
+    """EfficientNet-Lite's stride-2 block: conv, relu6, TF-style pad, depthwise conv (no bias), BN."""
+
+    def __init__(self):
+        super().__init__()
+        self.c0 = torch.nn.Conv2d(3, 8, 1)
+        self.dw = torch.nn.Conv2d(8, 8, 3, stride=2, groups=8, bias=False)
+        self.bn = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return F.relu6(self.bn(self.dw(F.pad(F.relu6(self.c0(x)), [0, 1, 0, 1]))))
+
+
+class TestPadFoldQat:
+    def test_qat_16a4w_block_pad_before_float_conv(self):
+        """QAT 16a4w_block leaves the depthwise conv in float (its BN stays unfolded), so FoldQDQ
+        keeps a Dequantize between the pad and the conv: the pad still folds into the conv."""
+        from backends.qualcomm import QuantDtype
+        from backends.qualcomm.tests.quant_tester import QuantTester
+
+        torch.manual_seed(0)
+        tester = QuantTester(PadDepthwiseBn().train(), inputs_of((1, 3, 9, 9)), QuantDtype.use_16a4w_block,
+                             is_qat=True)
+        tester.run_and_compare_steps()
+        convs = [op for op in tester.payload().ops if op.type in ("Conv2d", "DepthWiseConv2d")]
+        assert [op.params["pad_amount"] for op in convs][-1] == [0, 1, 0, 1]
+        assert "Pad" not in tester.payload().op_types()
