@@ -4,7 +4,11 @@ The CPU runtime has no quantize/dequantize kernels and delegates take and return
 tensors, so a quantize node must sit in the same partition as the dequantize node that
 reads it. The DuplicateQuantize edge pass gives every dequantize its own quantize node;
 when the partitioner still put a pair apart (to avoid a cycle through CPU ops), the
-quantize node moves to its consumer's partition, which then reads the float tensor."""
+quantize node moves to its consumer's partition, which then reads the float tensor.
+A quantize whose consumers sit in several partitions (plain to_edge_transform_and_lower does
+not run DuplicateQuantize, and a partitioner may not change the graph) stays where it is:
+the delegates then exchange the quantized integer tensor, and preprocess gives both ends
+the encoding (_passes/insert_io_qdq.py)."""
 from __future__ import annotations
 
 from typing import Dict, List
