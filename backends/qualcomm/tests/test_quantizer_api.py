@@ -78,9 +78,57 @@ UPSTREAM_SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _upstream_script():
+# The other upstream style: every keyword at upstream's defaults, a submodule rule, the
+# partitioner passed to ExecuTorch's own to_edge_transform_and_lower.
+UPSTREAM_SCRIPT_PARTITIONER = textwrap.dedent('''
+    import torch
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    from torchao.quantization.pt2e import MinMaxObserver
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from executorch.backends.qualcomm.partition.qnn_partitioner import QnnPartitioner
+    from executorch.backends.qualcomm.quantizer.quantizer import (
+        ModuleQConfig, QnnQuantizer, QuantDtype, get_submodule_type_predicate,
+    )
+    from executorch.backends.qualcomm.serialization.qc_schema import (
+        QcomChipset, QnnExecuTorchHtpPerformanceMode,
+    )
+    from executorch.backends.qualcomm.utils.utils import (
+        generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
+    )
+
+    def quantize_and_lower(model, sample_input):
+        quantizer = QnnQuantizer()
+        quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_conv_per_channel=True, act_observer=MinMaxObserver)
+        quantizer.set_submodule_qconfig_list([
+            (get_submodule_type_predicate("Linear"),
+             ModuleQConfig(quant_dtype=QuantDtype.use_16a8w, is_linear_per_channel=True, act_observer=MinMaxObserver)),
+        ])
+        quantizer.add_custom_quant_annotations([])
+        quantizer.add_discard_nodes([])
+        exported = torch.export.export(model, sample_input, strict=True).module()
+        prepared = prepare_pt2e(exported, quantizer)
+        prepared(*sample_input)
+        converted = convert_pt2e(prepared)
+        backend_options = generate_htp_compiler_spec(
+            use_fp16=False, use_dlbc=False, use_multi_contexts=False, use_weight_sharing=False,
+            use_slc_allocator=False, htp_performance_mode=QnnExecuTorchHtpPerformanceMode.kHtpBurst)
+        compiler_specs = generate_qnn_executorch_compiler_spec(
+            soc_model=QcomChipset.SM8650, backend_options=backend_options, debug=False, saver=False,
+            online_prepare=False, dump_intermediate_outputs=False, profile_level=0, shared_buffer=False,
+            is_from_context_binary=False, op_package_options=None, use_mha2sha=False)
+        partitioner = QnnPartitioner(compiler_specs, skip_node_id_set=set(), skip_node_op_set=set(),
+                                     skip_mutable_buffer=False)
+        edge_prog_mgr = to_edge_transform_and_lower(
+            torch.export.export(converted, sample_input, strict=True), partitioner=[partitioner],
+            compile_config=EdgeCompileConfig(_check_ir_validity=False))
+        return converted, edge_prog_mgr.to_executorch()
+''')
+
+
+def _upstream_script(script: str = UPSTREAM_SCRIPT):
     namespace = {}
-    exec(compile(UPSTREAM_SCRIPT.replace("executorch.backends.qualcomm", "backends.qualcomm"),
+    exec(compile(script.replace("executorch.backends.qualcomm", "backends.qualcomm"),
                  "upstream_script", "exec"), namespace)
     return namespace["quantize_and_lower"]
 
@@ -129,6 +177,23 @@ class TestUpstreamScript(unittest.TestCase):
             self.assertEqual(kinds, {"embedding": "per_channel", "linear": "affine", "conv2d": "affine"})
         else:
             self.assertEqual(kinds, {"embedding": "per_channel", "linear": "per_channel", "conv2d": "per_channel"})
+
+    def test_partitioner_script_runs_unchanged(self):
+        """Mixed precision (16a8w linear in an 8a8w model) through QnnPartitioner and ExecuTorch's
+        to_edge_transform_and_lower: one delegate, within 1 step of the QDQ reference."""
+        torch.manual_seed(0)
+        module, inputs = ConvThenFc().eval(), inputs_of((1, 3, 4, 4))
+        converted, program = _upstream_script(UPSTREAM_SCRIPT_PARTITIONER)(module, inputs)
+        self.assertEqual([q[3] for q in _quantize_args(converted, "aten.linear")], [65535])
+        self.assertEqual([q[3] for q in _quantize_args(converted, "aten.conv2d")], [255])
+        out, = _run_program(program, inputs)
+        with torch.no_grad():
+            ref = converted(*inputs).numpy()
+        stats = step_stats(out, ref, output_encodings(converted)[0][0])
+        self.assertLessEqual(stats.max_diff, 1, stats)
+        plan = program.executorch_program.execution_plan[0]
+        self.assertEqual(len(plan.delegates), 1)
+        self.assertEqual({op.name for op in plan.operators}, set())  # nothing on the CPU
 
 
 def _weight_kinds(converted: torch.fx.GraphModule) -> dict:
