@@ -28,8 +28,8 @@ class ModuleQConfig:
 
     def __post_init__(self) -> None:
         self.quant_dtype = QuantDtype(self.quant_dtype)
-        if self.eps is not None and not float(self.eps) > 0:
-            raise ValueError(f"ModuleQConfig: eps must be > 0, got {self.eps}")
+        if self.eps is not None and not float(self.eps) >= 0:  # 0 / None: the default (as upstream)
+            raise ValueError(f"ModuleQConfig: eps must be >= 0, got {self.eps}")
         self.quant_config = make_quant_config(
             self.quant_dtype, is_qat=self.is_qat, is_conv_per_channel=self.is_conv_per_channel,
             is_linear_per_channel=self.is_linear_per_channel, act_observer=self.act_observer,

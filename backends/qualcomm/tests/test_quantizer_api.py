@@ -358,6 +358,8 @@ class TestQuantizerApi(unittest.TestCase):
                 self.assertGreater(scale, expected)  # the data's range: eps does not bind
             else:
                 self.assertAlmostEqual(scale, expected, places=9)
+        with self.assertRaisesRegex(ValueError, "ModuleQConfig: eps must be >= 0, got -1.0"):
+            QnnQuantizer().set_default_quant_config(QuantDtype.use_8a8w, eps=-1.0)
 
     @parameterized.expand([("8a8w", QuantDtype.use_8a8w, 128, 255), ("16a8w", QuantDtype.use_16a8w, 32768, 65535)])
     def test_act_symmetric(self, _, dtype, zero_point, qmax):
