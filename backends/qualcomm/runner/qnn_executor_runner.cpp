@@ -22,6 +22,7 @@
 #include <executorch/extension/data_loader/file_data_loader.h>
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/backend/options.h>
+#include <executorch/runtime/core/exec_aten/util/dim_order_util.h>
 #include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 #include <executorch/runtime/executor/method.h>
 #include <executorch/runtime/executor/program.h>
@@ -222,8 +223,12 @@ bool describe_input(const MethodMeta& meta, size_t i, uint64_t limit, InputTenso
     t.sizes.push_back(dim);
     t.dim_order.push_back(info->dim_order()[d]);
   }
-  t.strides.assign(rank, 1);
-  for (size_t d = rank; d-- > 1;) t.strides[d - 1] = t.strides[d] * t.sizes[d];
+  t.strides.assign(rank, 1);  // from the dim order: channels_last inputs get NHWC strides
+  if (executorch::runtime::dim_order_to_stride(t.sizes.data(), t.dim_order.data(), rank, t.strides.data()) !=
+      Error::Ok) {
+    std::fprintf(stderr, "error: method input %zu has an invalid dim order (not a permutation)\n", i);
+    return false;
+  }
   t.nbytes = static_cast<size_t>(nbytes);
   t.data = zeroed(t.nbytes);
   if (!t.data) {
