@@ -611,6 +611,7 @@ class PadDepthwiseBn(torch.nn.Module):
 
 
 class TestPadFoldQat:
+    @pytest.mark.slow  # torchao's QAT conv-bn pattern search: ~60 s on 2 cores
     def test_qat_16a4w_block_pad_before_float_conv(self):
         """QAT 16a4w_block leaves the depthwise conv in float (its BN stays unfolded), so FoldQDQ
         keeps a Dequantize between the pad and the conv: the pad still folds into the conv."""
