@@ -113,6 +113,31 @@ class TestQNNDimOrder(unittest.TestCase):
         self.assertEqual(count_op_types(tester.payload(), "Transpose"), 0)
         tester.to_executorch().run().compare_steps()
 
+    def test_dim_order_mismatch_is_refused(self):
+        """A delegate lowered for a channels_last input, in a program whose input is contiguous
+        (made here by patching the lowering): the backend refuses the contiguous tensor
+        (InvalidArgument) instead of reading NCHW memory as NHWC."""
+        from unittest import mock
+
+        from executorch.runtime import Runtime
+
+        from backends.qualcomm._passes import layout_transform
+        from backends.qualcomm.builders import graph_builder
+
+        def channels_last_inputs(val):
+            return tuple(CHANNELS_LAST) if isinstance(val, torch.Tensor) and val.dim() == 4 else ()
+
+        tester = QnnTester(ConvRelu(), (randn(1, 3, 8, 8),))
+        with mock.patch.object(graph_builder, "io_dim_order", channels_last_inputs), \
+                mock.patch.object(layout_transform, "io_dim_order", channels_last_inputs):
+            tester.lower()
+        inputs, outputs, _ = _io_dim_orders(tester)
+        self.assertEqual((inputs, outputs), ([CHANNELS_LAST], [[]]))
+        tester.to_executorch()
+        method = Runtime.get().load_program(tester.pte_path).load_method("forward")
+        with self.assertRaises(RuntimeError):
+            method.execute([randn(1, 3, 8, 8)])
+
 
 if __name__ == "__main__":
     unittest.main()
