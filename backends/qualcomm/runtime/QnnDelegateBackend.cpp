@@ -16,6 +16,7 @@
 #include "backends/qualcomm/runtime/Profiler.h"
 #include "backends/qualcomm/runtime/RuntimeOptions.h"
 #include "backends/qualcomm/runtime/engine/ThreadPool.h"
+#include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
 
 namespace qnn_delegate {
 namespace runtime {
@@ -183,6 +184,16 @@ engine::GraphExecutor* select_graph(const QnnContext& ctx, const CompileOptions&
   return ctx.graphs.front().get();
 }
 
+// The QNN graph a delegate runs (same rule as select_graph).
+qnn::QnnGraphRunner* select_qnn_graph(const qnn::QnnLoadedContext& ctx, const CompileOptions& options,
+                                      const char* method_name) {
+  if (options.graph_names.size() == 1) {
+    if (auto* g = ctx.find_graph(options.graph_names[0].c_str())) return g;
+  }
+  if (auto* g = ctx.find_graph(method_name)) return g;
+  return ctx.graph(0);
+}
+
 HeapProfileRequest heap_request(const CompileOptions& options) {
   const RuntimeOptionValues values = RuntimeOptions::instance().snapshot();
   HeapProfileRequest r;
@@ -233,15 +244,29 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
   auto* handle = new (std::nothrow) QnnDelegateHandle();
   if (handle == nullptr) return Error::MemoryAllocationFailed;
   engine::ThreadPool::instance();  // workers are created here, never on the execute path
+  const EngineChoice engine =
+      static_cast<EngineChoice>(RuntimeOptions::instance().snapshot().engine.value_or(0));
+  qnn::QnnLibrary::set_forward_level(effective_options(options).log_level);
   const engine::Status s = ContextCache::instance().acquire(
       processed->data(), processed->size(), engine_options_from_env(), heap_request(options),
-      &handle->context);
+      &handle->context, engine);
   if (!s.ok()) {
     ET_LOG(Error, "QnnDelegate init failed: %s", s.message.c_str());
     delete handle;
     return to_et_error(s.kind);
   }
   processed->Free();  // weights were copied into the engine
+  if (handle->context->qnn != nullptr) {
+    handle->qnn_graph = select_qnn_graph(*handle->context->qnn, options, context.get_method_name());
+    handle->options = std::move(options);
+    register_handle(handle);
+    if (log_enabled(kLogLevelInfo, handle->options)) {
+      ET_LOG(Info, "QnnDelegate: method '%s' runs graph '%s' on QNN (context binary %zu bytes)",
+             context.get_method_name() ? context.get_method_name() : "?",
+             handle->qnn_graph->name().c_str(), handle->context->qnn->binary_size());
+    }
+    return handle;
+  }
   handle->graph = select_graph(*handle->context, options, context.get_method_name());
   handle->options = std::move(options);
   const engine::Status dump_status = make_dumper(*handle->graph, handle->dumper);
@@ -267,6 +292,11 @@ Error QnnDelegateBackend::execute(BackendExecutionContext& context, DelegateHand
                                   Span<EValue*> args) const {
   if (handle == nullptr) return Error::InvalidState;
   auto* h = static_cast<QnnDelegateHandle*>(handle);
+  if (h->qnn_graph != nullptr) {
+    const EffectiveOptions eo = effective_options(h->options);
+    std::lock_guard<std::mutex> lock(h->context->execute_mutex);
+    return execute_on_qnn(context, *h->qnn_graph, eo.profile_level, args);
+  }
   engine::GraphExecutor& g = *h->graph;
   const size_t ni = g.num_inputs(), no = g.num_outputs();
   if (args.size() != ni + no) {

@@ -10,6 +10,7 @@
 #include "backends/qualcomm/runtime/CompileOptions.h"
 #include "backends/qualcomm/runtime/TensorDump.h"
 #include "backends/qualcomm/runtime/engine/GraphExecutor.h"
+#include "backends/qualcomm/runtime/qnn/QnnRuntime.h"
 
 namespace qnn_delegate {
 namespace runtime {
@@ -22,7 +23,8 @@ struct QnnContext;
 // compile options of its delegate.
 struct QnnDelegateHandle {
   QnnContext* context = nullptr;
-  engine::GraphExecutor* graph = nullptr;
+  engine::GraphExecutor* graph = nullptr;  // host engine, or null when on QNN
+  qnn::QnnGraphRunner* qnn_graph = nullptr;  // QNN engine, or null when on the host
   CompileOptions options;
   std::unique_ptr<TensorDumper> dumper;  // null when the graph dumps no tensor
 };

@@ -6,6 +6,7 @@
 
 #include "backends/qualcomm/runtime/HeapProfiler.h"
 #include "qc_compiler_spec_generated.h"
+#include "backends/qualcomm/runtime/qnn/QnnEngine.h"
 
 namespace qnn_delegate {
 namespace runtime {
@@ -36,6 +37,22 @@ bool in_range(const BackendOption& option) {
   int lo = 0, hi = 0;
   const int v = std::get<int>(option.value);
   return RuntimeOptions::int_option_range(option.key, lo, hi) && v >= lo && v <= hi;
+}
+
+bool is_engine_key(const char* key) { return std::strcmp(key, kEngineKey) == 0; }
+
+// The engine choice an option value names (int 0..2 or "auto" / "qnn" / "host").
+bool engine_value(const BackendOption& option, EngineChoice* out) {
+  if (const int* v = std::get_if<int>(&option.value)) {
+    if (*v < 0 || *v > 2) return false;
+    *out = static_cast<EngineChoice>(*v);
+    return true;
+  }
+  if (const StringValue* v = std::get_if<StringValue>(&option.value)) {
+    const std::string text(v->data(), strnlen(v->data(), v->size()));
+    return parse_engine_choice(text.c_str(), out);
+  }
+  return false;
 }
 
 } // namespace
@@ -72,6 +89,10 @@ const char* RuntimeOptions::int_option_values(const char* key) {
 }
 
 const char* RuntimeOptions::rejection_reason(const BackendOption& option) {
+  if (is_engine_key(option.key)) {
+    EngineChoice choice;
+    return engine_value(option, &choice) ? nullptr : "needs \"auto\", \"qnn\" or \"host\" (or 0, 1, 2)";
+  }
   if (is_int_key(option.key)) {
     if (!std::holds_alternative<int>(option.value)) return "needs an int value";
     return in_range(option) ? nullptr : "is out of range";
@@ -99,6 +120,12 @@ Error RuntimeOptions::set_one(const BackendOption& option) {
     *slot = std::get<int>(option.value);
     return Error::Ok;
   }
+  if (is_engine_key(option.key)) {
+    EngineChoice choice = EngineChoice::Auto;
+    engine_value(option, &choice);
+    values_.engine = static_cast<int>(choice);
+    return Error::Ok;
+  }
   const StringValue& v = std::get<StringValue>(option.value);
   values_.heap_profiling_path = std::string(v.data(), strnlen(v.data(), v.size()));
   return Error::Ok;
@@ -124,6 +151,14 @@ Error RuntimeOptions::get_one(BackendOption& option) const {
   if (std::optional<int>* slot = int_slot(values, option.key)) {
     if (!slot->has_value()) return Error::NotFound;
     option.value = **slot;
+    return Error::Ok;
+  }
+  if (is_engine_key(option.key)) {
+    if (!values_.engine) return Error::NotFound;
+    StringValue arr{};
+    std::strncpy(arr.data(), engine_choice_name(static_cast<EngineChoice>(*values_.engine)),
+                 arr.size() - 1);
+    option.value = arr;
     return Error::Ok;
   }
   if (is_string_key(option.key)) {

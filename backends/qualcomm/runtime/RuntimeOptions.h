@@ -21,6 +21,8 @@ inline constexpr char kLogLevelKey[] = "qnn_runtime_log_level";
 inline constexpr char kProfileLevelKey[] = "qnn_runtime_profile_level";
 inline constexpr char kPerformanceModeKey[] = "qnn_runtime_htp_performance_mode";
 inline constexpr char kHeapProfilingPathKey[] = "qnn_runtime_heap_profiling_path";
+// Engine that runs delegates loaded from now on: "auto" (0), "qnn" (1) or "host" (2).
+inline constexpr char kEngineKey[] = "qnn_runtime_engine";
 
 // QnnExecuTorchLogLevel / QnnExecuTorchProfileLevel values (qc_compiler_spec.fbs).
 inline constexpr int kLogLevelError = 1;
@@ -35,6 +37,7 @@ struct RuntimeOptionValues {
   std::optional<int> profile_level;
   std::optional<int> htp_performance_mode;
   std::optional<std::string> heap_profiling_path;
+  std::optional<int> engine;  // EngineChoice value
 };
 
 // The options in effect for one payload: run-time value if set, else compiled.

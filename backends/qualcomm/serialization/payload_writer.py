@@ -1,7 +1,8 @@
 """Serialize a QnnGraph into a delegate blob (QnnContextBinary wrapping a QnnPayload)."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import flatbuffers
 import numpy as np
@@ -174,14 +175,46 @@ def serialize_payload(graphs: Sequence[QnnGraph], share_static_data: bool = Fals
     return bytes(builder.Output())
 
 
-def wrap_context_binary(payload: bytes) -> bytes:
-    """QnnContextBinary bytes (identifier QNNB): version, FNV-1a signature, 64-aligned payload."""
-    builder = flatbuffers.Builder(len(payload) + 1024)
+@dataclass
+class QnnHtpSection:
+    """A QNN context binary for the payload's graphs (see QnnHtpContext in qnn_payload.fbs)."""
+    binary: bytes
+    soc_model: int
+    graphs: List[Tuple[str, List[int]]]  # (graph name, QNN tensor id per payload tensor)
+
+
+def _write_qnn_section(builder: flatbuffers.Builder, section: QnnHtpSection) -> int:
+    binary = _aligned_bytes_vector(builder, section.binary)
+    graph_offsets = []
+    for name, ids in section.graphs:
+        id_vector = _numpy_vector(builder, ids, "<u4")
+        name_offset = builder.CreateString(name)
+        gen.QnnHtpGraphStart(builder)
+        gen.QnnHtpGraphAddName(builder, name_offset)
+        gen.QnnHtpGraphAddTensorIds(builder, id_vector)
+        graph_offsets.append(gen.QnnHtpGraphEnd(builder))
+    graphs = _offsets_vector(builder, graph_offsets)
+    gen.QnnHtpContextStart(builder)
+    gen.QnnHtpContextAddSignature(builder, fnv1a64(section.binary))
+    gen.QnnHtpContextAddSocModel(builder, int(section.soc_model))
+    gen.QnnHtpContextAddGraphs(builder, graphs)
+    gen.QnnHtpContextAddBinary(builder, binary)
+    return gen.QnnHtpContextEnd(builder)
+
+
+def wrap_context_binary(payload: bytes, qnn_section: Optional[QnnHtpSection] = None) -> bytes:
+    """QnnContextBinary bytes (identifier QNNB): version, FNV-1a signature, 64-aligned payload,
+    and optionally a QNN context binary built from it."""
+    extra = len(qnn_section.binary) if qnn_section is not None else 0
+    builder = flatbuffers.Builder(len(payload) + extra + 4096)
+    qnn = _write_qnn_section(builder, qnn_section) if qnn_section is not None else None
     payload_vector = _aligned_bytes_vector(builder, payload)
     gen.QnnContextBinaryStart(builder)
     gen.QnnContextBinaryAddSchemaVersion(builder, SCHEMA_VERSION)
     gen.QnnContextBinaryAddSignature(builder, fnv1a64(payload))
     gen.QnnContextBinaryAddPayload(builder, payload_vector)
+    if qnn is not None:
+        gen.QnnContextBinaryAddQnnContext(builder, qnn)
     builder.Finish(gen.QnnContextBinaryEnd(builder), file_identifier=CONTEXT_IDENTIFIER)
     return bytes(builder.Output())
 

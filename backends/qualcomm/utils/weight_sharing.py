@@ -27,6 +27,7 @@ from backends.qualcomm.serialization.qnn_graph import QnnGraph, QnnOp, QnnParam,
 from backends.qualcomm.utils.compile_spec import options_from_compile_specs, serialize_options
 from backends.qualcomm.utils.constants import QCOM_COMPILE_SPEC_KEY
 from backends.qualcomm.utils.errors import QnnLoweringError
+from backends.qualcomm.utils.qnn_context import attach_qnn_context_for_options
 
 BACKEND_ID = "QnnDelegate"
 
@@ -132,7 +133,9 @@ def share_weights_across_methods(manager: EdgeProgramManager) -> bytes:
             graphs.append(graph)
             names.setdefault(id(lowered), graph.name)
     check_unique_graph_names(graphs)
-    merged = serialize_graphs(graphs, share_static_data=True)
+    merged = attach_qnn_context_for_options(
+        serialize_graphs(graphs, share_static_data=True),
+        options_from_compile_specs(modules[0][1].compile_specs), "weight-shared context")
     for _, lowered in modules:
         lowered._processed_bytes = merged
         lowered._compile_specs = with_graph_name(lowered.compile_specs, names[id(lowered)])

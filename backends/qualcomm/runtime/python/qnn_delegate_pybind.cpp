@@ -17,6 +17,7 @@
 #include "backends/qualcomm/runtime/RuntimeOptions.h"
 #include "backends/qualcomm/runtime/engine/Kernel.h"
 #include "backends/qualcomm/runtime/engine/ThreadPool.h"
+#include "backends/qualcomm/runtime/python/qnn_pybind.h"
 
 namespace py = pybind11;
 using namespace qnn_delegate;
@@ -180,7 +181,8 @@ py::tuple init_destroy_twice(const py::bytes& blob) {
 
 bool is_known_option(const std::string& key) {
   return key == runtime::kLogLevelKey || key == runtime::kProfileLevelKey ||
-         key == runtime::kPerformanceModeKey || key == runtime::kHeapProfilingPathKey;
+         key == runtime::kPerformanceModeKey || key == runtime::kHeapProfilingPathKey ||
+         key == runtime::kEngineKey;
 }
 
 executorch::runtime::BackendOption make_option_key(const std::string& key) {
@@ -318,4 +320,5 @@ PYBIND11_MODULE(_qnn_delegate, m) {
         py::arg("data"), "FNV-1a 64-bit hash (the payload signature) of a bytes-like object.");
   m.def("engine_bytes_in_use", &engine::TrackingAllocator::process_bytes_in_use,
         "Bytes currently held by all engine allocators of the process.");
+  register_qnn_bindings(m);
 }

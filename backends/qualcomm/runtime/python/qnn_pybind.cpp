@@ -1,0 +1,166 @@
+// Python bindings of the real-QNN side: library status, AOT compile of a
+// payload into a QNN context binary, op validation, and running a blob's
+// context binary directly (tests, fidelity report).
+#include "backends/qualcomm/runtime/python/qnn_pybind.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/qualcomm/runtime/PayloadLoader.h"
+#include "backends/qualcomm/runtime/qnn/QnnCompiler.h"
+#include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
+#include "backends/qualcomm/runtime/qnn/QnnRuntime.h"
+
+namespace py = pybind11;
+
+namespace qnn_delegate {
+namespace {
+
+// A blob copied to 16-byte aligned storage (flatbuffers scalars must be aligned).
+struct Blob {
+  std::unique_ptr<uint64_t[]> storage;
+  size_t size = 0;
+  explicit Blob(const py::bytes& b) {
+    const std::string s(b);
+    size = s.size();
+    storage.reset(new uint64_t[size / 8 + 2]);
+    std::memcpy(storage.get(), s.data(), size);
+  }
+  const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(storage.get()); }
+};
+
+[[noreturn]] void raise(const engine::Status& s) {
+  if (s.kind == engine::ErrorKind::InvalidArgument || s.kind == engine::ErrorKind::InvalidProgram) {
+    throw py::value_error(s.message);
+  }
+  throw std::runtime_error(s.message);
+}
+
+const ::qnn_delegate::QnnPayload* verified(const Blob& blob) {
+  const ::qnn_delegate::QnnPayload* payload = nullptr;
+  const engine::Status s = runtime::verify_context_binary(blob.data(), blob.size, &payload);
+  if (!s.ok()) raise(s);
+  return payload;
+}
+
+py::tuple library_status() {
+  std::string why;
+  const qnn::QnnLibrary* lib = qnn::QnnLibrary::get(&why);
+  if (lib == nullptr) return py::make_tuple(false, why);
+  return py::make_tuple(true, lib->describe());
+}
+
+py::tuple compile(const py::bytes& blob_bytes, uint32_t soc_model, uint32_t vtcm_mb,
+                  uint32_t optimization_level, uint32_t tensor_version) {
+  const Blob blob(blob_bytes);
+  const auto* payload = verified(blob);
+  qnn::CompileRequest request;
+  request.soc_model = soc_model;
+  request.vtcm_mb = vtcm_mb;
+  request.optimization_level = optimization_level;
+  request.tensor_version = tensor_version;
+  qnn::CompiledContext out;
+  engine::Status s;
+  {
+    py::gil_scoped_release release;
+    s = qnn::compile_context(payload, request, out);
+  }
+  if (!s.ok()) throw std::runtime_error(s.message);
+  py::list graphs;
+  for (size_t i = 0; i < out.graph_names.size(); ++i) {
+    graphs.append(py::make_tuple(out.graph_names[i], out.tensor_ids[i]));
+  }
+  return py::make_tuple(
+      py::bytes(reinterpret_cast<const char*>(out.binary.data()), out.binary.size()), graphs);
+}
+
+py::object validate(const py::bytes& blob_bytes, uint32_t graph_index, uint32_t op_index) {
+  const Blob blob(blob_bytes);
+  const auto* payload = verified(blob);
+  if (graph_index >= payload->graphs()->size()) throw py::value_error("graph_index out of range");
+  const engine::Status s = qnn::validate_op(payload->graphs()->Get(graph_index), op_index);
+  if (s.ok()) return py::none();
+  return py::str(s.message);
+}
+
+py::dtype numpy_dtype(const qnn::TensorDesc& d) {
+  if (d.int64_narrowed) return py::dtype::of<int64_t>();
+  switch (qnn::core(d.tensor).dtype) {
+    case qnn::kQnnFloat32: return py::dtype::of<float>();
+    case qnn::kQnnInt32: return py::dtype::of<int32_t>();
+    case qnn::kQnnUInt8: case qnn::kQnnUFixed8: return py::dtype::of<uint8_t>();
+    case qnn::kQnnBool8: return py::dtype::of<bool>();
+    case qnn::kQnnUFixed16: case qnn::kQnnUInt16: return py::dtype::of<uint16_t>();
+    default: throw py::value_error("tensor '" + d.name + "' has a data type with no numpy mapping");
+  }
+}
+
+// Loads the blob's QNN context and runs graph `graph_index` once. Returns the
+// outputs and, with profile_level > 0, the profile events [(name, unit, value, is_node)].
+py::tuple run(const py::bytes& blob_bytes, const std::vector<py::array>& inputs,
+              uint32_t graph_index, int profile_level) {
+  const Blob blob(blob_bytes);
+  const auto* payload = verified(blob);
+  const auto* container = ::qnn_delegate::GetQnnContextBinary(blob.data());
+  std::unique_ptr<qnn::QnnLoadedContext> ctx;
+  engine::Status s = qnn::QnnLoadedContext::load(container, payload, ctx);
+  if (!s.ok()) raise(s);
+  if (graph_index >= ctx->num_graphs()) throw py::value_error("graph_index out of range");
+  qnn::QnnGraphRunner& g = *ctx->graph(graph_index);
+  if (inputs.size() != g.num_inputs()) {
+    throw py::value_error("graph '" + g.name() + "' has " + std::to_string(g.num_inputs()) +
+                          " inputs, got " + std::to_string(inputs.size()));
+  }
+  std::vector<py::array> in_arrays;
+  std::vector<void*> in_ptrs, out_ptrs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    py::array a = py::array::ensure(inputs[i], py::array::c_style);
+    if (!a || size_t(a.nbytes()) != g.input_bytes(i) || !a.dtype().equal(numpy_dtype(g.input(i)))) {
+      throw py::value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
+                            g.input(i).name + "') needs " + std::to_string(g.input_bytes(i)) +
+                            " bytes of " + std::string(py::str(numpy_dtype(g.input(i)))));
+    }
+    in_arrays.push_back(a);
+    in_ptrs.push_back(const_cast<void*>(a.data()));
+  }
+  py::list outputs;
+  for (size_t i = 0; i < g.num_outputs(); ++i) {
+    std::vector<py::ssize_t> shape(g.output(i).dims.begin(), g.output(i).dims.end());
+    py::array out(numpy_dtype(g.output(i)), shape);
+    out_ptrs.push_back(out.mutable_data());
+    outputs.append(out);
+  }
+  std::vector<qnn::QnnProfileSample> samples;
+  {
+    py::gil_scoped_release release;
+    s = g.execute(in_ptrs.data(), out_ptrs.data(), profile_level, &samples);
+  }
+  if (!s.ok()) raise(s);
+  py::list events;
+  for (const auto& e : samples) events.append(py::make_tuple(e.name, e.unit, e.value, e.is_node));
+  return py::make_tuple(outputs, events);
+}
+
+}  // namespace
+
+void register_qnn_bindings(py::module_& m) {
+  m.def("qnn_library_status", &library_status,
+        "(loaded, text): whether Qualcomm's QNN HTP library loads, and its versions or why not.");
+  m.def("qnn_compile", &compile, py::arg("blob"), py::arg("soc_model"), py::arg("vtcm_mb") = 0,
+        py::arg("optimization_level") = 0, py::arg("tensor_version") = 1,
+        "Build and finalize every graph of a delegate blob in one QNN context for a SoC; returns "
+        "(context binary, [(graph name, QNN tensor ids per payload tensor)]). RuntimeError "
+        "naming graph, op and QNN error when QNN refuses.");
+  m.def("qnn_validate_op", &validate, py::arg("blob"), py::arg("graph_index"), py::arg("op_index"),
+        "None when QNN's backendValidateOpConfig accepts the op, else QNN's reason.");
+  m.def("run_payload_qnn", &run, py::arg("blob"), py::arg("inputs"), py::arg("graph_index") = 0,
+        py::arg("profile_level") = 0,
+        "Load the blob's QNN context binary, execute one graph once: (outputs, profile events).");
+}
+
+}  // namespace qnn_delegate

@@ -1,0 +1,40 @@
+// AOT: builds the graphs of one payload through the QNN API for a SoC,
+// finalizes them (HTP prepare) and returns the context binary.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qnn_payload_generated.h"
+
+#include "backends/qualcomm/runtime/engine/Status.h"
+
+namespace qnn_delegate {
+namespace qnn {
+
+struct CompileRequest {
+  uint32_t soc_model = 0;          // QcomChipset value (= QNN's SoC model number); 0 = none
+  uint32_t vtcm_mb = 0;            // 0 = library default
+  uint32_t optimization_level = 0; // HTP finalize optimization level 1..3; 0 = default
+  uint32_t tensor_version = 1;     // Qnn_Tensor_t version used to describe tensors (1 or 2)
+};
+
+struct CompiledContext {
+  std::vector<uint8_t> binary;
+  std::vector<std::string> graph_names;
+  // Per graph, per payload tensor: the id QNN gave the tensor (0 = not created).
+  std::vector<std::vector<uint32_t>> tensor_ids;
+};
+
+// Every graph of `payload` in one QNN context. Errors name the graph, op and
+// QNN error code, plus what QNN logged.
+engine::Status compile_context(const ::qnn_delegate::QnnPayload* payload,
+                               const CompileRequest& request, CompiledContext& out);
+
+// One op of a payload graph checked by backendValidateOpConfig; the message
+// says why QNN refused it. `op_index` indexes graph->ops().
+engine::Status validate_op(const ::qnn_delegate::Graph* graph, uint32_t op_index);
+
+}  // namespace qnn
+}  // namespace qnn_delegate

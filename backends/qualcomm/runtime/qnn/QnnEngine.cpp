@@ -1,0 +1,206 @@
+#include "backends/qualcomm/runtime/qnn/QnnEngine.h"
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <executorch/runtime/core/event_tracer_hooks_delegate.h>
+#include <executorch/runtime/core/exec_aten/exec_aten.h>
+#include <executorch/runtime/platform/log.h>
+#include <executorch/runtime/platform/platform.h>
+
+#include "backends/qualcomm/runtime/PayloadLoader.h"
+#include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
+
+namespace qnn_delegate {
+namespace runtime {
+
+using engine::ErrorKind;
+using engine::make_error;
+using engine::Status;
+using executorch::aten::ScalarType;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::Span;
+
+namespace {
+
+std::atomic<bool> g_said_no_binary{false};
+std::atomic<bool> g_said_no_library{false};
+
+void say_once(std::atomic<bool>& flag, const char* what, const std::string& why) {
+  if (!flag.exchange(true)) {
+    ET_LOG(Info, "QnnDelegate: engine auto -> host engine (%s): %s", what, why.c_str());
+  }
+}
+
+// 16-byte aligned view of a blob (copied when the caller's bytes are not aligned).
+struct Aligned {
+  const uint8_t* data = nullptr;
+  std::unique_ptr<uint64_t[]> copy;
+  Aligned(const void* src, size_t size) {
+    if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+      data = static_cast<const uint8_t*>(src);
+      return;
+    }
+    copy.reset(new uint64_t[size / 8 + 2]);
+    std::memcpy(copy.get(), src, size);
+    data = reinterpret_cast<const uint8_t*>(copy.get());
+  }
+};
+
+bool dtype_matches(ScalarType st, const qnn::TensorDesc& d) {
+  if (d.int64_narrowed) return st == ScalarType::Long;
+  switch (qnn::core(d.tensor).dtype) {
+    case qnn::kQnnFloat32: return st == ScalarType::Float;
+    case qnn::kQnnInt32: return st == ScalarType::Int;
+    case qnn::kQnnBool8: return st == ScalarType::Bool;
+    case qnn::kQnnUInt8: case qnn::kQnnUFixed8: return st == ScalarType::Byte;
+    default: return false;
+  }
+}
+
+Error check_arg(const qnn::QnnGraphRunner& g, const EValue* arg, size_t index,
+                const qnn::TensorDesc& d, const char* what, void** data) {
+  if (arg == nullptr || !arg->isTensor()) {
+    ET_LOG(Error, "QnnDelegate graph '%s' (QNN): %s %zu (tensor '%s') is not a tensor",
+           g.name().c_str(), what, index, d.name.c_str());
+    return Error::InvalidArgument;
+  }
+  const auto& t = arg->toTensor();
+  if (!dtype_matches(t.scalar_type(), d) || size_t(t.numel()) != d.numel) {
+    ET_LOG(Error, "QnnDelegate graph '%s' (QNN): %s %zu (tensor '%s') has dtype %d and %zu "
+           "elements, graph expects QNN data type 0x%x and %zu elements",
+           g.name().c_str(), what, index, d.name.c_str(), int(t.scalar_type()),
+           size_t(t.numel()), unsigned(qnn::core(d.tensor).dtype), d.numel);
+    return Error::InvalidArgument;
+  }
+  *data = t.mutable_data_ptr();
+  if (*data == nullptr && d.numel != 0) return Error::InvalidArgument;
+  return Error::Ok;
+}
+
+// QNN reports per-node cycles, not start / end times: node events are laid out one
+// after the other inside the execute's wall time, in proportion to their cycles.
+void log_profile(executorch::runtime::EventTracer* tracer, const qnn::QnnGraphRunner& g,
+                 const std::vector<qnn::QnnProfileSample>& samples, uint64_t start, uint64_t end) {
+  uint64_t total_cycles = 0;
+  for (const auto& s : samples) total_cycles += s.is_node ? s.value : 0;
+  char metadata[160];
+  int n = std::snprintf(metadata, sizeof(metadata), "type=Graph;engine=qnn");
+  executorch::runtime::event_tracer_log_profiling_delegate(
+      tracer, g.name().c_str(), executorch::runtime::kUnsetDelegateDebugIntId, start, end,
+      metadata, size_t(n));
+  uint64_t cursor = start;
+  for (const auto& s : samples) {
+    if (!s.is_node) continue;
+    const uint64_t span =
+        total_cycles ? uint64_t(double(end - start) * double(s.value) / double(total_cycles)) : 0;
+    n = std::snprintf(metadata, sizeof(metadata), "type=QnnNode;cycles=%llu",
+                      static_cast<unsigned long long>(s.value));
+    std::string name = s.name;
+    const size_t paren = name.find(" (");
+    if (paren != std::string::npos) name.resize(paren);
+    executorch::runtime::event_tracer_log_profiling_delegate(
+        tracer, name.c_str(), executorch::runtime::kUnsetDelegateDebugIntId, cursor,
+        cursor + span, metadata, size_t(n));
+    cursor += span;
+  }
+}
+
+}  // namespace
+
+const char* engine_choice_name(EngineChoice choice) {
+  switch (choice) {
+    case EngineChoice::Qnn: return "qnn";
+    case EngineChoice::Host: return "host";
+    default: return "auto";
+  }
+}
+
+bool parse_engine_choice(const char* text, EngineChoice* out) {
+  if (text == nullptr) return false;
+  if (!std::strcmp(text, "auto") || !std::strcmp(text, "0")) { *out = EngineChoice::Auto; return true; }
+  if (!std::strcmp(text, "qnn") || !std::strcmp(text, "1")) { *out = EngineChoice::Qnn; return true; }
+  if (!std::strcmp(text, "host") || !std::strcmp(text, "2")) { *out = EngineChoice::Host; return true; }
+  return false;
+}
+
+Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,
+                       std::unique_ptr<qnn::QnnLoadedContext>& out) {
+  out.reset();
+  if (choice == EngineChoice::Host) return Status::Ok();
+  const bool forced = choice == EngineChoice::Qnn;
+  const Aligned blob(data, size);
+  const ::qnn_delegate::QnnPayload* payload = nullptr;
+  QNN_RETURN_IF_ERROR(verify_context_binary(blob.data, size, &payload));
+  const auto* container = ::qnn_delegate::GetQnnContextBinary(blob.data);
+  if (!qnn::has_qnn_context(container)) {
+    const char* why = "the delegate has no QNN context binary (lowered without the QNN "
+                      "libraries, or QNN refused a graph at lowering)";
+    if (forced) return make_error(ErrorKind::NotSupported, "engine qnn: %s", why);
+    say_once(g_said_no_binary, "no context binary", why);
+    return Status::Ok();
+  }
+  flatbuffers::Verifier verifier(blob.data, size);
+  if (!container->qnn_context()->Verify(verifier)) {
+    const Status s = make_error(ErrorKind::InvalidProgram, "QNN section of the blob failed the "
+                                "flatbuffers verifier");
+    if (forced) return s;
+    ET_LOG(Error, "QnnDelegate: engine auto -> host engine: %s", s.message.c_str());
+    return Status::Ok();
+  }
+  std::string why;
+  if (qnn::QnnLibrary::get(&why) == nullptr) {
+    if (forced) return make_error(ErrorKind::NotSupported, "engine qnn: %s", why.c_str());
+    say_once(g_said_no_library, "QNN libraries not loaded", why);
+    return Status::Ok();
+  }
+  const Status s = qnn::QnnLoadedContext::load(container, payload, out);
+  if (s.ok()) return s;
+  out.reset();
+  if (forced) return s;
+  ET_LOG(Error, "QnnDelegate: engine auto -> host engine: %s", s.message.c_str());
+  return Status::Ok();
+}
+
+Error execute_on_qnn(executorch::runtime::BackendExecutionContext& context,
+                     qnn::QnnGraphRunner& g, int profile_level, Span<EValue*> args) {
+  const size_t ni = g.num_inputs(), no = g.num_outputs();
+  if (args.size() != ni + no) {
+    ET_LOG(Error, "QnnDelegate graph '%s' (QNN): got %zu args, expected %zu inputs + %zu outputs",
+           g.name().c_str(), args.size(), ni, no);
+    return Error::InvalidArgument;
+  }
+  constexpr size_t kMaxIo = 256;
+  if (ni > kMaxIo || no > kMaxIo) return Error::NotSupported;
+  void* in_ptrs[kMaxIo];
+  void* out_ptrs[kMaxIo];
+  for (size_t i = 0; i < ni; ++i) {
+    ET_CHECK_OK_OR_RETURN_ERROR(check_arg(g, args[i], i, g.input(i), "input", &in_ptrs[i]));
+  }
+  for (size_t i = 0; i < no; ++i) {
+    ET_CHECK_OK_OR_RETURN_ERROR(check_arg(g, args[ni + i], i, g.output(i), "output", &out_ptrs[i]));
+  }
+  executorch::runtime::EventTracer* tracer = context.event_tracer();
+  const bool profiling = profile_level > 0 && tracer != nullptr;
+  Status s;
+  if (!profiling) {
+    s = g.execute(in_ptrs, out_ptrs);
+  } else {
+    std::vector<qnn::QnnProfileSample> samples;
+    const uint64_t start = et_pal_current_ticks();
+    s = g.execute(in_ptrs, out_ptrs, profile_level, &samples);
+    const uint64_t end = et_pal_current_ticks();
+    if (s.ok()) log_profile(tracer, g, samples, start, end);
+  }
+  if (!s.ok()) {
+    ET_LOG(Error, "QnnDelegate execute failed: %s", s.message.c_str());
+    return Error::Internal;
+  }
+  return Error::Ok;
+}
+
+}  // namespace runtime
+}  // namespace qnn_delegate

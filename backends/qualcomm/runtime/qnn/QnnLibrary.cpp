@@ -1,0 +1,240 @@
+#include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <executorch/runtime/platform/log.h>
+
+#ifndef QNN_DELEGATE_DEFAULT_QNN_DIR
+#define QNN_DELEGATE_DEFAULT_QNN_DIR ""
+#endif
+
+namespace qnn_delegate {
+namespace qnn {
+
+using engine::ErrorKind;
+using engine::make_error;
+using engine::Status;
+
+namespace {
+
+#if defined(__aarch64__)
+constexpr const char* kSdkHostFolder = "lib/aarch64-android";
+#else
+constexpr const char* kSdkHostFolder = "lib/x86_64-linux-clang";
+#endif
+constexpr const char* kHtpLibrary = "libQnnHtp.so";
+constexpr size_t kMaxKeptMessages = 8192;
+
+std::mutex g_messages_mutex;
+std::string g_messages;
+std::atomic<int> g_forward_level{0};  // nothing until a delegate's log level is known
+
+bool is_dir(const std::string& path) {
+  struct stat st;
+  return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void log_callback(const char* fmt, QnnLogLevel level, uint64_t, va_list args) {
+  char buf[1024];
+  std::vsnprintf(buf, sizeof(buf), fmt, args);
+  size_t n = std::strlen(buf);
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ')) buf[--n] = '\0';
+  if (level <= kQnnLogWarn) {
+    std::lock_guard<std::mutex> lock(g_messages_mutex);
+    if (g_messages.size() < kMaxKeptMessages) {
+      if (!g_messages.empty()) g_messages += "; ";
+      g_messages += buf;
+    }
+  }
+  // QnnExecuTorchLogLevel and QNN's log level share the numbering 1 error .. 5 debug.
+  if (static_cast<int>(level) <= g_forward_level.load()) {
+    ET_LOG(Info, "QNN[%d]: %s", static_cast<int>(level), buf);
+  }
+}
+
+// The folder holding libQnnHtp.so, by the documented search order.
+Status find_library_dir(std::string& dir) {
+  if (const char* env = std::getenv("QNN_LIB_DIR"); env != nullptr && *env) {
+    dir = env;
+    if (!is_dir(dir)) {
+      return make_error(ErrorKind::NotSupported, "QNN_LIB_DIR=%s is not a folder", env);
+    }
+    return Status::Ok();
+  }
+  if (const char* env = std::getenv("QNN_SDK_ROOT"); env != nullptr && *env) {
+    dir = std::string(env) + "/" + kSdkHostFolder;
+    if (!is_dir(dir)) {
+      return make_error(ErrorKind::NotSupported, "QNN_SDK_ROOT=%s has no %s folder", env,
+                        kSdkHostFolder);
+    }
+    return Status::Ok();
+  }
+  dir = QNN_DELEGATE_DEFAULT_QNN_DIR;
+  if (!is_dir(dir)) {
+    return make_error(ErrorKind::NotSupported,
+                      "no QNN libraries: set QNN_LIB_DIR or QNN_SDK_ROOT, or install "
+                      "onnxruntime-qnn==2.7.0 (build-time default folder '%s' not found)",
+                      QNN_DELEGATE_DEFAULT_QNN_DIR);
+  }
+  return Status::Ok();
+}
+
+// A wheel repaired by auditwheel keeps its bundled libc++ in <pkg>.libs/ next to the
+// package folder; load it first (global) so the QNN libraries resolve against it.
+void preload_bundled_libcxx(const std::string& dir) {
+  const std::string libs = dir + ".libs";
+  DIR* d = ::opendir(libs.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "libc++", 6) == 0) names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  // libc++abi before libc++.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const std::string& n : names) {
+      const bool abi = n.rfind("libc++abi", 0) == 0;
+      if (abi == (pass == 0)) ::dlopen((libs + "/" + n).c_str(), RTLD_NOW | RTLD_GLOBAL);
+    }
+  }
+}
+
+const char* error_name(QnnStatus code) {
+  switch (code) {
+    case 1000: return "not supported";
+    case 1002: return "memory allocation";
+    case 1003: return "system error";
+    case 1004: return "invalid argument";
+    case 1008: return "incompatible binaries";
+    case 3110: return "op validation failed";
+    case 4005: return "op package not found";
+    case 5000: return "context invalid argument";
+    case 5004: return "context binary version";
+    case 5005: return "create from binary failed";
+    case 5008: return "context binary configuration";
+    case 6000: return "graph invalid argument";
+    case 6003: return "graph does not exist";
+    case 6004: return "invalid tensor";
+    case 6005: return "invalid op config";
+    case 6020: return "graph create failed";
+    case 6021: return "graph optimization failed";
+    case 6022: return "graph finalize failed";
+    case 7004: return "unsupported tensor parameter";
+    case 14001: return "invalid device config";
+    default: return "";
+  }
+}
+
+}  // namespace
+
+std::string qnn_error_text(QnnStatus status) {
+  char buf[96];
+  const char* name = error_name(status);
+  if (*name) {
+    std::snprintf(buf, sizeof(buf), "QNN error %llu (%s)", (unsigned long long)status, name);
+  } else {
+    std::snprintf(buf, sizeof(buf), "QNN error %llu", (unsigned long long)status);
+  }
+  return buf;
+}
+
+std::string qnn_search_description() {
+  return std::string("$QNN_LIB_DIR, $QNN_SDK_ROOT/") + kSdkHostFolder + ", '" +
+         QNN_DELEGATE_DEFAULT_QNN_DIR + "'";
+}
+
+std::string QnnLibrary::take_messages() {
+  std::lock_guard<std::mutex> lock(g_messages_mutex);
+  std::string out;
+  out.swap(g_messages);
+  return out;
+}
+
+void QnnLibrary::set_forward_level(int log_level) { g_forward_level.store(log_level); }
+
+std::string QnnLibrary::describe() const {
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "QNN core API %u.%u.%u, HTP API %u.%u.%u", version_.core.major,
+                version_.core.minor, version_.core.patch, version_.backend.major,
+                version_.backend.minor, version_.backend.patch);
+  return std::string(buf) + " (" + path_ + ")";
+}
+
+Status QnnLibrary::load() {
+  std::string dir;
+  QNN_RETURN_IF_ERROR(find_library_dir(dir));
+  path_ = dir + "/" + kHtpLibrary;
+  struct stat st;
+  if (::stat(path_.c_str(), &st) != 0) {
+    return make_error(ErrorKind::NotSupported, "no %s in %s", kHtpLibrary, dir.c_str());
+  }
+  preload_bundled_libcxx(dir);
+  handle_ = ::dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle_ == nullptr) {
+    return make_error(ErrorKind::NotSupported, "dlopen(%s) failed: %s", path_.c_str(), ::dlerror());
+  }
+  auto get_providers =
+      reinterpret_cast<QnnGetProvidersFn>(::dlsym(handle_, "QnnInterface_getProviders"));
+  if (get_providers == nullptr) {
+    return make_error(ErrorKind::NotSupported, "%s has no QnnInterface_getProviders: not a QNN "
+                      "backend library", path_.c_str());
+  }
+  const QnnProvider** providers = nullptr;
+  uint32_t count = 0;
+  if (get_providers(&providers, &count) != 0 || providers == nullptr || count == 0) {
+    return make_error(ErrorKind::NotSupported, "%s lists no QNN provider", path_.c_str());
+  }
+  const QnnProvider* p = providers[0];
+  version_ = p->api_version;
+  if (p->backend_id != kQnnHtpBackendId || version_.core.major != kQnnCoreApiMajor ||
+      version_.backend.major != kQnnHtpApiMajor) {
+    return make_error(ErrorKind::NotSupported,
+                      "%s: provider '%s' (backend id %u) has QNN core API %u.%u / backend API "
+                      "%u.%u; qnn-delegate needs the HTP backend (id %u) with core API %u.x and "
+                      "HTP API %u.x",
+                      path_.c_str(), p->name ? p->name : "?", p->backend_id, version_.core.major,
+                      version_.core.minor, version_.backend.major, version_.backend.minor,
+                      kQnnHtpBackendId, kQnnCoreApiMajor, kQnnHtpApiMajor);
+  }
+  fn_ = &p->functions;
+  QnnStatus s = fn_->log_create(&log_callback, kQnnLogWarn, &log_);
+  if (s != 0) return make_error(ErrorKind::Internal, "QNN logCreate: %s", qnn_error_text(s).c_str());
+  s = fn_->backend_create(log_, nullptr, &backend_);
+  if (s != 0) {
+    return make_error(ErrorKind::Internal, "QNN backendCreate: %s (%s)", qnn_error_text(s).c_str(),
+                      take_messages().c_str());
+  }
+  return Status::Ok();
+}
+
+// The library stays loaded and its backend alive for the whole process: QNN's
+// own static destructors run at exit, after ours.
+const QnnLibrary* QnnLibrary::get(std::string* why) {
+  static QnnLibrary* library = nullptr;
+  static std::string error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto* lib = new QnnLibrary();
+    const Status s = lib->load();
+    if (s.ok()) {
+      library = lib;
+    } else {
+      error = s.message;
+      delete lib;  // a failed dlopen leaves nothing to free; a half-loaded library stays mapped
+    }
+  });
+  if (library == nullptr && why != nullptr) *why = error;
+  return library;
+}
+
+}  // namespace qnn
+}  // namespace qnn_delegate

@@ -1,0 +1,55 @@
+// Loads Qualcomm's QNN HTP backend library once per process (dlopen), checks
+// its interface version, and owns the process-wide log and backend handles.
+//
+// Search order for the library folder: $QNN_LIB_DIR, $QNN_SDK_ROOT/lib/<host
+// folder>, then the onnxruntime_qnn package folder found at build time.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "backends/qualcomm/runtime/engine/Status.h"
+#include "backends/qualcomm/runtime/qnn/QnnAbi.h"
+
+namespace qnn_delegate {
+namespace qnn {
+
+class QnnLibrary {
+ public:
+  // The loaded library, or nullptr with the reason in `why` (missing folder,
+  // missing file, dlopen error, no HTP provider, incompatible API version).
+  static const QnnLibrary* get(std::string* why = nullptr);
+
+  const QnnFunctionTable& fn() const { return *fn_; }
+  QnnHandle backend() const { return backend_; }
+  QnnHandle log() const { return log_; }
+  const std::string& path() const { return path_; }
+  const QnnApiVersion& api_version() const { return version_; }
+  std::string describe() const;  // "QNN core API 2.40.0, HTP API 5.51.0 (<path>)"
+
+  // Messages QNN logged since the last call (warnings and errors), then cleared.
+  static std::string take_messages();
+  // QNN messages at or below this QnnExecuTorchLogLevel are forwarded to ET_LOG.
+  static void set_forward_level(int log_level);
+
+ private:
+  QnnLibrary() = default;
+  engine::Status load();
+
+  void* handle_ = nullptr;
+  const QnnFunctionTable* fn_ = nullptr;
+  QnnHandle backend_ = nullptr;
+  QnnHandle log_ = nullptr;
+  QnnApiVersion version_{};
+  std::string path_;
+};
+
+// "QNN error 6004 (invalid tensor)" style text for a status code.
+std::string qnn_error_text(QnnStatus status);
+
+// Folders searched for the library, in order (for messages and tests).
+std::string qnn_search_description();
+
+}  // namespace qnn
+}  // namespace qnn_delegate

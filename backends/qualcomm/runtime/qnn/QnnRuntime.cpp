@@ -1,0 +1,228 @@
+#include "backends/qualcomm/runtime/qnn/QnnRuntime.h"
+
+#include <cstring>
+
+#include "backends/qualcomm/runtime/PayloadLoader.h"
+#include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
+
+namespace qnn_delegate {
+namespace qnn {
+
+using engine::ErrorKind;
+using engine::make_error;
+using engine::Status;
+namespace fb = ::qnn_delegate;
+
+namespace {
+
+std::string with_log(const std::string& text) {
+  const std::string log = QnnLibrary::take_messages();
+  return log.empty() ? text : text + ": " + log;
+}
+
+const fb::QnnHtpGraph* find_ids(const fb::QnnHtpContext* q, const std::string& name) {
+  if (q->graphs() == nullptr) return nullptr;
+  for (const fb::QnnHtpGraph* g : *q->graphs()) {
+    if (g->name()->str() == name) return g;
+  }
+  return nullptr;
+}
+
+Status verify_section(const fb::QnnHtpContext* q) {
+  if (q->binary() == nullptr || q->binary()->size() == 0) {
+    return make_error(ErrorKind::InvalidProgram, "QNN context binary is empty");
+  }
+  const uint64_t sig = runtime::fnv1a64(q->binary()->data(), q->binary()->size());
+  if (sig != q->signature()) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "QNN context binary signature mismatch: stored 0x%016llx, computed 0x%016llx "
+                      "(the binary was altered)",
+                      (unsigned long long)q->signature(), (unsigned long long)sig);
+  }
+  return Status::Ok();
+}
+
+void collect_events(const QnnFunctionTable& fn, QnnHandle profile,
+                    std::vector<QnnProfileSample>& out) {
+  const uint64_t* events = nullptr;
+  uint32_t count = 0;
+  if (fn.profile_get_events(profile, &events, &count) != 0 || count == 0) return;
+  const uint64_t last = events[count - 1];  // this execute
+  QnnProfileEvent data{};
+  if (fn.profile_get_event_data(last, &data) == 0) {
+    out.push_back({data.identifier ? data.identifier : "execute", data.unit, data.value, false});
+  }
+  const uint64_t* subs = nullptr;
+  uint32_t num_subs = 0;
+  if (fn.profile_get_sub_events(last, &subs, &num_subs) != 0) return;
+  for (uint32_t i = 0; i < num_subs; ++i) {
+    if (fn.profile_get_event_data(subs[i], &data) != 0) continue;
+    out.push_back({data.identifier ? data.identifier : "?", data.unit, data.value,
+                   data.type == kQnnProfileEventNode});
+  }
+}
+
+}  // namespace
+
+bool has_qnn_context(const fb::QnnContextBinary* blob) {
+  return blob != nullptr && blob->qnn_context() != nullptr &&
+         blob->qnn_context()->binary() != nullptr && blob->qnn_context()->binary()->size() > 0;
+}
+
+size_t QnnGraphRunner::input_bytes(size_t i) const {
+  return inputs_[i]->numel * (inputs_[i]->int64_narrowed ? 8 : inputs_[i]->element_size);
+}
+
+size_t QnnGraphRunner::output_bytes(size_t i) const {
+  return outputs_[i]->numel * (outputs_[i]->int64_narrowed ? 8 : outputs_[i]->element_size);
+}
+
+Status QnnGraphRunner::bind(const fb::Graph* g, const std::vector<uint32_t>& ids) {
+  name_ = g->name()->str();
+  auto take = [&](const flatbuffers::Vector<uint32_t>* list,
+                  std::vector<std::unique_ptr<TensorDesc>>& descs, std::vector<QnnTensor>& tensors,
+                  std::vector<std::vector<int32_t>>& scratch) -> Status {
+    const size_t n = list ? list->size() : 0;
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t index = list->Get(i);
+      if (g->tensors() == nullptr || index >= g->tensors()->size() || index >= ids.size()) {
+        return make_error(ErrorKind::InvalidProgram, "graph '%s': I/O tensor %u out of range",
+                          name_.c_str(), index);
+      }
+      std::unique_ptr<TensorDesc> d;
+      QNN_RETURN_IF_ERROR(describe_tensor(g->tensors()->Get(index), 1, d));
+      core(d->tensor).id = ids[index];
+      scratch.emplace_back(d->int64_narrowed ? d->numel : 0);
+      tensors.push_back(d->tensor);
+      descs.push_back(std::move(d));
+    }
+    return Status::Ok();
+  };
+  QNN_RETURN_IF_ERROR(take(g->inputs(), inputs_, in_tensors_, in_scratch_));
+  QNN_RETURN_IF_ERROR(take(g->outputs(), outputs_, out_tensors_, out_scratch_));
+  return Status::Ok();
+}
+
+Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int profile_level,
+                               std::vector<QnnProfileSample>* samples) {
+  const QnnLibrary* lib = QnnLibrary::get();
+  for (size_t i = 0; i < in_tensors_.size(); ++i) {
+    void* data = inputs[i];
+    if (inputs_[i]->int64_narrowed) {
+      const auto* src = static_cast<const int64_t*>(inputs[i]);
+      for (size_t k = 0; k < in_scratch_[i].size(); ++k) in_scratch_[i][k] = int32_t(src[k]);
+      data = in_scratch_[i].data();
+    }
+    core(in_tensors_[i]).buffer = {data, uint32_t(inputs_[i]->nbytes())};
+  }
+  for (size_t i = 0; i < out_tensors_.size(); ++i) {
+    void* data = outputs_[i]->int64_narrowed ? out_scratch_[i].data() : outputs[i];
+    core(out_tensors_[i]).buffer = {data, uint32_t(outputs_[i]->nbytes())};
+  }
+  const int level = profile_level < 0 ? 0 : (profile_level > 2 ? 2 : profile_level);
+  QnnHandle profile = nullptr;
+  if (level > 0) {
+    if (profiles_[level] == nullptr) {  // first profiled execute at this level
+      lib->fn().profile_create(backend_, level == 2 ? kQnnProfileDetailed : kQnnProfileBasic,
+                               &profiles_[level]);
+    }
+    profile = profiles_[level];
+  }
+  const QnnStatus st = lib->fn().graph_execute(graph_, in_tensors_.data(),
+                                               uint32_t(in_tensors_.size()), out_tensors_.data(),
+                                               uint32_t(out_tensors_.size()), profile, nullptr);
+  if (st != 0) {
+    return make_error(ErrorKind::Internal, "%s", with_log(
+        "graph '" + name_ + "': QNN graphExecute failed: " + qnn_error_text(st)).c_str());
+  }
+  for (size_t i = 0; i < out_tensors_.size(); ++i) {
+    if (!outputs_[i]->int64_narrowed) continue;
+    auto* dst = static_cast<int64_t*>(outputs[i]);
+    for (size_t k = 0; k < out_scratch_[i].size(); ++k) dst[k] = out_scratch_[i][k];
+  }
+  if (profile != nullptr && samples != nullptr) collect_events(lib->fn(), profile, *samples);
+  return Status::Ok();
+}
+
+Status QnnLoadedContext::load(const fb::QnnContextBinary* blob, const fb::QnnPayload* payload,
+                              std::unique_ptr<QnnLoadedContext>& out) {
+  if (!has_qnn_context(blob)) {
+    return make_error(ErrorKind::NotSupported, "the delegate has no QNN context binary (lowered "
+                      "without the QNN libraries, or QNN refused a graph at lowering)");
+  }
+  const fb::QnnHtpContext* q = blob->qnn_context();
+  QNN_RETURN_IF_ERROR(verify_section(q));
+  std::string why;
+  const QnnLibrary* lib = QnnLibrary::get(&why);
+  if (lib == nullptr) return make_error(ErrorKind::NotSupported, "%s", why.c_str());
+  QnnLibrary::take_messages();
+  std::unique_ptr<QnnLoadedContext> ctx(new QnnLoadedContext());
+  ctx->binary_size_ = q->binary()->size();
+  HtpDeviceConfig soc{};
+  soc.option = kHtpDeviceOptionSoc;
+  soc.soc_model = q->soc_model();
+  QnnConfig custom{};
+  custom.option = kQnnConfigCustom;
+  custom.custom = &soc;
+  const QnnConfig* configs[] = {&custom, nullptr};
+  QnnStatus st = lib->fn().device_create(lib->log(), q->soc_model() ? configs : nullptr,
+                                         &ctx->device_);
+  if (st != 0) {
+    return make_error(ErrorKind::NotSupported, "%s", with_log(
+        "QNN deviceCreate for SoC model " + std::to_string(q->soc_model()) + " failed: " +
+        qnn_error_text(st)).c_str());
+  }
+  st = lib->fn().context_create_from_binary(lib->backend(), ctx->device_, nullptr,
+                                            q->binary()->data(), q->binary()->size(),
+                                            &ctx->context_, nullptr);
+  if (st != 0) {
+    return make_error(ErrorKind::InvalidProgram, "%s", with_log(
+        "QNN contextCreateFromBinary (" + std::to_string(q->binary()->size()) +
+        " bytes, SoC model " + std::to_string(q->soc_model()) + ") failed: " +
+        qnn_error_text(st)).c_str());
+  }
+  for (const fb::Graph* g : *payload->graphs()) {
+    const fb::QnnHtpGraph* ids = find_ids(q, g->name()->str());
+    if (ids == nullptr || ids->tensor_ids() == nullptr) {
+      return make_error(ErrorKind::InvalidProgram, "graph '%s' is not in the QNN context binary",
+                        g->name()->c_str());
+    }
+    std::unique_ptr<QnnGraphRunner> runner(new QnnGraphRunner());
+    runner->backend_ = lib->backend();
+    st = lib->fn().graph_retrieve(ctx->context_, g->name()->c_str(), &runner->graph_);
+    if (st != 0) {
+      return make_error(ErrorKind::InvalidProgram, "%s", with_log(
+          "graph '" + g->name()->str() + "': QNN graphRetrieve failed: " + qnn_error_text(st))
+          .c_str());
+    }
+    const std::vector<uint32_t> id_list(ids->tensor_ids()->begin(), ids->tensor_ids()->end());
+    QNN_RETURN_IF_ERROR(runner->bind(g, id_list));
+    ctx->graphs_.push_back(std::move(runner));
+  }
+  out = std::move(ctx);
+  return Status::Ok();
+}
+
+QnnLoadedContext::~QnnLoadedContext() {
+  const QnnLibrary* lib = QnnLibrary::get();
+  if (lib == nullptr) return;
+  for (auto& g : graphs_) {
+    for (QnnHandle& p : g->profiles_) {
+      if (p) lib->fn().profile_free(p);
+      p = nullptr;
+    }
+  }
+  graphs_.clear();  // graph handles belong to the context
+  if (context_) lib->fn().context_free(context_, nullptr);
+  if (device_) lib->fn().device_free(device_);
+}
+
+QnnGraphRunner* QnnLoadedContext::find_graph(const char* name) const {
+  for (const auto& g : graphs_) {
+    if (name != nullptr && g->name() == name) return g.get();
+  }
+  return nullptr;
+}
+
+}  // namespace qnn
+}  // namespace qnn_delegate

@@ -1,0 +1,88 @@
+// Runtime: a delegate's QNN context binary loaded into Qualcomm's QNN library
+// (contextCreateFromBinary + graphRetrieve, once at init); execute binds the
+// caller's buffers to the graph's input / output tensors and calls graphExecute.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qnn_payload_generated.h"
+
+#include "backends/qualcomm/runtime/engine/Status.h"
+#include "backends/qualcomm/runtime/qnn/QnnAbi.h"
+#include "backends/qualcomm/runtime/qnn/QnnTensorDesc.h"
+
+namespace qnn_delegate {
+namespace qnn {
+
+// Per-op timings of one execute (profile levels basic / detailed).
+struct QnnProfileSample {
+  std::string name;   // QNN's event identifier, e.g. "conv0:OpId_30 (cycles)"
+  uint32_t unit = 0;  // kQnnProfileUnitMicroseconds / kQnnProfileUnitCycles
+  uint64_t value = 0;
+  bool is_node = false;
+};
+
+class QnnGraphRunner {
+ public:
+  const std::string& name() const { return name_; }
+  size_t num_inputs() const { return inputs_.size(); }
+  size_t num_outputs() const { return outputs_.size(); }
+  // Payload view of input / output i (dtype as the caller sees it: INT_64 stays INT_64).
+  const TensorDesc& input(size_t i) const { return *inputs_[i]; }
+  const TensorDesc& output(size_t i) const { return *outputs_[i]; }
+  // Bytes the caller's buffer of input / output i holds.
+  size_t input_bytes(size_t i) const;
+  size_t output_bytes(size_t i) const;
+
+  // inputs[i] / outputs[i]: caller buffers. profile_level 0 = off, 1 basic, 2 detailed;
+  // `samples` (optional) receives the events of this execute.
+  engine::Status execute(void* const* inputs, void* const* outputs, int profile_level = 0,
+                         std::vector<QnnProfileSample>* samples = nullptr);
+
+ private:
+  friend class QnnLoadedContext;
+  engine::Status bind(const ::qnn_delegate::Graph* graph, const std::vector<uint32_t>& ids);
+
+  std::string name_;
+  QnnHandle graph_ = nullptr;
+  QnnHandle backend_ = nullptr;
+  std::vector<std::unique_ptr<TensorDesc>> inputs_;
+  std::vector<std::unique_ptr<TensorDesc>> outputs_;
+  std::vector<QnnTensor> in_tensors_;   // passed to graphExecute, buffers set per call
+  std::vector<QnnTensor> out_tensors_;
+  std::vector<std::vector<int32_t>> in_scratch_;   // int64 inputs narrowed (allocated at init)
+  std::vector<std::vector<int32_t>> out_scratch_;  // int64 outputs widened after execute
+  QnnHandle profiles_[3] = {nullptr, nullptr, nullptr};  // per level, created at init
+};
+
+class QnnLoadedContext {
+ public:
+  // Loads the blob's QNN section (verified: signature, graph names match the
+  // payload). NotSupported when the library is missing, InvalidProgram when QNN
+  // refuses the binary (corrupted, other SoC / API version): the message says why.
+  static engine::Status load(const ::qnn_delegate::QnnContextBinary* blob,
+                             const ::qnn_delegate::QnnPayload* payload,
+                             std::unique_ptr<QnnLoadedContext>& out);
+  ~QnnLoadedContext();
+
+  QnnGraphRunner* find_graph(const char* name) const;
+  QnnGraphRunner* graph(size_t i) const { return graphs_[i].get(); }
+  size_t num_graphs() const { return graphs_.size(); }
+  size_t binary_size() const { return binary_size_; }
+
+ private:
+  QnnLoadedContext() = default;
+  std::vector<std::unique_ptr<QnnGraphRunner>> graphs_;
+  QnnHandle device_ = nullptr;
+  QnnHandle context_ = nullptr;
+  size_t binary_size_ = 0;
+};
+
+// True when the blob carries a QNN context binary.
+bool has_qnn_context(const ::qnn_delegate::QnnContextBinary* blob);
+
+}  // namespace qnn
+}  // namespace qnn_delegate

@@ -1,0 +1,230 @@
+#include "backends/qualcomm/runtime/qnn/QnnTensorDesc.h"
+
+#include <cstring>
+
+namespace qnn_delegate {
+namespace qnn {
+
+using engine::ErrorKind;
+using engine::make_error;
+using engine::Status;
+namespace fb = ::qnn_delegate;
+
+size_t qnn_element_size(QnnDType dtype) {
+  switch (dtype) {
+    case kQnnInt8: case kQnnUInt8: case kQnnSFixed8: case kQnnUFixed8: case kQnnBool8:
+    case kQnnSFixed4: case kQnnUFixed4:
+      return 1;
+    case kQnnInt16: case kQnnUInt16: case kQnnFloat16: case kQnnSFixed16: case kQnnUFixed16:
+      return 2;
+    case kQnnInt32: case kQnnUInt32: case kQnnFloat32: case kQnnSFixed32:
+      return 4;
+    case kQnnInt64: case kQnnUInt64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+namespace {
+
+QnnTensorKind kind_of(fb::QnnTensorType t) {
+  switch (t) {
+    case fb::QnnTensorType::APP_WRITE: return kQnnAppWrite;
+    case fb::QnnTensorType::APP_READ: return kQnnAppRead;
+    case fb::QnnTensorType::APP_READWRITE: return kQnnAppReadWrite;
+    case fb::QnnTensorType::STATIC: return kQnnStatic;
+    case fb::QnnTensorType::NULL_TENSOR: return kQnnNullTensor;
+    default: return kQnnNative;
+  }
+}
+
+// Per-axis scales / offsets of the payload as parallel arrays.
+void copy_axis(const fb::QuantizeParams* q, TensorDesc& d) {
+  const size_t n = q->scales() ? q->scales()->size() : 0;
+  d.scales.assign(n, 0.f);
+  d.offsets.assign(n, 0);
+  d.scale_offsets.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    d.scales[i] = q->scales()->Get(i);
+    d.offsets[i] = (q->offsets() && i < q->offsets()->size()) ? q->offsets()->Get(i) : 0;
+    d.scale_offsets[i] = {d.scales[i], d.offsets[i]};
+  }
+}
+
+Status fill_quant(const fb::QuantizeParams* q, TensorDesc& d, bool sub_byte) {
+  QnnQuantParams& out = core(d.tensor).quant;
+  std::memset(&out, 0, sizeof(out));
+  out.definition = kQnnQuantDefinitionUndefined;
+  out.encoding = kQnnEncUndefined;
+  if (q == nullptr || q->encoding() == fb::QnnQuantEncoding::UNDEFINED) return Status::Ok();
+  out.definition = kQnnQuantDefined;
+  const uint32_t bits = q->bitwidth();
+  switch (q->encoding()) {
+    case fb::QnnQuantEncoding::SCALE_OFFSET:
+    case fb::QnnQuantEncoding::BW_SCALE_OFFSET:
+      if (sub_byte || q->encoding() == fb::QnnQuantEncoding::BW_SCALE_OFFSET) {
+        out.encoding = kQnnEncBwScaleOffset;
+        out.bw_scale_offset = {bits, q->scale(), q->offset()};
+      } else {
+        out.encoding = kQnnEncScaleOffset;
+        out.scale_offset = {q->scale(), q->offset()};
+      }
+      return Status::Ok();
+    case fb::QnnQuantEncoding::AXIS_SCALE_OFFSET:
+    case fb::QnnQuantEncoding::BW_AXIS_SCALE_OFFSET:
+      copy_axis(q, d);
+      if (sub_byte || q->encoding() == fb::QnnQuantEncoding::BW_AXIS_SCALE_OFFSET) {
+        out.encoding = kQnnEncBwAxisScaleOffset;
+        out.bw_axis_scale_offset = {bits, q->axis(), uint32_t(d.scales.size()), d.scales.data(),
+                                    d.offsets.data()};
+      } else {
+        out.encoding = kQnnEncAxisScaleOffset;
+        out.axis_scale_offset = {q->axis(), uint32_t(d.scale_offsets.size()),
+                                 d.scale_offsets.data()};
+      }
+      return Status::Ok();
+    case fb::QnnQuantEncoding::BLOCKWISE_EXPANSION: {
+      copy_axis(q, d);
+      const size_t channels = d.scales.size();
+      const size_t total = q->block_scales() ? q->block_scales()->size() : 0;
+      if (channels == 0 || total % channels != 0) {
+        return make_error(ErrorKind::InvalidProgram, "tensor '%s': LPBQ has %zu block scales for "
+                          "%zu channels", d.name.c_str(), total, channels);
+      }
+      d.block_scales.assign(q->block_scales()->begin(), q->block_scales()->end());
+      d.blockwise.axis = q->axis();
+      d.blockwise.per_channel = d.scale_offsets.data();
+      d.blockwise.blocks_per_axis = uint32_t(total / channels);
+      d.blockwise.block_scale_bitwidth = q->block_scale_bitwidth();
+      d.blockwise.block_scale_storage = kQnnBlockScale8;
+      d.blockwise.block_scales = d.block_scales.data();
+      out.encoding = kQnnEncBlockwiseExpansion;
+      out.blockwise = &d.blockwise;
+      return Status::Ok();
+    }
+    default:
+      return make_error(ErrorKind::NotSupported, "tensor '%s': quantization encoding %d has no QNN "
+                        "counterpart", d.name.c_str(), int(q->encoding()));
+  }
+}
+
+// Sub-byte signed values packed low bits first -> one sign-extended int8 per element.
+void unpack_sub_byte(const uint8_t* src, size_t src_size, uint32_t bits, size_t numel,
+                     std::vector<uint8_t>& dst) {
+  const uint32_t per_byte = 8 / bits;
+  const uint32_t mask = (1u << bits) - 1;
+  dst.assign(numel, 0);
+  for (size_t i = 0; i < numel && i / per_byte < src_size; ++i) {
+    int32_t v = (src[i / per_byte] >> ((i % per_byte) * bits)) & mask;
+    if (v & (1 << (bits - 1))) v -= (1 << bits);
+    dst[i] = static_cast<uint8_t>(static_cast<int8_t>(v));
+  }
+}
+
+void narrow_int64(const uint8_t* src, size_t numel, std::vector<uint8_t>& dst) {
+  dst.resize(numel * 4);
+  for (size_t i = 0; i < numel; ++i) {
+    int64_t v;
+    std::memcpy(&v, src + i * 8, 8);
+    const int32_t n = static_cast<int32_t>(v);
+    std::memcpy(dst.data() + i * 4, &n, 4);
+  }
+}
+
+void set_header(TensorDesc& d, uint32_t version, QnnTensorKind kind, QnnDType dtype) {
+  std::memset(&d.tensor, 0, sizeof(d.tensor));
+  d.tensor.version = version;
+  QnnTensorV1& c = core(d.tensor);
+  c.name = d.name.c_str();
+  c.kind = kind;
+  c.data_format = 0;
+  c.dtype = dtype;
+  c.rank = uint32_t(d.dims.size());
+  c.dims = d.dims.empty() ? nullptr : d.dims.data();
+  c.mem_kind = kQnnMemRaw;
+  if (version == 2) d.tensor.v2.sparse.layout = 0x7FFFFFFF;
+  d.numel = 1;
+  for (uint32_t v : d.dims) d.numel *= v;
+  d.element_size = qnn_element_size(dtype);
+}
+
+}  // namespace
+
+Status describe_tensor(const fb::Tensor* t, uint32_t version, std::unique_ptr<TensorDesc>& out) {
+  out.reset(new TensorDesc());
+  TensorDesc& d = *out;
+  d.name = t->name()->str();
+  if (t->dims()) d.dims.assign(t->dims()->begin(), t->dims()->end());
+  auto dtype = static_cast<QnnDType>(static_cast<int32_t>(t->data_type()));
+  const bool sub_byte = dtype == kQnnSFixed4 || dtype == kQnnUFixed4;
+  QnnDType qnn_dtype = dtype;
+  if (dtype == kQnnInt64) qnn_dtype = kQnnInt32;
+  if (dtype == kQnnSFixed4) qnn_dtype = kQnnSFixed8;
+  if (dtype == kQnnUFixed4) qnn_dtype = kQnnUFixed8;
+  if (qnn_element_size(qnn_dtype) == 0) {
+    return make_error(ErrorKind::NotSupported, "tensor '%s': data type %d has no QNN counterpart",
+                      d.name.c_str(), int(dtype));
+  }
+  set_header(d, version, kind_of(t->type()), qnn_dtype);
+  d.int64_narrowed = dtype == kQnnInt64;
+  QNN_RETURN_IF_ERROR(fill_quant(t->quant(), d, sub_byte));
+  if (t->type() == fb::QnnTensorType::STATIC) {
+    const uint8_t* src = t->data() ? t->data()->data() : nullptr;
+    const size_t size = t->data() ? t->data()->size() : 0;
+    if (sub_byte) {
+      const uint32_t bits = t->quant() ? t->quant()->bitwidth() : 4;
+      unpack_sub_byte(src, size, bits == 0 || bits > 4 ? 4 : bits, d.numel, d.data);
+    } else if (d.int64_narrowed) {
+      if (size < d.numel * 8) {
+        return make_error(ErrorKind::InvalidProgram, "tensor '%s': %zu data bytes for %zu int64",
+                          d.name.c_str(), size, d.numel);
+      }
+      narrow_int64(src, d.numel, d.data);
+    } else {
+      if (size < d.nbytes()) {
+        return make_error(ErrorKind::InvalidProgram, "tensor '%s': %zu data bytes, %zu expected",
+                          d.name.c_str(), size, d.nbytes());
+      }
+      d.data.assign(src, src + d.nbytes());
+    }
+    core(d.tensor).buffer = {d.data.data(), uint32_t(d.data.size())};
+  }
+  return Status::Ok();
+}
+
+Status describe_param_tensor(const fb::Param* p, const std::string& name,
+                             std::unique_ptr<TensorDesc>& out) {
+  out.reset(new TensorDesc());
+  TensorDesc& d = *out;
+  d.name = name;
+  if (p->dims()) d.dims.assign(p->dims()->begin(), p->dims()->end());
+  auto dtype = static_cast<QnnDType>(static_cast<int32_t>(p->data_type()));
+  if (dtype == kQnnInt64) dtype = kQnnInt32;
+  if (dtype == kQnnUInt64) dtype = kQnnUInt32;
+  set_header(d, 1, kQnnStatic, dtype);
+  core(d.tensor).quant.definition = kQnnQuantDefinitionUndefined;
+  core(d.tensor).quant.encoding = kQnnEncUndefined;
+  d.data.assign(d.nbytes(), 0);
+  for (size_t i = 0; i < d.numel; ++i) {
+    uint8_t* dst = d.data.data() + i * d.element_size;
+    if (dtype == kQnnFloat32) {
+      const float v = (p->float_data() && i < p->float_data()->size()) ? p->float_data()->Get(i) : 0.f;
+      std::memcpy(dst, &v, 4);
+      continue;
+    }
+    const int64_t v = (p->int_data() && i < p->int_data()->size()) ? p->int_data()->Get(i) : 0;
+    if (d.element_size == 4) { const int32_t n = int32_t(v); std::memcpy(dst, &n, 4); }
+    else if (d.element_size == 2) { const int16_t n = int16_t(v); std::memcpy(dst, &n, 2); }
+    else if (d.element_size == 1) { dst[0] = uint8_t(v); }
+    else {
+      return make_error(ErrorKind::NotSupported, "param '%s': data type %d not supported",
+                        name.c_str(), int(dtype));
+    }
+  }
+  core(d.tensor).buffer = {d.data.data(), uint32_t(d.data.size())};
+  return Status::Ok();
+}
+
+}  // namespace qnn
+}  // namespace qnn_delegate

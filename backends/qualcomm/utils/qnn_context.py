@@ -1,0 +1,93 @@
+"""Real QNN at lowering: build a delegate blob's graphs through Qualcomm's QNN library
+(libQnnHtp.so, loaded by the native extension) for the compile spec's SoC and store the
+finalized context binary in the blob next to the payload.
+
+Without the libraries lowering still works (payload only; said once). When QNN refuses
+a graph, that delegate gets no context binary and a warning names the graph, op and QNN
+error; lowering never fails because of QNN.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional, Tuple
+
+from backends.qualcomm.serialization import qnn_payload_generated as gen
+from backends.qualcomm.serialization.payload_writer import QnnHtpSection, wrap_context_binary
+from backends.qualcomm.utils.runtime_options import load_extension
+
+logger = logging.getLogger("backends.qualcomm")
+
+# Set to "0" to skip building QNN context binaries at lowering (payload only).
+AOT_ENV = "QNN_DELEGATE_CONTEXT_BINARY"
+
+_said_unavailable = False
+
+
+def qnn_library_status() -> Tuple[bool, str]:
+    """(loaded, text): whether Qualcomm's QNN HTP library loads here; its versions or why not."""
+    extension = load_extension()
+    if extension is None:
+        return False, "the native extension backends.qualcomm._qnn_delegate is not built"
+    loaded, text = extension.qnn_library_status()
+    return bool(loaded), str(text)
+
+
+def _say_unavailable_once(reason: str) -> None:
+    global _said_unavailable
+    if not _said_unavailable:
+        _said_unavailable = True
+        logger.warning("qnn-delegate: no QNN context binaries (payload only): %s", reason)
+
+
+def payload_of(blob: bytes) -> bytes:
+    """The nested QnnPayload bytes of a delegate blob."""
+    root = gen.QnnContextBinary.GetRootAs(bytearray(blob), 0)
+    return root.PayloadAsNumpy().tobytes()
+
+
+def qnn_binary_of(blob: bytes) -> Optional[bytes]:
+    """The QNN context binary a delegate blob carries, or None."""
+    root = gen.QnnContextBinary.GetRootAs(bytearray(blob), 0)
+    section = root.QnnContext()
+    if section is None or section.BinaryLength() == 0:
+        return None
+    return section.BinaryAsNumpy().tobytes()
+
+
+def compile_qnn_section(blob: bytes, soc_model: int, vtcm_mb: int = 0,
+                        optimization_level: int = 0) -> QnnHtpSection:
+    """Every graph of `blob` built and finalized in one QNN context (RuntimeError when QNN
+    refuses: the message names graph, op and QNN error)."""
+    extension = load_extension()
+    binary, graphs = extension.qnn_compile(blob, int(soc_model), int(vtcm_mb), int(optimization_level))
+    return QnnHtpSection(binary=bytes(binary), soc_model=int(soc_model),
+                         graphs=[(str(name), list(ids)) for name, ids in graphs])
+
+
+def attach_qnn_context(blob: bytes, soc_model: int, vtcm_mb: int = 0,
+                       label: str = "delegate") -> bytes:
+    """`blob` with a QNN context binary added, or `blob` unchanged when the libraries are
+    missing, disabled by QNN_DELEGATE_CONTEXT_BINARY=0, or QNN refuses a graph (warned)."""
+    if os.environ.get(AOT_ENV, "1") == "0":
+        _say_unavailable_once(f"disabled by {AOT_ENV}=0")
+        return blob
+    loaded, text = qnn_library_status()
+    if not loaded:
+        _say_unavailable_once(text)
+        return blob
+    try:
+        section = compile_qnn_section(blob, soc_model, vtcm_mb)
+    except RuntimeError as exc:
+        logger.warning("qnn-delegate: %s gets no QNN context binary (it runs on the host engine "
+                       "only): %s", label, exc)
+        return blob
+    return wrap_context_binary(payload_of(blob), section)
+
+
+def attach_qnn_context_for_options(blob: bytes, options, label: str = "delegate") -> bytes:
+    """attach_qnn_context with the SoC model and VTCM size of QnnExecuTorchOptions."""
+    soc = options.socInfo
+    soc_model = int(soc.socModel) if soc is not None else 0
+    vtcm = int(soc.htpInfo.vtcmSizeInMb) if soc is not None and soc.htpInfo is not None else 0
+    return attach_qnn_context(blob, soc_model, vtcm, label)
