@@ -32,8 +32,16 @@ class LinearBuilder(NodeBuilder):
             b = gb.tensor(bias)
         else:
             b = gb.static_tensor(f"{node.name}_bias", np.zeros([w.dims[0]], dtype=np.float32))
-        gb.add_op(node, "FullyConnected", [x, w, b], [gb.define_output(node)],
-                  [bool_scalar("keep_dims", True)])
+        out = gb.define_output(node)
+        if len(x.dims) <= 2:
+            gb.add_op(node, "FullyConnected", [x, w, b], [out])
+            return
+        # QNN's FullyConnected takes keep_dims=false only (backendValidateOpConfig refuses
+        # true): a [M, N] result, then a Reshape to the node's leading dims.
+        rows = int(np.prod(x.dims[:-1]))
+        flat = gb.like(out, f"{node.name}_2d", [rows, out.dims[-1]])
+        gb.add_op(node, "FullyConnected", [x, w, b], [flat])
+        gb.add_op(node, "Reshape", [flat], [out], suffix="restore_dims")
 
 
 _MATMUL_OPS = [_aten.matmul.default, _aten.bmm.default, _aten.mm.default, _aten.addmm.default]

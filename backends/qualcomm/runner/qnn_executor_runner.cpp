@@ -392,6 +392,7 @@ bool forward_backend_options(const Args& a) {
   add_int_option(opts, rt_options::kLogLevelKey, a.log_level);
   add_int_option(opts, rt_options::kProfileLevelKey, a.profile_level);
   add_int_option(opts, rt_options::kPerformanceModeKey, a.htp_performance_mode);
+  add_int_option(opts, rt_options::kEngineKey, a.engine);
   if (a.heap_profiling_path_given) {
     BackendOption o;
     std::snprintf(o.key, sizeof(o.key), "%s", rt_options::kHeapProfilingPathKey);

@@ -49,6 +49,10 @@ int apply_flag(const std::string& key, const std::string& value, Args& a) {
     return parse_option_int(key, value, rt_options::kPerformanceModeKey, a.htp_performance_mode) ? 0 : 1;
   }
   else if (key == "--debug_output_path") a.debug_output_path = value;
+  else if (key == "--engine") {
+    a.engine = value == "auto" ? 0 : value == "qnn" ? 1 : value == "host" ? 2 : -1;
+    ok = a.engine >= 0;
+  }
   else if (key == "--debug_buffer_size") ok = parse_int(value, a.debug_buffer_size) && a.debug_buffer_size > 0;
   else if (key == "--heap_profiling_path") {
     a.heap_profiling_path = value;
@@ -92,6 +96,8 @@ void print_usage() {
       "  --profile_level <n>        QnnDelegate profile level (0 off, 1 basic, 2 detailed)\n"
       "  --htp_performance_mode <n> QnnDelegate HTP performance mode (0..8, 2 = burst)\n"
       "  --heap_profiling_path <file>  QnnDelegate heap checkpoints (needs a profile level)\n"
+      "  --engine auto|qnn|host     engine of the delegates: Qualcomm's QNN library (context\n"
+      "                             binary), the host engine, or auto (QNN when possible)\n"
       "  --dump_intermediate_outputs  log every dumped delegate tensor into the ETDump (needs\n"
       "                             --etdump_path and a .pte lowered with dump_intermediate_outputs)\n"
       "  --debug_output_path <file> the debug buffer holding the dumped tensors\n"

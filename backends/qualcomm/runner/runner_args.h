@@ -11,6 +11,7 @@ struct Args {
   int method_index = 0, iteration = 1, warm_up = 0;
   // Backend runtime options: forwarded only when given (-1 / unset = not given).
   int log_level = -1, profile_level = -1, htp_performance_mode = -1;
+  int engine = -1;  // -1 = not given; 0 auto, 1 qnn, 2 host
   bool heap_profiling_path_given = false;
   std::string heap_profiling_path;
   // Intermediate tensor dumps into the ETDump's debug buffer.

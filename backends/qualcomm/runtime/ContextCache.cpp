@@ -74,6 +74,13 @@ void ContextCache::release(QnnContext* context) {
   HeapProfiler::context_freed();
 }
 
+size_t ContextCache::live_qnn_contexts() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t n = 0;
+  for (const auto& c : contexts_) n += c->qnn != nullptr;
+  return n;
+}
+
 size_t ContextCache::live_contexts() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return contexts_.size();

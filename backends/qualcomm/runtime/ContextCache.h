@@ -44,6 +44,7 @@ class ContextCache {
   void release(QnnContext* context);
 
   size_t live_contexts() const;
+  size_t live_qnn_contexts() const;  // of those, the ones on the QNN engine
 
  private:
   mutable std::mutex mutex_;

@@ -244,8 +244,11 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
   auto* handle = new (std::nothrow) QnnDelegateHandle();
   if (handle == nullptr) return Error::MemoryAllocationFailed;
   engine::ThreadPool::instance();  // workers are created here, never on the execute path
-  const EngineChoice engine =
-      static_cast<EngineChoice>(RuntimeOptions::instance().snapshot().engine.value_or(0));
+  EngineChoice engine = static_cast<EngineChoice>(
+      RuntimeOptions::instance().snapshot().engine.value_or(static_cast<int>(default_engine())));
+  if (engine == EngineChoice::Auto && options.dump_intermediate_outputs) {
+    engine = EngineChoice::Host;  // intermediate dumps are a host-engine feature
+  }
   qnn::QnnLibrary::set_forward_level(effective_options(options).log_level);
   const engine::Status s = ContextCache::instance().acquire(
       processed->data(), processed->size(), engine_options_from_env(), heap_request(options),

@@ -7,6 +7,9 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Lowering builds QNN context binaries only in the real-QNN tests (test_qnn_real.py turns it
+# on); elsewhere delegates carry the payload only and run on the host engine (fast).
+os.environ.setdefault("QNN_DELEGATE_CONTEXT_BINARY", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

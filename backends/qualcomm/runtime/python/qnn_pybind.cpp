@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/qualcomm/runtime/ContextCache.h"
 #include "backends/qualcomm/runtime/PayloadLoader.h"
 #include "backends/qualcomm/runtime/qnn/QnnCompiler.h"
 #include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
@@ -142,7 +143,7 @@ py::tuple run(const py::bytes& blob_bytes, const std::vector<py::array>& inputs,
   }
   if (!s.ok()) raise(s);
   py::list events;
-  for (const auto& e : samples) events.append(py::make_tuple(e.name, e.unit, e.value, e.is_node));
+  for (const auto& e : samples) events.append(py::make_tuple(e.name, e.unit, e.value, e.is_node, e.type, e.depth));
   return py::make_tuple(outputs, events);
 }
 
@@ -158,6 +159,8 @@ void register_qnn_bindings(py::module_& m) {
         "naming graph, op and QNN error when QNN refuses.");
   m.def("qnn_validate_op", &validate, py::arg("blob"), py::arg("graph_index"), py::arg("op_index"),
         "None when QNN's backendValidateOpConfig accepts the op, else QNN's reason.");
+  m.def("live_qnn_context_count", [] { return runtime::ContextCache::instance().live_qnn_contexts(); },
+        "Loaded contexts that run on the QNN engine.");
   m.def("run_payload_qnn", &run, py::arg("blob"), py::arg("inputs"), py::arg("graph_index") = 0,
         py::arg("profile_level") = 0,
         "Load the blob's QNN context binary, execute one graph once: (outputs, profile events).");

@@ -328,6 +328,23 @@ struct QnnFunctionTable {
   QnnFnSlot device_set_config;
   QnnFnSlot device_get_info;
   QnnStatus (*device_free)(QnnHandle device);
+
+  QnnFnSlot signal_create;
+  QnnFnSlot signal_set_config;
+  QnnFnSlot signal_trigger;
+  QnnFnSlot signal_free;
+
+  QnnFnSlot error_get_message;
+  QnnFnSlot error_get_verbose_message;
+  QnnFnSlot error_free_verbose_message;
+
+  QnnFnSlot graph_prepare_execution_environment;
+  QnnFnSlot graph_release_execution_environment;
+  QnnFnSlot graph_get_property;
+
+  QnnStatus (*context_validate_binary)(QnnHandle backend, QnnHandle device,
+                                       const QnnConfig** config, const void* binary,
+                                       uint64_t size);
 };
 
 // One provider of a backend library.
@@ -354,6 +371,10 @@ static_assert(offsetof(QnnProvider, functions) == 40, "QnnProvider layout");
 static_assert(offsetof(QnnOpConfig, v1) == 8, "QnnOpConfig layout");
 static_assert(offsetof(HtpDeviceConfig, soc_model) == 8, "HTP device config: union at 8");
 static_assert(offsetof(QnnFunctionTable, device_free) == 43 * sizeof(void*), "function table order");
+static_assert(offsetof(QnnFunctionTable, context_validate_binary) == 54 * sizeof(void*),
+              "function table order");
+
+inline constexpr QnnStatus kQnnNotSupported = 1000;
 
 // Core API major version these declarations follow.
 inline constexpr uint32_t kQnnCoreApiMajor = 2;

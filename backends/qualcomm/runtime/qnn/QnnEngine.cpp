@@ -1,6 +1,7 @@
 #include "backends/qualcomm/runtime/qnn/QnnEngine.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -99,9 +100,10 @@ void log_profile(executorch::runtime::EventTracer* tracer, const qnn::QnnGraphRu
         total_cycles ? uint64_t(double(end - start) * double(s.value) / double(total_cycles)) : 0;
     n = std::snprintf(metadata, sizeof(metadata), "type=QnnNode;cycles=%llu",
                       static_cast<unsigned long long>(s.value));
+    // "<op name>:OpId_<n> (cycles)" -> "<op name>" (the payload op's name).
     std::string name = s.name;
-    const size_t paren = name.find(" (");
-    if (paren != std::string::npos) name.resize(paren);
+    const size_t cut = name.find_first_of(": ");
+    if (cut != std::string::npos && cut > 0) name.resize(cut);
     executorch::runtime::event_tracer_log_profiling_delegate(
         tracer, name.c_str(), executorch::runtime::kUnsetDelegateDebugIntId, cursor,
         cursor + span, metadata, size_t(n));
@@ -125,6 +127,12 @@ bool parse_engine_choice(const char* text, EngineChoice* out) {
   if (!std::strcmp(text, "qnn") || !std::strcmp(text, "1")) { *out = EngineChoice::Qnn; return true; }
   if (!std::strcmp(text, "host") || !std::strcmp(text, "2")) { *out = EngineChoice::Host; return true; }
   return false;
+}
+
+EngineChoice default_engine() {
+  EngineChoice choice = EngineChoice::Auto;
+  parse_engine_choice(std::getenv("QNN_DELEGATE_ENGINE"), &choice);
+  return choice;
 }
 
 Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,

@@ -21,6 +21,10 @@ const char* engine_choice_name(EngineChoice choice);
 // "auto" / "qnn" / "host" (or "0" / "1" / "2") -> choice; false for anything else.
 bool parse_engine_choice(const char* text, EngineChoice* out);
 
+// The engine used when the runtime option is not set: $QNN_DELEGATE_ENGINE if it
+// names one, else auto.
+EngineChoice default_engine();
+
 // The QNN context of a delegate blob when `choice` asks for QNN and it loads; `out`
 // stays null when the host engine runs it (auto says why once per reason). Error only
 // when QNN is forced and cannot run the blob.

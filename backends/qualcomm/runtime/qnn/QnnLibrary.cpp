@@ -1,6 +1,5 @@
 #include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
 #include <sys/stat.h>
 
@@ -88,26 +87,6 @@ Status find_library_dir(std::string& dir) {
   return Status::Ok();
 }
 
-// A wheel repaired by auditwheel keeps its bundled libc++ in <pkg>.libs/ next to the
-// package folder; load it first (global) so the QNN libraries resolve against it.
-void preload_bundled_libcxx(const std::string& dir) {
-  const std::string libs = dir + ".libs";
-  DIR* d = ::opendir(libs.c_str());
-  if (d == nullptr) return;
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    if (std::strncmp(e->d_name, "libc++", 6) == 0) names.emplace_back(e->d_name);
-  }
-  ::closedir(d);
-  // libc++abi before libc++.
-  for (int pass = 0; pass < 2; ++pass) {
-    for (const std::string& n : names) {
-      const bool abi = n.rfind("libc++abi", 0) == 0;
-      if (abi == (pass == 0)) ::dlopen((libs + "/" + n).c_str(), RTLD_NOW | RTLD_GLOBAL);
-    }
-  }
-}
-
 const char* error_name(QnnStatus code) {
   switch (code) {
     case 1000: return "not supported";
@@ -177,7 +156,10 @@ Status QnnLibrary::load() {
   if (::stat(path_.c_str(), &st) != 0) {
     return make_error(ErrorKind::NotSupported, "no %s in %s", kHtpLibrary, dir.c_str());
   }
-  preload_bundled_libcxx(dir);
+  // RTLD_LOCAL: the library finds its bundled libc++ through its own RPATH
+  // ($ORIGIN/../onnxruntime_qnn.libs). Loading that libc++abi globally would interpose
+  // the C++ exception runtime of the whole process (a crash when Python's ExecuTorch
+  // bindings throw).
   handle_ = ::dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle_ == nullptr) {
     return make_error(ErrorKind::NotSupported, "dlopen(%s) failed: %s", path_.c_str(), ::dlerror());

@@ -42,24 +42,26 @@ Status verify_section(const fb::QnnHtpContext* q) {
   return Status::Ok();
 }
 
+void collect_tree(const QnnFunctionTable& fn, uint64_t event, int depth,
+                  std::vector<QnnProfileSample>& out) {
+  QnnProfileEvent data{};
+  if (fn.profile_get_event_data(event, &data) == 0) {
+    out.push_back({data.identifier ? data.identifier : "?", data.unit, data.value,
+                   data.type == kQnnProfileEventNode, data.type, depth});
+  }
+  const uint64_t* subs = nullptr;
+  uint32_t num_subs = 0;
+  if (depth > 2 || fn.profile_get_sub_events(event, &subs, &num_subs) != 0) return;
+  for (uint32_t i = 0; i < num_subs; ++i) collect_tree(fn, subs[i], depth + 1, out);
+}
+
+// Events of the last execute (QNN keeps the events of the latest call in the handle).
 void collect_events(const QnnFunctionTable& fn, QnnHandle profile,
                     std::vector<QnnProfileSample>& out) {
   const uint64_t* events = nullptr;
   uint32_t count = 0;
-  if (fn.profile_get_events(profile, &events, &count) != 0 || count == 0) return;
-  const uint64_t last = events[count - 1];  // this execute
-  QnnProfileEvent data{};
-  if (fn.profile_get_event_data(last, &data) == 0) {
-    out.push_back({data.identifier ? data.identifier : "execute", data.unit, data.value, false});
-  }
-  const uint64_t* subs = nullptr;
-  uint32_t num_subs = 0;
-  if (fn.profile_get_sub_events(last, &subs, &num_subs) != 0) return;
-  for (uint32_t i = 0; i < num_subs; ++i) {
-    if (fn.profile_get_event_data(subs[i], &data) != 0) continue;
-    out.push_back({data.identifier ? data.identifier : "?", data.unit, data.value,
-                   data.type == kQnnProfileEventNode});
-  }
+  if (fn.profile_get_events(profile, &events, &count) != 0) return;
+  for (uint32_t i = 0; i < count; ++i) collect_tree(fn, events[i], 0, out);
 }
 
 }  // namespace
@@ -170,6 +172,14 @@ Status QnnLoadedContext::load(const fb::QnnContextBinary* blob, const fb::QnnPay
   if (st != 0) {
     return make_error(ErrorKind::NotSupported, "%s", with_log(
         "QNN deviceCreate for SoC model " + std::to_string(q->soc_model()) + " failed: " +
+        qnn_error_text(st)).c_str());
+  }
+  st = lib->fn().context_validate_binary(lib->backend(), ctx->device_, nullptr,
+                                         q->binary()->data(), q->binary()->size());
+  if (st != 0 && st != kQnnNotSupported) {  // 1000: this backend cannot validate (x86)
+    return make_error(ErrorKind::InvalidProgram, "%s", with_log(
+        "QNN contextValidateBinary (" + std::to_string(q->binary()->size()) +
+        " bytes, SoC model " + std::to_string(q->soc_model()) + ") refused the context binary: " +
         qnn_error_text(st)).c_str());
   }
   st = lib->fn().context_create_from_binary(lib->backend(), ctx->device_, nullptr,

@@ -23,6 +23,8 @@ struct QnnProfileSample {
   uint32_t unit = 0;  // kQnnProfileUnitMicroseconds / kQnnProfileUnitCycles
   uint64_t value = 0;
   bool is_node = false;
+  uint32_t type = 0;  // QNN event type (400 execute, 404 node, ...)
+  int depth = 0;      // 0 = top-level event, 1 = its sub-event, ...
 };
 
 class QnnGraphRunner {
