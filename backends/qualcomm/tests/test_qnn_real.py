@@ -130,17 +130,24 @@ def test_missing_library_is_a_clear_message_and_lowering_still_works(tmp_path):
     assert "no QNN context binaries (payload only)" in result.stderr
 
 
+@pytest.fixture(scope="module")
+def struct_cases():
+    """Lowered once for both tensor versions: fp16 (tensor params, scalars), 8a8w per-tensor
+    (SCALE_OFFSET), 8a8w per-channel (AXIS_SCALE_OFFSET), 16a4w (BW_AXIS_SCALE_OFFSET)."""
+    os.environ[AOT_ENV] = "0"  # compiled by the test itself
+    torch.manual_seed(0)
+    return [QnnTester(ConvLinearSoftmax(), _inputs()).lower(),
+            QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_8a8w).lower(),
+            QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_8a8w, per_channel=True).lower(),
+            QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_16a4w, per_channel=True).lower()]
+
+
 @pytest.mark.parametrize("tensor_version", [1, 2])
-def test_each_struct_kind_is_accepted(tensor_version):
+def test_each_struct_kind_is_accepted(struct_cases, tensor_version):
     """Tensor v1 / v2, op configs, scalar and tensor params, per-tensor / per-axis / bit-width
     quantization encodings: QNN validates every op and finalizes the graph."""
-    torch.manual_seed(0)
-    cases = [QnnTester(ConvLinearSoftmax(), _inputs()).lower(),   # fp16: tensor params, scalars
-             QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_8a8w).lower(),  # SCALE_OFFSET
-             QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_8a8w, per_channel=True).lower(),
-             QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_16a4w, per_channel=True).lower()]
     encodings = set()
-    for tester in cases:
+    for tester in struct_cases:
         blob = tester.delegate_blobs()[0]
         graph = tester.payload()
         encodings |= {t.quant.split("(")[0] for t in graph.tensors if t.quant}
@@ -241,12 +248,13 @@ def test_quantized_conv_add_relu_qnn_matches_host(tmp_path, quant_dtype, max_ste
 
 def test_auto_uses_qnn_when_the_delegate_has_a_binary(tmp_path, monkeypatch):
     inputs = _inputs()
-    pte = _fp16_pte(tmp_path / "with", ConvAddRelu().eval(), inputs)
+    module = ConvAddRelu().eval()
+    pte = _fp16_pte(tmp_path / "with", module, inputs)
     auto, on_qnn = _run_pte(pte, inputs, "auto")
     qnn, _ = _run_pte(pte, inputs, "qnn")
     assert on_qnn == 1 and torch.equal(auto[0], qnn[0])
     monkeypatch.setenv(AOT_ENV, "0")
-    bare = _fp16_pte(tmp_path / "without", ConvAddRelu().eval(), inputs)
+    bare = _fp16_pte(tmp_path / "without", module, inputs)
     auto_bare, on_qnn_bare = _run_pte(bare, inputs, "auto")
     host, _ = _run_pte(pte, inputs, "host")
     assert on_qnn_bare == 0 and torch.equal(auto_bare[0], host[0])
