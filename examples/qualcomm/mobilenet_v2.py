@@ -43,6 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warm_up", type=int, default=2, help="untimed runner warm-up runs")
     parser.add_argument("--quantize", action="store_true",
                         help="quantize 8a8w with QnnQuantizer (calibrated on the photos) instead of fp16")
+    parser.add_argument("--skip_qnn", action="store_true",
+                        help="do not run the QNN engine (Qualcomm's library) after the host engine")
     return parser.parse_args(argv)
 
 
@@ -90,14 +92,15 @@ def export_pte(model: torch.nn.Module, example: torch.Tensor, soc_model: str, pt
 
 
 def run_on_runner(pte_path: Path, photos: dict[str, torch.Tensor], artifact: Path,
-                  iterations: int, warm_up: int) -> utils.RunnerResult:
+                  iterations: int, warm_up: int, engine: str = "host") -> utils.RunnerResult:
     input_list = utils.write_input_files([[x] for x in photos.values()], artifact / "inputs")
     runner = utils.find_runner()
-    utils.log_step(f"running {runner.name} ({len(photos)} photos, {warm_up} warm-up + "
-                   f"{iterations} iterations each)")
+    utils.log_step(f"running {runner.name} --engine {engine} ({len(photos)} photo(s), {warm_up} "
+                   f"warm-up + {iterations} iteration(s) each)")
+    suffix = "" if engine == "host" else f"_{engine}"
     result = utils.run_runner(
-        pte_path, input_list, artifact / "outputs", iterations=iterations, warm_up=warm_up,
-        perf_path=artifact / "performance.txt", runner=runner,
+        pte_path, input_list, artifact / f"outputs{suffix}", iterations=iterations, warm_up=warm_up,
+        perf_path=artifact / f"performance{suffix}.txt", runner=runner, extra_flags=["--engine", engine],
     )
     if result.returncode != 0:
         raise utils.ExampleError(
@@ -157,7 +160,37 @@ def main(argv: list[str] | None = None) -> int:
           f"runner average latency {latency}")
     check_results(outcomes, delegated_top1["chelsea"],
                   MAX_RELATIVE_LOGIT_DIFF_8A8W if args.quantize else MAX_RELATIVE_LOGIT_DIFF)
+    if not args.skip_qnn:
+        compare_with_qnn(pte_path, photos, artifact, eager, result)
     return 0
+
+
+def compare_with_qnn(pte_path: Path, photos: dict[str, torch.Tensor], artifact: Path,
+                     eager: dict[str, torch.Tensor], host: utils.RunnerResult) -> None:
+    """One photo, one iteration on Qualcomm's QNN library (x86 emulation of the HTP: seconds)."""
+    from backends.qualcomm.utils.qnn_context import qnn_library_status
+
+    loaded, status = qnn_library_status()
+    if not loaded:
+        print(f"
+QNN engine: skipped ({status})")
+        return
+    name = "chelsea" if "chelsea" in photos else next(iter(photos))
+    try:
+        qnn = run_on_runner(pte_path, {name: photos[name]}, artifact, 1, 0, engine="qnn")
+    except utils.ExampleError as error:  # e.g. QNN refused the graph at lowering: no context binary
+        print(f"\nQNN engine: could not run ({str(error).strip().splitlines()[-1]})")
+        return
+    qnn_logits = utils.read_raw_output(artifact / "outputs_qnn", 0, 0, eager[name])
+    host_logits = utils.read_raw_output(artifact / "outputs", list(photos).index(name), 0, eager[name])
+    span = float(eager[name].max() - eager[name].min())
+    print(f"
+QNN engine ({name}): top-1 {int(qnn_logits.argmax())} vs host {int(host_logits.argmax())} "
+          f"vs eager {int(eager[name].argmax())}; max |QNN - host| = "
+          f"{float((qnn_logits - host_logits).abs().max()) / span:.3%} of the logit range")
+    qnn_ms = "n/a" if qnn.avg_latency_ms is None else f"{qnn.avg_latency_ms:.0f} ms"
+    host_ms = "n/a" if host.avg_latency_ms is None else f"{host.avg_latency_ms:.2f} ms"
+    print(f"latency: host engine {host_ms}, QNN (x86 emulation) {qnn_ms}")
 
 
 if __name__ == "__main__":

@@ -164,6 +164,7 @@ def run_runner(
     perf_path: Path | None = None,
     runner: Path | None = None,
     timeout_s: float = 600.0,
+    extra_flags: list[str] | None = None,
 ) -> RunnerResult:
     """Invoke ``qnn_executor_runner``; never raises on a failing exit code."""
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -177,6 +178,7 @@ def run_runner(
     ]
     if perf_path is not None:
         command += ["--performance_output_path", str(perf_path)]
+    command += list(extra_flags or [])
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
     latency = read_latency_ms(perf_path) if perf_path is not None and done.returncode == 0 else None
     return RunnerResult(done.returncode, done.stdout, done.stderr, latency)

@@ -126,7 +126,8 @@ def test_missing_library_is_a_clear_message_and_lowering_still_works(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"STATUS False QNN_LIB_DIR={tmp_path / 'nowhere'} is not a folder" in result.stdout
     assert "BINARY None" in result.stdout
-    assert "RAN 0.0" in result.stdout
+    ran = [line for line in result.stdout.splitlines() if line.startswith("RAN ")]
+    assert ran and float(ran[0].split()[1]) < 1e-3  # host engine, fp16 rounding of relu
     assert "no QNN context binaries (payload only)" in result.stderr
 
 
