@@ -172,8 +172,7 @@ def compare_with_qnn(pte_path: Path, photos: dict[str, torch.Tensor], artifact: 
 
     loaded, status = qnn_library_status()
     if not loaded:
-        print(f"
-QNN engine: skipped ({status})")
+        print(f"\nQNN engine: skipped ({status})")
         return
     name = "chelsea" if "chelsea" in photos else next(iter(photos))
     try:
@@ -184,8 +183,7 @@ QNN engine: skipped ({status})")
     qnn_logits = utils.read_raw_output(artifact / "outputs_qnn", 0, 0, eager[name])
     host_logits = utils.read_raw_output(artifact / "outputs", list(photos).index(name), 0, eager[name])
     span = float(eager[name].max() - eager[name].min())
-    print(f"
-QNN engine ({name}): top-1 {int(qnn_logits.argmax())} vs host {int(host_logits.argmax())} "
+    print(f"\nQNN engine ({name}): top-1 {int(qnn_logits.argmax())} vs host {int(host_logits.argmax())} "
           f"vs eager {int(eager[name].argmax())}; max |QNN - host| = "
           f"{float((qnn_logits - host_logits).abs().max()) / span:.3%} of the logit range")
     qnn_ms = "n/a" if qnn.avg_latency_ms is None else f"{qnn.avg_latency_ms:.0f} ms"
