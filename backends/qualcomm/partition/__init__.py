@@ -1,2 +1,2 @@
-"""Upstream's module path (executorch.backends.qualcomm.partition): QnnPartitioner lives in
+"""Upstream's module path (<upstream>.partition): QnnPartitioner lives in
 backends.qualcomm.partitioner."""

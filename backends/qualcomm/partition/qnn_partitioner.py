@@ -1,4 +1,4 @@
-"""Upstream's module path executorch.backends.qualcomm.partition.qnn_partitioner."""
+"""Upstream's module path <upstream>.partition.qnn_partitioner."""
 from backends.qualcomm.partitioner.qnn_partitioner import QnnPartitioner
 
 __all__ = ["QnnPartitioner"]

@@ -25,7 +25,7 @@ from backends.qualcomm.quantizer.observers import LpbqFakeQuantize, LpbqObserver
 
 class QuantDtype(enum.IntEnum):
     """<activation bits>a<weight bits>w; fp16a8w = float activations, int8 weights only.
-    Values are upstream's (executorch.backends.qualcomm.quantizer.quantizer.QuantDtype)."""
+    Values are upstream's (<upstream>.quantizer.quantizer.QuantDtype)."""
 
     use_16a16w = 0
     use_16a8w = 1

@@ -1,5 +1,5 @@
 """QnnQuantizer: a torchao PT2E Quantizer for qnn-delegate (prepare_pt2e / convert_pt2e /
-prepare_qat_pt2e), with upstream's API (executorch.backends.qualcomm.quantizer).
+prepare_qat_pt2e), with upstream's API (<upstream>.quantizer).
 
     quantizer = QnnQuantizer()
     quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_conv_per_channel=True)

@@ -1,4 +1,4 @@
-"""Upstream's module path executorch.backends.qualcomm.serialization.qc_schema (the enums of
+"""Upstream's module path <upstream>.serialization.qc_schema (the enums of
 the compile options)."""
 from backends.qualcomm.utils.compile_spec import (
     HtpArch, QcomChipset, QnnExecuTorchBackendType, QnnExecuTorchHtpPerformanceMode,

@@ -1,7 +1,7 @@
 """Upstream drop-in API of the quantizer and its recipe fixes (issues 10 and 17).
 
 TestUpstreamScript: a quantize-and-lower script written against upstream's API
-(executorch.backends.qualcomm) runs unchanged after replacing the import prefix, for each
+(the Qualcomm package inside the executorch wheel) runs unchanged after replacing the import prefix, for each
 of the 8 dtypes and QAT, and its delegate agrees with the QDQ reference within 1 step.
 TestQuantizerApi: upstream's names, signatures, defaults and enum values; custom
 annotations, discard, predicates, recipes, act_symmetric / eps / act_observer.
@@ -44,15 +44,16 @@ class EmbedConvLinear(torch.nn.Module):
         return self.linear(self.embedding(idx)), self.conv(image)
 
 
-# Written against upstream's API; only the import prefix is replaced before it runs.
+# Written against upstream's API. UPSTREAM_QUALCOMM stands for the import prefix of upstream's
+# package in the executorch wheel; the test replaces it with ours, as a user switching would.
 UPSTREAM_SCRIPT = textwrap.dedent('''
     import torch
     from torchao.quantization.pt2e import MovingAverageMinMaxObserver
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
-    from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer, QuantDtype
-    from executorch.backends.qualcomm.serialization.qc_schema import QcomChipset, QnnExecuTorchBackendType
-    from executorch.backends.qualcomm.utils.utils import (
+    from UPSTREAM_QUALCOMM.quantizer.quantizer import QnnQuantizer, QuantDtype
+    from UPSTREAM_QUALCOMM.serialization.qc_schema import QcomChipset, QnnExecuTorchBackendType
+    from UPSTREAM_QUALCOMM.utils.utils import (
         generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec, to_edge_transform_and_lower_to_qnn,
     )
 
@@ -86,14 +87,14 @@ UPSTREAM_SCRIPT_PARTITIONER = textwrap.dedent('''
     from torchao.quantization.pt2e import MinMaxObserver
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from executorch.backends.qualcomm.partition.qnn_partitioner import QnnPartitioner
-    from executorch.backends.qualcomm.quantizer.quantizer import (
+    from UPSTREAM_QUALCOMM.partition.qnn_partitioner import QnnPartitioner
+    from UPSTREAM_QUALCOMM.quantizer.quantizer import (
         ModuleQConfig, QnnQuantizer, QuantDtype, get_submodule_type_predicate,
     )
-    from executorch.backends.qualcomm.serialization.qc_schema import (
+    from UPSTREAM_QUALCOMM.serialization.qc_schema import (
         QcomChipset, QnnExecuTorchHtpPerformanceMode,
     )
-    from executorch.backends.qualcomm.utils.utils import (
+    from UPSTREAM_QUALCOMM.utils.utils import (
         generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
     )
 
@@ -128,7 +129,7 @@ UPSTREAM_SCRIPT_PARTITIONER = textwrap.dedent('''
 
 def _upstream_script(script: str = UPSTREAM_SCRIPT):
     namespace = {}
-    exec(compile(script.replace("executorch.backends.qualcomm", "backends.qualcomm"),
+    exec(compile(script.replace("UPSTREAM_QUALCOMM", "backends.qualcomm"),
                  "upstream_script", "exec"), namespace)
     return namespace["quantize_and_lower"]
 

@@ -1,4 +1,4 @@
-"""Upstream helpers (executorch.backends.qualcomm.utils.utils) that no other module of
+"""Upstream helpers (<upstream>.utils.utils) that no other module of
 ours has: skip_annotation, and from_context_binary / dump_context_from_pte, which need
 real QNN context binaries in the .pte (not built yet: they raise a clear error)."""
 from __future__ import annotations

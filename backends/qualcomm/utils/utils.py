@@ -1,4 +1,4 @@
-"""Upstream's module path executorch.backends.qualcomm.utils.utils: the lowering helpers a
+"""Upstream's module path <upstream>.utils.utils: the lowering helpers a
 script imports from there."""
 from backends.qualcomm.utils.compile_spec import generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
 from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn
