@@ -59,7 +59,8 @@ def time_runtime(pte_path: Path, example: torch.Tensor, runs: int, warm_up: int)
     import backends.qualcomm  # noqa: F401  registers the QnnDelegate backend
     from executorch.runtime import Runtime
 
-    method = Runtime.get().load_program(str(pte_path)).load_method("forward")
+    program = Runtime.get().load_program(str(pte_path))  # keep: its methods point into it
+    method = program.load_method("forward")
     for _ in range(warm_up):
         method.execute([example])
     latencies = []

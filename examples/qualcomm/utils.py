@@ -104,7 +104,8 @@ def run_samples_with_runtime(
     import backends.qualcomm  # noqa: F401  registers the QnnDelegate backend
     from executorch.runtime import Runtime
 
-    method = Runtime.get().load_program(str(pte_path)).load_method("forward")
+    program = Runtime.get().load_program(str(pte_path))  # keep: its methods point into it
+    method = program.load_method("forward")
     return [
         [torch.as_tensor(out).clone() for out in method.execute(list(sample))] for sample in samples
     ]

@@ -134,7 +134,8 @@ class TestQNNDimOrder(unittest.TestCase):
         inputs, outputs, _ = _io_dim_orders(tester)
         self.assertEqual((inputs, outputs), ([CHANNELS_LAST], [[]]))
         tester.to_executorch()
-        method = Runtime.get().load_program(tester.pte_path).load_method("forward")
+        program = Runtime.get().load_program(tester.pte_path)  # keep: its methods point into it
+        method = program.load_method("forward")
         with self.assertRaises(RuntimeError):
             method.execute([randn(1, 3, 8, 8)])
 

@@ -1,7 +1,9 @@
 """Importing the package prints nothing from known third-party noise, and hides nothing else."""
 import logging
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from backends.qualcomm._quiet_imports import silence_third_party_noise
 
@@ -12,13 +14,19 @@ from backends.qualcomm import (QcomChipset, generate_htp_compiler_spec,
 from executorch.runtime import Runtime
 specs = generate_qnn_executorch_compiler_spec(QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True))
 edge = to_edge_transform_and_lower_to_qnn(torch.nn.ReLU(), (torch.randn(1, 4),), specs)
-method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+program = Runtime.get().load_program(edge.to_executorch().buffer)  # must outlive its methods
+method = program.load_method("forward")
 print("out", method.execute([torch.ones(1, 4)])[0].sum().item())
 """
 
 
-def test_import_lower_and_run_print_no_third_party_noise():
-    proc = subprocess.run([sys.executable, "-c", _LOWER_AND_RUN], capture_output=True, text=True, timeout=300)
+def test_import_lower_and_run_print_no_third_party_noise(tmp_path):
+    # A user's script file, run from its own folder.
+    script = tmp_path / "lower_and_run.py"
+    script.write_text(_LOWER_AND_RUN)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[3]))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "out 4.0"
     for noise in ("Failed to load", "_C_mxfp8", "Enum subclass", "LeafSpec"):

@@ -384,7 +384,8 @@ class TestQNNRobustness:
     def test_wrong_shaped_input_gives_an_error(self, small_model):
         from executorch.runtime import Runtime
 
-        method = Runtime.get().load_program(small_model.pte_path).load_method("forward")
+        program = Runtime.get().load_program(small_model.pte_path)  # keep: its methods point into it
+        method = program.load_method("forward")
         for bad in (torch.randn(1, 3, 8, 8), torch.randn(1, 3, 16, 16).to(torch.float64)):
             with pytest.raises(Exception) as info:
                 method.execute([bad])

@@ -140,7 +140,8 @@ def _run_program(et_program, inputs):
     from backends.qualcomm.utils.runtime_options import require_extension
 
     require_extension()
-    method = Runtime.get().load_program(et_program.buffer).load_method("forward")
+    program = Runtime.get().load_program(et_program.buffer)  # keep: its methods point into it
+    method = program.load_method("forward")
     return _to_numpy(method.execute(list(inputs)))
 
 

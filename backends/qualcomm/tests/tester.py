@@ -99,7 +99,8 @@ class QnnTester:
         from executorch.runtime import Runtime
 
         require_extension()
-        method = Runtime.get().load_program(self.pte_path).load_method("forward")
+        program = Runtime.get().load_program(self.pte_path)  # keep: its methods point into it
+        method = program.load_method("forward")
         self.outputs = _to_numpy(method.execute(list(self.inputs)))
         return self
 
