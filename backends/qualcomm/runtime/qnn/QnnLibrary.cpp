@@ -36,6 +36,19 @@ constexpr size_t kMaxKeptMessages = 8192;
 std::mutex g_messages_mutex;
 std::string g_messages;
 std::atomic<int> g_forward_level{0};  // nothing until a delegate's log level is known
+thread_local bool t_quiet = false;    // see QnnLibrary::ScopedQuiet
+
+// Lines QNN 2.51 logs as errors on every graphFinalize although nothing is wrong: option 66
+// is none of the HTP graph config options (1..17) and is logged with no graph config at all
+// (checked: graphCreate with a null config list), so it is QNN's own, not a config of ours.
+constexpr const char* kKnownNoise[] = {"unexpected GraphHtpSettings option 66"};
+
+bool is_known_noise(const char* text) {
+  for (const char* noise : kKnownNoise) {
+    if (std::strstr(text, noise) != nullptr) return true;
+  }
+  return false;
+}
 
 bool is_dir(const std::string& path) {
   struct stat st;
@@ -47,6 +60,7 @@ void log_callback(const char* fmt, QnnLogLevel level, uint64_t, va_list args) {
   std::vsnprintf(buf, sizeof(buf), fmt, args);
   size_t n = std::strlen(buf);
   while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ')) buf[--n] = '\0';
+  if (is_known_noise(buf)) level = kQnnLogDebug;
   if (level <= kQnnLogWarn) {
     std::lock_guard<std::mutex> lock(g_messages_mutex);
     if (g_messages.size() < kMaxKeptMessages) {
@@ -55,8 +69,9 @@ void log_callback(const char* fmt, QnnLogLevel level, uint64_t, va_list args) {
     }
   }
   // QnnExecuTorchLogLevel and QNN's log level share the numbering 1 error .. 5 debug.
-  if (static_cast<int>(level) <= g_forward_level.load()) {
-    ET_LOG(Info, "QNN[%d]: %s", static_cast<int>(level), buf);
+  const int forward_as = t_quiet ? kQnnLogDebug : static_cast<int>(level);
+  if (forward_as <= g_forward_level.load()) {
+    ET_LOG(Info, "QNN[%d]: %s", forward_as, buf);
   }
 }
 
@@ -139,6 +154,9 @@ std::string QnnLibrary::take_messages() {
 }
 
 void QnnLibrary::set_forward_level(int log_level) { g_forward_level.store(log_level); }
+
+QnnLibrary::ScopedQuiet::ScopedQuiet() : previous_(t_quiet) { t_quiet = true; }
+QnnLibrary::ScopedQuiet::~ScopedQuiet() { t_quiet = previous_; }
 
 std::string QnnLibrary::describe() const {
   char buf[128];

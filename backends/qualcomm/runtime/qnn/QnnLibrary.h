@@ -33,6 +33,20 @@ class QnnLibrary {
   // QNN messages at or below this QnnExecuTorchLogLevel are forwarded to ET_LOG.
   static void set_forward_level(int log_level);
 
+  // While alive, QNN's messages logged on this thread are forwarded to ET_LOG only at
+  // the debug log level (they are still kept for take_messages()). For calls whose
+  // failure may be expected and handled (e.g. contextValidateBinary on x86).
+  class ScopedQuiet {
+   public:
+    ScopedQuiet();
+    ~ScopedQuiet();
+    ScopedQuiet(const ScopedQuiet&) = delete;
+    ScopedQuiet& operator=(const ScopedQuiet&) = delete;
+
+   private:
+    bool previous_;
+  };
+
  private:
   QnnLibrary() = default;
   engine::Status load();

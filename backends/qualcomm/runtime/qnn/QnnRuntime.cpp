@@ -1,5 +1,6 @@
 #include "backends/qualcomm/runtime/qnn/QnnRuntime.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "backends/qualcomm/runtime/PayloadLoader.h"
@@ -62,6 +63,32 @@ void collect_events(const QnnFunctionTable& fn, QnnHandle profile,
   uint32_t count = 0;
   if (fn.profile_get_events(profile, &events, &count) != 0) return;
   for (uint32_t i = 0; i < count; ++i) collect_tree(fn, events[i], 0, out);
+}
+
+// contextValidateBinary, unless the backend said once that it cannot validate (QNN 2.51 on
+// x86 returns 1000 and logs two error lines): then never again, and that first call is quiet.
+std::atomic<bool> g_cannot_validate{false};
+
+Status validate_binary(const QnnLibrary& lib, QnnHandle device, const fb::QnnHtpContext* q) {
+  if (g_cannot_validate.load()) return Status::Ok();
+  QnnStatus st;
+  {
+    QnnLibrary::ScopedQuiet quiet;
+    st = lib.fn().context_validate_binary(lib.backend(), device, nullptr, q->binary()->data(),
+                                          q->binary()->size());
+  }
+  if (st == kQnnNotSupported) {
+    g_cannot_validate.store(true);
+    QnnLibrary::take_messages();  // "does not support QnnContext_validateBinary": expected
+    return Status::Ok();          // contextCreateFromBinary checks the binary anyway
+  }
+  if (st != 0) {
+    return make_error(ErrorKind::InvalidProgram, "%s", with_log(
+        "QNN contextValidateBinary (" + std::to_string(q->binary()->size()) +
+        " bytes, SoC model " + std::to_string(q->soc_model()) + ") refused the context binary: " +
+        qnn_error_text(st)).c_str());
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -174,14 +201,7 @@ Status QnnLoadedContext::load(const fb::QnnContextBinary* blob, const fb::QnnPay
         "QNN deviceCreate for SoC model " + std::to_string(q->soc_model()) + " failed: " +
         qnn_error_text(st)).c_str());
   }
-  st = lib->fn().context_validate_binary(lib->backend(), ctx->device_, nullptr,
-                                         q->binary()->data(), q->binary()->size());
-  if (st != 0 && st != kQnnNotSupported) {  // 1000: this backend cannot validate (x86)
-    return make_error(ErrorKind::InvalidProgram, "%s", with_log(
-        "QNN contextValidateBinary (" + std::to_string(q->binary()->size()) +
-        " bytes, SoC model " + std::to_string(q->soc_model()) + ") refused the context binary: " +
-        qnn_error_text(st)).c_str());
-  }
+  QNN_RETURN_IF_ERROR(validate_binary(*lib, ctx->device_, q));
   st = lib->fn().context_create_from_binary(lib->backend(), ctx->device_, nullptr,
                                             q->binary()->data(), q->binary()->size(),
                                             &ctx->context_, nullptr);
