@@ -212,6 +212,18 @@ engine::Status make_dumper(const engine::GraphExecutor& g, std::unique_ptr<Tenso
   return TensorDumper::build(g.name(), sources, out);
 }
 
+// The same rows on the QNN engine: its readable APP_READ tensors (buffers bound at init)
+// and the graph outputs, described like the host engine describes them.
+engine::Status make_qnn_dumper(qnn::QnnGraphRunner& g, std::unique_ptr<TensorDumper>& out) {
+  if (g.num_readables() == 0) return engine::Status::Ok();
+  std::vector<DumpSource> sources;
+  for (size_t i = 0; i < g.num_readables(); ++i) {
+    sources.push_back({&g.readable_info(i), g.readable_data(i), -1});
+  }
+  for (size_t i = 0; i < g.num_outputs(); ++i) sources.push_back({&g.output_info(i), nullptr, int(i)});
+  return TensorDumper::build(g.name(), sources, out);
+}
+
 Error parse_delegate_options(ArrayRef<CompileSpec> compile_specs, CompileOptions& options) {
   const CompileSpec* spec = find_spec(compile_specs, kCompileSpecKey);
   if (spec == nullptr) return Error::Ok;
@@ -246,9 +258,6 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
   engine::ThreadPool::instance();  // workers are created here, never on the execute path
   EngineChoice engine = static_cast<EngineChoice>(
       RuntimeOptions::instance().snapshot().engine.value_or(static_cast<int>(default_engine())));
-  if (engine == EngineChoice::Auto && options.dump_intermediate_outputs) {
-    engine = EngineChoice::Host;  // intermediate dumps are a host-engine feature
-  }
   qnn::QnnLibrary::set_forward_level(effective_options(options).log_level);
   const engine::Status s = ContextCache::instance().acquire(
       processed->data(), processed->size(), engine_options_from_env(), heap_request(options),
@@ -262,6 +271,13 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
   if (handle->context->qnn != nullptr) {
     handle->qnn_graph = select_qnn_graph(*handle->context->qnn, options, context.get_method_name());
     handle->options = std::move(options);
+    const engine::Status dump_status = make_qnn_dumper(*handle->qnn_graph, handle->dumper);
+    if (!dump_status.ok()) {
+      ET_LOG(Error, "QnnDelegate init failed: %s", dump_status.message.c_str());
+      ContextCache::instance().release(handle->context);
+      delete handle;
+      return to_et_error(dump_status.kind);
+    }
     register_handle(handle);
     if (log_enabled(kLogLevelInfo, handle->options)) {
       ET_LOG(Info, "QnnDelegate: method '%s' runs graph '%s' on QNN (context binary %zu bytes)",
@@ -298,7 +314,7 @@ Error QnnDelegateBackend::execute(BackendExecutionContext& context, DelegateHand
   if (h->qnn_graph != nullptr) {
     const EffectiveOptions eo = effective_options(h->options);
     std::lock_guard<std::mutex> lock(h->context->execute_mutex);
-    return execute_on_qnn(context, *h->qnn_graph, eo.profile_level, args);
+    return execute_on_qnn(context, *h->qnn_graph, eo.profile_level, args, h->dumper.get());
   }
   engine::GraphExecutor& g = *h->graph;
   const size_t ni = g.num_inputs(), no = g.num_outputs();

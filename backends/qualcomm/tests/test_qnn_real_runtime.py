@@ -32,9 +32,10 @@ class TinyConv(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.mix = torch.nn.Conv2d(4, 4, 1)
 
     def forward(self, x):
-        return torch.relu(self.conv(x)) * 0.5
+        return self.mix(torch.relu(self.conv(x)))
 
 
 def _inputs():
@@ -77,3 +78,73 @@ def test_loading_a_context_binary_logs_no_error_line(fp16_pte, capfd):
     err = capfd.readouterr().err
     assert "validateBinary" not in err and "validate context binary" not in err
     assert "<E>" not in err, err[-2000:]
+
+
+# ---- intermediate tensor dumps -------------------------------------------------------------
+def _dump_specs(fp16: bool) -> list:
+    from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
+
+    return generate_qnn_executorch_compiler_spec(QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=fp16),
+                                                 dump_intermediate_outputs=True)
+
+
+def _quantize(module, sample):
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from backends.qualcomm import QnnQuantizer, QuantDtype
+
+    quantizer = QnnQuantizer()
+    quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_conv_per_channel=True)
+    prepared = prepare_pt2e(torch.export.export(module.eval(), sample, strict=False).module(), quantizer)
+    prepared(*sample)
+    return convert_pt2e(prepared)
+
+
+def _dumps(pte: Path, inputs, engine: str, out_dir: Path):
+    """{debug handle: dumped tensors} of one run on `engine`, and whether it ran on QNN."""
+    from executorch.runtime import Runtime
+
+    from backends.qualcomm.debugger.runtime_dump import read_delegate_dumps
+
+    _set_engine(engine)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    program = Runtime.get().load_program(str(pte), enable_etdump=True, debug_buffer_size=1 << 20)
+    method = program.load_method("forward")
+    method.execute(list(inputs))
+    on_qnn = native().live_qnn_context_count() == 1  # one delegate, on QNN
+    etdump, buffer = out_dir / "run.etdp", out_dir / "debug.bin"
+    program.write_etdump_result_to_file(str(etdump), str(buffer))
+    del method, program
+    gc.collect()
+    return read_delegate_dumps(str(etdump), str(buffer)), on_qnn
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_qnn_engine_dumps_the_same_rows_as_the_host_engine(tmp_path, aot_env, quantized):
+    from backends.qualcomm import to_edge_transform_and_lower_to_qnn
+
+    inputs = _inputs()
+    module = _quantize(TinyConv(), inputs) if quantized else TinyConv().eval()
+    edge = to_edge_transform_and_lower_to_qnn(module, inputs, _dump_specs(fp16=not quantized))
+    pte = tmp_path / "dump.pte"
+    edge.to_executorch().write_to_file(open(pte, "wb"))
+    qnn, on_qnn = _dumps(pte, inputs, "qnn", tmp_path / "qnn")
+    host, on_host = _dumps(pte, inputs, "host", tmp_path / "host")
+    assert (on_qnn, on_host) == (True, False)
+    assert len(host) >= 2 and sorted(qnn) == sorted(host)  # conv, relu / mul ... by debug handle
+    dtypes = set()
+    for handle in host:
+        assert len(qnn[handle]) == len(host[handle]), handle
+        for q, h in zip(qnn[handle], host[handle]):
+            assert q.dtype == h.dtype and q.shape == h.shape, (handle, q.dtype, h.dtype)
+            dtypes.add(h.dtype)
+            if h.dtype == torch.uint8:  # 8a8w activations: within 2 quantization steps
+                assert int((q.int() - h.int()).abs().max()) <= 2, handle
+            elif quantized:  # the dequantized graph output: values on a grid of its scale
+                levels = h.unique()
+                step = float((levels[1:] - levels[:-1]).min())
+                assert float((q - h).abs().max()) <= 2.01 * step, handle
+            else:  # fp16 precision
+                scale = max(1e-6, float(h.abs().max()))
+                assert float((q - h).abs().max()) / scale < 1e-2, handle
+    assert (torch.uint8 in dtypes) == quantized

@@ -174,7 +174,8 @@ Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,
 }
 
 Error execute_on_qnn(executorch::runtime::BackendExecutionContext& context,
-                     qnn::QnnGraphRunner& g, int profile_level, Span<EValue*> args) {
+                     qnn::QnnGraphRunner& g, int profile_level, Span<EValue*> args,
+                     TensorDumper* dumper) {
   const size_t ni = g.num_inputs(), no = g.num_outputs();
   if (args.size() != ni + no) {
     ET_LOG(Error, "QnnDelegate graph '%s' (QNN): got %zu args, expected %zu inputs + %zu outputs",
@@ -207,6 +208,7 @@ Error execute_on_qnn(executorch::runtime::BackendExecutionContext& context,
     ET_LOG(Error, "QnnDelegate execute failed: %s", s.message.c_str());
     return Error::Internal;
   }
+  if (dumper != nullptr && TensorDumper::wanted(tracer)) dumper->log(tracer, out_ptrs);
   return Error::Ok;
 }
 

@@ -8,6 +8,7 @@
 
 #include <executorch/runtime/backend/interface.h>
 
+#include "backends/qualcomm/runtime/TensorDump.h"
 #include "backends/qualcomm/runtime/engine/Status.h"
 #include "backends/qualcomm/runtime/qnn/QnnRuntime.h"
 
@@ -31,10 +32,12 @@ EngineChoice default_engine();
 engine::Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,
                                std::unique_ptr<qnn::QnnLoadedContext>& out);
 
-// Execute of a delegate on its QNN graph: checks and binds args (inputs then outputs).
+// Execute of a delegate on its QNN graph: checks and binds args (inputs then outputs);
+// `dumper` (optional) logs the dumped tensors into the event tracer after the execute.
 executorch::runtime::Error execute_on_qnn(executorch::runtime::BackendExecutionContext& context,
                                           qnn::QnnGraphRunner& graph, int profile_level,
-                                          executorch::runtime::Span<executorch::runtime::EValue*> args);
+                                          executorch::runtime::Span<executorch::runtime::EValue*> args,
+                                          TensorDumper* dumper = nullptr);
 
 }  // namespace runtime
 }  // namespace qnn_delegate

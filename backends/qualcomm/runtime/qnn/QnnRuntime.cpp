@@ -91,6 +91,19 @@ Status validate_binary(const QnnLibrary& lib, QnnHandle device, const fb::QnnHtp
   return Status::Ok();
 }
 
+// Payload view of a tensor (as the host engine describes it), for intermediate dumps.
+engine::TensorInfo payload_info(const fb::Tensor* t) {
+  engine::TensorInfo info;
+  info.id = t->id();
+  info.name = t->name()->str();
+  info.kind = t->type();
+  info.dtype = t->data_type();
+  if (t->dims() != nullptr) info.dims.assign(t->dims()->begin(), t->dims()->end());
+  info.numel = engine::product(info.dims);
+  info.nbytes = engine::storage_bytes(info.dtype, info.numel);
+  return info;
+}
+
 }  // namespace
 
 bool has_qnn_context(const fb::QnnContextBinary* blob) {
@@ -129,6 +142,41 @@ Status QnnGraphRunner::bind(const fb::Graph* g, const std::vector<uint32_t>& ids
   };
   QNN_RETURN_IF_ERROR(take(g->inputs(), inputs_, in_tensors_, in_scratch_));
   QNN_RETURN_IF_ERROR(take(g->outputs(), outputs_, out_tensors_, out_scratch_));
+  for (size_t i = 0; g->outputs() && i < g->outputs()->size(); ++i) {
+    output_infos_.push_back(payload_info(g->tensors()->Get(g->outputs()->Get(i))));
+  }
+  return bind_readables(g, ids);
+}
+
+// Every APP_READ tensor must be passed on each graphExecute (else QNN error 6004): the
+// ones outside the graph outputs get their buffers here, once.
+Status QnnGraphRunner::bind_readables(const fb::Graph* g, const std::vector<uint32_t>& ids) {
+  std::vector<bool> is_output(g->tensors()->size(), false);
+  for (size_t i = 0; g->outputs() && i < g->outputs()->size(); ++i) {
+    is_output[g->outputs()->Get(i)] = true;
+  }
+  size_t count = 0;
+  for (size_t i = 0; i < g->tensors()->size(); ++i) {
+    count += g->tensors()->Get(i)->type() == fb::QnnTensorType::APP_READ && !is_output[i];
+  }
+  readables_.resize(count);  // never resized again: descs and buffers stay where they are
+  size_t k = 0;
+  for (size_t i = 0; i < g->tensors()->size(); ++i) {
+    const fb::Tensor* t = g->tensors()->Get(i);
+    if (t->type() != fb::QnnTensorType::APP_READ || is_output[i]) continue;
+    Readable& r = readables_[k++];
+    QNN_RETURN_IF_ERROR(describe_tensor(t, 1, r.desc));
+    if (i >= ids.size()) {
+      return make_error(ErrorKind::InvalidProgram, "graph '%s': APP_READ tensor '%s' has no QNN "
+                        "tensor id in the context binary", name_.c_str(), r.desc->name.c_str());
+    }
+    core(r.desc->tensor).id = ids[i];
+    r.info = payload_info(t);
+    r.storage.assign((r.desc->nbytes() + 7) / 8, 0);
+    if (r.desc->int64_narrowed) r.widened.assign(r.desc->numel, 0);
+    core(r.desc->tensor).buffer = {r.storage.data(), uint32_t(r.desc->nbytes())};
+    out_tensors_.push_back(r.desc->tensor);
+  }
   return Status::Ok();
 }
 
@@ -144,7 +192,7 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
     }
     core(in_tensors_[i]).buffer = {data, uint32_t(inputs_[i]->nbytes())};
   }
-  for (size_t i = 0; i < out_tensors_.size(); ++i) {
+  for (size_t i = 0; i < outputs_.size(); ++i) {
     void* data = outputs_[i]->int64_narrowed ? out_scratch_[i].data() : outputs[i];
     core(out_tensors_[i]).buffer = {data, uint32_t(outputs_[i]->nbytes())};
   }
@@ -164,10 +212,14 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
     return make_error(ErrorKind::Internal, "%s", with_log(
         "graph '" + name_ + "': QNN graphExecute failed: " + qnn_error_text(st)).c_str());
   }
-  for (size_t i = 0; i < out_tensors_.size(); ++i) {
+  for (size_t i = 0; i < outputs_.size(); ++i) {
     if (!outputs_[i]->int64_narrowed) continue;
     auto* dst = static_cast<int64_t*>(outputs[i]);
     for (size_t k = 0; k < out_scratch_[i].size(); ++k) dst[k] = out_scratch_[i][k];
+  }
+  for (Readable& r : readables_) {
+    const auto* src = reinterpret_cast<const int32_t*>(r.storage.data());
+    for (size_t k = 0; k < r.widened.size(); ++k) r.widened[k] = src[k];
   }
   if (profile != nullptr && samples != nullptr) collect_events(lib->fn(), profile, *samples);
   return Status::Ok();

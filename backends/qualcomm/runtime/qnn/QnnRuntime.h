@@ -11,6 +11,7 @@
 #include "qnn_payload_generated.h"
 
 #include "backends/qualcomm/runtime/engine/Status.h"
+#include "backends/qualcomm/runtime/engine/Tensor.h"
 #include "backends/qualcomm/runtime/qnn/QnnAbi.h"
 #include "backends/qualcomm/runtime/qnn/QnnTensorDesc.h"
 
@@ -39,6 +40,15 @@ class QnnGraphRunner {
   size_t input_bytes(size_t i) const;
   size_t output_bytes(size_t i) const;
 
+  // Payload view (engine::TensorInfo: payload dtype, dims) of output i, for dumps.
+  const engine::TensorInfo& output_info(size_t i) const { return output_infos_[i]; }
+  // APP_READ tensors that are not graph outputs (intermediate dumps): bound to buffers
+  // allocated at init and passed to every graphExecute; readable_data(i) holds tensor
+  // i's value (payload dtype: INT_64 widened) after an execute.
+  size_t num_readables() const { return readables_.size(); }
+  const engine::TensorInfo& readable_info(size_t i) const { return readables_[i].info; }
+  void* readable_data(size_t i) { return readables_[i].data(); }
+
   // inputs[i] / outputs[i]: caller buffers. profile_level 0 = off, 1 basic, 2 detailed;
   // `samples` (optional) receives the events of this execute.
   engine::Status execute(void* const* inputs, void* const* outputs, int profile_level = 0,
@@ -47,6 +57,15 @@ class QnnGraphRunner {
  private:
   friend class QnnLoadedContext;
   engine::Status bind(const ::qnn_delegate::Graph* graph, const std::vector<uint32_t>& ids);
+  engine::Status bind_readables(const ::qnn_delegate::Graph* graph, const std::vector<uint32_t>& ids);
+
+  struct Readable {
+    engine::TensorInfo info;
+    std::unique_ptr<TensorDesc> desc;
+    std::vector<uint64_t> storage;     // QNN's buffer (8-byte aligned)
+    std::vector<int64_t> widened;      // INT_64 tensors: the value as int64 (QNN gives int32)
+    void* data() { return widened.empty() ? static_cast<void*>(storage.data()) : widened.data(); }
+  };
 
   std::string name_;
   QnnHandle graph_ = nullptr;
@@ -54,7 +73,9 @@ class QnnGraphRunner {
   std::vector<std::unique_ptr<TensorDesc>> inputs_;
   std::vector<std::unique_ptr<TensorDesc>> outputs_;
   std::vector<QnnTensor> in_tensors_;   // passed to graphExecute, buffers set per call
-  std::vector<QnnTensor> out_tensors_;
+  std::vector<QnnTensor> out_tensors_;  // graph outputs, then the readables (buffers fixed)
+  std::vector<engine::TensorInfo> output_infos_;
+  std::vector<Readable> readables_;
   std::vector<std::vector<int32_t>> in_scratch_;   // int64 inputs narrowed (allocated at init)
   std::vector<std::vector<int32_t>> out_scratch_;  // int64 outputs widened after execute
   QnnHandle profiles_[3] = {nullptr, nullptr, nullptr};  // per level, created at init
