@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/qualcomm/runtime/PayloadLoader.h"
+#include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
 
 namespace qnn_delegate {
 namespace runtime {
@@ -38,6 +39,12 @@ engine::Status ContextCache::acquire(const void* data, size_t size,
       return engine::Status::Ok();
     }
   }
+  if (heap.path_set && engine != EngineChoice::Host) {
+    // Load Qualcomm's library (once per process, never freed) before the baseline is sampled:
+    // the checkpoints then measure the context (contextCreateFromBinary .. contextFree), not
+    // the library's one-time load.
+    qnn::QnnLibrary::get();
+  }
   HeapProfiler::context_creating(heap);
   std::unique_ptr<QnnContext> context(new QnnContext());
   context->signature = signature;
@@ -50,7 +57,7 @@ engine::Status ContextCache::acquire(const void* data, size_t size,
     return s;
   }
   context->refcount = 1;
-  HeapProfiler::context_created();
+  HeapProfiler::context_created(context->qnn != nullptr);
   *out = context.get();
   contexts_.push_back(std::move(context));
   return engine::Status::Ok();

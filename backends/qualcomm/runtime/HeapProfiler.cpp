@@ -1,5 +1,7 @@
 #include "backends/qualcomm/runtime/HeapProfiler.h"
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <mutex>
 
@@ -15,7 +17,9 @@ namespace {
 struct HeapProfileState {
   std::mutex mutex;
   size_t live = 0;
-  size_t baseline = 0;        // heap in use when the first live context started to be created
+  size_t baseline = 0;        // engine heap in use when the first live context started to be created
+  size_t process_baseline = 0;  // process heap in use at that moment
+  bool process_heap = false;  // the session measures the process heap (first context on QNN)
   int first_level = 0;        // effective profile level of that context
   bool first_pending = false; // the first context is being created
   std::string pending_path;   // its session path, opened once it exists
@@ -54,7 +58,13 @@ std::string session_path_for(const HeapProfileRequest& r) {
 
 void open_session(HeapProfileState& s, const std::string& path) {
   s.session_path = path;
-  write_checkpoint(path, "w", HeapProfiler::kBeforeCheckpoint, s.baseline);
+  write_checkpoint(path, "w", HeapProfiler::kBeforeCheckpoint,
+                   s.process_heap ? s.process_baseline : s.baseline);
+}
+
+size_t heap_in_use(const HeapProfileState& s) {
+  return s.process_heap ? HeapProfiler::process_heap_in_use()
+                        : engine::TrackingAllocator::process_bytes_in_use();
 }
 
 } // namespace
@@ -64,16 +74,19 @@ void HeapProfiler::context_creating(const HeapProfileRequest& request) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.live++ != 0) return;
   s.baseline = engine::TrackingAllocator::process_bytes_in_use();
+  s.process_baseline = process_heap_in_use();
+  s.process_heap = false;
   s.first_level = request.profile_level;
   s.first_pending = true;
   s.pending_path = session_path_for(request);
 }
 
-void HeapProfiler::context_created() {
+void HeapProfiler::context_created(bool on_qnn) {
   HeapProfileState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.first_pending) return;
   s.first_pending = false;
+  s.process_heap = on_qnn;
   if (!s.pending_path.empty() && s.session_path.empty()) open_session(s, s.pending_path);
   s.pending_path.clear();
 }
@@ -93,7 +106,7 @@ void HeapProfiler::context_freed() {
   if (s.live == 0) return;
   if (--s.live != 0) return;
   if (!s.session_path.empty()) {
-    write_checkpoint(s.session_path, "a", kAfterCheckpoint, engine::TrackingAllocator::process_bytes_in_use());
+    write_checkpoint(s.session_path, "a", kAfterCheckpoint, heap_in_use(s));
   }
   s.session_path.clear();
 }
@@ -105,6 +118,18 @@ void HeapProfiler::runtime_options_changed(const std::optional<std::string>& pat
   if (s.live == 0 || s.first_pending || !s.session_path.empty()) return;
   if (!path || path->empty() || profile_level.value_or(s.first_level) == 0) return;
   open_session(s, *path);
+}
+
+size_t HeapProfiler::process_heap_in_use() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 m = ::mallinfo2();
+  return m.uordblks + m.hblkhd;
+#elif defined(__ANDROID__) || defined(__GLIBC__)
+  const struct mallinfo m = ::mallinfo();
+  return size_t(m.uordblks) + size_t(m.hblkhd);
+#else
+  return 0;
+#endif
 }
 
 size_t HeapProfiler::live_contexts() {

@@ -10,6 +10,13 @@
 // the session opens at that moment: the file gets the baseline sampled when the
 // first of those contexts was created, so the two lines keep their meaning.
 // Otherwise nothing is written (a warning says why when a path was set).
+//
+// What is measured depends on the engine of the session's first context. Host
+// engine: the bytes our engine's allocator holds (weights, packed weights, arenas,
+// scratch). QNN engine: the process's malloc heap in use (glibc mallinfo2 uordblks +
+// hblkhd), which includes what Qualcomm's library allocates in contextCreateFromBinary
+// / graphRetrieve and frees in contextFree, but also anything else the process
+// allocates meanwhile (e.g. Python objects).
 #pragma once
 
 #include <cstddef>
@@ -29,8 +36,9 @@ class HeapProfiler {
  public:
   // Before a context is created: counts it; the first one samples the baseline.
   static void context_creating(const HeapProfileRequest& request);
-  // The context announced by context_creating exists: the first one opens the session.
-  static void context_created();
+  // The context announced by context_creating exists: the first one opens the session
+  // (`on_qnn`: it runs on the QNN engine, the session measures the process heap).
+  static void context_created(bool on_qnn = false);
   // The creation announced by context_creating failed: the count is rolled back.
   static void context_creation_failed();
   // After a context was freed: the last one closes the session.
@@ -40,6 +48,8 @@ class HeapProfiler {
   static void runtime_options_changed(const std::optional<std::string>& path,
                                       const std::optional<int>& profile_level);
   static size_t live_contexts();
+  // Bytes of the process's malloc heap in use (0 where the C library cannot say).
+  static size_t process_heap_in_use();
 
   static constexpr const char* kBeforeCheckpoint = "before_context_created";
   static constexpr const char* kAfterCheckpoint = "after_context_freed";

@@ -148,3 +148,48 @@ def test_qnn_engine_dumps_the_same_rows_as_the_host_engine(tmp_path, aot_env, qu
                 scale = max(1e-6, float(h.abs().max()))
                 assert float((q - h).abs().max()) / scale < 1e-2, handle
     assert (torch.uint8 in dtypes) == quantized
+
+
+# ---- heap checkpoints -----------------------------------------------------------------------
+def _checkpoints(path: Path):
+    lines = path.read_text().splitlines()
+    return [(line.split(",")[0], int(line.split(",")[1])) for line in lines]
+
+
+def test_heap_checkpoints_on_the_qnn_engine(fp16_pte, tmp_path):
+    """One session per first-to-last context: two lines, the process heap (QNN's allocations
+    included) before contextCreateFromBinary and after contextFree."""
+    path = tmp_path / "heap.csv"
+    _set_engine("qnn")
+    native().set_runtime_option("qnn_runtime_heap_profiling_path", str(path))
+    native().set_runtime_option("qnn_runtime_profile_level", 1)
+    for _ in range(2):  # the second session truncates the file again
+        assert native().live_context_count() == 0
+        program, method = load_method(fp16_pte)
+        run(method, _inputs())
+        assert native().live_qnn_context_count() == 1
+        assert [name for name, _ in _checkpoints(path)] == ["before_context_created(bytes)"]
+        del method, program
+        gc.collect()
+        checkpoints = _checkpoints(path)
+        assert [name for name, _ in checkpoints] == ["before_context_created(bytes)",
+                                                     "after_context_freed(bytes)"]
+        assert all(value > 0 for _, value in checkpoints)  # process heap, not the engine's 0
+
+
+def test_runner_heap_checkpoints_on_the_qnn_engine(fp16_pte, tmp_path):
+    from backends.qualcomm.tests.utils_helpers import run_runner
+
+    raw = tmp_path / "in0.raw"
+    _inputs()[0].numpy().tofile(raw)
+    input_list = tmp_path / "inputs.txt"
+    input_list.write_text(f"{raw}\n")
+    path = tmp_path / "heap.csv"
+    result = run_runner(fp16_pte, input_list, tmp_path / "out",
+                        ["--engine", "qnn", "--profile_level", "1", "--heap_profiling_path", str(path)])
+    assert result.returncode == 0, result.stderr[-2000:]
+    checkpoints = _checkpoints(path)
+    assert [name for name, _ in checkpoints] == ["before_context_created(bytes)",
+                                                 "after_context_freed(bytes)"]
+    before, after = checkpoints[0][1], checkpoints[1][1]
+    assert before > 0 and after > 0
