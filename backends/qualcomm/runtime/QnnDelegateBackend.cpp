@@ -271,7 +271,11 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
   if (handle->context->qnn != nullptr) {
     handle->qnn_graph = select_qnn_graph(*handle->context->qnn, options, context.get_method_name());
     handle->options = std::move(options);
-    const engine::Status dump_status = make_qnn_dumper(*handle->qnn_graph, handle->dumper);
+    engine::Status dump_status = make_qnn_dumper(*handle->qnn_graph, handle->dumper);
+    if (dump_status.ok()) {  // the profile handle of the level in effect now, not on execute
+      std::lock_guard<std::mutex> lock(handle->context->execute_mutex);
+      dump_status = handle->qnn_graph->prepare_profile(effective_options(handle->options).profile_level);
+    }
     if (!dump_status.ok()) {
       ET_LOG(Error, "QnnDelegate init failed: %s", dump_status.message.c_str());
       ContextCache::instance().release(handle->context);

@@ -193,3 +193,19 @@ def test_runner_heap_checkpoints_on_the_qnn_engine(fp16_pte, tmp_path):
                                                  "after_context_freed(bytes)"]
     before, after = checkpoints[0][1], checkpoints[1][1]
     assert before > 0 and after > 0
+
+
+# ---- error texts ------------------------------------------------------------------------------
+@pytest.mark.parametrize("span,code,name", [
+    ((8, 64), 30010, "system context: malformed context binary"),
+    ((0, 16), 30001, "system context: invalid argument")])
+def test_refused_context_binary_names_qnn_system_error(span, code, name):
+    from backends.qualcomm.tests.test_qnn_real import _rewrite_section
+    from backends.qualcomm.utils.qnn_context import qnn_binary_of
+
+    blob = QnnTester(TinyConv(), _inputs()).lower().delegate_blobs()[0]
+    binary = bytearray(qnn_binary_of(blob))
+    binary[span[0]:span[1]] = bytes(span[1] - span[0])
+    with pytest.raises(ValueError, match=rf"contextCreateFromBinary .* QNN error {code} \({name}\)"):
+        native().run_payload_qnn(_rewrite_section(blob, binary=bytes(binary)),
+                                 [x.numpy() for x in _inputs()])

@@ -124,6 +124,12 @@ const char* error_name(QnnStatus code) {
     case 6022: return "graph finalize failed";
     case 7004: return "unsupported tensor parameter";
     case 14001: return "invalid device config";
+    // QNN system API range (30000..49999), QnnSystemContext errors: the library's own parse
+    // of a context binary (e.g. in contextCreateFromBinary).
+    case 30000: return "system context: invalid handle";
+    case 30001: return "system context: invalid argument";
+    case 30002: return "system context: operation failed";
+    case 30010: return "system context: malformed context binary";
     default: return "";
   }
 }

@@ -91,6 +91,8 @@ Status validate_binary(const QnnLibrary& lib, QnnHandle device, const fb::QnnHtp
   return Status::Ok();
 }
 
+int clamp_level(int level) { return level < 0 ? 0 : (level > 2 ? 2 : level); }
+
 // Payload view of a tensor (as the host engine describes it), for intermediate dumps.
 engine::TensorInfo payload_info(const fb::Tensor* t) {
   engine::TensorInfo info;
@@ -180,6 +182,20 @@ Status QnnGraphRunner::bind_readables(const fb::Graph* g, const std::vector<uint
   return Status::Ok();
 }
 
+Status QnnGraphRunner::prepare_profile(int profile_level) {
+  const int level = clamp_level(profile_level);
+  if (level == 0 || profiles_[level] != nullptr) return Status::Ok();
+  const QnnStatus st = QnnLibrary::get()->fn().profile_create(
+      backend_, level == 2 ? kQnnProfileDetailed : kQnnProfileBasic, &profiles_[level]);
+  if (st != 0) {
+    profiles_[level] = nullptr;
+    return make_error(ErrorKind::Internal, "%s", with_log(
+        "graph '" + name_ + "': QNN profileCreate (level " + std::to_string(level) +
+        ") failed: " + qnn_error_text(st)).c_str());
+  }
+  return Status::Ok();
+}
+
 Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int profile_level,
                                std::vector<QnnProfileSample>* samples) {
   const QnnLibrary* lib = QnnLibrary::get();
@@ -196,15 +212,13 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
     void* data = outputs_[i]->int64_narrowed ? out_scratch_[i].data() : outputs[i];
     core(out_tensors_[i]).buffer = {data, uint32_t(outputs_[i]->nbytes())};
   }
-  const int level = profile_level < 0 ? 0 : (profile_level > 2 ? 2 : profile_level);
-  QnnHandle profile = nullptr;
-  if (level > 0) {
-    if (profiles_[level] == nullptr) {  // first profiled execute at this level
-      lib->fn().profile_create(backend_, level == 2 ? kQnnProfileDetailed : kQnnProfileBasic,
-                               &profiles_[level]);
-    }
-    profile = profiles_[level];
+  const int level = clamp_level(profile_level);
+  if (level > 0 && profiles_[level] == nullptr) {
+    // Init created the handle of the level in effect then; a level raised at run time
+    // afterwards (qnn_runtime_profile_level) allocates its handle once, here.
+    QNN_RETURN_IF_ERROR(prepare_profile(level));
   }
+  QnnHandle profile = profiles_[level];
   const QnnStatus st = lib->fn().graph_execute(graph_, in_tensors_.data(),
                                                uint32_t(in_tensors_.size()), out_tensors_.data(),
                                                uint32_t(out_tensors_.size()), profile, nullptr);

@@ -49,6 +49,10 @@ class QnnGraphRunner {
   const engine::TensorInfo& readable_info(size_t i) const { return readables_[i].info; }
   void* readable_data(size_t i) { return readables_[i].data(); }
 
+  // Creates the QnnProfile handle of `profile_level` (1 basic, 2 detailed; 0: nothing) if
+  // it does not exist yet. Called at init so that execute does not allocate it.
+  engine::Status prepare_profile(int profile_level);
+
   // inputs[i] / outputs[i]: caller buffers. profile_level 0 = off, 1 basic, 2 detailed;
   // `samples` (optional) receives the events of this execute.
   engine::Status execute(void* const* inputs, void* const* outputs, int profile_level = 0,
@@ -78,7 +82,7 @@ class QnnGraphRunner {
   std::vector<Readable> readables_;
   std::vector<std::vector<int32_t>> in_scratch_;   // int64 inputs narrowed (allocated at init)
   std::vector<std::vector<int32_t>> out_scratch_;  // int64 outputs widened after execute
-  QnnHandle profiles_[3] = {nullptr, nullptr, nullptr};  // per level, created at init
+  QnnHandle profiles_[3] = {nullptr, nullptr, nullptr};  // per level (see prepare_profile)
 };
 
 class QnnLoadedContext {
