@@ -10,7 +10,7 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data
 from torch.export import ExportedProgram
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 import backends.qualcomm.builders  # noqa: F401  (registers builders)
@@ -19,12 +19,19 @@ from backends.qualcomm._passes.mark_constants import mark_constants
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.builders.registry import get_builder
 from backends.qualcomm.partitioner.op_names import node_op_keys, resolve_skip_ops
+from backends.qualcomm.partitioner.qnn_validation import PartitionValidator, ValidationReport
 from backends.qualcomm.partitioner.quant_boundaries import keep_quantize_with_consumers
 from backends.qualcomm.partitioner.summary import PartitionSummary, summarize
 from backends.qualcomm.utils.compile_spec import is_fp16, options_from_compile_specs
 from backends.qualcomm.utils.constants import QNN_BACKEND_ID
+from backends.qualcomm.utils.qnn_context import qnn_aot_enabled
 
 logger = logging.getLogger(__name__)
+
+# Rounds of (propose partitions, ask QNN, leave refused nodes on the CPU). Partitions proposed
+# after the last round are not asked again: a graph QNN still refuses is caught at finalize
+# (that delegate gets no context binary and runs on the host engine).
+MAX_VALIDATION_ROUNDS = 3
 
 # Ops kept whole through to_edge when our builder supports the node.
 OPS_TO_NOT_DECOMPOSE = [
@@ -72,6 +79,7 @@ class QnnOperatorSupport(OperatorSupportBase):
         self.skip_node_id_set = set(skip_node_id_set or ())
         self.skip_op_keys = set(skip_op_keys or ())  # resolved by resolve_skip_ops
         self.rejected_nodes: Dict[str, str] = {}
+        self.refused_by_qnn: Dict[str, str] = {}  # node name -> QNN's reason
 
     def skipped_by_op(self, node: torch.fx.Node) -> Optional[str]:
         """The skipped op key that names `node` (its own op or one it was decomposed from)."""
@@ -81,6 +89,8 @@ class QnnOperatorSupport(OperatorSupportBase):
         return min(matched) if matched else None
 
     def _skipped(self, node: torch.fx.Node) -> Optional[str]:
+        if node.name in self.refused_by_qnn:
+            return self.refused_by_qnn[node.name]
         if node.name in self.skip_node_id_set:
             return "skipped by skip_node_id_set"
         matched = self.skipped_by_op(node)
@@ -123,6 +133,23 @@ class QnnOperatorSupport(OperatorSupportBase):
         return True, ""
 
 
+def _kept_whole_for_qnn(node: torch.fx.Node) -> bool:
+    """An op ExecuTorch kept undecomposed because our builder takes it (OPS_TO_NOT_DECOMPOSE):
+    it must be delegated, ExecuTorch refuses to leave it on the CPU."""
+    return getattr(node.target, "_op", node.target) in OPS_TO_NOT_DECOMPOSE
+
+
+def _cpu_runnable(graph: torch.fx.Graph, refused: Dict[str, str]) -> Dict[str, str]:
+    """The QNN-refused nodes that can stay on the CPU; the others stay delegated (warned), and
+    QNN's refusal then shows at finalize (that delegate runs on the host engine)."""
+    kept = {n.name: n for n in graph.nodes if n.name in refused and _kept_whole_for_qnn(n)}
+    for name, node in kept.items():
+        logger.warning("QnnPartitioner: node '%s' (%s) stays delegated although QNN refuses it: "
+                       "ExecuTorch kept it undecomposed for this delegate. %s",
+                       name, _op_name(node), refused[name])
+    return {name: reason for name, reason in refused.items() if name not in kept}
+
+
 def _as_set(values: Optional[Iterable[object]]) -> Set[object]:
     if values is None:
         return set()
@@ -147,6 +174,7 @@ class QnnPartitioner(Partitioner):
         self.skip_op_keys = resolve_skip_ops(self.skip_node_op_set)
         self.rejected_nodes: Dict[str, str] = {}
         self.summary: Optional[PartitionSummary] = None
+        self.validation: Optional[ValidationReport] = None  # set when QNN's op validation ran
 
     def _operator_support(self) -> QnnOperatorSupport:
         return QnnOperatorSupport(self.skip_node_id_set, self.skip_op_keys)
@@ -162,21 +190,49 @@ class QnnPartitioner(Partitioner):
         tags = {n: n.meta["delegation_tag"] for n in graph.nodes
                 if n.op == "call_function" and n.meta.get("delegation_tag")}
         self.summary = summarize(graph, tags, support.rejected_nodes)
+        self.summary.validation = str(self.validation) if self.validation is not None else ""
         logger.log(self.summary.log_level, "%s", self.summary)
         if tags and self._quantized_precision() and \
                 not any(is_quantize(n) or is_dequantize(n) for n in graph.nodes):
             warnings.warn(FLOAT_GRAPH_QUANTIZED_PRECISION_WARNING, FloatGraphQuantizedPrecisionWarning,
                           stacklevel=2)
 
+    def _propose(self, exported_program: ExportedProgram, support: QnnOperatorSupport) -> List[Partition]:
+        partitioner = CapabilityBasedPartitioner(
+            exported_program.graph_module, support, allows_single_node_partition=True)
+        partitions = partitioner.propose_partitions()
+        keep_quantize_with_consumers(exported_program.graph_module.graph, partitions)
+        return partitions
+
+    def _propose_validated(self, exported_program: ExportedProgram,
+                           support: QnnOperatorSupport) -> List[Partition]:
+        """Partitions whose ops QNN's op validation accepts, when lowering uses QNN: nodes QNN
+        refuses stay on the CPU with its reason, and the rest is partitioned again."""
+        partitions = self._propose(exported_program, support)
+        self.validation = None
+        if not partitions or not qnn_aot_enabled():
+            return partitions
+        validator = PartitionValidator(self.compiler_specs)
+        self.validation = validator.report
+        kept: Set[str] = set()  # refused, but must stay delegated (warned once)
+        for _ in range(MAX_VALIDATION_ROUNDS):
+            refused = {name: reason for name, reason in
+                       validator.refused_nodes(exported_program, partitions).items() if name not in kept}
+            to_cpu = _cpu_runnable(exported_program.graph_module.graph, refused)
+            kept |= set(refused) - set(to_cpu)
+            if not to_cpu:
+                break
+            support.refused_by_qnn.update(to_cpu)
+            support.rejected_nodes.clear()  # filled again by the next proposal
+            partitions = self._propose(exported_program, support)
+        validator.report.left_on_cpu = len(support.refused_by_qnn)
+        return partitions
+
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         mark_constants(exported_program)
         support = self._operator_support()
-        partitioner = CapabilityBasedPartitioner(
-            exported_program.graph_module, support, allows_single_node_partition=True)
         partition_tags: Dict[str, DelegationSpec] = {}
-        partitions = partitioner.propose_partitions()
-        keep_quantize_with_consumers(exported_program.graph_module.graph, partitions)
-        for partition in partitions:
+        for partition in self._propose_validated(exported_program, support):
             tag = f"qnn_{partition.id}"
             for node in partition.nodes:
                 node.meta["delegation_tag"] = tag

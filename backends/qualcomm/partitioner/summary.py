@@ -32,6 +32,7 @@ class PartitionSummary:
     delegates: int
     cpu_nodes: int
     cpu_ops: List[CpuOpGroup] = field(default_factory=list)
+    validation: str = ""  # one line on QNN's op validation (ops, partitions, time) when it ran
 
     @property
     def log_level(self) -> int:
@@ -45,6 +46,10 @@ class PartitionSummary:
         return dict(counts)
 
     def __str__(self) -> str:
+        text = self._nodes_text()
+        return f"{text}\n{self.validation}" if self.validation else text
+
+    def _nodes_text(self) -> str:
         head = (f"QnnPartitioner: {self.delegated_nodes} of {self.delegated_nodes + self.cpu_nodes} "
                 f"nodes delegated in {self.delegates} delegate(s)")
         if not self.cpu_nodes:

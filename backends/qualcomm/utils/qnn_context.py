@@ -40,6 +40,18 @@ def _say_unavailable_once(reason: str) -> None:
         logger.warning("qnn-delegate: no QNN context binaries (payload only): %s", reason)
 
 
+def qnn_aot_enabled() -> bool:
+    """Whether lowering builds QNN context binaries here (QNN_DELEGATE_CONTEXT_BINARY is not
+    "0" and the QNN library loads); when not, says why (once per process)."""
+    if os.environ.get(AOT_ENV, "1") == "0":
+        _say_unavailable_once(f"disabled by {AOT_ENV}=0")
+        return False
+    loaded, text = qnn_library_status()
+    if not loaded:
+        _say_unavailable_once(text)
+    return loaded
+
+
 def payload_of(blob: bytes) -> bytes:
     """The nested QnnPayload bytes of a delegate blob."""
     root = gen.QnnContextBinary.GetRootAs(bytearray(blob), 0)
@@ -69,12 +81,7 @@ def attach_qnn_context(blob: bytes, soc_model: int, vtcm_mb: int = 0,
                        label: str = "delegate") -> bytes:
     """`blob` with a QNN context binary added, or `blob` unchanged when the libraries are
     missing, disabled by QNN_DELEGATE_CONTEXT_BINARY=0, or QNN refuses a graph (warned)."""
-    if os.environ.get(AOT_ENV, "1") == "0":
-        _say_unavailable_once(f"disabled by {AOT_ENV}=0")
-        return blob
-    loaded, text = qnn_library_status()
-    if not loaded:
-        _say_unavailable_once(text)
+    if not qnn_aot_enabled():
         return blob
     try:
         section = compile_qnn_section(blob, soc_model, vtcm_mb)
