@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/qualcomm/runtime/ContextCache.h"
+#include "backends/qualcomm/runtime/GraphArgs.h"
 #include "backends/qualcomm/runtime/PayloadLoader.h"
 #include "backends/qualcomm/runtime/Profiler.h"
 #include "backends/qualcomm/runtime/RuntimeOptions.h"
@@ -224,6 +225,26 @@ engine::Status make_qnn_dumper(qnn::QnnGraphRunner& g, std::unique_ptr<TensorDum
   return TensorDumper::build(g.name(), sources, out);
 }
 
+// QNN graph of a new handle: its dumper, and the profile handle of the level in effect now
+// (created here, not on the execute path).
+engine::Status prepare_qnn_graph(QnnDelegateHandle& h) {
+  QNN_RETURN_IF_ERROR(make_qnn_dumper(*h.qnn_graph, h.dumper));
+  std::lock_guard<std::mutex> lock(h.context->execute_mutex);
+  return h.qnn_graph->prepare_profile(effective_options(h.options).profile_level);
+}
+
+void log_init(const QnnDelegateHandle& h, const char* method) {
+  if (h.qnn_graph != nullptr) {
+    ET_LOG(Info, "QnnDelegate: method '%s' runs graph '%s' on QNN (context binary %zu bytes)",
+           method, h.qnn_graph->name().c_str(), h.context->qnn->binary_size());
+    return;
+  }
+  ET_LOG(Info, "QnnDelegate: method '%s' runs graph '%s' (%zu ops) of context %016llx "
+         "(%zu graphs, %zu delegates share it)",
+         method, h.graph->name().c_str(), h.graph->num_ops(),
+         (unsigned long long)h.context->signature, h.context->graphs.size(), h.context->refcount);
+}
+
 Error parse_delegate_options(ArrayRef<CompileSpec> compile_specs, CompileOptions& options) {
   const CompileSpec* spec = find_spec(compile_specs, kCompileSpecKey);
   if (spec == nullptr) return Error::Ok;
@@ -268,46 +289,24 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
     return to_et_error(s.kind);
   }
   processed->Free();  // weights were copied into the engine
-  if (handle->context->qnn != nullptr) {
-    handle->qnn_graph = select_qnn_graph(*handle->context->qnn, options, context.get_method_name());
-    handle->options = std::move(options);
-    engine::Status dump_status = make_qnn_dumper(*handle->qnn_graph, handle->dumper);
-    if (dump_status.ok()) {  // the profile handle of the level in effect now, not on execute
-      std::lock_guard<std::mutex> lock(handle->context->execute_mutex);
-      dump_status = handle->qnn_graph->prepare_profile(effective_options(handle->options).profile_level);
-    }
-    if (!dump_status.ok()) {
-      ET_LOG(Error, "QnnDelegate init failed: %s", dump_status.message.c_str());
-      ContextCache::instance().release(handle->context);
-      delete handle;
-      return to_et_error(dump_status.kind);
-    }
-    register_handle(handle);
-    if (log_enabled(kLogLevelInfo, handle->options)) {
-      ET_LOG(Info, "QnnDelegate: method '%s' runs graph '%s' on QNN (context binary %zu bytes)",
-             context.get_method_name() ? context.get_method_name() : "?",
-             handle->qnn_graph->name().c_str(), handle->context->qnn->binary_size());
-    }
-    return handle;
-  }
-  handle->graph = select_graph(*handle->context, options, context.get_method_name());
   handle->options = std::move(options);
-  const engine::Status dump_status = make_dumper(*handle->graph, handle->dumper);
-  if (!dump_status.ok()) {
-    ET_LOG(Error, "QnnDelegate init failed: %s", dump_status.message.c_str());
+  const char* method = context.get_method_name();
+  engine::Status prepared;
+  if (handle->context->qnn != nullptr) {
+    handle->qnn_graph = select_qnn_graph(*handle->context->qnn, handle->options, method);
+    prepared = prepare_qnn_graph(*handle);
+  } else {
+    handle->graph = select_graph(*handle->context, handle->options, method);
+    prepared = make_dumper(*handle->graph, handle->dumper);
+  }
+  if (!prepared.ok()) {
+    ET_LOG(Error, "QnnDelegate init failed: %s", prepared.message.c_str());
     ContextCache::instance().release(handle->context);
     delete handle;
-    return to_et_error(dump_status.kind);
+    return to_et_error(prepared.kind);
   }
   register_handle(handle);
-  if (log_enabled(kLogLevelInfo, handle->options)) {
-    ET_LOG(Info, "QnnDelegate: method '%s' runs graph '%s' (%zu ops) of context %016llx "
-           "(%zu graphs, %zu delegates share it)",
-           context.get_method_name() ? context.get_method_name() : "?",
-           handle->graph->name().c_str(), handle->graph->num_ops(),
-           (unsigned long long)handle->context->signature, handle->context->graphs.size(),
-           handle->context->refcount);
-  }
+  if (log_enabled(kLogLevelInfo, handle->options)) log_init(*handle, method ? method : "?");
   return handle;
 }
 
@@ -321,23 +320,16 @@ Error QnnDelegateBackend::execute(BackendExecutionContext& context, DelegateHand
     return execute_on_qnn(context, *h->qnn_graph, eo.profile_level, args, h->dumper.get());
   }
   engine::GraphExecutor& g = *h->graph;
-  const size_t ni = g.num_inputs(), no = g.num_outputs();
-  if (args.size() != ni + no) {
-    ET_LOG(Error, "QnnDelegate graph '%s': got %zu args, expected %zu inputs + %zu outputs",
-           g.name().c_str(), args.size(), ni, no);
-    return Error::InvalidArgument;
-  }
-  constexpr size_t kMaxIo = 256;
-  if (ni > kMaxIo || no > kMaxIo) return Error::NotSupported;
-  void* in_ptrs[kMaxIo];
-  void* out_ptrs[kMaxIo];
-  for (size_t i = 0; i < ni; ++i) {
-    ET_CHECK_OK_OR_RETURN_ERROR(check_tensor_arg(g, args[i], i, g.input_info(i), "input", &in_ptrs[i]));
-  }
-  for (size_t i = 0; i < no; ++i) {
-    ET_CHECK_OK_OR_RETURN_ERROR(
-        check_tensor_arg(g, args[ni + i], i, g.output_info(i), "output", &out_ptrs[i]));
-  }
+  GraphArgs bound;
+  ET_CHECK_OK_OR_RETURN_ERROR(bind_graph_args(
+      g.name(), "", args, g.num_inputs(), g.num_outputs(),
+      [&](const EValue* arg, size_t i, bool is_output, void** data) {
+        return is_output ? check_tensor_arg(g, arg, i, g.output_info(i), "output", data)
+                         : check_tensor_arg(g, arg, i, g.input_info(i), "input", data);
+      },
+      bound));
+  void* const* in_ptrs = bound.inputs;
+  void* const* out_ptrs = bound.outputs;
   const EffectiveOptions eo = effective_options(h->options);
   if (eo.log_level >= kLogLevelDebug) {
     ET_LOG(Info, "QnnDelegate: execute graph '%s' (profile level %d, performance mode %d)",

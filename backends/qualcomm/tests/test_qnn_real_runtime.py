@@ -9,23 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from backends.qualcomm.tests.test_qnn_debugger import _quantize, _specs
+from backends.qualcomm.tests.test_qnn_real import real_qnn  # noqa: F401  (autouse fixture)
 from backends.qualcomm.tests.tester import QnnTester, inputs_of
-from backends.qualcomm.tests.utils_helpers import (
-    load_method, native, reset_runtime_options, run)
+from backends.qualcomm.tests.utils_helpers import load_method, native, run
 from backends.qualcomm.utils.qnn_context import AOT_ENV, qnn_library_status
 
 LOADED, STATUS = qnn_library_status()
 pytestmark = pytest.mark.skipif(not LOADED, reason=f"QNN library not available: {STATUS}")
 
 
-@pytest.fixture(autouse=True)
-def real_qnn(monkeypatch):
-    """Context binaries at lowering (the suite's default is payload only, for speed)."""
-    monkeypatch.setenv(AOT_ENV, "1")
-    reset_runtime_options()
-    yield
-    reset_runtime_options()
-    gc.collect()
+# real_qnn (autouse): context binaries at lowering, runtime options reset around each test.
 
 
 class TinyConv(torch.nn.Module):
@@ -81,25 +75,6 @@ def test_loading_a_context_binary_logs_no_error_line(fp16_pte, capfd):
 
 
 # ---- intermediate tensor dumps -------------------------------------------------------------
-def _dump_specs(fp16: bool) -> list:
-    from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
-
-    return generate_qnn_executorch_compiler_spec(QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=fp16),
-                                                 dump_intermediate_outputs=True)
-
-
-def _quantize(module, sample):
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    from backends.qualcomm import QnnQuantizer, QuantDtype
-
-    quantizer = QnnQuantizer()
-    quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_conv_per_channel=True)
-    prepared = prepare_pt2e(torch.export.export(module.eval(), sample, strict=False).module(), quantizer)
-    prepared(*sample)
-    return convert_pt2e(prepared)
-
-
 def _dumps(pte: Path, inputs, engine: str, out_dir: Path):
     """{debug handle: dumped tensors} of one run on `engine`, and whether it ran on QNN."""
     from executorch.runtime import Runtime
@@ -125,7 +100,7 @@ def test_qnn_engine_dumps_the_same_rows_as_the_host_engine(tmp_path, aot_env, qu
 
     inputs = _inputs()
     module = _quantize(TinyConv(), inputs) if quantized else TinyConv().eval()
-    edge = to_edge_transform_and_lower_to_qnn(module, inputs, _dump_specs(fp16=not quantized))
+    edge = to_edge_transform_and_lower_to_qnn(module, inputs, _specs(fp16=not quantized, dump=True))
     pte = tmp_path / "dump.pte"
     edge.to_executorch().write_to_file(open(pte, "wb"))
     qnn, on_qnn = _dumps(pte, inputs, "qnn", tmp_path / "qnn")

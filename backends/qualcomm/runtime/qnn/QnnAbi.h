@@ -130,21 +130,10 @@ struct QnnSparseParams {
   uint32_t sparse_dims;
 };
 
+// Tensor v2: the v1 fields (same offsets; the library's v2 memory union adds a raw
+// retrieve pointer of the same size), then the v2 additions.
 struct QnnTensorV2 {
-  uint32_t id;
-  const char* name;
-  QnnTensorKind kind;
-  uint32_t data_format;
-  QnnDType dtype;
-  QnnQuantParams quant;
-  uint32_t rank;
-  uint32_t* dims;
-  QnnMemKind mem_kind;
-  union {
-    QnnBuffer buffer;
-    QnnHandle mem_handle;
-    void* retrieve_raw;
-  };
+  QnnTensorV1 common;
   uint8_t* dynamic_dims;  // null = static shape
   QnnSparseParams sparse;
   uint8_t is_produced;
@@ -366,6 +355,10 @@ static_assert(sizeof(QnnTensorV1) == 112, "QnnTensorV1 layout");
 static_assert(offsetof(QnnTensorV1, rank) == 72, "QnnTensorV1 layout");
 static_assert(offsetof(QnnTensorV1, buffer) == 96, "QnnTensorV1 layout");
 static_assert(offsetof(QnnTensor, v1) == 8, "QnnTensor layout");
+static_assert(offsetof(QnnTensorV2, dynamic_dims) == 112, "QnnTensorV2 layout");
+static_assert(offsetof(QnnTensorV2, sparse) == 120, "QnnTensorV2 layout");
+static_assert(offsetof(QnnTensorV2, is_produced) == 132, "QnnTensorV2 layout");
+static_assert(sizeof(QnnTensorV2) == 136, "QnnTensorV2 layout");
 static_assert(offsetof(QnnParam, scalar) == 16, "QnnParam layout");
 static_assert(offsetof(QnnProvider, functions) == 40, "QnnProvider layout");
 static_assert(offsetof(QnnOpConfig, v1) == 8, "QnnOpConfig layout");

@@ -9,19 +9,9 @@
 namespace qnn_delegate {
 namespace qnn {
 
-using engine::ErrorKind;
-using engine::make_error;
-using engine::Status;
-namespace fb = ::qnn_delegate;
-
 namespace {
 
 constexpr const char* kDefaultPackage = "qti.aisw";
-
-std::string with_log(const std::string& text) {
-  const std::string log = QnnLibrary::take_messages();
-  return log.empty() ? text : text + ": " + log;
-}
 
 // Device, context and the graphs' storage; freed in reverse order.
 struct Session {
@@ -57,7 +47,7 @@ Status make_params(const fb::Op* op, OpBuild& b, const QnnLibrary* lib, QnnHandl
       if (graph != nullptr) {
         const QnnStatus s = lib->fn().tensor_create_graph_tensor(graph, &d->tensor);
         if (s != 0) {
-          return make_error(ErrorKind::NotSupported, "%s", with_log(
+          return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
               "op '" + op->name()->str() + "' (" + op->type()->str() + "): param '" +
               p->name()->str() + "' refused: " + qnn_error_text(s)).c_str());
         }
@@ -141,7 +131,7 @@ Status create_device(const QnnLibrary* lib, const CompileRequest& r, Session& s)
   const QnnStatus st = lib->fn().device_create(lib->log(), r.soc_model ? configs : nullptr,
                                                &s.device);
   if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s", with_log(
+    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
         "QNN deviceCreate for SoC model " + std::to_string(r.soc_model) + " failed: " +
         qnn_error_text(st)).c_str());
   }
@@ -183,7 +173,7 @@ Status create_graph(const QnnLibrary* lib, const fb::Graph* g, const CompileRequ
   const QnnStatus st = lib->fn().graph_create(context, g->name()->c_str(), n ? configs : nullptr,
                                               graph);
   if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s", with_log(
+    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
         "graph '" + g->name()->str() + "': QNN graphCreate failed: " + qnn_error_text(st)).c_str());
   }
   return Status::Ok();
@@ -201,7 +191,7 @@ Status build_graph(const QnnLibrary* lib, const fb::Graph* g, const CompileReque
   for (size_t i = 0; i < tensors.size(); ++i) {
     const QnnStatus st = lib->fn().tensor_create_graph_tensor(graph, &tensors[i]->tensor);
     if (st != 0) {
-      return make_error(ErrorKind::NotSupported, "%s", with_log(
+      return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
           graph_prefix(g) + "tensor '" + tensors[i]->name + "' refused: " + qnn_error_text(st))
           .c_str());
     }
@@ -216,14 +206,14 @@ Status build_graph(const QnnLibrary* lib, const fb::Graph* g, const CompileReque
     if (!s.ok()) return make_error(s.kind, "%s%s", graph_prefix(g).c_str(), s.message.c_str());
     const QnnStatus st = lib->fn().graph_add_node(graph, ops.back()->config);
     if (st != 0) {
-      return make_error(ErrorKind::NotSupported, "%s", with_log(
+      return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
           graph_prefix(g) + "op '" + op->name()->str() + "' (" + op->type()->str() +
           ") refused: " + qnn_error_text(st)).c_str());
     }
   }
   const QnnStatus st = lib->fn().graph_finalize(graph, nullptr, nullptr);
   if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s", with_log(
+    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
         graph_prefix(g) + "QNN graphFinalize failed: " + qnn_error_text(st)).c_str());
   }
   return Status::Ok();
@@ -261,7 +251,7 @@ Status compile_context(const fb::QnnPayload* payload, const CompileRequest& requ
                                           &session.context);
   if (st != 0) {
     return make_error(ErrorKind::Internal, "%s",
-                      with_log("QNN contextCreate failed: " + qnn_error_text(st)).c_str());
+                      with_qnn_log("QNN contextCreate failed: " + qnn_error_text(st)).c_str());
   }
   out = CompiledContext();
   for (const fb::Graph* g : *payload->graphs()) {
@@ -287,7 +277,7 @@ Status validate_op(const fb::Graph* g, uint32_t op_index) {
   QnnLibrary::take_messages();
   const QnnStatus st = lib->fn().backend_validate_op_config(lib->backend(), b.config);
   if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s", with_log(
+    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
         "op '" + op->name()->str() + "' (" + op->type()->str() + ") refused by QNN: " +
         qnn_error_text(st)).c_str());
   }

@@ -11,6 +11,7 @@
 #include <executorch/runtime/platform/log.h>
 #include <executorch/runtime/platform/platform.h>
 
+#include "backends/qualcomm/runtime/GraphArgs.h"
 #include "backends/qualcomm/runtime/PayloadLoader.h"
 #include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
 
@@ -176,22 +177,16 @@ Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,
 Error execute_on_qnn(executorch::runtime::BackendExecutionContext& context,
                      qnn::QnnGraphRunner& g, int profile_level, Span<EValue*> args,
                      TensorDumper* dumper) {
-  const size_t ni = g.num_inputs(), no = g.num_outputs();
-  if (args.size() != ni + no) {
-    ET_LOG(Error, "QnnDelegate graph '%s' (QNN): got %zu args, expected %zu inputs + %zu outputs",
-           g.name().c_str(), args.size(), ni, no);
-    return Error::InvalidArgument;
-  }
-  constexpr size_t kMaxIo = 256;
-  if (ni > kMaxIo || no > kMaxIo) return Error::NotSupported;
-  void* in_ptrs[kMaxIo];
-  void* out_ptrs[kMaxIo];
-  for (size_t i = 0; i < ni; ++i) {
-    ET_CHECK_OK_OR_RETURN_ERROR(check_arg(g, args[i], i, g.input(i), "input", &in_ptrs[i]));
-  }
-  for (size_t i = 0; i < no; ++i) {
-    ET_CHECK_OK_OR_RETURN_ERROR(check_arg(g, args[ni + i], i, g.output(i), "output", &out_ptrs[i]));
-  }
+  GraphArgs bound;
+  ET_CHECK_OK_OR_RETURN_ERROR(bind_graph_args(
+      g.name(), " (QNN)", args, g.num_inputs(), g.num_outputs(),
+      [&](const EValue* arg, size_t i, bool is_output, void** data) {
+        return is_output ? check_arg(g, arg, i, g.output(i), "output", data)
+                         : check_arg(g, arg, i, g.input(i), "input", data);
+      },
+      bound));
+  void* const* in_ptrs = bound.inputs;
+  void* const* out_ptrs = bound.outputs;
   executorch::runtime::EventTracer* tracer = context.event_tracer();
   const bool profiling = profile_level > 0 && tracer != nullptr;
   Status s;

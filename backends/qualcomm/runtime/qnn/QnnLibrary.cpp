@@ -19,10 +19,6 @@
 namespace qnn_delegate {
 namespace qnn {
 
-using engine::ErrorKind;
-using engine::make_error;
-using engine::Status;
-
 namespace {
 
 #if defined(__aarch64__)
@@ -145,6 +141,11 @@ std::string qnn_error_text(QnnStatus status) {
     std::snprintf(buf, sizeof(buf), "QNN error %llu", (unsigned long long)status);
   }
   return buf;
+}
+
+std::string with_qnn_log(const std::string& text) {
+  const std::string log = QnnLibrary::take_messages();
+  return log.empty() ? text : text + ": " + log;
 }
 
 std::string qnn_search_description() {

@@ -11,6 +11,7 @@
 
 #include "backends/qualcomm/runtime/engine/Status.h"
 #include "backends/qualcomm/runtime/qnn/QnnAbi.h"
+#include "backends/qualcomm/runtime/qnn/QnnNames.h"
 
 namespace qnn_delegate {
 namespace qnn {
@@ -58,6 +59,9 @@ class QnnLibrary {
   QnnApiVersion version_{};
   std::string path_;
 };
+
+// `text`, then ": " and what QNN logged since the last take_messages() (if anything).
+std::string with_qnn_log(const std::string& text);
 
 // "QNN error 6004 (invalid tensor)" style text for a status code.
 std::string qnn_error_text(QnnStatus status);

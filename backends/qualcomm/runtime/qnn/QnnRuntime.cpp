@@ -9,17 +9,7 @@
 namespace qnn_delegate {
 namespace qnn {
 
-using engine::ErrorKind;
-using engine::make_error;
-using engine::Status;
-namespace fb = ::qnn_delegate;
-
 namespace {
-
-std::string with_log(const std::string& text) {
-  const std::string log = QnnLibrary::take_messages();
-  return log.empty() ? text : text + ": " + log;
-}
 
 const fb::QnnHtpGraph* find_ids(const fb::QnnHtpContext* q, const std::string& name) {
   if (q->graphs() == nullptr) return nullptr;
@@ -83,7 +73,7 @@ Status validate_binary(const QnnLibrary& lib, QnnHandle device, const fb::QnnHtp
     return Status::Ok();          // contextCreateFromBinary checks the binary anyway
   }
   if (st != 0) {
-    return make_error(ErrorKind::InvalidProgram, "%s", with_log(
+    return make_error(ErrorKind::InvalidProgram, "%s", with_qnn_log(
         "QNN contextValidateBinary (" + std::to_string(q->binary()->size()) +
         " bytes, SoC model " + std::to_string(q->soc_model()) + ") refused the context binary: " +
         qnn_error_text(st)).c_str());
@@ -189,7 +179,7 @@ Status QnnGraphRunner::prepare_profile(int profile_level) {
       backend_, level == 2 ? kQnnProfileDetailed : kQnnProfileBasic, &profiles_[level]);
   if (st != 0) {
     profiles_[level] = nullptr;
-    return make_error(ErrorKind::Internal, "%s", with_log(
+    return make_error(ErrorKind::Internal, "%s", with_qnn_log(
         "graph '" + name_ + "': QNN profileCreate (level " + std::to_string(level) +
         ") failed: " + qnn_error_text(st)).c_str());
   }
@@ -223,7 +213,7 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
                                                uint32_t(in_tensors_.size()), out_tensors_.data(),
                                                uint32_t(out_tensors_.size()), profile, nullptr);
   if (st != 0) {
-    return make_error(ErrorKind::Internal, "%s", with_log(
+    return make_error(ErrorKind::Internal, "%s", with_qnn_log(
         "graph '" + name_ + "': QNN graphExecute failed: " + qnn_error_text(st)).c_str());
   }
   for (size_t i = 0; i < outputs_.size(); ++i) {
@@ -263,7 +253,7 @@ Status QnnLoadedContext::load(const fb::QnnContextBinary* blob, const fb::QnnPay
   QnnStatus st = lib->fn().device_create(lib->log(), q->soc_model() ? configs : nullptr,
                                          &ctx->device_);
   if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s", with_log(
+    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
         "QNN deviceCreate for SoC model " + std::to_string(q->soc_model()) + " failed: " +
         qnn_error_text(st)).c_str());
   }
@@ -272,7 +262,7 @@ Status QnnLoadedContext::load(const fb::QnnContextBinary* blob, const fb::QnnPay
                                             q->binary()->data(), q->binary()->size(),
                                             &ctx->context_, nullptr);
   if (st != 0) {
-    return make_error(ErrorKind::InvalidProgram, "%s", with_log(
+    return make_error(ErrorKind::InvalidProgram, "%s", with_qnn_log(
         "QNN contextCreateFromBinary (" + std::to_string(q->binary()->size()) +
         " bytes, SoC model " + std::to_string(q->soc_model()) + ") failed: " +
         qnn_error_text(st)).c_str());
@@ -287,7 +277,7 @@ Status QnnLoadedContext::load(const fb::QnnContextBinary* blob, const fb::QnnPay
     runner->backend_ = lib->backend();
     st = lib->fn().graph_retrieve(ctx->context_, g->name()->c_str(), &runner->graph_);
     if (st != 0) {
-      return make_error(ErrorKind::InvalidProgram, "%s", with_log(
+      return make_error(ErrorKind::InvalidProgram, "%s", with_qnn_log(
           "graph '" + g->name()->str() + "': QNN graphRetrieve failed: " + qnn_error_text(st))
           .c_str());
     }

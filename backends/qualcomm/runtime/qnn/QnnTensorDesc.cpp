@@ -5,11 +5,6 @@
 namespace qnn_delegate {
 namespace qnn {
 
-using engine::ErrorKind;
-using engine::make_error;
-using engine::Status;
-namespace fb = ::qnn_delegate;
-
 size_t qnn_element_size(QnnDType dtype) {
   switch (dtype) {
     case kQnnInt8: case kQnnUInt8: case kQnnSFixed8: case kQnnUFixed8: case kQnnBool8:

@@ -16,6 +16,7 @@
 
 #include "backends/qualcomm/runtime/engine/Status.h"
 #include "backends/qualcomm/runtime/qnn/QnnAbi.h"
+#include "backends/qualcomm/runtime/qnn/QnnNames.h"
 
 namespace qnn_delegate {
 namespace qnn {
