@@ -32,12 +32,25 @@ def _activation_inputs(node: torch.fx.Node) -> List[torch.fx.Node]:
     return [a for a in node.all_input_nodes if not is_constant(a)]
 
 
+def _is_quantized_input(node: torch.fx.Node) -> bool:
+    return is_dequantize(node) or QCOM_QUANT_ATTRS in node.meta
+
+
+def _is_index_input(node: torch.fx.Node) -> bool:
+    """An integer / bool tensor (indices, masks): never quantized, so it does not make an op float."""
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and not val.is_floating_point() and not _is_quantized_input(node)
+
+
 def is_quantized_op(node: torch.fx.Node) -> bool:
-    """Every non-constant input comes from a dequantize (or is already quantized)."""
+    """Every non-constant float input comes from a dequantize (or is already quantized); an op
+    whose only float data is a quantized constant (embedding: table + int indices) is too."""
     if node.op != "call_function" or is_quantize(node) or is_dequantize(node):
         return False
-    inputs = _activation_inputs(node)
-    return bool(inputs) and all(is_dequantize(a) or QCOM_QUANT_ATTRS in a.meta for a in inputs)
+    inputs = [a for a in _activation_inputs(node) if not _is_index_input(a)]
+    if inputs:
+        return all(_is_quantized_input(a) for a in inputs)
+    return any(is_constant(a) and QCOM_QUANT_ATTRS in a.meta for a in node.all_input_nodes)
 
 
 def _fold_constant_dequantizes(graph: torch.fx.Graph) -> None:

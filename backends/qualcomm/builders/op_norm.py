@@ -11,9 +11,11 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
 )
-from backends.qualcomm.builders.utils import is_constant
+from backends.qualcomm.builders.quant_encoding import QuantAttrs
+from backends.qualcomm.builders.utils import is_constant, is_quantized
+from backends.qualcomm.quantizer.qconfig import BIAS_QMAX
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, float_scalar, uint32_tensor
-from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST
+from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST, QCOM_QUANT_ATTRS
 from backends.qualcomm.utils.errors import QnnLoweringError
 
 _aten = exir_ops.edge.aten
@@ -25,6 +27,12 @@ def only_output_zero_used(node: torch.fx.Node) -> SupportResult:
         if user.target is not operator.getitem or user.args[1] != 0:
             return False, f"output used by '{user.name}' is not output 0 (mean/rstd outputs unsupported)"
     return SUPPORTED
+
+
+# Encodings of an absent gamma (ones) / beta (zeros) in quantized graphs, by activation bits.
+_UNIT_GAMMA_ATTRS = {8: QuantAttrs(1.0, 0, 0, 255, torch.uint8),
+                     16: QuantAttrs(1.0, 0, -32768, 32767, torch.int16)}
+_ZERO_BETA_ATTRS = QuantAttrs(1.0, 0, -BIAS_QMAX, BIAS_QMAX, torch.int32)
 
 
 def _float_data(gb: GraphBuilder, node: object, what: str) -> np.ndarray:
@@ -44,10 +52,15 @@ class LayerNormBuilder(NodeBuilder):
             return only_output_zero_used(node)
         return ok, reason
 
-    def _affine(self, gb: GraphBuilder, node: torch.fx.Node, arg: object, shape, fill: float, name: str) -> QnnTensor:
+    def _affine(self, gb: GraphBuilder, node: torch.fx.Node, arg: object, shape, fill: int, name: str) -> QnnTensor:
+        """gamma / beta; an absent one is `fill` (1 or 0): float, or in a quantized graph an
+        exact integer encoding (scale 1; HTP refuses float gamma / beta there)."""
         if isinstance(arg, torch.fx.Node):
             return gb.tensor(arg)
-        return gb.static_tensor(f"{node.name}_{name}", np.full(shape, fill, dtype=np.float32))
+        if not is_quantized(node):
+            return gb.static_tensor(f"{node.name}_{name}", np.full(shape, fill, dtype=np.float32))
+        attrs = _UNIT_GAMMA_ATTRS[node.meta[QCOM_QUANT_ATTRS].bitwidth] if name == "gamma" else _ZERO_BETA_ATTRS
+        return gb.quantized_static(f"{node.name}_{name}", np.full(shape, fill, dtype=np.int64), attrs)
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x_node, normalized_shape = node.args[0], list(node.args[1])
@@ -55,8 +68,8 @@ class LayerNormBuilder(NodeBuilder):
         bias = node.args[3] if len(node.args) > 3 else None
         eps = node.args[4] if len(node.args) > 4 else 1e-5
         rank, k = len(logical_shape(x_node)), len(normalized_shape)
-        inputs = [gb.tensor(x_node), self._affine(gb, node, weight, normalized_shape, 1.0, "gamma"),
-                  self._affine(gb, node, bias, normalized_shape, 0.0, "beta")]
+        inputs = [gb.tensor(x_node), self._affine(gb, node, weight, normalized_shape, 1, "gamma"),
+                  self._affine(gb, node, bias, normalized_shape, 0, "beta")]
         params = [float_scalar("epsilon", eps), uint32_tensor("axes", list(range(rank - k, rank)))]
         gb.add_op(node, "LayerNorm", inputs, [gb.define_output(node)], params)
 

@@ -127,14 +127,21 @@ def stored_data(values: np.ndarray, attrs: QuantAttrs) -> np.ndarray:
     return np.ascontiguousarray(values.astype(_STORAGE_NUMPY[data_type]))
 
 
-def exact_scalar_attrs(value: float) -> Tuple[np.ndarray, QuantAttrs]:
-    """A UFIXED_POINT_8 scalar encoding that represents `value` exactly (q = 1 or 0)."""
+def exact_scalar_attrs(value: float, like: Optional[QuantAttrs] = None) -> Tuple[np.ndarray, QuantAttrs]:
+    """A one-element ([1]: HTP refuses rank 0) quantized constant holding `value`: q = qmax
+    (or 0 with zero point qmax for a negative value), scale = |value| / qmax, in the data type
+    of `like` (an unsigned activation encoding; HTP wants both operands of a 16-bit op 16-bit),
+    UFIXED_POINT_8 when None. Against QNN, q = qmax measured 100% exact on 8-bit x + 2.5,
+    x * -3, 2 - x (q = 1, scale = |value|: 25%, 2 steps) and 16-bit division 25 steps (553)."""
+    qmin, qmax, dtype = (like.qmin, like.qmax, like.dtype) if like is not None and like.qmin >= 0 \
+        else (0, 255, torch.uint8)
     value = float(np.float32(value))
     if value == 0.0:
-        return np.array(0, np.int64), QuantAttrs(1.0, 0, 0, 255, torch.uint8)
+        return np.array([0], np.int64), QuantAttrs(1.0, 0, qmin, qmax, dtype)
+    scale = float(np.float32(abs(value) / qmax))
     if value > 0:
-        return np.array(1, np.int64), QuantAttrs(value, 0, 0, 255, torch.uint8)
-    return np.array(0, np.int64), QuantAttrs(-value, 1, 0, 255, torch.uint8)
+        return np.array([qmax], np.int64), QuantAttrs(scale, 0, qmin, qmax, dtype)
+    return np.array([0], np.int64), QuantAttrs(scale, qmax, qmin, qmax, dtype)
 
 
 # ---- Q/DQ edge ops --------------------------------------------------------------------

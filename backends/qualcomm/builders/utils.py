@@ -14,7 +14,7 @@ from backends.qualcomm.utils.constants import (
     LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, QCOM_CONSTANT, QCOM_INPUT_LAYOUT,
     QCOM_QUANT_ATTRS,
 )
-from backends.qualcomm.builders.quant_encoding import exact_scalar_attrs
+from backends.qualcomm.builders.quant_encoding import QuantAttrs, exact_scalar_attrs
 
 
 def input_layout(node: torch.fx.Node) -> str:
@@ -42,10 +42,11 @@ def is_constant(node: object) -> bool:
 
 
 def scalar_tensor(gb: GraphBuilder, name: str, value: Union[int, float], dtype=np.float32,
-                  quantized: bool = False) -> QnnTensor:
-    """A STATIC scalar; `quantized`: a UFIXED_POINT_8 scalar that holds the value exactly."""
+                  quantized: bool = False, like: Optional[QuantAttrs] = None) -> QnnTensor:
+    """A STATIC scalar; `quantized`: a quantized scalar that holds the value exactly, in the
+    data type of `like` (UFIXED_POINT_8 when None)."""
     if quantized:
-        q, attrs = exact_scalar_attrs(float(value))
+        q, attrs = exact_scalar_attrs(float(value), like)
         return gb.quantized_static(name, q, attrs)
     return gb.static_tensor(name, np.array(value, dtype=dtype))
 

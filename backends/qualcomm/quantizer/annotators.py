@@ -54,9 +54,8 @@ SHARED_OPS = _ops(
 EMBEDDING_OPS = _ops("embedding.default")
 BATCH_NORM_OPS = _ops("batch_norm.default", "_native_batch_norm_legit_no_training.default")
 # Inputs of compute ops that are not activations (weights of norms stay float).
-_FLOAT_ARG_POSITIONS: Dict[object, tuple] = {
-    op: (1, 2, 3, 4) for op in _ops("layer_norm.default") + BATCH_NORM_OPS
-}
+LAYER_NORM_OPS = _ops("layer_norm.default")
+_FLOAT_ARG_POSITIONS: Dict[object, tuple] = {op: (1, 2, 3, 4) for op in BATCH_NORM_OPS}
 
 
 def feeds_batch_norm(node: Node) -> bool:
@@ -134,6 +133,22 @@ def annotate_compute(node: Node, config: QuantConfig) -> None:
     _set(node, inputs, config.output_activation)
 
 
+def annotate_layer_norm(node: Node, config: QuantConfig) -> None:
+    """layer_norm(x, shape, gamma, beta): activation in and out, gamma and beta quantized
+    (QNN's HTP LayerNorm refuses float gamma / beta in a quantized graph)."""
+    if config.input_activation is None:
+        return
+    x = node.args[0]
+    gamma = node.args[2] if len(node.args) > 2 else None
+    beta = node.args[3] if len(node.args) > 3 else None
+    inputs: Dict[Node, object] = {x: config.input_activation}
+    if isinstance(gamma, Node) and _float_output(gamma):
+        inputs[gamma] = config.norm_weight or config.input_activation
+    if isinstance(beta, Node) and _float_output(beta) and config.norm_bias is not None:
+        inputs[beta] = config.norm_bias
+    _set(node, inputs, config.output_activation)
+
+
 def annotate_embedding(node: Node, config: QuantConfig) -> None:
     """aten.embedding(weight, indices): the table shares the output's encoding, or with
     is_embedding_per_channel gets a per-row (axis 0) weight encoding and the output its own
@@ -163,6 +178,8 @@ def annotate_shared(node: Node, config: QuantConfig) -> None:
 def annotator_for(target: object) -> Optional[Callable]:
     if target in CONV_OPS or target in LINEAR_OPS:
         return annotate_weighted
+    if target in LAYER_NORM_OPS:
+        return annotate_layer_norm
     if target in COMPUTE_OPS:
         return annotate_compute
     if target in SHARED_OPS:

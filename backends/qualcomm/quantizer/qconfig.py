@@ -80,6 +80,8 @@ class QuantConfig:
     is_embedding_per_channel: bool = False
     bias: Optional[QuantizationSpec] = None            # own-range int32 bias; None: derived
     block_size: Optional[Tuple[int, ...]] = None       # LPBQ block size of a recipe strategy
+    norm_weight: Optional[QuantizationSpec] = None     # layer_norm gamma (HTP has no float gamma)
+    norm_bias: Optional[QuantizationSpec] = None       # layer_norm beta (int32, own range)
 
 
 def act_range(bits: int) -> Tuple[torch.dtype, int, int]:
@@ -197,7 +199,15 @@ def make_quant_config(quant_dtype: QuantDtype, is_qat: bool = False, is_conv_per
         is_qat=is_qat,
         is_embedding_per_channel=is_embedding_per_channel,
         bias=_own_range_bias_spec(is_qat, eps) if row.weight_bits == 16 else None,
+        norm_weight=_norm_weight_spec(row.act_bits, act, is_qat, eps) if act is not None else None,
+        norm_bias=_own_range_bias_spec(is_qat, eps) if act is not None else None,
     )
+
+
+def _norm_weight_spec(act_bits: int, act: QuantizationSpec, is_qat: bool, eps: float) -> QuantizationSpec:
+    """layer_norm gamma: the activation encoding with 8-bit activations, 16-bit symmetric with
+    16-bit activations (the encodings QNN's HTP LayerNorm accepts; a float gamma fails finalize)."""
+    return act if act_bits == 8 else _weight_spec(16, False, is_qat, eps)
 
 
 def _derive_bias_qparams(observers) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -9,6 +9,8 @@ Plus payload checks (encodings, packing, Convert), mixed precision, discard, QAT
 TestQNNQuantizedModel (slow, in test_qnn_quantized_models.py): real models."""
 from __future__ import annotations
 
+import contextlib
+import os
 import unittest
 
 import numpy as np
@@ -209,16 +211,51 @@ QWEN3_MIN_SQNR_DB = 25.0        # measured 31.0 dB (QDQ reference 31.0 dB)
 QWEN3_MIN_SQNR_VS_QDQ_DB = 60.0  # measured 93.2 dB (one delegate)
 
 
-def _lower_quantized(model, samples, quantizer, dtype, pte_path):
-    """(converted QDQ module, edge manager, delegate outputs per sample) of a real model."""
+@contextlib.contextmanager
+def _environ(**values: str):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _lower_quantized(model, samples, quantizer, dtype, pte_path, qnn_binary: bool = False):
+    """(converted QDQ module, edge manager, host-engine delegate outputs per sample) of a real
+    model; `qnn_binary`: also build the QNN context binary when the library loads."""
     from examples.qualcomm import utils
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
 
     converted = quantize_module(model, tuple(samples[0]), quantizer, [tuple(s) for s in samples])
-    edge = to_edge_transform_and_lower_to_qnn(converted, tuple(samples[0]), quant_compile_specs(dtype))
+    with _environ(QNN_DELEGATE_CONTEXT_BINARY="1" if qnn_binary else "0"):
+        edge = to_edge_transform_and_lower_to_qnn(converted, tuple(samples[0]), quant_compile_specs(dtype))
     utils.save_pte(edge, pte_path)
-    outputs = [outs[0] for outs in utils.run_samples_with_runtime(pte_path, samples)]
+    outputs = [outs[0] for outs in _run_on(pte_path, samples, "host")]
     return converted, edge, outputs
+
+
+def _run_on(pte_path, samples, engine: str):
+    """Outputs per sample of the .pte run by the Python runtime on `engine` (host / qnn)."""
+    from examples.qualcomm import utils
+
+    with _environ(QNN_DELEGATE_ENGINE=engine):
+        return utils.run_samples_with_runtime(pte_path, samples)
+
+
+def _has_qnn_binary(edge) -> bool:
+    from backends.qualcomm.tests.utils_helpers import delegate_blobs
+    from backends.qualcomm.utils.qnn_context import qnn_binary_of
+
+    return all(qnn_binary_of(blob) is not None for blob in delegate_blobs(edge))
+
+
+def _relative_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / (b.max() - b.min()))
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +269,8 @@ def mobilenet_v2_8a8w(tmp_path_factory):
     quantizer = QnnQuantizer()
     quantizer.set_default_quant_config(A8W8, is_conv_per_channel=True, is_linear_per_channel=True)
     folder = tmp_path_factory.mktemp("mbv2_8a8w")
-    converted, edge, outputs = _lower_quantized(model, samples, quantizer, A8W8, folder / "mbv2_8a8w.pte")
+    converted, edge, outputs = _lower_quantized(model, samples, quantizer, A8W8, folder / "mbv2_8a8w.pte",
+                                                qnn_binary=True)
     with torch.no_grad():
         floats = [model(*s) for s in samples]
         qdq = [converted(*s) for s in samples]
@@ -277,13 +315,42 @@ class TestQNNQuantizedModel:
 
         folder = mobilenet_v2_8a8w["folder"]
         input_list = utils.write_input_files(mobilenet_v2_8a8w["samples"], folder / "inputs")
-        result = utils.run_runner(mobilenet_v2_8a8w["pte"], input_list, folder / "outputs")
+        result = utils.run_runner(mobilenet_v2_8a8w["pte"], input_list, folder / "outputs",
+                                  extra_flags=["--engine", "host"])
         assert result.returncode == 0, result.stderr[-2000:]
         for idx, expected in enumerate(mobilenet_v2_8a8w["outputs"]):
             got = utils.read_raw_output(folder / "outputs", idx, 0, expected)
             assert torch.equal(got, expected), f"sample {idx}: runner != runtime"
 
+    def test_mobilenet_v2_8a8w_qnn_engine(self, mobilenet_v2_8a8w):
+        """Real QNN (SM8650 context binary, x86 emulation): same top-1 as the host engine on
+        every photo whose host top-2 margin is >= MIN_TOP1_MARGIN (on the rocket photo, a
+        near-tie of missile / space shuttle, QNN's top-1 must be in the host's top-2), logits
+        within 10% of the logit range (measured 3.9%), and the runner's --engine qnn output
+        equals the Python runtime's bit for bit."""
+        from examples.qualcomm import utils
+
+        if not _has_qnn_binary(mobilenet_v2_8a8w["edge"]):
+            pytest.skip("lowered without a QNN context binary (QNN library not available)")
+        samples, host = mobilenet_v2_8a8w["samples"], mobilenet_v2_8a8w["outputs"]
+        qnn = [outs[0] for outs in _run_on(mobilenet_v2_8a8w["pte"], samples, "qnn")]
+        for idx, (q, h) in enumerate(zip(qnn, host)):
+            top2 = h.flatten().topk(2)
+            if float(top2.values[0] - top2.values[1]) >= MIN_TOP1_MARGIN:
+                assert int(q.argmax()) == int(h.argmax()), f"photo {idx}: QNN top-1 != host top-1"
+            else:
+                assert int(q.argmax()) in top2.indices.tolist(), f"photo {idx}: QNN top-1 not in host top-2"
+            assert _relative_diff(q, h) < 0.10, f"photo {idx}: {_relative_diff(q, h):.3f} of the range"
+        folder = mobilenet_v2_8a8w["folder"]
+        input_list = utils.write_input_files(samples[:1], folder / "qnn_inputs")
+        result = utils.run_runner(mobilenet_v2_8a8w["pte"], input_list, folder / "qnn_outputs",
+                                  extra_flags=["--engine", "qnn"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert torch.equal(utils.read_raw_output(folder / "qnn_outputs", 0, 0, qnn[0]), qnn[0])
+
     def test_minilm_16a8w_sentence_cosine(self, tmp_path):
+        """Host engine: sentence cosine >= 0.99 vs float. Real QNN (when the library loads):
+        the same .pte's context binary gives cosine >= 0.999 vs the host engine's embeddings."""
         from examples.qualcomm import utils
         from examples.qualcomm.models.minilm import SAMPLE_SENTENCES, load_minilm, sentence_embeddings, tokenize
 
@@ -291,12 +358,19 @@ class TestQNNQuantizedModel:
         ids, mask = tokenize(tokenizer, SAMPLE_SENTENCES)
         quantizer = QnnQuantizer()
         quantizer.set_default_quant_config(A16W8, is_linear_per_channel=True)
-        _, edge, outputs = _lower_quantized(encoder, [[ids, mask]], quantizer, A16W8, tmp_path / "minilm.pte")
+        pte = tmp_path / "minilm.pte"
+        _, edge, outputs = _lower_quantized(encoder, [[ids, mask]], quantizer, A16W8, pte, qnn_binary=True)
         assert utils.ops_outside_delegates(edge) == []
         with torch.no_grad():
             want = sentence_embeddings(encoder(ids, mask), mask)
-        cosines = torch.nn.functional.cosine_similarity(sentence_embeddings(outputs[0], mask), want, dim=1)
+        host = sentence_embeddings(outputs[0], mask)
+        cosines = torch.nn.functional.cosine_similarity(host, want, dim=1)
         assert float(cosines.min()) >= 0.99, f"sentence cosines {cosines.tolist()}"
+        if not _has_qnn_binary(edge):
+            pytest.skip("lowered without a QNN context binary (QNN library not available)")
+        qnn = sentence_embeddings(_run_on(pte, [[ids, mask]], "qnn")[0][0], mask)
+        agreement = torch.nn.functional.cosine_similarity(qnn, host, dim=1)
+        assert float(agreement.min()) >= 0.999, f"QNN vs host cosines {agreement.tolist()}"
 
     def test_qwen3_block_16a4w_block_sqnr(self, tmp_path):
         from examples.qualcomm import utils
