@@ -184,3 +184,26 @@ def test_refused_context_binary_names_qnn_system_error(span, code, name):
     with pytest.raises(ValueError, match=rf"contextCreateFromBinary .* QNN error {code} \({name}\)"):
         native().run_payload_qnn(_rewrite_section(blob, binary=bytes(binary)),
                                  [x.numpy() for x in _inputs()])
+
+
+# ---- profiling -------------------------------------------------------------------------------
+def test_detailed_profile_every_execute_gives_the_same_node_events(tmp_path):
+    """Profile handle created at init (compiled level 2); the event buffer is reused across
+    executes: each execute logs one graph event and the same per-node events."""
+    from backends.qualcomm.tests.utils_helpers import delegate_events, fp16_specs, parse_metadata, write_etdump
+
+    tester = QnnTester(TinyConv().eval(), _inputs(), compile_specs=fp16_specs(profile_level=2),
+                       tmp_dir=str(tmp_path)).lower()
+    op_names = {op.name for op in tester.payload().ops}
+    _set_engine("qnn")
+    program, method = load_method(Path(tester.to_executorch().pte_path), etdump=True)
+    for _ in range(3):
+        run(method, _inputs())
+    etdump = write_etdump(program, tmp_path / "run.etdump")
+    del method, program
+    gc.collect()
+    events = [(name, parse_metadata(meta), runs) for name, meta, runs in delegate_events(etdump)]
+    graphs = [runs for name, meta, runs in events if meta.get("engine") == "qnn"]
+    nodes = {name: runs for name, meta, runs in events if meta.get("type") == "QnnNode"}
+    assert graphs == [3]  # the Inspector folds the runs of one event together
+    assert set(nodes) >= op_names and set(nodes.values()) == {3}, nodes

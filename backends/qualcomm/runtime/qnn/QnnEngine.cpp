@@ -1,5 +1,6 @@
 #include "backends/qualcomm/runtime/qnn/QnnEngine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -101,12 +102,15 @@ void log_profile(executorch::runtime::EventTracer* tracer, const qnn::QnnGraphRu
         total_cycles ? uint64_t(double(end - start) * double(s.value) / double(total_cycles)) : 0;
     n = std::snprintf(metadata, sizeof(metadata), "type=QnnNode;cycles=%llu",
                       static_cast<unsigned long long>(s.value));
-    // "<op name>:OpId_<n> (cycles)" -> "<op name>" (the payload op's name).
-    std::string name = s.name;
-    const size_t cut = name.find_first_of(": ");
-    if (cut != std::string::npos && cut > 0) name.resize(cut);
+    // "<op name>:OpId_<n> (cycles)" -> "<op name>" (the payload op's name), no allocation.
+    char name[256];
+    size_t cut = s.name.find_first_of(": ");
+    if (cut == std::string::npos || cut == 0) cut = s.name.size();
+    cut = std::min(cut, sizeof(name) - 1);
+    std::memcpy(name, s.name.data(), cut);
+    name[cut] = '\0';
     executorch::runtime::event_tracer_log_profiling_delegate(
-        tracer, name.c_str(), executorch::runtime::kUnsetDelegateDebugIntId, cursor,
+        tracer, name, executorch::runtime::kUnsetDelegateDebugIntId, cursor,
         cursor + span, metadata, size_t(n));
     cursor += span;
   }
@@ -193,11 +197,10 @@ Error execute_on_qnn(executorch::runtime::BackendExecutionContext& context,
   if (!profiling) {
     s = g.execute(in_ptrs, out_ptrs);
   } else {
-    std::vector<qnn::QnnProfileSample> samples;
     const uint64_t start = et_pal_current_ticks();
-    s = g.execute(in_ptrs, out_ptrs, profile_level, &samples);
+    s = g.execute(in_ptrs, out_ptrs, profile_level);
     const uint64_t end = et_pal_current_ticks();
-    if (s.ok()) log_profile(tracer, g, samples, start, end);
+    if (s.ok()) log_profile(tracer, g, g.profile_samples(), start, end);
   }
   if (!s.ok()) {
     ET_LOG(Error, "QnnDelegate execute failed: %s", s.message.c_str());

@@ -33,17 +33,25 @@ Status verify_section(const fb::QnnHtpContext* q) {
   return Status::Ok();
 }
 
+// Writes the event tree into out[n..], reusing the elements (and their strings' storage)
+// left by earlier executes: after the first profiled execute this allocates nothing.
 void collect_tree(const QnnFunctionTable& fn, uint64_t event, int depth,
-                  std::vector<QnnProfileSample>& out) {
+                  std::vector<QnnProfileSample>& out, size_t& n) {
   QnnProfileEvent data{};
   if (fn.profile_get_event_data(event, &data) == 0) {
-    out.push_back({data.identifier ? data.identifier : "?", data.unit, data.value,
-                   data.type == kQnnProfileEventNode, data.type, depth});
+    if (n == out.size()) out.emplace_back();
+    QnnProfileSample& s = out[n++];
+    s.name.assign(data.identifier ? data.identifier : "?");
+    s.unit = data.unit;
+    s.value = data.value;
+    s.is_node = data.type == kQnnProfileEventNode;
+    s.type = data.type;
+    s.depth = depth;
   }
   const uint64_t* subs = nullptr;
   uint32_t num_subs = 0;
   if (depth > 2 || fn.profile_get_sub_events(event, &subs, &num_subs) != 0) return;
-  for (uint32_t i = 0; i < num_subs; ++i) collect_tree(fn, subs[i], depth + 1, out);
+  for (uint32_t i = 0; i < num_subs; ++i) collect_tree(fn, subs[i], depth + 1, out, n);
 }
 
 // Events of the last execute (QNN keeps the events of the latest call in the handle).
@@ -51,8 +59,11 @@ void collect_events(const QnnFunctionTable& fn, QnnHandle profile,
                     std::vector<QnnProfileSample>& out) {
   const uint64_t* events = nullptr;
   uint32_t count = 0;
-  if (fn.profile_get_events(profile, &events, &count) != 0) return;
-  for (uint32_t i = 0; i < count; ++i) collect_tree(fn, events[i], 0, out);
+  size_t n = 0;
+  if (fn.profile_get_events(profile, &events, &count) == 0) {
+    for (uint32_t i = 0; i < count; ++i) collect_tree(fn, events[i], 0, out, n);
+  }
+  out.resize(n);
 }
 
 // contextValidateBinary, unless the backend said once that it cannot validate (QNN 2.51 on
@@ -225,7 +236,12 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
     const auto* src = reinterpret_cast<const int32_t*>(r.storage.data());
     for (size_t k = 0; k < r.widened.size(); ++k) r.widened[k] = src[k];
   }
-  if (profile != nullptr && samples != nullptr) collect_events(lib->fn(), profile, *samples);
+  if (profile != nullptr) {
+    collect_events(lib->fn(), profile, profile_samples_);
+    if (samples != nullptr) *samples = profile_samples_;
+  } else {
+    profile_samples_.resize(0);
+  }
   return Status::Ok();
 }
 

@@ -54,9 +54,11 @@ class QnnGraphRunner {
   engine::Status prepare_profile(int profile_level);
 
   // inputs[i] / outputs[i]: caller buffers. profile_level 0 = off, 1 basic, 2 detailed;
-  // `samples` (optional) receives the events of this execute.
+  // profile_samples() holds the events of this execute (empty when not profiled);
+  // `samples` (optional) receives a copy.
   engine::Status execute(void* const* inputs, void* const* outputs, int profile_level = 0,
                          std::vector<QnnProfileSample>* samples = nullptr);
+  const std::vector<QnnProfileSample>& profile_samples() const { return profile_samples_; }
 
  private:
   friend class QnnLoadedContext;
@@ -83,6 +85,7 @@ class QnnGraphRunner {
   std::vector<std::vector<int32_t>> in_scratch_;   // int64 inputs narrowed (allocated at init)
   std::vector<std::vector<int32_t>> out_scratch_;  // int64 outputs widened after execute
   QnnHandle profiles_[3] = {nullptr, nullptr, nullptr};  // per level (see prepare_profile)
+  std::vector<QnnProfileSample> profile_samples_;  // reused by every profiled execute
 };
 
 class QnnLoadedContext {
