@@ -1,7 +1,7 @@
 """2D convolution -> Conv2d / DepthWiseConv2d (NHWC activations, HWIO weights)."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -11,7 +11,8 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder, tensor_vals,
 )
-from backends.qualcomm.builders.utils import int_list
+from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs
+from backends.qualcomm.builders.utils import int_list, is_quantized
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_PAD_AMOUNT
 
@@ -24,6 +25,21 @@ def conv_pad_amount(node: torch.fx.Node) -> List[List[int]]:
         return [list(p) for p in node.meta[QCOM_PAD_AMOUNT]]
     ph, pw = int_list(conv_args(node).get("padding"), 2, 0)
     return [[ph, ph], [pw, pw]]
+
+
+def zero_bias_attrs(x: QnnTensor, weight: QnnTensor, cout: int) -> Optional[QuantAttrs]:
+    """int32 encoding of the zero bias of a quantized conv without one: HTP wants the bias
+    scale = input scale x weight scale (per output channel when the weight is); None for
+    LPBQ / float weights."""
+    if x.quant is None or weight.quant is None or weight.quant.block_size:
+        return None
+    wq = weight.quant
+    w_scales = np.asarray(wq.scales if wq.scales is not None else [wq.scale] * cout, np.float64)
+    scales = (np.float64(x.quant.scale) * w_scales).astype(np.float32)
+    zero = ZERO_INT32_ATTRS
+    if wq.scales is None:
+        return QuantAttrs(float(scales[0]), 0, zero.qmin, zero.qmax, zero.dtype)
+    return QuantAttrs(scales, np.zeros(cout, np.int64), zero.qmin, zero.qmax, zero.dtype, axis=0)
 
 
 def conv_args(node: torch.fx.Node) -> dict:
@@ -62,9 +78,13 @@ class ConvolutionBuilder(NodeBuilder):
         gb.add_op(node, "Transpose", [source], [out], [uint32_tensor("perm", OIHW_TO_HWIO)], suffix="weight")
         return out
 
-    def _bias(self, gb: GraphBuilder, node: torch.fx.Node, bias: object, cout: int) -> QnnTensor:
+    def _bias(self, gb: GraphBuilder, node: torch.fx.Node, bias: object, cout: int, x: QnnTensor,
+              weight: QnnTensor) -> QnnTensor:
         if isinstance(bias, torch.fx.Node):
             return gb.tensor(bias)
+        attrs = zero_bias_attrs(x, weight, cout) if is_quantized(node) else None
+        if attrs is not None:  # HTP refuses a FLOAT_32 bias in a quantized conv (error 3110)
+            return gb.quantized_static(f"{node.name}_bias", np.zeros([cout], np.int64), attrs)
         return gb.static_tensor(f"{node.name}_bias", np.zeros([cout], dtype=np.float32))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
@@ -81,6 +101,7 @@ class ConvolutionBuilder(NodeBuilder):
         depthwise = groups > 1 and groups == cin and cin_per_group == 1
         if not depthwise:
             params.append(uint32_scalar("group", groups))
-        inputs = [x, self._weight(gb, node, args["weight"]), self._bias(gb, node, args.get("bias"), cout)]
+        weight = self._weight(gb, node, args["weight"])
+        inputs = [x, weight, self._bias(gb, node, args.get("bias"), cout, x, weight)]
         qnn_type = "DepthWiseConv2d" if depthwise else "Conv2d"
         gb.add_op(node, qnn_type, inputs, [gb.define_output(node)], params)

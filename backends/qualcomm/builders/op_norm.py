@@ -11,9 +11,8 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
 )
-from backends.qualcomm.builders.quant_encoding import QuantAttrs
+from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs
 from backends.qualcomm.builders.utils import is_constant, is_quantized
-from backends.qualcomm.quantizer.qconfig import BIAS_QMAX
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, float_scalar, uint32_tensor
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST, QCOM_QUANT_ATTRS
 from backends.qualcomm.utils.errors import QnnLoweringError
@@ -29,10 +28,9 @@ def only_output_zero_used(node: torch.fx.Node) -> SupportResult:
     return SUPPORTED
 
 
-# Encodings of an absent gamma (ones) / beta (zeros) in quantized graphs, by activation bits.
+# Encodings of an absent gamma (ones) in quantized graphs, by activation bits.
 _UNIT_GAMMA_ATTRS = {8: QuantAttrs(1.0, 0, 0, 255, torch.uint8),
                      16: QuantAttrs(1.0, 0, -32768, 32767, torch.int16)}
-_ZERO_BETA_ATTRS = QuantAttrs(1.0, 0, -BIAS_QMAX, BIAS_QMAX, torch.int32)
 
 
 def _float_data(gb: GraphBuilder, node: object, what: str) -> np.ndarray:
@@ -59,7 +57,7 @@ class LayerNormBuilder(NodeBuilder):
             return gb.tensor(arg)
         if not is_quantized(node):
             return gb.static_tensor(f"{node.name}_{name}", np.full(shape, fill, dtype=np.float32))
-        attrs = _UNIT_GAMMA_ATTRS[node.meta[QCOM_QUANT_ATTRS].bitwidth] if name == "gamma" else _ZERO_BETA_ATTRS
+        attrs = _UNIT_GAMMA_ATTRS[node.meta[QCOM_QUANT_ATTRS].bitwidth] if name == "gamma" else ZERO_INT32_ATTRS
         return gb.quantized_static(f"{node.name}_{name}", np.full(shape, fill, dtype=np.int64), attrs)
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:

@@ -1,15 +1,15 @@
-"""softmax -> Softmax (axis remapped to the stored layout)."""
+"""softmax -> Softmax (axis remapped to the stored layout; a non-last axis moved last by Transposes)."""
 from __future__ import annotations
 
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
-from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.graph_builder import GraphBuilder, inverse_perm, logical_shape
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
 )
 from backends.qualcomm.builders.utils import input_layout, stored_axis
-from backends.qualcomm.serialization.qnn_graph import float_scalar, uint32_scalar
+from backends.qualcomm.serialization.qnn_graph import float_scalar, uint32_scalar, uint32_tensor
 
 _aten = exir_ops.edge.aten
 
@@ -31,5 +31,16 @@ class SoftmaxBuilder(NodeBuilder):
         layout = input_layout(node)
         x = gb.tensor(node.args[0], layout)
         axis = stored_axis(node.args[1], len(logical_shape(node)), layout)
-        gb.add_op(node, "Softmax", [x], [gb.define_output(node)],
-                  [uint32_scalar("axis", axis), float_scalar("beta", 1.0)])
+        out = gb.define_output(node)
+        last = len(x.dims) - 1
+        if axis == last:
+            gb.add_op(node, "Softmax", [x], [out], [uint32_scalar("axis", axis), float_scalar("beta", 1.0)])
+            return
+        # HTP's Softmax takes the last axis only (error 3110 otherwise): move `axis` last and back
+        perm = [d for d in range(len(x.dims)) if d != axis] + [axis]
+        moved = gb.like(x, f"{node.name}_axis_last", [x.dims[d] for d in perm])
+        gb.add_op(node, "Transpose", [x], [moved], [uint32_tensor("perm", perm)], suffix="axis_last")
+        result = gb.like(out, f"{node.name}_last", moved.dims)
+        gb.add_op(node, "Softmax", [moved], [result], [uint32_scalar("axis", last), float_scalar("beta", 1.0)])
+        gb.add_op(node, "Transpose", [result], [out], [uint32_tensor("perm", inverse_perm(perm))],
+                  suffix="axis_back")

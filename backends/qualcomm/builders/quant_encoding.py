@@ -127,6 +127,11 @@ def stored_data(values: np.ndarray, attrs: QuantAttrs) -> np.ndarray:
     return np.ascontiguousarray(values.astype(_STORAGE_NUMPY[data_type]))
 
 
+# int32 encoding of an all-zero bias / beta the builders add (a FLOAT_32 one is refused by HTP
+# in a quantized op); any scale represents 0 exactly. Range as the quantizer's int32 bias.
+ZERO_INT32_ATTRS = QuantAttrs(1.0, 0, -(2**31 - 128), 2**31 - 128, torch.int32)
+
+
 def exact_scalar_attrs(value: float, like: Optional[QuantAttrs] = None) -> Tuple[np.ndarray, QuantAttrs]:
     """A one-element ([1]: HTP refuses rank 0) quantized constant holding `value`: q = qmax
     (or 0 with zero point qmax for a negative value), scale = |value| / qmax, in the data type

@@ -473,3 +473,36 @@ def test_quantized_embedding_is_a_quantized_gather_on_qnn(quant_dtype):
     qnn, host = _payload_on_both_engines(blob, (ids,))
     scale = output_encodings(tester.module)[0][0]
     assert step_stats(qnn[0], host[0], scale).max_diff <= 1
+
+
+class ConvNoBiasSoftmaxMiddle(torch.nn.Module):
+    """A conv without bias, then softmax over axis 1 of a rank-3 view (HTP's Softmax takes
+    only the last axis: the builder moves the axis last with two Transposes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        return torch.softmax(self.conv(x).reshape(1, 4, 25), 1)
+
+
+@pytest.mark.parametrize("quant_dtype", [None, QuantDtype.use_8a8w, QuantDtype.use_16a8w])
+def test_bias_free_conv_and_middle_axis_softmax_are_delegated_on_qnn(quant_dtype):
+    """Both passed our builders' checks but QNN's op validation refused them (FLOAT_32 zero
+    bias in a quantized conv: error 3110 'incorrect Value', bias scale must be input x weight
+    scale; Softmax axis not last: 'expected equal to 2'): now one delegate with a context
+    binary, QNN agreeing with the host engine."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 3, 5, 5),)
+    tester = (QnnTester(ConvNoBiasSoftmaxMiddle(), inputs) if quant_dtype is None else
+              QuantTester(ConvNoBiasSoftmaxMiddle(), inputs, quant_dtype)).lower()
+    assert tester.partitioner.summary.cpu_op_counts() == {}
+    blobs = tester.delegate_blobs()
+    assert len(blobs) == 1
+    qnn, host = _payload_on_both_engines(blobs[0], inputs)
+    if quant_dtype is None:
+        assert float(np.abs(qnn[0] - host[0]).max()) < 2e-3
+    else:
+        scale = output_encodings(tester.module)[0][0]
+        assert step_stats(qnn[0], host[0], scale).max_diff <= (2 if quant_dtype == QuantDtype.use_8a8w else 32)
