@@ -14,7 +14,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch.fx import Node
-from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
+from torchao.quantization.pt2e.quantizer import (
+    FixedQParamsQuantizationSpec, QuantizationAnnotation, SharedQuantizationSpec,
+)
 
 from backends.qualcomm.quantizer.qconfig import QuantConfig, bias_spec
 
@@ -130,7 +132,21 @@ def annotate_compute(node: Node, config: QuantConfig) -> None:
     if _after_conv(node):
         skip = skip + (0,)
     inputs = {a: config.input_activation for a in _tensor_args(node, skip)}
-    _set(node, inputs, config.output_activation)
+    _set(node, inputs, fixed_output_spec(node, config) or config.output_activation)
+
+
+TANH_OPS = _ops("tanh.default")
+
+
+def fixed_output_spec(node: Node, config: QuantConfig) -> Optional[FixedQParamsQuantizationSpec]:
+    """16-bit tanh: the fixed symmetric [-1, 1] output encoding (scale 2 / 65536, zero point
+    32768) that QNN's HTP Tanh requires (validation: 'expected equal to -32768'; the observed
+    range gives another offset and the node would stay on the CPU)."""
+    act = config.output_activation
+    if node.target not in TANH_OPS or act is None or act.quant_max is None or act.quant_max <= 255:
+        return None
+    return FixedQParamsQuantizationSpec(dtype=act.dtype, scale=2.0 / 65536, zero_point=32768,
+                                        quant_min=0, quant_max=65535, qscheme=torch.per_tensor_affine)
 
 
 def annotate_layer_norm(node: Node, config: QuantConfig) -> None:
