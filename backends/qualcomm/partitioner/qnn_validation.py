@@ -45,6 +45,27 @@ def qnn_validate_op(blob: bytes, op_index: int) -> Optional[str]:
     return load_extension().qnn_validate_op(blob, 0, int(op_index))
 
 
+def qnn_validate_ops(blob: bytes, num_ops: int) -> List[Optional[str]]:
+    """Per op of the blob's first graph, None when QNN accepts it, else QNN's reason: one
+    call (blob verified and tensors described once, not once per op)."""
+    verdicts = load_extension().qnn_validate_ops(blob, 0)
+    if len(verdicts) != num_ops or any(i != k for k, (i, _) in enumerate(verdicts)):
+        raise RuntimeError(f"qnn_validate_ops answered for {len(verdicts)} op(s), the graph has "
+                           f"{num_ops}")
+    return [reason for _, reason in verdicts]
+
+
+_NATIVE_VALIDATE_OP = qnn_validate_op
+
+
+def _op_reasons(blob: bytes, num_ops: int) -> List[Optional[str]]:
+    """QNN's answer per op: the batch call, unless `qnn_validate_op` was replaced (tests
+    monkeypatch it), then that one op by op."""
+    if qnn_validate_op is not _NATIVE_VALIDATE_OP:
+        return [qnn_validate_op(blob, index) for index in range(num_ops)]
+    return qnn_validate_ops(blob, num_ops)
+
+
 @dataclass
 class ValidationReport:
     """What QNN's op validation did during one partitioning."""
@@ -200,9 +221,9 @@ class PartitionValidator:
             return {}
         self.report.partitions += 1
         refused: Dict[str, str] = {}
-        for index, op in enumerate(graph.ops):
-            self.report.ops += 1
-            reason = qnn_validate_op(blob, index)
+        reasons = _op_reasons(blob, len(graph.ops))
+        self.report.ops += len(graph.ops)
+        for op, reason in zip(graph.ops, reasons):
             if reason is None:
                 continue
             node = source_node(op, partition.nodes)

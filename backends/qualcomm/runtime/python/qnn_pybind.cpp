@@ -6,6 +6,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -22,17 +23,31 @@ namespace py = pybind11;
 namespace qnn_delegate {
 namespace {
 
-// A blob copied to 16-byte aligned storage (flatbuffers scalars must be aligned).
-struct Blob {
-  std::unique_ptr<uint64_t[]> storage;
-  size_t size = 0;
+// A blob's bytes, 16-byte aligned (flatbuffers scalars must be aligned): the bytes
+// object's own buffer when it is aligned (CPython's usually is), else one aligned
+// copy. Valid while the bytes object it was made from is alive.
+class Blob {
+ public:
   explicit Blob(const py::bytes& b) {
-    const std::string s(b);
-    size = s.size();
-    storage.reset(new uint64_t[size / 8 + 2]);
-    std::memcpy(storage.get(), s.data(), size);
+    char* buf = nullptr;
+    Py_ssize_t len = 0;
+    if (PyBytes_AsStringAndSize(b.ptr(), &buf, &len) != 0) throw py::error_already_set();
+    size_ = size_t(len);
+    if (reinterpret_cast<uintptr_t>(buf) % 16 == 0) {
+      data_ = reinterpret_cast<const uint8_t*>(buf);
+      return;
+    }
+    storage_.reset(new uint64_t[size_ / 8 + 2]);  // new[] storage: 16-byte aligned
+    std::memcpy(storage_.get(), buf, size_);
+    data_ = reinterpret_cast<const uint8_t*>(storage_.get());
   }
-  const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(storage.get()); }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<uint64_t[]> storage_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 [[noreturn]] void raise(const engine::Status& s) {
@@ -44,7 +59,7 @@ struct Blob {
 
 const ::qnn_delegate::QnnPayload* verified(const Blob& blob) {
   const ::qnn_delegate::QnnPayload* payload = nullptr;
-  const engine::Status s = runtime::verify_context_binary(blob.data(), blob.size, &payload);
+  const engine::Status s = runtime::verify_context_binary(blob.data(), blob.size(), &payload);
   if (!s.ok()) raise(s);
   return payload;
 }
@@ -87,6 +102,28 @@ py::object validate(const py::bytes& blob_bytes, uint32_t graph_index, uint32_t 
   const engine::Status s = qnn::validate_op(payload->graphs()->Get(graph_index), op_index);
   if (s.ok()) return py::none();
   return py::str(s.message);
+}
+
+// Every op of one graph of the blob checked by QNN, the blob verified and the graph's
+// tensors described once: [(op index, None when QNN accepts the op, else QNN's reason)].
+// ValueError for a malformed blob or a graph index out of range, RuntimeError when the
+// QNN library does not load.
+py::list validate_all(const py::bytes& blob_bytes, uint32_t graph_index) {
+  const Blob blob(blob_bytes);
+  const auto* payload = verified(blob);
+  if (graph_index >= payload->graphs()->size()) {
+    throw py::value_error("graph_index " + std::to_string(graph_index) + " out of range (the blob "
+                          "has " + std::to_string(payload->graphs()->size()) + " graph(s))");
+  }
+  std::vector<qnn::OpVerdict> verdicts;
+  const engine::Status s = qnn::validate_ops(payload->graphs()->Get(graph_index), verdicts);
+  if (!s.ok()) raise(s);
+  py::list out;
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    out.append(py::make_tuple(i, verdicts[i].accepted ? py::object(py::none())
+                                                       : py::object(py::str(verdicts[i].reason))));
+  }
+  return out;
 }
 
 py::dtype numpy_dtype(const qnn::TensorDesc& d) {
@@ -159,6 +196,10 @@ void register_qnn_bindings(py::module_& m) {
         "naming graph, op and QNN error when QNN refuses.");
   m.def("qnn_validate_op", &validate, py::arg("blob"), py::arg("graph_index"), py::arg("op_index"),
         "None when QNN's backendValidateOpConfig accepts the op, else QNN's reason.");
+  m.def("qnn_validate_ops", &validate_all, py::arg("blob"), py::arg("graph_index") = 0,
+        "Every op of one graph checked by QNN's backendValidateOpConfig in one call (blob "
+        "verified, tensors described once): [(op index, None when accepted, else QNN's "
+        "reason)], the reasons qnn_validate_op gives. ValueError for a malformed blob.");
   m.def("live_qnn_context_count", [] { return runtime::ContextCache::instance().live_qnn_contexts(); },
         "Loaded contexts that run on the QNN engine.");
   m.def("run_payload_qnn", &run, py::arg("blob"), py::arg("inputs"), py::arg("graph_index") = 0,

@@ -1,6 +1,7 @@
 #include "backends/qualcomm/runtime/qnn/QnnCompiler.h"
 
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 
 #include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
@@ -236,6 +237,36 @@ Status read_binary(const QnnLibrary* lib, QnnHandle context, std::vector<uint8_t
   return Status::Ok();
 }
 
+// Op `op` built from `tensors` and put to backendValidateOpConfig; the error says why
+// QNN refused it (with what QNN logged) or why it could not be built.
+Status check_op(const QnnLibrary* lib, const fb::Op* op,
+                const std::vector<std::unique_ptr<TensorDesc>>& tensors) {
+  OpBuild b;
+  QNN_RETURN_IF_ERROR(make_op(op, tensors, lib, nullptr, b));
+  QnnLibrary::take_messages();
+  const QnnStatus st = lib->fn().backend_validate_op_config(lib->backend(), b.config);
+  if (st != 0) {
+    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
+        "op '" + op->name()->str() + "' (" + op->type()->str() + ") refused by QNN: " +
+        qnn_error_text(st)).c_str());
+  }
+  return Status::Ok();
+}
+
+// Why a tensor of `op` could not be described (empty when all could): describe_tensor's
+// message for the first input or output whose description failed.
+std::string undescribed_tensor(const fb::Op* op, const std::vector<std::string>& tensor_errors) {
+  for (const auto* ids : {op->inputs(), op->outputs()}) {
+    if (ids == nullptr) continue;
+    for (const uint32_t id : *ids) {
+      if (id < tensor_errors.size() && !tensor_errors[id].empty()) {
+        return "op '" + op->name()->str() + "' (" + op->type()->str() + "): " + tensor_errors[id];
+      }
+    }
+  }
+  return std::string();
+}
+
 }  // namespace
 
 Status compile_context(const fb::QnnPayload* payload, const CompileRequest& request,
@@ -271,15 +302,34 @@ Status validate_op(const fb::Graph* g, uint32_t op_index) {
   }
   std::vector<std::unique_ptr<TensorDesc>> tensors;
   QNN_RETURN_IF_ERROR(describe_all(g, 1, tensors));
-  OpBuild b;
-  const fb::Op* op = g->ops()->Get(op_index);
-  QNN_RETURN_IF_ERROR(make_op(op, tensors, lib, nullptr, b));
-  QnnLibrary::take_messages();
-  const QnnStatus st = lib->fn().backend_validate_op_config(lib->backend(), b.config);
-  if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
-        "op '" + op->name()->str() + "' (" + op->type()->str() + ") refused by QNN: " +
-        qnn_error_text(st)).c_str());
+  return check_op(lib, g->ops()->Get(op_index), tensors);
+}
+
+Status validate_ops(const fb::Graph* g, std::vector<OpVerdict>& out) {
+  out.clear();
+  std::string why;
+  const QnnLibrary* lib = QnnLibrary::get(&why);
+  if (lib == nullptr) return make_error(ErrorKind::NotSupported, "%s", why.c_str());
+  // Each tensor described once; one that cannot be described refuses only the ops using it.
+  const size_t num_tensors = g->tensors() ? g->tensors()->size() : 0;
+  std::vector<std::unique_ptr<TensorDesc>> tensors(num_tensors);
+  std::vector<std::string> tensor_errors(num_tensors);
+  for (size_t i = 0; i < num_tensors; ++i) {
+    const Status s = describe_tensor(g->tensors()->Get(i), 1, tensors[i]);
+    if (!s.ok()) {
+      tensors[i].reset();
+      tensor_errors[i] = s.message;
+    }
+  }
+  const size_t num_ops = g->ops() ? g->ops()->size() : 0;
+  out.resize(num_ops);
+  for (size_t i = 0; i < num_ops; ++i) {
+    const fb::Op* op = g->ops()->Get(i);
+    out[i].reason = undescribed_tensor(op, tensor_errors);
+    if (!out[i].reason.empty()) continue;
+    const Status s = check_op(lib, op, tensors);
+    out[i].accepted = s.ok();
+    if (!s.ok()) out[i].reason = s.message.empty() ? "refused (no reason given)" : s.message;
   }
   return Status::Ok();
 }

@@ -36,5 +36,20 @@ engine::Status compile_context(const ::qnn_delegate::QnnPayload* payload,
 // says why QNN refused it. `op_index` indexes graph->ops().
 engine::Status validate_op(const ::qnn_delegate::Graph* graph, uint32_t op_index);
 
+// QNN's answer about one op of a graph: accepted, or why not (QNN refused it, or
+// the op could not be described to QNN, e.g. it uses a tensor with no QNN type).
+struct OpVerdict {
+  bool accepted = false;
+  std::string reason;  // empty when accepted; the text validate_op's error carries
+};
+
+// Every op of `graph` checked by backendValidateOpConfig in one pass: the graph's
+// tensors are described once (validate_op describes them again for each op).
+// `out[i]` is op i's verdict, with the reasons validate_op gives (except that a
+// tensor which cannot be described refuses only the ops using it, named, where
+// validate_op fails every op). Returns an error only when nothing can be checked
+// (the QNN library does not load).
+engine::Status validate_ops(const ::qnn_delegate::Graph* graph, std::vector<OpVerdict>& out);
+
 }  // namespace qnn
 }  // namespace qnn_delegate
