@@ -5,7 +5,6 @@ refusal: QNN 2.51 HTP's op validation refuses a 16a8w MatMul of two activations 
 Skipped when the QNN library does not load here; tiny shapes."""
 from __future__ import annotations
 
-import gc
 import logging
 import struct
 
@@ -20,9 +19,11 @@ from backends.qualcomm.tests.quant_tester import QuantTester
 from backends.qualcomm.tests.tester import QnnTester
 from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.serialization.payload_writer import wrap_context_binary
-from backends.qualcomm.tests.utils_helpers import native, reset_runtime_options
+from backends.qualcomm.tests.utils_helpers import native
 from backends.qualcomm.utils.qnn_context import (
     AOT_ENV, payload_of, qnn_binary_of, qnn_library_status)
+
+from backends.qualcomm.tests.test_qnn_real import real_qnn  # noqa: E402,F401  (autouse fixture)
 
 LOADED, STATUS = qnn_library_status()
 pytestmark = pytest.mark.skipif(not LOADED, reason=f"QNN library not available: {STATUS}")
@@ -30,13 +31,7 @@ pytestmark = pytest.mark.skipif(not LOADED, reason=f"QNN library not available: 
 BMM = "aten.bmm.default"
 
 
-@pytest.fixture(autouse=True)
-def real_qnn(monkeypatch):
-    monkeypatch.setenv(AOT_ENV, "1")
-    reset_runtime_options()
-    yield
-    reset_runtime_options()
-    gc.collect()
+# real_qnn (autouse, from test_qnn_real): context binaries at lowering, runtime options reset.
 
 
 class LinearBmm(torch.nn.Module):
