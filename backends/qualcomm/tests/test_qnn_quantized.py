@@ -369,9 +369,37 @@ class TestQNNQuantizedModel:
         assert float(cosines.min()) >= 0.99, f"sentence cosines {cosines.tolist()}"
         if not _has_qnn_binary(edge):
             pytest.skip("lowered without a QNN context binary (QNN library not available)")
-        qnn = sentence_embeddings(_run_on(pte, [[ids, mask]], "qnn")[0][0], mask)
+        qnn_hidden = _run_on(pte, [[ids, mask]], "qnn")[0][0]
+        qnn = sentence_embeddings(qnn_hidden, mask)
         agreement = torch.nn.functional.cosine_similarity(qnn, host, dim=1)
         assert float(agreement.min()) >= 0.999, f"QNN vs host cosines {agreement.tolist()}"
+        # the runner on QNN (int64 ids / mask files in, int32 inside): the Python runtime's bits
+        input_list = utils.write_input_files([[ids, mask]], tmp_path / "inputs")
+        result = utils.run_runner(pte, input_list, tmp_path / "outputs", extra_flags=["--engine", "qnn"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert torch.equal(utils.read_raw_output(tmp_path / "outputs", 0, 0, qnn_hidden), qnn_hidden)
+
+    def test_mobilenet_v2_fp16_qnn_engine(self, tmp_path):
+        """fp16 MobileNetV2 with an SM8650 context binary: QNN gives the host engine's top-1 on
+        every photo, logits within 0.5% of the range (measured 0.055% in `make run`)."""
+        from backends.qualcomm.tests.model_helpers import photo_samples
+        from examples.qualcomm import utils
+        from examples.qualcomm.models import imagenet
+        from examples.qualcomm.models.mobilenet_v2 import load_mobilenet_v2
+
+        samples = photo_samples(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD)
+        pte = tmp_path / "mobilenet_v2_fp16.pte"
+        with _environ(QNN_DELEGATE_CONTEXT_BINARY="1"):
+            specs = utils.build_compiler_specs(soc_model="SM8650", use_fp16=True)
+            edge = utils.lower_to_qnn(load_mobilenet_v2(), tuple(samples[0]), specs)
+        utils.save_pte(edge, pte)
+        if not _has_qnn_binary(edge):
+            pytest.skip("lowered without a QNN context binary (QNN library not available)")
+        host = [outs[0] for outs in _run_on(pte, samples, "host")]
+        qnn = [outs[0] for outs in _run_on(pte, samples, "qnn")]
+        for idx, (q, h) in enumerate(zip(qnn, host)):
+            assert int(q.argmax()) == int(h.argmax()), f"photo {idx}: QNN top-1 != host top-1"
+            assert _relative_diff(q, h) < 0.005, f"photo {idx}: {_relative_diff(q, h):.4f} of the range"
 
     def test_qwen3_block_16a4w_block_sqnr(self, tmp_path):
         from examples.qualcomm import utils
