@@ -506,3 +506,20 @@ def test_bias_free_conv_and_middle_axis_softmax_are_delegated_on_qnn(quant_dtype
     else:
         scale = output_encodings(tester.module)[0][0]
         assert step_stats(qnn[0], host[0], scale).max_diff <= (2 if quant_dtype == QuantDtype.use_8a8w else 32)
+
+
+def test_dump_context_from_pte_writes_each_delegates_binary(tmp_path):
+    """Upstream's dump_context_from_pte: `<method>_<delegate index>.bin` next to the .pte, the
+    bytes of the delegate's QNN context binary (QNN 2.51's magic first)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    from backends.qualcomm.utils.utils import dump_context_from_pte
+
+    pte = _fp16_pte(tmp_path)
+    paths = dump_context_from_pte(str(pte))
+    program = deserialize_pte_binary(pte.read_bytes()).program
+    assert len(program.backend_delegate_data) == 1
+    blob = bytes(program.backend_delegate_data[0].data)
+    assert [Path(p).name for p in paths] == ["forward_0.bin"]
+    data = Path(paths[0]).read_bytes()
+    assert data == qnn_binary_of(blob) and data[:16] == CONTEXT_BINARY_MAGIC

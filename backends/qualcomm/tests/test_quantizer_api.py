@@ -406,16 +406,27 @@ class TestQuantizerApi(unittest.TestCase):
             QuantRecipe(QuantDtype.use_8a8w, False, MinMaxObserver, QuantGranularity.PER_BLOCK) \
                 .initialize_default_strategy_ops(set())
 
-    def test_context_binary_helpers_say_not_built(self):
+    def test_context_binary_helpers_say_what_is_missing(self):
+        """from_context_binary is not built; dump_context_from_pte of a .pte lowered without
+        context binaries (this suite's default) says why (the real dump: test_qnn_real.py)."""
+        import tempfile
+        from pathlib import Path
+
+        from backends.qualcomm.tests.tester import QnnTester
         from backends.qualcomm.utils.upstream_compat import ContextBinaryNotSupportedError
         from backends.qualcomm.utils.utils import dump_context_from_pte, from_context_binary
 
         with self.assertRaisesRegex(ContextBinaryNotSupportedError, "from_context_binary: qnn-delegate does not "
-                                                                     "store QNN context binaries"):
+                                                                     "wrap a prebuilt QNN context binary"):
             from_context_binary("model.bin", "ctx_op")
-        with self.assertRaisesRegex(ContextBinaryNotSupportedError, "dump_context_from_pte: .* no QNN context "
-                                                                     "binary to dump"):
-            dump_context_from_pte("model.pte")
+        with tempfile.TemporaryDirectory() as folder:
+            tester = QnnTester(torch.nn.Linear(4, 4), inputs_of((2, 4)))
+            tester.tmp_dir = folder
+            tester.lower().to_executorch()
+            with self.assertRaisesRegex(ContextBinaryNotSupportedError, "dump_context_from_pte: .* has no QNN "
+                                                                         r"context binary to dump \(its 1 qnn-delegate"):
+                dump_context_from_pte(tester.pte_path)
+            self.assertEqual(sorted(p.name for p in Path(folder).iterdir()), [Path(tester.pte_path).name])
 
 
 # ---- issue 17: recipe defects -------------------------------------------------------------------
