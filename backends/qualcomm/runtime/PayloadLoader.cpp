@@ -8,6 +8,16 @@
 namespace qnn_delegate {
 namespace runtime {
 
+AlignedBlob::AlignedBlob(const void* src, size_t size) {
+  if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    data = static_cast<const uint8_t*>(src);
+    return;
+  }
+  storage.reset(new uint64_t[(size + 7) / 8 + 1]);
+  if (size) std::memcpy(storage.get(), src, size);
+  data = reinterpret_cast<const uint8_t*>(storage.get());
+}
+
 using engine::ErrorKind;
 using engine::make_error;
 using engine::Status;
@@ -34,20 +44,6 @@ bool verify_container_shallow(const uint8_t* data, size_t size) {
          verifier.EndTable();
 }
 
-// 64-byte aligned copy of a blob when the caller's bytes are misaligned.
-struct AlignedBlob {
-  const uint8_t* data = nullptr;
-  std::unique_ptr<uint64_t[]> storage;
-  AlignedBlob(const void* src, size_t size) {
-    if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-      data = static_cast<const uint8_t*>(src);
-      return;
-    }
-    storage.reset(new uint64_t[(size + 7) / 8 + 1]);
-    if (size) std::memcpy(storage.get(), src, size);
-    data = reinterpret_cast<const uint8_t*>(storage.get());
-  }
-};
 
 } // namespace
 

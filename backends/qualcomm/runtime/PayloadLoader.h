@@ -18,6 +18,14 @@ constexpr uint32_t kSchemaVersion = 1;
 
 uint64_t fnv1a64(const uint8_t* data, size_t size);
 
+// A blob's bytes at a 16-byte aligned address (flatbuffers reads 8-byte fields in
+// place): the caller's bytes when aligned, else a copy owned here.
+struct AlignedBlob {
+  const uint8_t* data = nullptr;
+  std::unique_ptr<uint64_t[]> storage;
+  AlignedBlob(const void* src, size_t size);
+};
+
 // Verifies `data` and returns the nested payload (which points into `data`).
 engine::Status verify_context_binary(const uint8_t* data, size_t size,
                                      const ::qnn_delegate::QnnPayload** payload);

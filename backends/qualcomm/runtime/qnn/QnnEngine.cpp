@@ -38,20 +38,6 @@ void say_once(std::atomic<bool>& flag, const char* what, const std::string& why)
   }
 }
 
-// 16-byte aligned view of a blob (copied when the caller's bytes are not aligned).
-struct Aligned {
-  const uint8_t* data = nullptr;
-  std::unique_ptr<uint64_t[]> copy;
-  Aligned(const void* src, size_t size) {
-    if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-      data = static_cast<const uint8_t*>(src);
-      return;
-    }
-    copy.reset(new uint64_t[size / 8 + 2]);
-    std::memcpy(copy.get(), src, size);
-    data = reinterpret_cast<const uint8_t*>(copy.get());
-  }
-};
 
 bool dtype_matches(ScalarType st, const qnn::TensorDesc& d) {
   if (d.int64_narrowed) return st == ScalarType::Long;
@@ -145,7 +131,7 @@ Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,
   out.reset();
   if (choice == EngineChoice::Host) return Status::Ok();
   const bool forced = choice == EngineChoice::Qnn;
-  const Aligned blob(data, size);
+  const AlignedBlob blob(data, size);
   const ::qnn_delegate::QnnPayload* payload = nullptr;
   QNN_RETURN_IF_ERROR(verify_context_binary(blob.data, size, &payload));
   const auto* container = ::qnn_delegate::GetQnnContextBinary(blob.data);
