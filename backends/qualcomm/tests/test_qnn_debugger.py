@@ -226,7 +226,7 @@ class DebugRun:
 
         from backends.qualcomm import to_edge_transform_and_lower_to_qnn
         from backends.qualcomm.debugger import QNNIntermediateDebugger
-        from backends.qualcomm.debugger.damage import damage_conv_weights_in_delegate
+        from backends.qualcomm.tests.damage import damage_conv_weights_in_delegate
 
         module = _quantize(module, sample) if quantized else module.eval()
         damage = damage_conv_weights_in_delegate(damage_node) if damage_node else contextlib.nullcontext()

@@ -1,4 +1,5 @@
-"""Fault injection for checking the debugger: coarsen one conv's weights in the delegate only.
+"""Test fixture (fault injection for checking the debugger; also behind the debugger demo's
+`--damage_node`): coarsen one conv's weights in the delegate only.
 
 Inside `damage_conv_weights_in_delegate(node_name, bits)`, lowering keeps the
 ETRecord's reference graph intact but the delegate payload gets that conv's
