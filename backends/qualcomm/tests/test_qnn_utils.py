@@ -197,7 +197,7 @@ class TestQNNFloatingPointUtils:
     def test_qnn_backend_rebind_buffers_every_execute(self, small):
         torch.manual_seed(2)
         samples = [torch.randn(1, 3, 16, 16) for _ in range(24)]
-        results = h.native().execute_many(small["blob"], [[s.numpy()] for s in samples])
+        results = h.test_hooks().execute_many(small["blob"], [[s.numpy()] for s in samples])
         assert len({r[0].ctypes.data for r in results}) == len(samples)  # own buffers each call
         for sample, result in zip(samples, results):
             expected = small["model"](sample).detach().numpy()
@@ -228,8 +228,13 @@ class TestQNNFloatingPointUtils:
 
     def test_qnn_backend_destroy_shared_handle_twice(self, small):
         base = h.native().live_context_count()
-        counts = h.native().init_destroy_twice(small["blob"])
+        counts = h.test_hooks().init_destroy_twice(small["blob"])
         assert counts == (base + 1, base + 1, base)
+
+    def test_qnn_backend_test_hooks_not_in_product_module(self):
+        product, hooks = h.native(), h.test_hooks()
+        for name in ("execute_many", "init_destroy_twice"):
+            assert not hasattr(product, name) and callable(getattr(hooks, name))
 
     def test_qnn_backend_options_from_threads_while_executing(self, small):
         program, method = h.load_method(small["off"])

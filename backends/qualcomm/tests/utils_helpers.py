@@ -26,6 +26,13 @@ def native():
     return require_extension()
 
 
+def test_hooks():
+    """The test-only extension backends.qualcomm.tests._qnn_test_hooks (built with the package)."""
+    from backends.qualcomm.tests import _qnn_test_hooks  # type: ignore[attr-defined]
+
+    return _qnn_test_hooks
+
+
 def fp16_specs(profile_level: int = 0, **htp_kwargs) -> list:
     return generate_qnn_executorch_compiler_spec(
         QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True, **htp_kwargs),

@@ -17,6 +17,7 @@
 #include "backends/qualcomm/runtime/RuntimeOptions.h"
 #include "backends/qualcomm/runtime/engine/Kernel.h"
 #include "backends/qualcomm/runtime/engine/ThreadPool.h"
+#include "backends/qualcomm/runtime/python/engine_arrays.h"
 #include "backends/qualcomm/runtime/python/qnn_pybind.h"
 
 namespace py = pybind11;
@@ -24,159 +25,20 @@ using namespace qnn_delegate;
 
 namespace {
 
-// Escapes bytes that are not printable ASCII (names from a corrupted payload
-// may not be valid UTF-8).
-std::string printable(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      out += buf;
-    }
-  }
-  return out;
-}
-
-[[noreturn]] void throw_value_error(const std::string& message) {
-  throw py::value_error(printable(message));
-}
-
-[[noreturn]] void raise_status(const engine::Status& s) {
-  if (s.kind == engine::ErrorKind::InvalidArgument || s.kind == engine::ErrorKind::InvalidProgram ||
-      s.kind == engine::ErrorKind::NotSupported) {
-    throw py::value_error(printable(s.message));
-  }
-  throw std::runtime_error(printable(s.message));
-}
-
-std::string blob_of(const py::bytes& blob) { return std::string(blob); }
-
-py::dtype numpy_dtype_of(engine::DType dt, const std::string& tensor) {
-  switch (dt) {
-    case engine::DType::FLOAT_32: return py::dtype::of<float>();
-    case engine::DType::INT_32: return py::dtype::of<int32_t>();
-    case engine::DType::INT_64: return py::dtype::of<int64_t>();
-    case engine::DType::UINT_8: return py::dtype::of<uint8_t>();
-    case engine::DType::BOOL_8: return py::dtype::of<bool>();
-    default:
-      throw_value_error("tensor '" + tensor + "' has data type " +
-                            engine::dtype_name(dt) + ", which has no numpy mapping");
-  }
-}
+using pyengine::raise_status;
+using pyengine::throw_value_error;
 
 void verify_payload(const py::bytes& blob) {
-  const std::string data = blob_of(blob);
+  const std::string data(blob);
   std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;
   const engine::Status s =
       runtime::load_graphs(data.data(), data.size(), runtime::engine_options_from_env(), -1, graphs);
   if (!s.ok()) raise_status(s);
 }
 
-py::array checked_input(const engine::GraphExecutor& g, size_t i, const py::array& arr) {
-  const engine::TensorInfo& info = g.input_info(i);
-  const py::dtype want = numpy_dtype_of(info.dtype, info.name);
-  if (!arr.dtype().is(want) && !arr.dtype().equal(want)) {
-    throw_value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
-                          info.name + "') has dtype " + std::string(py::str(arr.dtype())) +
-                          ", expected " + std::string(py::str(want)) + " (" +
-                          engine::dtype_name(info.dtype) + ")");
-  }
-  if (static_cast<size_t>(arr.size()) != info.numel) {
-    throw_value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
-                          info.name + "') has " + std::to_string(arr.size()) +
-                          " elements, expected " + std::to_string(info.numel) + " " +
-                          engine::dims_to_string(info.dims));
-  }
-  return py::array::ensure(arr, py::array::c_style);
-}
-
-// Fresh output arrays of graph `g` and their data pointers.
-py::list new_outputs(const engine::GraphExecutor& g, std::vector<void*>& out_ptrs) {
-  py::list outputs;
-  out_ptrs.clear();
-  for (size_t i = 0; i < g.num_outputs(); ++i) {
-    const engine::TensorInfo& info = g.output_info(i);
-    std::vector<py::ssize_t> shape(info.dims.begin(), info.dims.end());
-    py::array out(numpy_dtype_of(info.dtype, info.name), shape);
-    out_ptrs.push_back(out.mutable_data());
-    outputs.append(out);
-  }
-  return outputs;
-}
-
-// Executes the built graph once with the caller's input arrays into new output arrays.
-py::list execute_once(engine::GraphExecutor& g, const std::vector<py::array>& inputs) {
-  if (inputs.size() != g.num_inputs()) {
-    throw_value_error("graph '" + g.name() + "' has " + std::to_string(g.num_inputs()) +
-                          " inputs, got " + std::to_string(inputs.size()));
-  }
-  std::vector<py::array> in_arrays;
-  std::vector<void*> in_ptrs, out_ptrs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    in_arrays.push_back(checked_input(g, i, inputs[i]));
-    in_ptrs.push_back(const_cast<void*>(in_arrays.back().data()));
-  }
-  py::list outputs = new_outputs(g, out_ptrs);
-  engine::Status s;
-  {
-    py::gil_scoped_release release;
-    s = g.execute(in_ptrs.data(), out_ptrs.data());
-  }
-  if (!s.ok()) raise_status(s);
-  return outputs;
-}
-
-std::unique_ptr<engine::GraphExecutor> build_graph(const std::string& data, int graph_index) {
-  if (graph_index < 0) throw_value_error("graph_index must be >= 0");
-  std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;
-  const engine::Status s = runtime::load_graphs(data.data(), data.size(),
-                                                runtime::engine_options_from_env(), graph_index, graphs);
-  if (!s.ok()) raise_status(s);
-  return std::move(graphs.front());
-}
-
 py::list run_payload(const py::bytes& blob, const std::vector<py::array>& inputs, int graph_index) {
-  const std::unique_ptr<engine::GraphExecutor> g = build_graph(blob_of(blob), graph_index);
-  return execute_once(*g, inputs);
-}
-
-// Builds the graph once and executes it per input set, each time with the
-// caller's input buffers and new output buffers (tests buffer rebinding).
-py::list execute_many(const py::bytes& blob, const std::vector<std::vector<py::array>>& input_sets,
-                      int graph_index) {
-  const std::unique_ptr<engine::GraphExecutor> g = build_graph(blob_of(blob), graph_index);
-  py::list results;
-  for (const auto& inputs : input_sets) results.append(execute_once(*g, inputs));
-  return results;
-}
-
-// Inits two delegate handles from one blob through the backend interface
-// (one shared context), destroys the first twice, then the second. Returns
-// the live context count after each step: (after init, after destroy x2, after last).
-py::tuple init_destroy_twice(const py::bytes& blob) {
-  const std::string data = blob_of(blob);
-  std::vector<uint8_t> pool(1 << 16);
-  executorch::runtime::MemoryAllocator allocator(pool.size(), pool.data());
-  executorch::runtime::BackendInitContext ctx(&allocator);
-  auto& backend = runtime::backend_instance();
-  executorch::runtime::DelegateHandle* handles[2] = {nullptr, nullptr};
-  for (auto& handle : handles) {
-    executorch::runtime::FreeableBuffer buffer(data.data(), data.size(),
-                                              executorch::runtime::FreeableBuffer::FreeFn(nullptr));
-    auto result = backend.init(ctx, &buffer, {});
-    if (!result.ok()) throw_value_error("init failed with error " + std::to_string(int(result.error())));
-    handle = *result;
-  }
-  auto& cache = runtime::ContextCache::instance();
-  const size_t after_init = cache.live_contexts();
-  backend.destroy(handles[0]);
-  backend.destroy(handles[0]);  // already destroyed: a no-op
-  const size_t after_first = cache.live_contexts();
-  backend.destroy(handles[1]);
-  return py::make_tuple(after_init, after_first, cache.live_contexts());
+  const std::unique_ptr<engine::GraphExecutor> g = pyengine::build_graph(std::string(blob), graph_index);
+  return pyengine::execute_once(*g, inputs);
 }
 
 bool is_known_option(const std::string& key) {
@@ -293,10 +155,6 @@ PYBIND11_MODULE(_qnn_delegate, m) {
         "Verify a delegate blob and build its graphs; raises ValueError naming the problem.");
   m.def("run_payload", &run_payload, py::arg("blob"), py::arg("inputs"), py::arg("graph_index") = 0,
         "Init + execute + destroy a payload graph on the engine (no ExecuTorch).");
-  m.def("execute_many", &execute_many, py::arg("blob"), py::arg("input_sets"), py::arg("graph_index") = 0,
-        "Build a payload graph once, execute it per input set with new output buffers each time.");
-  m.def("init_destroy_twice", &init_destroy_twice, py::arg("blob"),
-        "Lifecycle check: two handles of one blob, the first destroyed twice; live contexts per step.");
   m.def("set_runtime_option", &set_runtime_option, py::arg("key"), py::arg("value"));
   m.def("set_runtime_options", &set_runtime_options, py::arg("options"),
         "Set several runtime options in one backend call (valid ones apply even if others fail).");
