@@ -21,6 +21,7 @@ from backends.qualcomm.utils.compile_spec import graph_names, is_fp16, options_f
 from backends.qualcomm.utils.constants import DEBUG_HANDLE, QCOM_OUTPUT_DIM_ORDERS
 from backends.qualcomm.utils.errors import QnnLoweringError
 from backends.qualcomm.utils.qnn_context import attach_qnn_context_for_options
+from backends.qualcomm.utils.qnn_tables import attach_tables_for_options
 
 PROGRESS_BAR_MIN_NODES = 200
 
@@ -104,6 +105,7 @@ class QnnDelegate(BackendDetails):
         ep = run_preprocess_passes(copy.deepcopy(edge_program))
         graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options),
                                 bool(options.dumpIntermediateOutputs))
+        attach_tables_for_options(graph, options, f"graph '{graph.name}'")
         blob = attach_qnn_context_for_options(serialize_graphs([graph]), options, f"graph '{graph.name}'")
         return PreprocessResult(processed_bytes=blob,
                                 debug_handle_map=_debug_handle_map(ep))

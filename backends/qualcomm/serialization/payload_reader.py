@@ -48,6 +48,7 @@ class OpSummary:
     outputs: List[str]
     params: Dict[str, List]
     debug_handle: int
+    table_bytes: int = 0  # size of the op's QNN-measured lookup table (0 = none)
 
 
 @dataclass
@@ -67,7 +68,8 @@ class GraphSummary:
         lines = [f"graph '{self.name}' fp16={self.fp16_precision} inputs={self.inputs} outputs={self.outputs}"]
         for op in self.ops:
             params = ", ".join(f"{k}={v}" for k, v in op.params.items())
-            lines.append(f"  {op.type:<22} {op.name}: {op.inputs} -> {op.outputs} {params}")
+            table = f" table={op.table_bytes}B" if op.table_bytes else ""
+            lines.append(f"  {op.type:<22} {op.name}: {op.inputs} -> {op.outputs} {params}{table}")
         return "\n".join(lines)
 
 
@@ -128,6 +130,7 @@ def _summarize_graph(graph: gen.GraphT) -> GraphSummary:
         summary.ops.append(OpSummary(
             _decode(op.name), _decode(op.type), [names[i] for i in _ids(op.inputs)],
             [names[i] for i in _ids(op.outputs)], params, int(op.debugHandle),
+            0 if op.lookupTable is None else len(op.lookupTable),
         ))
     return summary
 

@@ -120,6 +120,15 @@ def _offsets_vector(builder: flatbuffers.Builder, offsets: List[int]) -> int:
     return builder.EndVector(len(offsets))
 
 
+def _table_bytes(table) -> bytes:
+    """uint16 codes as little-endian bytes; anything else is taken as bytes (uint8 codes, or a
+    table read back from a payload)."""
+    array = np.asarray(table).reshape(-1)
+    if array.dtype == np.uint16:
+        return array.astype("<u2").tobytes()
+    return array.astype(np.uint8).tobytes()
+
+
 def _write_op(builder: flatbuffers.Builder, op: QnnOp) -> int:
     params = _offsets_vector(builder, [_write_param(builder, p) for p in op.params])
     inputs = _numpy_vector(builder, op.inputs, "<u4")
@@ -127,6 +136,9 @@ def _write_op(builder: flatbuffers.Builder, op: QnnOp) -> int:
     name = builder.CreateString(op.name)
     package = builder.CreateString(op.package)
     op_type = builder.CreateString(op.type)
+    table = None
+    if op.lookup_table is not None:
+        table = builder.CreateNumpyVector(np.frombuffer(_table_bytes(op.lookup_table), dtype=np.uint8))
     gen.OpStart(builder)
     gen.OpAddName(builder, name)
     gen.OpAddPackage(builder, package)
@@ -135,6 +147,8 @@ def _write_op(builder: flatbuffers.Builder, op: QnnOp) -> int:
     gen.OpAddOutputs(builder, outputs)
     gen.OpAddParams(builder, params)
     gen.OpAddDebugHandle(builder, int(op.debug_handle))
+    if table is not None:
+        gen.OpAddLookupTable(builder, table)
     return gen.OpEnd(builder)
 
 

@@ -62,6 +62,9 @@ class QnnOp:
     params: List[QnnParam] = field(default_factory=list)
     debug_handle: int = 0
     package: str = "qti.aisw"
+    # Unary quantized ops: QNN's output code per input code, see qnn_tables.py (a uint16 array
+    # for uint16 ops; uint8 values otherwise, or the raw little-endian bytes of either).
+    lookup_table: Optional[np.ndarray] = None
 
 
 @dataclass

@@ -33,7 +33,7 @@ BACKEND_ID = "QnnDelegate"
 
 # Dataclass -> how its nested fields are converted from the object-API value.
 _NESTED = {"quant": QuantParams, "params": QnnParam, "tensors": QnnTensor, "ops": QnnOp}
-_ARRAY_FIELDS = {"data", "block_scales"}
+_ARRAY_FIELDS = {"data", "block_scales", "lookup_table"}
 
 
 def _camel(name: str) -> str:

@@ -2,10 +2,13 @@
 // - no quantized tensor: the float kernel;
 // - an integer kernel when one exists and accepts the op (Conv2d, FullyConnected, ...);
 // - data movement ops whose tensors share one encoding: the byte-generic kernel as is;
+// - unary uint8 / uint16 ops with a QNN-measured table in the payload: that table;
 // - otherwise the float kernel on dequantized inputs, its outputs requantized
 //   (f computed on the dequantized inputs, as in the PT2E reference). Quantized
 //   STATIC inputs (weight-only fp16a8w, quantized gamma/tables) are dequantized once at init.
 #include <cstring>
+
+#include "qnn_payload_generated.h"
 
 #include "backends/qualcomm/runtime/engine/Quant.h"
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
@@ -160,14 +163,32 @@ bool is_unary_elementwise(const std::string& type) {
          type == "ElementWiseSquareRoot" || type == "ElementWiseNeg";
 }
 
-// 8-bit unary op as a 256-entry table built at init by running the float
-// kernel on every dequantized input value (same numbers as the wrapped path).
+// Unary quantized op as a table of output codes by input code:
+// - QNN's own table when the payload carries one (Op.lookup_table, measured on QNN HTP at
+//   lowering: 256 codes for uint8, 65536 for uint16), so the engine computes what QNN does;
+// - else, 8-bit only, a 256-entry table built at init by running the float kernel on every
+//   dequantized input value (same numbers as the wrapped path).
 class LutKernel final : public Kernel {
  public:
-  Status init(const OpView& v, KernelEnv& env, KernelFactory float_factory) {
-    in_ = v.inputs[0]->id;
-    out_ = v.outputs[0]->id;
-    numel_ = v.inputs[0]->numel;
+  Status init_from_payload(const OpView& v, const flatbuffers::Vector<uint8_t>& table, KernelEnv& env) {
+    bind(v);
+    const size_t bytes = table.size();
+    if (wide_) {
+      table16_ = Buffer(env.allocator, bytes);
+      if (!table16_.valid()) {
+        return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate %zu bytes for its lookup table",
+                      bytes);
+      }
+      uint16_t* t = table16_.as<uint16_t>();
+      for (size_t i = 0; i < 65536; ++i) t[i] = uint16_t(table.Get(2 * i) | (table.Get(2 * i + 1) << 8));
+    } else {
+      std::memcpy(lut_, table.data(), 256);
+    }
+    return Status::Ok();
+  }
+
+  Status init_from_float(const OpView& v, KernelEnv& env, KernelFactory float_factory) {
+    bind(v);
     TensorInfo x, y;
     x.id = 0;
     x.name = v.inputs[0]->name;
@@ -199,30 +220,74 @@ class LutKernel final : public Kernel {
     for (int q = 0; q < 256; ++q) lut_[q] = quantize_one<uint8_t>(ys[q], pout);
     return Status::Ok();
   }
+
   Status run(const RunContext& ctx) const override {
+    if (wide_) {
+      const uint16_t* x = ctx.at<const uint16_t>(in_);
+      uint16_t* y = ctx.at<uint16_t>(out_);
+      const uint16_t* t = table16_.as<uint16_t>();
+      for (size_t i = 0; i < numel_; ++i) y[i] = t[x[i]];
+      return Status::Ok();
+    }
     const uint8_t* x = ctx.at<const uint8_t>(in_);
     uint8_t* y = ctx.at<uint8_t>(out_);
     for (size_t i = 0; i < numel_; ++i) y[i] = lut_[x[i]];
     return Status::Ok();
   }
+  size_t owned_bytes() const override { return table16_.size(); }
 
  private:
+  void bind(const OpView& v) {
+    in_ = v.inputs[0]->id;
+    out_ = v.outputs[0]->id;
+    numel_ = v.inputs[0]->numel;
+    wide_ = v.inputs[0]->dtype == DType::UFIXED_POINT_16;
+  }
+
   uint32_t in_ = 0, out_ = 0;
   size_t numel_ = 0;
+  bool wide_ = false;
   uint8_t lut_[256] = {};
+  Buffer table16_;  // uint16 ops: 65536 output codes
 };
 
-bool takes_lut(const OpView& v) {
+// A unary op from a per-tensor uint8 (or uint16) activation to one of the same data type and dims.
+bool is_table_op(const OpView& v, DType dtype) {
   return is_unary_elementwise(v.type) && v.inputs.size() == 1 && v.outputs.size() == 1 &&
-         v.inputs[0]->dtype == DType::UFIXED_POINT_8 && v.outputs[0]->dtype == DType::UFIXED_POINT_8 &&
+         v.inputs[0]->dtype == dtype && v.outputs[0]->dtype == dtype &&
          is_quant_activation(*v.inputs[0]) && is_quant_activation(*v.outputs[0]) &&
          v.inputs[0]->dims == v.outputs[0]->dims;
+}
+
+bool takes_lut(const OpView& v) { return is_table_op(v, DType::UFIXED_POINT_8); }
+
+// The op's Op.lookup_table, or nullptr when it has none.
+const flatbuffers::Vector<uint8_t>* stored_table(const OpView& v) {
+  return v.op != nullptr ? v.op->lookup_table() : nullptr;
+}
+
+// A stored table must belong to a unary uint8 / uint16 op and hold one code per input code.
+Status check_stored_table(const OpView& v, const flatbuffers::Vector<uint8_t>& table) {
+  const bool narrow = is_table_op(v, DType::UFIXED_POINT_8);
+  const bool wide = is_table_op(v, DType::UFIXED_POINT_16);
+  if (!narrow && !wide) {
+    return v.fail(ErrorKind::InvalidProgram,
+                  "malformed payload: lookup_table on an op that is not a unary uint8 / uint16 "
+                  "per-tensor activation op");
+  }
+  const size_t expected = narrow ? 256 : 65536 * 2;
+  if (table.size() != expected) {
+    return v.fail(ErrorKind::InvalidProgram,
+                  "malformed payload: lookup_table has %u bytes, expected %zu (%s codes)",
+                  table.size(), expected, narrow ? "256 uint8" : "65536 uint16");
+  }
+  return Status::Ok();
 }
 
 Status create_wrapped(const OpView& v, KernelEnv& env, KernelFactory float_factory, KernelPtr& out) {
   if (takes_lut(v) && !env.reference_only) {
     std::unique_ptr<LutKernel> k(new LutKernel());
-    QNN_RETURN_IF_ERROR(k->init(v, env, float_factory));
+    QNN_RETURN_IF_ERROR(k->init_from_float(v, env, float_factory));
     out = std::move(k);
     return Status::Ok();
   }
@@ -237,6 +302,15 @@ Status create_wrapped(const OpView& v, KernelEnv& env, KernelFactory float_facto
 Status create_dispatched_kernel(const OpView& v, KernelEnv& env, KernelPtr& out) {
   const KernelRegistry& floats = float_kernel_registry();
   const auto f = floats.find(v.type);
+  if (const flatbuffers::Vector<uint8_t>* table = stored_table(v)) {
+    QNN_RETURN_IF_ERROR(check_stored_table(v, *table));
+    if (!env.reference_only) {
+      std::unique_ptr<LutKernel> k(new LutKernel());
+      QNN_RETURN_IF_ERROR(k->init_from_payload(v, *table, env));
+      out = std::move(k);
+      return Status::Ok();
+    }
+  }
   const bool quantized = op_has_quant(v);
   if (!quantized && f != floats.end()) return f->second(v, env, out);
   const KernelRegistry& quants = quant_kernel_registry();

@@ -1,0 +1,120 @@
+"""Lookup tables measured on Qualcomm's QNN HTP for a graph's quantized unary ops.
+
+An elementwise unary op's output code depends only on its input code, so what QNN computes for
+it is a table: 256 entries for 8-bit inputs, 65536 for 16-bit ones. At lowering, when the QNN
+library is present, every such op of a graph is copied (same type, params and encodings) into
+ONE small QNN graph whose inputs are [n_codes] tensors, built and finalized once, executed once
+on every input code; the outputs are the ops' tables. The host engine then looks outputs up in
+them instead of evaluating the float function (its own table when a graph carries none).
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnGraph, QnnOp, QnnTensor, TensorType
+
+logger = logging.getLogger("backends.qualcomm")
+
+# QNN op types whose quantized output is a function of one input code only.
+TABLE_OP_TYPES = frozenset({
+    "Relu", "ReluMinMax", "Sigmoid", "Tanh", "Gelu", "HardSwish", "ElementWiseRsqrt",
+    "ElementWiseSquareRoot", "ElementWiseNeg",
+})
+_CODES = {DataType.UFIXED_POINT_8: (256, np.uint8), DataType.UFIXED_POINT_16: (65536, np.uint16)}
+
+
+def _per_tensor(tensor: QnnTensor) -> bool:
+    q = tensor.quant
+    return q is not None and q.scales is None and q.scale > 0 and tensor.data_type in _CODES
+
+
+def table_ops(graph: QnnGraph) -> List[int]:
+    """Indices of the ops of `graph` that a measured table can stand for: a unary op of
+    TABLE_OP_TYPES from a per-tensor uint8/uint16 activation to one of the same data type."""
+    found = []
+    for index, op in enumerate(graph.ops):
+        if op.type not in TABLE_OP_TYPES or len(op.inputs) != 1 or len(op.outputs) != 1:
+            continue
+        x, y = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+        if x.type == TensorType.STATIC or not (_per_tensor(x) and _per_tensor(y)):
+            continue
+        if x.data_type != y.data_type:
+            continue
+        found.append(index)
+    return found
+
+
+def table_graph(graph: QnnGraph, op_indices: List[int]) -> QnnGraph:
+    """One QNN graph holding a copy of each op in `op_indices` applied to all its input codes."""
+    probe = QnnGraph(name="qnn_tables")
+    for k, index in enumerate(op_indices):
+        op = graph.ops[index]
+        x, y = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+        n = _CODES[x.data_type][0]
+        xi = QnnTensor(len(probe.tensors), f"t{k}_in", TensorType.APP_WRITE, x.data_type, [1, n],
+                       copy.deepcopy(x.quant))
+        probe.tensors.append(xi)
+        yi = QnnTensor(len(probe.tensors), f"t{k}_out", TensorType.APP_READ, y.data_type, [1, n],
+                       copy.deepcopy(y.quant))
+        probe.tensors.append(yi)
+        probe.ops.append(QnnOp(f"t{k}_{op.type}", op.type, [xi.id], [yi.id], copy.deepcopy(op.params),
+                               package=op.package))
+        probe.inputs.append(xi.id)
+        probe.outputs.append(yi.id)
+    return probe
+
+
+def measure_tables(graph: QnnGraph, soc_model: int, vtcm_mb: int = 0) -> Dict[int, np.ndarray]:
+    """{op index: table (uint8 / uint16, one entry per input code)} measured on QNN for the
+    table ops of `graph`; RuntimeError when QNN refuses the probe graph."""
+    from backends.qualcomm.serialization.payload_writer import QnnHtpSection, serialize_graphs, wrap_context_binary
+    from backends.qualcomm.utils.qnn_context import payload_of
+    from backends.qualcomm.utils.runtime_options import load_extension
+
+    indices = table_ops(graph)
+    if not indices:
+        return {}
+    probe = table_graph(graph, indices)
+    blob = serialize_graphs([probe])
+    extension = load_extension()
+    binary, graphs = extension.qnn_compile(blob, int(soc_model), int(vtcm_mb))
+    section = QnnHtpSection(bytes(binary), int(soc_model), [(str(n), list(ids)) for n, ids in graphs])
+    blob = wrap_context_binary(payload_of(blob), section)
+    inputs = []
+    for index in indices:
+        n, dtype = _CODES[graph.tensors[graph.ops[index].inputs[0]].data_type]
+        inputs.append(np.arange(n, dtype=dtype).reshape(1, n))
+    outputs, _ = extension.run_payload_qnn(blob, inputs)
+    return {index: np.asarray(out).reshape(-1).copy() for index, out in zip(indices, outputs)}
+
+
+def attach_tables(graph: QnnGraph, soc_model: int, vtcm_mb: int = 0) -> Optional[str]:
+    """Store QNN-measured tables on the table ops of `graph` (QnnOp.lookup_table); None on success,
+    else why not (QNN refused the probe graph), and the graph is left without tables."""
+    try:
+        tables = measure_tables(graph, soc_model, vtcm_mb)
+    except RuntimeError as exc:
+        return str(exc)
+    for index, table in tables.items():
+        graph.ops[index].lookup_table = table
+    return None
+
+
+def attach_tables_for_options(graph: QnnGraph, options, label: str = "delegate") -> None:
+    """attach_tables with the compile spec's SoC and VTCM size, when lowering builds QNN context
+    binaries (qnn_aot_enabled); a QNN refusal is warned about and leaves the engine's own tables."""
+    from backends.qualcomm.utils.qnn_context import qnn_aot_enabled
+
+    if not table_ops(graph) or not qnn_aot_enabled():
+        return
+    soc = options.socInfo
+    soc_model = int(soc.socModel) if soc is not None else 0
+    vtcm = int(soc.htpInfo.vtcmSizeInMb) if soc is not None and soc.htpInfo is not None else 0
+    error = attach_tables(graph, soc_model, vtcm)
+    if error is not None:
+        logger.warning("qnn-delegate: %s gets no QNN lookup tables (the host engine computes its "
+                       "own): %s", label, error)
