@@ -1,5 +1,7 @@
 // Quantize (float -> quantized), Dequantize (quantized -> float) and Convert
 // (requantize to the output encoding), per-tensor activations, PT2E numerics.
+#include <cmath>
+
 #include "backends/qualcomm/runtime/engine/Quant.h"
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
@@ -13,12 +15,28 @@ struct QuantIo {
   QuantParams pin, pout;
 };
 
+// uint8 as QNN HTP quantizes (measured on QNN 2.51, 0 differences in 80k random values over
+// four encodings): x * (1/scale) in float32, rounded to float16, then to the nearest integer
+// with halves away from zero, minus the offset; the float16 step is what makes e.g. 19.4977
+// quantize as 20. uint16: the exact rounding (QNN differs on ~0.05% of values, by 1).
+inline uint8_t quantize_u8_htp(float x, const QuantParams& p) {
+  float r = std::round(round_to_half(x * p.inv_scale)) - float(p.offset);
+  r = r < float(p.qmin) ? float(p.qmin) : (r > float(p.qmax) ? float(p.qmax) : r);
+  return static_cast<uint8_t>(r != r ? float(p.qmin) : r);  // NaN -> qmin
+}
+
 template <typename Q>
 class QuantizeKernel final : public Kernel {
  public:
   explicit QuantizeKernel(const QuantIo& io) : io_(io) {}
   Status run(const RunContext& c) const override {
-    quantize_run(c.at<const float>(io_.in), c.at<Q>(io_.out), io_.n, io_.pout);
+    const float* x = c.at<const float>(io_.in);
+    Q* y = c.at<Q>(io_.out);
+    if (sizeof(Q) == 1) {
+      for (size_t i = 0; i < io_.n; ++i) y[i] = Q(quantize_u8_htp(x[i], io_.pout));
+    } else {
+      quantize_run(x, y, io_.n, io_.pout);
+    }
     return Status::Ok();
   }
 
