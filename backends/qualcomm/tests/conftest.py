@@ -16,12 +16,12 @@ import torch  # noqa: E402
 
 from backends.qualcomm.tests.model_helpers import (  # noqa: E402
     LoweredModel, RunnerCase, SmallConvNet, lower_and_run, photo_samples)
-from examples.qualcomm.models import imagenet  # noqa: E402
+from backends.qualcomm.utils.models import imagenet  # noqa: E402
 
 # Real models are exported and lowered once per session, then shared by the tests.
 @pytest.fixture(scope="session")
 def mobilenet_v2(tmp_path_factory) -> LoweredModel:
-    from examples.qualcomm.models.mobilenet_v2 import load_mobilenet_v2
+    from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
 
     samples = photo_samples(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD)
     return lower_and_run(load_mobilenet_v2(), samples,
@@ -30,7 +30,7 @@ def mobilenet_v2(tmp_path_factory) -> LoweredModel:
 
 @pytest.fixture(scope="session")
 def efficientnet_lite0(tmp_path_factory) -> LoweredModel:
-    from examples.qualcomm.models.efficientnet_lite0 import (
+    from backends.qualcomm.utils.models.efficientnet_lite0 import (
         INPUT_MEAN, INPUT_STD, load_efficientnet_lite0)
 
     samples = photo_samples(INPUT_MEAN, INPUT_STD)
@@ -40,7 +40,7 @@ def efficientnet_lite0(tmp_path_factory) -> LoweredModel:
 
 @pytest.fixture(scope="session")
 def minilm(tmp_path_factory) -> LoweredModel:
-    from examples.qualcomm.models.minilm import SAMPLE_SENTENCES, load_minilm, tokenize
+    from backends.qualcomm.utils.models.minilm import SAMPLE_SENTENCES, load_minilm, tokenize
 
     encoder, tokenizer = load_minilm()
     ids, mask = tokenize(tokenizer, SAMPLE_SENTENCES)

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from executorch.exir.lowered_backend_module import get_lowered_submodules
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from examples.qualcomm import utils  # noqa: E402
-from examples.qualcomm.models import imagenet  # noqa: E402
+from backends.qualcomm.utils import pte_tools
+from backends.qualcomm.utils.models import imagenet
 
 SOC_MODEL = "SM8650"
 # fp16 tolerance: max |delegate - eager| relative to the eager output range.
@@ -37,15 +31,14 @@ class LoweredModel:
 
 def lower_and_run(model: torch.nn.Module, samples: list[list[torch.Tensor]], pte_path: Path) -> LoweredModel:
     """Lower with the fp16 spec on the first sample, save, run every sample through the runtime."""
-    specs = utils.build_compiler_specs(soc_model=SOC_MODEL, use_fp16=True)
-    edge = utils.lower_to_qnn(model, tuple(samples[0]), specs)
-    outside_ops, delegate_calls = utils.ops_outside_delegates(edge), utils.delegate_call_count(edge)
-    blobs = [lowered.processed_bytes
-             for _, lowered, _ in get_lowered_submodules(edge.exported_program().graph_module)]
-    utils.save_pte(edge, pte_path)
+    specs = pte_tools.build_compiler_specs(soc_model=SOC_MODEL, use_fp16=True)
+    edge = pte_tools.lower_to_qnn(model, tuple(samples[0]), specs)
+    outside_ops, delegate_calls = pte_tools.ops_outside_delegates(edge), pte_tools.delegate_call_count(edge)
+    blobs = pte_tools.delegate_blobs(edge)
+    pte_tools.save_pte(edge, pte_path)
     with torch.no_grad():
         eager = [model(*sample) for sample in samples]
-    delegated = [outs[0] for outs in utils.run_samples_with_runtime(pte_path, samples)]
+    delegated = [outs[0] for outs in pte_tools.run_samples_with_runtime(pte_path, samples)]
     return LoweredModel(outside_ops, delegate_calls, blobs, pte_path, samples, eager, delegated)
 
 
@@ -102,7 +95,7 @@ class RunnerCase:
     delegate_blob: bytes
 
 
-def assert_clean_failure(result: utils.RunnerResult, *expected_words: str) -> None:
+def assert_clean_failure(result: pte_tools.RunnerResult, *expected_words: str) -> None:
     """Non-zero exit (not a signal) and a message naming the problem."""
     assert result.returncode > 0, f"returncode {result.returncode}: {result.stderr[-2000:]}"
     message = (result.stderr + result.stdout).lower()

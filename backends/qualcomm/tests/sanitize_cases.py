@@ -27,7 +27,7 @@ from backends.qualcomm import (  # noqa: E402
     QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec)
 from backends.qualcomm.tests import utils_helpers as h  # noqa: E402
 from backends.qualcomm.tests.model_helpers import SmallConvNet  # noqa: E402
-from examples.qualcomm.utils import write_input_files  # noqa: E402
+from backends.qualcomm.utils.pte_tools import write_input_files  # noqa: E402
 
 
 Case = tuple  # (name, .pte, inputs or None, extra runner flags, expected exit codes)

@@ -68,13 +68,13 @@ class TestQNNDimOrder(unittest.TestCase):
         and the outputs equal the Python runtime's."""
         from pathlib import Path
 
-        from examples.qualcomm import utils
+        from backends.qualcomm.utils import pte_tools
 
         x = _channels_last(1, 3, 8, 8)
         tester = QnnTester(ConvRelu(), (x,)).lower().to_executorch().run()
         folder = Path(tester.tmp_dir)
-        input_list = utils.write_input_files([[x.permute(0, 2, 3, 1)]], folder / "inputs")  # NHWC bytes
-        result = utils.run_runner(Path(tester.pte_path), input_list, folder / "outputs")
+        input_list = pte_tools.write_input_files([[x.permute(0, 2, 3, 1)]], folder / "inputs")  # NHWC bytes
+        result = pte_tools.run_runner(Path(tester.pte_path), input_list, folder / "outputs")
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         got = np.fromfile(folder / "outputs" / "output_0_0.raw", dtype=np.float32).reshape(1, 8, 8, 4)
         np.testing.assert_array_equal(got, tester.outputs[0].transpose(0, 2, 3, 1))

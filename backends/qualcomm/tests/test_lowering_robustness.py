@@ -17,6 +17,7 @@ from executorch.exir.lowered_backend_module import get_lowered_submodules
 from backends.qualcomm.builders.registry import get_builder, registered_targets
 from backends.qualcomm.tests import models_float as m
 from backends.qualcomm.tests.tester import QnnTester, inputs_of, randn
+from backends.qualcomm.utils.pte_tools import delegate_blobs
 
 L = m.Lambda
 
@@ -486,7 +487,7 @@ class TestWeightSharingGraphNames:
             lowered = [lw for _, lw, _ in get_lowered_submodules(edge.exported_program(method).graph_module)]
             chosen[method] = [graph_names(options_from_compile_specs(lw.compile_specs))[0] for lw in lowered]
         assert chosen == {"dec": ["dec", "dec_1_2"], "dec_1": ["dec_1"]}
-        blob = get_lowered_submodules(edge.exported_program("dec").graph_module)[0][1].processed_bytes
+        blob = delegate_blobs(edge, "dec")[0]
         assert sorted(g.name for g in describe_payload(blob)) == ["dec", "dec_1", "dec_1_2"]
         pte = tmp_path / "shared.pte"
         edge.to_executorch().write_to_file(open(pte, "wb"))

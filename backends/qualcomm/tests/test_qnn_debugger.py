@@ -15,6 +15,7 @@ from backends.qualcomm.debugger import (
 )
 from backends.qualcomm.debugger.dump_info import DumpedTensor
 from backends.qualcomm.utils.constants import DEBUG_HANDLE, LAYOUT_CHANNEL_LAST
+from backends.qualcomm.utils.pte_tools import delegate_blobs
 from backends.qualcomm.utils.tensor_dump import dump_tensor_name, handle_from_tensor_name
 
 
@@ -233,8 +234,7 @@ class DebugRun:
         with damage:
             self.edge = to_edge_transform_and_lower_to_qnn(module, sample, _specs(not quantized, True),
                                                            generate_etrecord=True)
-        self.blobs = [bytes(m.processed_bytes) for _, m in self.edge.exported_program().graph_module.named_children()
-                      if hasattr(m, "processed_bytes")]
+        self.blobs = delegate_blobs(self.edge)
         self.debugger = QNNIntermediateDebugger(sample)
         self.pte = self.debugger.save(self.edge, str(folder))
         self.etdump, self.debug_buffer = self.debugger.run(self.pte, str(folder))
@@ -395,8 +395,7 @@ class TestDumpOff:
         sample = float_run.debugger.sample_input
         torch.manual_seed(0)
         edge = to_edge_transform_and_lower_to_qnn(SimpleModel().eval(), sample, _specs(True, False))
-        blob = bytes(next(m for _, m in edge.exported_program().graph_module.named_children()
-                          if hasattr(m, "processed_bytes")).processed_bytes)
+        blob = delegate_blobs(edge)[0]
         graph = deserialize(blob).graphs[0]
         names = [t.name.decode() for t in graph.tensors]
         assert not any("_debugID_" in n for n in names)

@@ -25,8 +25,8 @@ from backends.qualcomm.tests import models_float as m
 from backends.qualcomm.tests.model_helpers import (
     MIN_COSINE, assert_clean_failure, assert_close_to_eager, assert_top1_equal)
 from backends.qualcomm.tests.tester import QnnTester, count_op_types, inputs_of, randn
-from examples.qualcomm import utils
-from examples.qualcomm.models import imagenet
+from backends.qualcomm.utils import pte_tools
+from backends.qualcomm.utils.models import imagenet
 
 OPS_MD = Path(__file__).resolve().parents[1] / "serialization" / "schema" / "OPS.md"
 
@@ -288,7 +288,7 @@ class TestQNNFloatingPointModel:
         assert_close_to_eager(minilm, "minilm")
 
     def test_minilm_sentence_embeddings(self, minilm):
-        from examples.qualcomm.models.minilm import sentence_embeddings
+        from backends.qualcomm.utils.models.minilm import sentence_embeddings
 
         mask = minilm.samples[0][1]
         got = sentence_embeddings(minilm.delegated[0], mask)
@@ -299,32 +299,32 @@ class TestQNNFloatingPointModel:
 
 class TestQNNRunner:
     def test_runner_outputs_equal_runtime(self, small_model):
-        input_list = utils.write_input_files(small_model.samples, small_model.folder / "inputs")
+        input_list = pte_tools.write_input_files(small_model.samples, small_model.folder / "inputs")
         out_dir = small_model.folder / "outputs"
         perf = small_model.folder / "perf.txt"
-        result = utils.run_runner(small_model.pte_path, input_list, out_dir,
+        result = pte_tools.run_runner(small_model.pte_path, input_list, out_dir,
                                   iterations=3, warm_up=1, perf_path=perf)
         assert result.returncode == 0, result.stderr
         for idx, expected in enumerate(small_model.runtime_outputs):
-            got = utils.read_raw_output(out_dir, idx, 0, expected)
+            got = pte_tools.read_raw_output(out_dir, idx, 0, expected)
             assert torch.equal(got, expected), f"sample {idx}: runner != runtime"
         assert result.avg_latency_ms is not None and result.avg_latency_ms > 0
 
     def test_missing_model_file(self, small_model):
-        input_list = utils.write_input_files(small_model.samples[:1], small_model.folder / "in_missing")
+        input_list = pte_tools.write_input_files(small_model.samples[:1], small_model.folder / "in_missing")
         missing = small_model.folder / "does_not_exist.pte"
-        result = utils.run_runner(missing, input_list, small_model.folder / "out_missing")
+        result = pte_tools.run_runner(missing, input_list, small_model.folder / "out_missing")
         assert_clean_failure(result, missing.name)
 
     def test_missing_input_list(self, small_model):
         missing = small_model.folder / "no_input_list.txt"
-        result = utils.run_runner(small_model.pte_path, missing, small_model.folder / "out_nolist")
+        result = pte_tools.run_runner(small_model.pte_path, missing, small_model.folder / "out_nolist")
         assert_clean_failure(result, missing.name)
 
     def test_wrong_input_size(self, small_model):
         folder = small_model.folder / "in_wrong_size"
-        input_list = utils.write_input_files([[torch.randn(1, 3, 8, 8)]], folder)
-        result = utils.run_runner(small_model.pte_path, input_list, small_model.folder / "out_wrong")
+        input_list = pte_tools.write_input_files([[torch.randn(1, 3, 8, 8)]], folder)
+        result = pte_tools.run_runner(small_model.pte_path, input_list, small_model.folder / "out_wrong")
         assert_clean_failure(result, "input_0_0.raw", "size", "bytes")
 
 
@@ -377,7 +377,7 @@ class TestQNNRobustness:
         program = Runtime.get().load_program(altered)
         with pytest.raises(RuntimeError):
             program.load_method("forward")
-        result = utils.run_runner(altered, utils.write_input_files(small_model.samples[:1], tmp_path / "in"),
+        result = pte_tools.run_runner(altered, pte_tools.write_input_files(small_model.samples[:1], tmp_path / "in"),
                                   tmp_path / "out")
         assert_clean_failure(result, "signature")
 

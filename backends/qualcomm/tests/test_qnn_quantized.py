@@ -228,23 +228,23 @@ def _environ(**values: str):
 def _lower_quantized(model, samples, quantizer, dtype, pte_path, qnn_binary: bool = False):
     """(converted QDQ module, edge manager, host-engine delegate outputs per sample) of a real
     model; `qnn_binary`: also build the QNN context binary when the library loads."""
-    from examples.qualcomm import utils
+    from backends.qualcomm.utils import pte_tools
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
 
     converted = quantize_module(model, tuple(samples[0]), quantizer, [tuple(s) for s in samples])
     with _environ(QNN_DELEGATE_CONTEXT_BINARY="1" if qnn_binary else "0"):
         edge = to_edge_transform_and_lower_to_qnn(converted, tuple(samples[0]), quant_compile_specs(dtype))
-    utils.save_pte(edge, pte_path)
+    pte_tools.save_pte(edge, pte_path)
     outputs = [outs[0] for outs in _run_on(pte_path, samples, "host")]
     return converted, edge, outputs
 
 
 def _run_on(pte_path, samples, engine: str):
     """Outputs per sample of the .pte run by the Python runtime on `engine` (host / qnn)."""
-    from examples.qualcomm import utils
+    from backends.qualcomm.utils import pte_tools
 
     with _environ(QNN_DELEGATE_ENGINE=engine):
-        return utils.run_samples_with_runtime(pte_path, samples)
+        return pte_tools.run_samples_with_runtime(pte_path, samples)
 
 
 def _has_qnn_binary(edge) -> bool:
@@ -261,8 +261,8 @@ def _relative_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.fixture(scope="module")
 def mobilenet_v2_8a8w(tmp_path_factory):
     from backends.qualcomm.tests.model_helpers import photo_samples
-    from examples.qualcomm.models import imagenet
-    from examples.qualcomm.models.mobilenet_v2 import load_mobilenet_v2
+    from backends.qualcomm.utils.models import imagenet
+    from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
 
     model = load_mobilenet_v2().eval()
     samples = photo_samples(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD)
@@ -281,13 +281,13 @@ def mobilenet_v2_8a8w(tmp_path_factory):
 @pytest.mark.slow
 class TestQNNQuantizedModel:
     def test_mobilenet_v2_8a8w_fully_delegated(self, mobilenet_v2_8a8w):
-        from examples.qualcomm import utils
+        from backends.qualcomm.utils import pte_tools
 
-        assert utils.ops_outside_delegates(mobilenet_v2_8a8w["edge"]) == []
-        assert utils.delegate_call_count(mobilenet_v2_8a8w["edge"]) == 1
+        assert pte_tools.ops_outside_delegates(mobilenet_v2_8a8w["edge"]) == []
+        assert pte_tools.delegate_call_count(mobilenet_v2_8a8w["edge"]) == 1
 
     def test_mobilenet_v2_8a8w_top1(self, mobilenet_v2_8a8w):
-        from examples.qualcomm.models import imagenet
+        from backends.qualcomm.utils.models import imagenet
 
         checked = 0
         for photo, got, want in zip(imagenet.PHOTO_NAMES, mobilenet_v2_8a8w["outputs"],
@@ -303,7 +303,7 @@ class TestQNNQuantizedModel:
     def test_mobilenet_v2_8a8w_top1_equals_qdq_reference(self, mobilenet_v2_8a8w):
         """The engine keeps the quantized model's own decision on every photo (the rocket's
         float near-tie flips in the QDQ reference itself, not in the delegate)."""
-        from examples.qualcomm.models import imagenet
+        from backends.qualcomm.utils.models import imagenet
 
         for photo, got, ref in zip(imagenet.PHOTO_NAMES, mobilenet_v2_8a8w["outputs"],
                                    mobilenet_v2_8a8w["qdq"]):
@@ -311,15 +311,15 @@ class TestQNNQuantizedModel:
         assert imagenet.is_cat_class(int(mobilenet_v2_8a8w["outputs"][0].argmax()))
 
     def test_mobilenet_v2_8a8w_runner_equals_runtime(self, mobilenet_v2_8a8w):
-        from examples.qualcomm import utils
+        from backends.qualcomm.utils import pte_tools
 
         folder = mobilenet_v2_8a8w["folder"]
-        input_list = utils.write_input_files(mobilenet_v2_8a8w["samples"], folder / "inputs")
-        result = utils.run_runner(mobilenet_v2_8a8w["pte"], input_list, folder / "outputs",
+        input_list = pte_tools.write_input_files(mobilenet_v2_8a8w["samples"], folder / "inputs")
+        result = pte_tools.run_runner(mobilenet_v2_8a8w["pte"], input_list, folder / "outputs",
                                   extra_flags=["--engine", "host"])
         assert result.returncode == 0, result.stderr[-2000:]
         for idx, expected in enumerate(mobilenet_v2_8a8w["outputs"]):
-            got = utils.read_raw_output(folder / "outputs", idx, 0, expected)
+            got = pte_tools.read_raw_output(folder / "outputs", idx, 0, expected)
             assert torch.equal(got, expected), f"sample {idx}: runner != runtime"
 
     def test_mobilenet_v2_8a8w_qnn_engine(self, mobilenet_v2_8a8w):
@@ -329,7 +329,7 @@ class TestQNNQuantizedModel:
         host engine missile: QNN's top-1 must be in the host's top-5), logits
         within 10% of the logit range (measured 3.9%), and the runner's --engine qnn output
         equals the Python runtime's bit for bit."""
-        from examples.qualcomm import utils
+        from backends.qualcomm.utils import pte_tools
 
         if not _has_qnn_binary(mobilenet_v2_8a8w["edge"]):
             pytest.skip("lowered without a QNN context binary (QNN library not available)")
@@ -343,17 +343,17 @@ class TestQNNQuantizedModel:
                 assert int(q.argmax()) in top5.indices.tolist(), f"photo {idx}: QNN top-1 not in host top-5"
             assert _relative_diff(q, h) < 0.10, f"photo {idx}: {_relative_diff(q, h):.3f} of the range"
         folder = mobilenet_v2_8a8w["folder"]
-        input_list = utils.write_input_files(samples[:1], folder / "qnn_inputs")
-        result = utils.run_runner(mobilenet_v2_8a8w["pte"], input_list, folder / "qnn_outputs",
+        input_list = pte_tools.write_input_files(samples[:1], folder / "qnn_inputs")
+        result = pte_tools.run_runner(mobilenet_v2_8a8w["pte"], input_list, folder / "qnn_outputs",
                                   extra_flags=["--engine", "qnn"])
         assert result.returncode == 0, result.stderr[-2000:]
-        assert torch.equal(utils.read_raw_output(folder / "qnn_outputs", 0, 0, qnn[0]), qnn[0])
+        assert torch.equal(pte_tools.read_raw_output(folder / "qnn_outputs", 0, 0, qnn[0]), qnn[0])
 
     def test_minilm_16a8w_sentence_cosine(self, tmp_path):
         """Host engine: sentence cosine >= 0.99 vs float. Real QNN (when the library loads):
         the same .pte's context binary gives cosine >= 0.999 vs the host engine's embeddings."""
-        from examples.qualcomm import utils
-        from examples.qualcomm.models.minilm import SAMPLE_SENTENCES, load_minilm, sentence_embeddings, tokenize
+        from backends.qualcomm.utils import pte_tools
+        from backends.qualcomm.utils.models.minilm import SAMPLE_SENTENCES, load_minilm, sentence_embeddings, tokenize
 
         encoder, tokenizer = load_minilm()
         ids, mask = tokenize(tokenizer, SAMPLE_SENTENCES)
@@ -361,7 +361,7 @@ class TestQNNQuantizedModel:
         quantizer.set_default_quant_config(A16W8, is_linear_per_channel=True)
         pte = tmp_path / "minilm.pte"
         _, edge, outputs = _lower_quantized(encoder, [[ids, mask]], quantizer, A16W8, pte, qnn_binary=True)
-        assert utils.ops_outside_delegates(edge) == []
+        assert pte_tools.ops_outside_delegates(edge) == []
         with torch.no_grad():
             want = sentence_embeddings(encoder(ids, mask), mask)
         host = sentence_embeddings(outputs[0], mask)
@@ -374,25 +374,25 @@ class TestQNNQuantizedModel:
         agreement = torch.nn.functional.cosine_similarity(qnn, host, dim=1)
         assert float(agreement.min()) >= 0.999, f"QNN vs host cosines {agreement.tolist()}"
         # the runner on QNN (int64 ids / mask files in, int32 inside): the Python runtime's bits
-        input_list = utils.write_input_files([[ids, mask]], tmp_path / "inputs")
-        result = utils.run_runner(pte, input_list, tmp_path / "outputs", extra_flags=["--engine", "qnn"])
+        input_list = pte_tools.write_input_files([[ids, mask]], tmp_path / "inputs")
+        result = pte_tools.run_runner(pte, input_list, tmp_path / "outputs", extra_flags=["--engine", "qnn"])
         assert result.returncode == 0, result.stderr[-2000:]
-        assert torch.equal(utils.read_raw_output(tmp_path / "outputs", 0, 0, qnn_hidden), qnn_hidden)
+        assert torch.equal(pte_tools.read_raw_output(tmp_path / "outputs", 0, 0, qnn_hidden), qnn_hidden)
 
     def test_mobilenet_v2_fp16_qnn_engine(self, tmp_path):
         """fp16 MobileNetV2 with an SM8650 context binary: QNN gives the host engine's top-1 on
         every photo, logits within 0.5% of the range (measured 0.055% in `make run`)."""
         from backends.qualcomm.tests.model_helpers import photo_samples
-        from examples.qualcomm import utils
-        from examples.qualcomm.models import imagenet
-        from examples.qualcomm.models.mobilenet_v2 import load_mobilenet_v2
+        from backends.qualcomm.utils import pte_tools
+        from backends.qualcomm.utils.models import imagenet
+        from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
 
         samples = photo_samples(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD)
         pte = tmp_path / "mobilenet_v2_fp16.pte"
         with _environ(QNN_DELEGATE_CONTEXT_BINARY="1"):
-            specs = utils.build_compiler_specs(soc_model="SM8650", use_fp16=True)
-            edge = utils.lower_to_qnn(load_mobilenet_v2(), tuple(samples[0]), specs)
-        utils.save_pte(edge, pte)
+            specs = pte_tools.build_compiler_specs(soc_model="SM8650", use_fp16=True)
+            edge = pte_tools.lower_to_qnn(load_mobilenet_v2(), tuple(samples[0]), specs)
+        pte_tools.save_pte(edge, pte)
         if not _has_qnn_binary(edge):
             pytest.skip("lowered without a QNN context binary (QNN library not available)")
         host = [outs[0] for outs in _run_on(pte, samples, "host")]
@@ -402,7 +402,7 @@ class TestQNNQuantizedModel:
             assert _relative_diff(q, h) < 0.005, f"photo {idx}: {_relative_diff(q, h):.4f} of the range"
 
     def test_qwen3_block_16a4w_block_sqnr(self, tmp_path):
-        from examples.qualcomm import utils
+        from backends.qualcomm.utils import pte_tools
         from backends.qualcomm.tests.models_quant import TinyQwen3Block
 
         block = TinyQwen3Block().eval()
@@ -415,8 +415,8 @@ class TestQNNQuantizedModel:
         quantizer.set_default_quant_config(QuantDtype.use_16a4w_block, act_observer=MinMaxObserver)
         dtype = QuantDtype.use_16a4w_block
         converted, edge, outputs = _lower_quantized(block, samples, quantizer, dtype, tmp_path / "qwen3.pte")
-        assert utils.ops_outside_delegates(edge) == []
-        assert utils.delegate_call_count(edge) == 1
+        assert pte_tools.ops_outside_delegates(edge) == []
+        assert pte_tools.delegate_call_count(edge) == 1
         with torch.no_grad():
             floats = [block(*s) for s in samples]
             refs = [converted(*s) for s in samples]

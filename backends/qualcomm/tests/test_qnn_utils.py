@@ -18,7 +18,7 @@ from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.tests import utils_helpers as h
 from backends.qualcomm.tests.model_helpers import SmallConvNet
 from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn
-from examples.qualcomm import utils as example_utils
+from backends.qualcomm.utils import pte_tools
 
 PROFILE = "qnn_runtime_profile_level"
 LOG = "qnn_runtime_log_level"
@@ -293,7 +293,7 @@ class TestQNNFloatingPointUtils:
         modules, inputs = h.shared_mlp_methods()
         pte = h.lower_to_pte(modules, inputs, tmp_path / "shared.pte", h.fp16_specs(use_weight_sharing=True))
         for index, name in enumerate(h.pte_method_names(pte)):
-            input_list = example_utils.write_input_files([list(inputs[name])], tmp_path / f"in_{name}")
+            input_list = pte_tools.write_input_files([list(inputs[name])], tmp_path / f"in_{name}")
             out_dir = tmp_path / f"out_{name}"
             result = h.run_runner(pte, input_list, out_dir, ["--method_index", str(index)])
             assert result.returncode == 0, result.stderr[-2000:]
@@ -321,7 +321,7 @@ class TestQNNFloatingPointUtils:
 
     # ---- runner flags ----------------------------------------------------
     def test_qnn_backend_runner_runtime_flags(self, small, tmp_path):
-        input_list = example_utils.write_input_files([[small["x"]]], tmp_path / "in")
+        input_list = pte_tools.write_input_files([[small["x"]]], tmp_path / "in")
         etdump, heap = tmp_path / "run.etdp", tmp_path / "heap.csv"
         flags = ["--profile_level", "2", "--htp_performance_mode", "4", "--log_level", "1",
                  "--etdump_path", str(etdump), "--heap_profiling_path", str(heap)]

@@ -25,7 +25,7 @@ from backends.qualcomm import (
 )
 from backends.qualcomm.tests import utils_helpers as h
 from backends.qualcomm.tests.model_helpers import SmallConvNet
-from examples.qualcomm import utils
+from backends.qualcomm.utils import pte_tools
 
 HEAP = "qnn_runtime_heap_profiling_path"
 PROFILE = "qnn_runtime_profile_level"
@@ -45,7 +45,7 @@ class EmbeddingSplit(torch.nn.Module):
 
 
 def _runner(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(utils.find_runner()), *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([str(pte_tools.find_runner()), *args], capture_output=True, text=True, timeout=timeout)
 
 
 def _rewrite_pte(src: Path, dst: Path, edit: Callable) -> Path:
@@ -96,13 +96,13 @@ class TestRunnerIterations:
     def test_partly_delegated_iterations_equal_runtime(self, programs, name, tmp_path):
         pte, samples = programs[name]
         assert _delegate_count(pte) == 2  # a CPU section between two delegates
-        expected = utils.run_samples_with_runtime(pte, samples)
-        input_list = utils.write_input_files(samples, tmp_path / "in")
+        expected = pte_tools.run_samples_with_runtime(pte, samples)
+        input_list = pte_tools.write_input_files(samples, tmp_path / "in")
         result = h.run_runner(pte, input_list, tmp_path / "out", ["--iteration", "3", "--warm_up", "2"])
         assert result.returncode == 0, result.stderr[-2000:]
         assert "(6 executes)" in result.stdout  # 2 inferences x 3 timed; warm-ups untimed
         for idx, outs in enumerate(expected):
-            got = utils.read_raw_output(tmp_path / "out", idx, 0, outs[0])
+            got = pte_tools.read_raw_output(tmp_path / "out", idx, 0, outs[0])
             assert torch.equal(got, outs[0]), f"{name} inference {idx}: max diff {(got - outs[0]).abs().max()}"
 
 
@@ -135,13 +135,13 @@ class TestRunnerMessages:
 
     def test_output_folder_created(self, programs, tmp_path):
         pte, samples = programs["small"]
-        input_list = utils.write_input_files(samples, tmp_path / "in")
+        input_list = pte_tools.write_input_files(samples, tmp_path / "in")
         out_dir = tmp_path / "a" / "b" / "c"
         result = _runner("--model_path", str(pte), "--input_list_path", str(input_list),
                          "--output_folder_path", str(out_dir))
         assert result.returncode == 0, result.stderr[-2000:]
-        expected = utils.run_samples_with_runtime(pte, samples)[0][0]
-        assert torch.equal(utils.read_raw_output(out_dir, 0, 0, expected), expected)
+        expected = pte_tools.run_samples_with_runtime(pte, samples)[0][0]
+        assert torch.equal(pte_tools.read_raw_output(out_dir, 0, 0, expected), expected)
 
     def test_output_folder_that_is_a_file(self, programs, tmp_path):
         blocker = tmp_path / "file"
@@ -163,7 +163,7 @@ class TestRunnerMessages:
 
     def test_no_cpuinfo_lines(self, programs, tmp_path):
         pte, samples = programs["split"]  # its CPU kernel starts ExecuTorch's thread pool
-        input_list = utils.write_input_files(samples, tmp_path / "in")
+        input_list = pte_tools.write_input_files(samples, tmp_path / "in")
         quiet = h.run_runner(pte, input_list, tmp_path / "out")
         assert quiet.returncode == 0, quiet.stderr[-2000:]
         assert "cpuinfo_utils" not in quiet.stdout + quiet.stderr
@@ -213,11 +213,11 @@ class TestRunnerMessages:
 
         pte, samples = programs["small"]
         bare = _rewrite_pte(pte, tmp_path / "no_specs.pte", drop_specs)
-        input_list = utils.write_input_files(samples, tmp_path / "in")
+        input_list = pte_tools.write_input_files(samples, tmp_path / "in")
         result = h.run_runner(bare, input_list, tmp_path / "out")
         assert result.returncode == 0, result.stderr[-2000:]
-        expected = utils.run_samples_with_runtime(pte, samples)[0][0]
-        assert torch.equal(utils.read_raw_output(tmp_path / "out", 0, 0, expected), expected)
+        expected = pte_tools.run_samples_with_runtime(pte, samples)[0][0]
+        assert torch.equal(pte_tools.read_raw_output(tmp_path / "out", 0, 0, expected), expected)
 
     def test_absurd_planned_size_rejected(self, programs, tmp_path):
         def plan_a_petabyte(program) -> None:
@@ -258,7 +258,7 @@ def dump_program(tmp_path_factory):
     folder = tmp_path_factory.mktemp("dump_full")
     x = torch.randn(1, 3, 16, 16)
     pte = h.lower_to_pte(SmallConvNet().eval(), (x,), folder / "dump.pte", _dump_specs())
-    expected = utils.run_samples_with_runtime(pte, [[x]])[0][0]
+    expected = pte_tools.run_samples_with_runtime(pte, [[x]])[0][0]
     return pte, x, expected
 
 
@@ -284,14 +284,14 @@ class TestDebugBufferFull:
 
     def test_runner_small_debug_buffer(self, dump_program, tmp_path):
         pte, x, expected = dump_program
-        input_list = utils.write_input_files([[x]], tmp_path / "in")
+        input_list = pte_tools.write_input_files([[x]], tmp_path / "in")
         etdump, debug = tmp_path / "run.etdp", tmp_path / "run.debug"
         flags = ["--dump_intermediate_outputs", "--etdump_path", str(etdump), "--debug_output_path", str(debug),
                  "--debug_buffer_size", str(SMALL_DEBUG_BUFFER), "--iteration", "5"]
         result = h.run_runner(pte, input_list, tmp_path / "out", flags)
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.stderr.count(FULL_WARNING) == 1, result.stderr[-3000:]
-        assert torch.equal(utils.read_raw_output(tmp_path / "out", 0, 0, expected), expected)
+        assert torch.equal(pte_tools.read_raw_output(tmp_path / "out", 0, 0, expected), expected)
         assert debug.stat().st_size == SMALL_DEBUG_BUFFER and etdump.stat().st_size > 0
 
     def test_first_execute_dump_still_readable(self, dump_program, tmp_path):
@@ -299,7 +299,7 @@ class TestDebugBufferFull:
         from executorch.devtools import Inspector
 
         pte, x, _ = dump_program
-        input_list = utils.write_input_files([[x]], tmp_path / "in")
+        input_list = pte_tools.write_input_files([[x]], tmp_path / "in")
         etdump, debug = tmp_path / "run.etdp", tmp_path / "run.debug"
         flags = ["--dump_intermediate_outputs", "--etdump_path", str(etdump), "--debug_output_path", str(debug),
                  "--debug_buffer_size", str(SMALL_DEBUG_BUFFER), "--iteration", "3"]

@@ -15,7 +15,7 @@ import torch
 
 from backends.qualcomm.tests import utils_helpers as h
 from backends.qualcomm.tests.model_helpers import SmallConvNet
-from examples.qualcomm import utils
+from backends.qualcomm.utils import pte_tools
 
 SEED = 20261122
 RUNS = 300
@@ -66,7 +66,7 @@ def _run(runner: Path, pte: Path) -> int | str:
 
 
 def test_corrupted_programs_never_crash_the_runner(sources):
-    runner = utils.find_runner()
+    runner = pte_tools.find_runner()
     folder: Path = sources["folder"]
     for name in ("small", "split"):  # the unmutated programs run
         (folder / f"{name}_clean.pte").write_bytes(sources[name])

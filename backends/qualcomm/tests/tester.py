@@ -9,13 +9,13 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
-from executorch.exir.lowered_backend_module import get_lowered_submodules
 
 from backends.qualcomm import (
     QcomChipset, QnnPartitioner, describe_payload, generate_htp_compiler_spec,
     generate_qnn_executorch_compiler_spec,
 )
 from backends.qualcomm.serialization.payload_reader import GraphSummary
+from backends.qualcomm.utils.pte_tools import delegate_blobs
 from backends.qualcomm.utils.runtime_options import require_extension
 
 _ALLOWED_OUTSIDE = {operator.getitem, torch.ops.higher_order.executorch_call_delegate}
@@ -69,7 +69,7 @@ class QnnTester:
         return [getattr(n.target, "__name__", str(n.target)) for n in self.cpu_nodes()]
 
     def delegate_blobs(self) -> List[bytes]:
-        return [lowered.processed_bytes for _, lowered, _ in get_lowered_submodules(self.graph_module())]
+        return delegate_blobs(self.graph_module())
 
     def check_fully_delegated(self) -> "QnnTester":
         left = self.cpu_nodes()

@@ -9,12 +9,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
-from executorch.exir.lowered_backend_module import get_lowered_submodules
 
 from backends.qualcomm import (
     QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
     to_edge_transform_and_lower_to_qnn,
 )
+from backends.qualcomm.utils.pte_tools import delegate_blobs  # noqa: F401  (the tests import it from here)
 from backends.qualcomm.utils.runtime_options import require_extension
 
 BACKEND = "QnnDelegate"
@@ -45,11 +45,6 @@ def lower_to_pte(module, inputs, path: Path, specs: Optional[list] = None, **kwa
     path.parent.mkdir(parents=True, exist_ok=True)
     edge.to_executorch().write_to_file(open(path, "wb"))
     return path
-
-
-def delegate_blobs(edge, method: str = "forward") -> List[bytes]:
-    gm = edge.exported_program(method).graph_module
-    return [lowered.processed_bytes for _, lowered, _ in get_lowered_submodules(gm)]
 
 
 def pte_delegate_data_count(path: Path) -> int:
@@ -112,7 +107,7 @@ def release(*objects) -> None:
 
 def run_runner(pte: Path, input_list: Path, out_dir: Path, flags: Sequence[str] = ()):
     """qnn_executor_runner with extra flags; returns the CompletedProcess (text)."""
-    from examples.qualcomm.utils import find_runner
+    from backends.qualcomm.utils.pte_tools import find_runner
 
     out_dir.mkdir(parents=True, exist_ok=True)
     command = [str(find_runner()), "--model_path", str(pte), "--input_list_path", str(input_list),

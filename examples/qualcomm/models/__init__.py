@@ -1,1 +1,1 @@
-"""Real models used by the qnn-delegate examples, tests and benchmarks."""
+"""The models moved to backends.qualcomm.utils.models (shared with the tests)."""
