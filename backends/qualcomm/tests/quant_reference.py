@@ -13,7 +13,7 @@ import numpy as np
 
 from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.serialization import qnn_payload_generated as gen
-from backends.qualcomm.tests.test_engine_kernels import F32, GraphBuilder
+from backends.qualcomm.tests.payload_builder import F32, GraphBuilder
 
 E = gen.QnnQuantEncoding
 DT = gen.QnnDataType

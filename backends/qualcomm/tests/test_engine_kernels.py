@@ -1,15 +1,15 @@
 """Engine kernels through `_qnn_delegate.run_payload`, on tiny hand-built payloads.
 
-The payloads are written with a minimal local builder (not the AOT writer) so
-these tests check the C++ engine against numpy/torch on their own.
+The payloads are hand-made graphs (payload_builder.GraphBuilder) written by the AOT
+payload writer, so these tests check the C++ engine against numpy/torch without the
+lowering passes or builders.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List
 
-import flatbuffers
 import numpy as np
 import pytest
 import torch
@@ -17,196 +17,12 @@ import torch.nn.functional as F
 
 from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.serialization import qnn_payload_generated as gen
+from backends.qualcomm.serialization.fnv import fnv1a64
+from backends.qualcomm.serialization.payload_reader import describe_payload
+from backends.qualcomm.tests.payload_builder import (  # noqa: F401  (test_engine_quant_* import them here)
+    BOOL, F32, I32, I64, NP_TO_QNN, U32, GraphBuilder, randn, scalar, u32)
 
-F32, I32, I64, U32, BOOL = gen.QnnDataType.FLOAT_32, gen.QnnDataType.INT_32, gen.QnnDataType.INT_64, gen.QnnDataType.UINT_32, gen.QnnDataType.BOOL_8
-NP_TO_QNN = {np.dtype("float32"): F32, np.dtype("int32"): I32, np.dtype("int64"): I64}
 OPS_MD = Path(__file__).resolve().parents[1] / "serialization" / "schema" / "OPS.md"
-
-
-def fnv1a64(data: bytes) -> int:
-    h = 0xCBF29CE484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-class GraphBuilder:
-    """Tiny payload builder: tensors, ops with params, one graph."""
-
-    def __init__(self, fp16: bool = False) -> None:
-        self.tensors: List[dict] = []
-        self.ops: List[dict] = []
-        self.inputs: List[int] = []
-        self.outputs: List[int] = []
-        self.fp16 = fp16
-
-    def tensor(self, name: str, kind: int, dims: Sequence[int], dtype: int = F32,
-               data: Optional[np.ndarray] = None, tid: Optional[int] = None,
-               quant: Optional[dict] = None) -> int:
-        """quant: QuantizeParams fields (encoding, bitwidth, scale, offset, axis, scales, ...)."""
-        index = len(self.tensors)
-        self.tensors.append(dict(id=index if tid is None else tid, name=name, kind=kind,
-                                 dims=list(dims), dtype=dtype, data=data, quant=quant))
-        if kind == gen.QnnTensorType.APP_WRITE:
-            self.inputs.append(index)
-        if kind == gen.QnnTensorType.APP_READ:
-            self.outputs.append(index)
-        return index
-
-    def input(self, name: str, arr: np.ndarray) -> int:
-        return self.tensor(name, gen.QnnTensorType.APP_WRITE, arr.shape, NP_TO_QNN[arr.dtype])
-
-    def static(self, name: str, arr: np.ndarray) -> int:
-        arr = np.ascontiguousarray(arr)
-        return self.tensor(name, gen.QnnTensorType.STATIC, arr.shape, NP_TO_QNN[arr.dtype], data=arr)
-
-    def output(self, name: str, dims: Sequence[int], dtype: int = F32) -> int:
-        return self.tensor(name, gen.QnnTensorType.APP_READ, dims, dtype)
-
-    def native(self, name: str, dims: Sequence[int], dtype: int = F32) -> int:
-        return self.tensor(name, gen.QnnTensorType.NATIVE, dims, dtype)
-
-    def op(self, op_type: str, inputs: List[int], outputs: List[int], **params) -> None:
-        self.ops.append(dict(name=f"op{len(self.ops)}_{op_type}", type=op_type, inputs=inputs,
-                             outputs=outputs, params=params))
-
-    # -- serialization -----------------------------------------------------------------
-    @staticmethod
-    def _param(b: flatbuffers.Builder, name: str, spec) -> int:
-        """spec: ('scalar'|'tensor', dtype, values[, dims])."""
-        kind, dtype, values = spec[0], spec[1], np.asarray(spec[2])
-        dims = spec[3] if len(spec) > 3 else ([] if kind == "scalar" else list(values.shape))
-        flat = values.reshape(-1)
-        int_vec = float_vec = None
-        if dtype == F32:
-            float_vec = b.CreateNumpyVector(flat.astype("<f4"))
-        else:
-            int_vec = b.CreateNumpyVector(flat.astype("<i8"))
-        dims_vec = b.CreateNumpyVector(np.asarray(dims, dtype="<u4"))
-        name_off = b.CreateString(name)
-        gen.ParamStart(b)
-        gen.ParamAddName(b, name_off)
-        gen.ParamAddKind(b, gen.QnnParamKind.SCALAR if kind == "scalar" else gen.QnnParamKind.TENSOR)
-        gen.ParamAddDataType(b, dtype)
-        gen.ParamAddDims(b, dims_vec)
-        if int_vec is not None:
-            gen.ParamAddIntData(b, int_vec)
-        if float_vec is not None:
-            gen.ParamAddFloatData(b, float_vec)
-        return gen.ParamEnd(b)
-
-    @staticmethod
-    def _aligned_bytes(b: flatbuffers.Builder, data: bytes) -> int:
-        b.StartVector(1, len(data), 64)
-        b.head -= len(data)
-        b.Bytes[b.head:b.head + len(data)] = data
-        return b.EndVector(len(data))
-
-    @staticmethod
-    def _offsets(b: flatbuffers.Builder, offsets: List[int]) -> int:
-        b.StartVector(4, len(offsets), 4)
-        for off in reversed(offsets):
-            b.PrependUOffsetTRelative(off)
-        return b.EndVector(len(offsets))
-
-    @staticmethod
-    def _quant(b: flatbuffers.Builder, q: dict) -> int:
-        vectors = {key: b.CreateNumpyVector(np.asarray(q[key], dtype=dt))
-                   for key, dt in (("scales", "<f4"), ("offsets", "<i4"), ("block_scales", "u1"))
-                   if q.get(key) is not None}
-        gen.QuantizeParamsStart(b)
-        gen.QuantizeParamsAddEncoding(b, q["encoding"])
-        gen.QuantizeParamsAddBitwidth(b, q.get("bitwidth", 8))
-        gen.QuantizeParamsAddScale(b, q.get("scale", 0.0))
-        gen.QuantizeParamsAddOffset(b, q.get("offset", 0))
-        gen.QuantizeParamsAddAxis(b, q.get("axis", -1))
-        gen.QuantizeParamsAddBlockAxis(b, q.get("block_axis", -1))
-        gen.QuantizeParamsAddBlockSize(b, q.get("block_size", 0))
-        gen.QuantizeParamsAddBlockScaleBitwidth(b, q.get("block_scale_bitwidth", 4))
-        for key, add in (("scales", gen.QuantizeParamsAddScales), ("offsets", gen.QuantizeParamsAddOffsets),
-                         ("block_scales", gen.QuantizeParamsAddBlockScales)):
-            if key in vectors:
-                add(b, vectors[key])
-        return gen.QuantizeParamsEnd(b)
-
-    def _tensor(self, b: flatbuffers.Builder, t: dict) -> int:
-        data = self._aligned_bytes(b, t["data"].tobytes()) if t["data"] is not None else None
-        quant = self._quant(b, t["quant"]) if t.get("quant") else None
-        dims = b.CreateNumpyVector(np.asarray(t["dims"], dtype="<u4"))
-        name = b.CreateString(t["name"])
-        gen.TensorStart(b)
-        gen.TensorAddId(b, t["id"])
-        gen.TensorAddName(b, name)
-        gen.TensorAddType(b, t["kind"])
-        gen.TensorAddDataType(b, t["dtype"])
-        gen.TensorAddDims(b, dims)
-        if data is not None:
-            gen.TensorAddData(b, data)
-        if quant is not None:
-            gen.TensorAddQuant(b, quant)
-        return gen.TensorEnd(b)
-
-    def _op(self, b: flatbuffers.Builder, o: dict) -> int:
-        params = self._offsets(b, [self._param(b, k, v) for k, v in o["params"].items()])
-        ins = b.CreateNumpyVector(np.asarray(o["inputs"], dtype="<u4"))
-        outs = b.CreateNumpyVector(np.asarray(o["outputs"], dtype="<u4"))
-        name, typ = b.CreateString(o["name"]), b.CreateString(o["type"])
-        gen.OpStart(b)
-        gen.OpAddName(b, name)
-        gen.OpAddType(b, typ)
-        gen.OpAddInputs(b, ins)
-        gen.OpAddOutputs(b, outs)
-        gen.OpAddParams(b, params)
-        return gen.OpEnd(b)
-
-    def payload(self) -> bytes:
-        b = flatbuffers.Builder(1024)
-        tensors = self._offsets(b, [self._tensor(b, t) for t in self.tensors])
-        ops = self._offsets(b, [self._op(b, o) for o in self.ops])
-        ins = b.CreateNumpyVector(np.asarray(self.inputs, dtype="<u4"))
-        outs = b.CreateNumpyVector(np.asarray(self.outputs, dtype="<u4"))
-        name = b.CreateString("test_graph")
-        gen.GraphStart(b)
-        gen.GraphAddName(b, name)
-        gen.GraphAddTensors(b, tensors)
-        gen.GraphAddOps(b, ops)
-        gen.GraphAddInputs(b, ins)
-        gen.GraphAddOutputs(b, outs)
-        gen.GraphAddFp16Precision(b, self.fp16)
-        graph = gen.GraphEnd(b)
-        graphs = self._offsets(b, [graph])
-        gen.QnnPayloadStart(b)
-        gen.QnnPayloadAddSchemaVersion(b, 1)
-        gen.QnnPayloadAddGraphs(b, graphs)
-        b.Finish(gen.QnnPayloadEnd(b), file_identifier=b"QNNP")
-        return bytes(b.Output())
-
-    def blob(self, payload: Optional[bytes] = None, signature: Optional[int] = None) -> bytes:
-        payload = self.payload() if payload is None else payload
-        b = flatbuffers.Builder(len(payload) + 256)
-        vec = self._aligned_bytes(b, payload)
-        gen.QnnContextBinaryStart(b)
-        gen.QnnContextBinaryAddSchemaVersion(b, 1)
-        gen.QnnContextBinaryAddSignature(b, fnv1a64(payload) if signature is None else signature)
-        gen.QnnContextBinaryAddPayload(b, vec)
-        b.Finish(gen.QnnContextBinaryEnd(b), file_identifier=b"QNNB")
-        return bytes(b.Output())
-
-
-def u32(values) -> tuple:
-    return ("tensor", U32, np.asarray(values))
-
-
-def scalar(dtype: int, value) -> tuple:
-    return ("scalar", dtype, np.asarray([value]))
-
-
-def rng(seed: int = 0) -> np.random.Generator:
-    return np.random.default_rng(seed)
-
-
-def randn(*shape, seed: int = 0) -> np.ndarray:
-    return rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def run_single(op_type: str, inputs: List[np.ndarray], out_shape, statics: Dict[int, np.ndarray] = {},
@@ -360,6 +176,54 @@ def test_gather_index_out_of_range_is_an_error():
         run_single("Gather", [table, idx], (2, 3), axis=scalar(I32, 0))
 
 
+# Rsqrt / SquareRoot at the edges of their domain: zeros of both signs, negatives, infinities,
+# NaN, subnormals (the engine must not flush them to zero), the largest float.
+EDGE_VALUES = np.asarray([0.0, -0.0, -1.0, -1e-30, np.inf, -np.inf, np.nan, 1e-40, 1.4e-45,
+                          1.17549435e-38, 1.0, 4.0, 2.0, 3.4e38], np.float32)
+
+
+@pytest.mark.parametrize("op,fn", [("ElementWiseRsqrt", torch.rsqrt), ("ElementWiseSquareRoot", torch.sqrt)])
+def test_rsqrt_sqrt_edge_values(op, fn):
+    x = EDGE_VALUES.reshape(2, 7)
+    y = run_single(op, [x], x.shape)
+    ref = fn(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(y, ref)  # NaN where torch has NaN, infinities of the same sign
+    signed = ~np.isnan(ref)
+    np.testing.assert_array_equal(np.signbit(y[signed]), np.signbit(ref[signed]))  # sqrt(-0) = -0
+
+
+def run_topk(x: np.ndarray, k: int):
+    g = GraphBuilder()
+    xi = g.input("x", x)
+    dims = list(x.shape[:-1]) + [k]
+    values, indices = g.output("values", dims), g.output("indices", dims, I32)
+    g.op("TopK", [xi], [values, indices], k=scalar(U32, k))
+    return qd.run_payload(g.blob(), [x])
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_topk_ties_and_nan(k):
+    nan, inf = np.nan, np.inf
+    x = np.asarray([[1, 3, 3, 2, 3, 0],            # ties: lower index first
+                    [nan, 5, nan, 5, -inf, inf],   # NaN ranks above +inf (as in torch)
+                    [2, 2, 2, 2, 2, 2],            # all equal
+                    [-0.0, 0.0, -1, -0.0, 1e-40, -1e-40]], np.float32)  # signed zeros, subnormals
+    values, indices = run_topk(x, k)
+    ref_values, ref_indices = torch.sort(torch.from_numpy(x), dim=-1, descending=True, stable=True)
+    np.testing.assert_array_equal(values, ref_values[:, :k].numpy())
+    np.testing.assert_array_equal(indices, ref_indices[:, :k].numpy().astype(np.int32))
+    np.testing.assert_array_equal(values, torch.topk(torch.from_numpy(x), k).values.numpy())
+    np.testing.assert_array_equal(np.take_along_axis(x, indices.astype(np.int64), -1), values)
+
+
+def test_topk_random_rows_match_torch():
+    x = randn(5, 7, 33, seed=26)
+    values, indices = run_topk(x, 9)
+    ref = torch.topk(torch.from_numpy(x), 9)
+    np.testing.assert_array_equal(values, ref.values.numpy())
+    np.testing.assert_array_equal(indices, ref.indices.numpy().astype(np.int32))
+
+
 def test_fp16_precision_rounds_outputs():
     x = randn(3, 17, seed=24)
     g = GraphBuilder(fp16=True)
@@ -385,7 +249,20 @@ def relu_graph() -> GraphBuilder:
 
 
 def test_valid_payload_verifies():
-    qd.verify_payload(relu_graph().blob())
+    g = relu_graph()
+    payload, blob = g.payload(), g.blob()
+    assert qd.verify_payload(blob) is None
+    # The Python writer's signature is the C++ loader's FNV-1a of the same bytes...
+    assert qd.fnv1a64(payload) == fnv1a64(payload)
+    graph = describe_payload(blob)[0]
+    assert (graph.name, [(op.type, op.inputs, op.outputs) for op in graph.ops]) == \
+        ("test_graph", [("Relu", ["x"], ["y"])])
+    assert (graph.inputs, graph.outputs) == (["x"], ["y"])
+    x = np.asarray([[-1.5, 0.0, 2.0], [3.0, -4.0, 5.25]], np.float32)
+    np.testing.assert_array_equal(qd.run_payload(blob, [x])[0], np.maximum(x, 0))
+    # ...and the only thing that differs from a blob with one signature bit flipped.
+    with pytest.raises(ValueError, match="signature mismatch"):
+        qd.verify_payload(g.blob(signature=fnv1a64(payload) ^ 1))
 
 
 def test_truncated_blob():
