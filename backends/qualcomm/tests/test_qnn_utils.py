@@ -115,14 +115,21 @@ class TestQNNFloatingPointUtils:
         assert [(name, runs) for name, _, runs in events] == [("forward", 4)]
 
     def test_qnn_backend_profile_op(self, small, tmp_path):
-        names, types, _ = _op_names_and_types(small["blob"])
-        events = _profiled_events(small["detailed"], small["x"], tmp_path / "op.etdp")
-        per_op = {name: h.parse_metadata(meta) for name, meta, _ in events}
-        assert set(names) <= set(per_op)
-        for name, op_type in zip(names, types):
-            assert per_op[name]["type"] == op_type
-            assert float(per_op[name]["us"]) >= 0.0
-            assert int(per_op[name]["cycles"]) > 0
+        names, types, graph = _op_names_and_types(small["blob"])
+        events = _profiled_events(small["detailed"], small["x"], tmp_path / "op.etdp", runs=2)
+        # One event per op, in execution order, named after the op, then the graph's own event;
+        # each logged once per run.
+        assert [name for name, _, _ in events] == names + [graph]
+        assert [runs for _, _, runs in events] == [2] * (len(names) + 1)
+        meta = [h.parse_metadata(m) for _, m, _ in events]
+        assert [m["type"] for m in meta] == types + ["Graph"]
+        op_us, graph_us = [float(m["us"]) for m in meta[:-1]], float(meta[-1]["us"])
+        op_cycles, graph_cycles = [int(m["cycles"]) for m in meta[:-1]], int(meta[-1]["cycles"])
+        assert all(us >= 0.0 for us in op_us) and graph_us > 0.0
+        assert all(c > 0 for c in op_cycles)
+        # The ops run inside the graph's interval (first run's metadata; 1 us of rounding per op).
+        assert sum(op_us) <= graph_us + 1e-3 * len(op_us)
+        assert sum(op_cycles) <= graph_cycles
         set_runtime_option(PROFILE, 0)  # run-time off wins over compiled detailed
         assert _profiled_events(small["detailed"], small["x"], tmp_path / "off.etdp") == []
 
