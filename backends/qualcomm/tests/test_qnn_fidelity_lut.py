@@ -28,6 +28,7 @@ pytestmark = pytest.mark.skipif(not qnn_library_status()[0], reason="QNN librari
 # op's requantization: their fidelity belongs to the producer's kernel.
 ACTIVATIONS = {
     "sigmoid": torch.sigmoid, "tanh": torch.tanh, "gelu": F.gelu, "hardswish": F.hardswish,
+    "silu": F.silu,  # Sigmoid -> FLOAT_32 gate -> ElementWiseMultiply(x, gate): one table
     "relu": torch.relu, "relu6": F.relu6, "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.75),
 }
 DTYPES = {"8a8w": QuantDtype.use_8a8w, "16a8w": QuantDtype.use_16a8w}
@@ -45,8 +46,13 @@ def lowered(dtype: str) -> QuantTester:
     return QuantTester(activations(), inputs, DTYPES[dtype]).lower()
 
 
-def table_sizes(blob: bytes) -> dict:
-    return {op.type: op.table_bytes for op in describe_payload(blob)[0].ops if op.type in TABLE_OP_TYPES}
+def table_sizes(blob: bytes) -> list:
+    """(op type, lookup table bytes) of the ops with quantized outputs a table can stand for
+    (silu: its Multiply; its Sigmoid has a FLOAT_32 output)."""
+    graph = describe_payload(blob)[0]
+    quantized = {t.name for t in graph.tensors if t.quant}
+    return sorted((op.type, op.table_bytes) for op in graph.ops if op.outputs[0] in quantized and
+                  (op.type in TABLE_OP_TYPES or op.type == "ElementWiseMultiply" and "silu" in op.name))
 
 
 def with_qnn_binary(blob: bytes) -> bytes:
@@ -70,9 +76,10 @@ def assert_host_matches_qnn(tester: QuantTester, blob: bytes, dtype: str) -> Non
 def test_activations_match_qnn(dtype):
     tester = lowered(dtype)
     [blob] = tester.delegate_blobs()
-    sizes = table_sizes(blob)
-    assert set(sizes) == {"Sigmoid", "Tanh", "Gelu", "HardSwish", "Relu", "ReluMinMax"}
-    assert set(sizes.values()) == {256 if dtype == "8a8w" else 65536 * 2}  # bytes
+    size = 256 if dtype == "8a8w" else 65536 * 2  # bytes
+    assert table_sizes(blob) == sorted([("ElementWiseMultiply", size), ("Gelu", size), ("HardSwish", size),
+                                        ("Relu", size), ("ReluMinMax", size), ("ReluMinMax", size),
+                                        ("Sigmoid", size), ("Tanh", size)])
     assert_host_matches_qnn(tester, blob, dtype)
 
 
@@ -83,7 +90,7 @@ def test_lowering_without_qnn_uses_engine_tables(monkeypatch):
     monkeypatch.setenv(AOT_ENV, "0")
     tester = lowered("8a8w")
     [blob] = tester.delegate_blobs()
-    assert set(table_sizes(blob).values()) == {0}
+    assert {size for _, size in table_sizes(blob)} == {0}
     assert_host_matches_qnn(tester, with_qnn_binary(blob), "8a8w")
 
 

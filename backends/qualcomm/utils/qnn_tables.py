@@ -32,39 +32,68 @@ def _per_tensor(tensor: QnnTensor) -> bool:
     return q is not None and q.scales is None and q.scale > 0 and tensor.data_type in _CODES
 
 
+def _unary_codes(graph: QnnGraph, x_id: int, y_id: int) -> bool:
+    x, y = graph.tensors[x_id], graph.tensors[y_id]
+    return (x.type != TensorType.STATIC and _per_tensor(x) and _per_tensor(y)
+            and x.data_type == y.data_type)
+
+
+def _silu_gate(graph: QnnGraph, op: QnnOp) -> Optional[QnnOp]:
+    """For silu as built here (x -> Sigmoid -> FLOAT_32 gate; ElementWiseMultiply(x, gate)), the
+    Sigmoid op of the Multiply `op`; else None. x * sigmoid(x) is a function of x's code."""
+    if op.type != "ElementWiseMultiply" or len(op.inputs) != 2 or len(op.outputs) != 1:
+        return None
+    x, gate = op.inputs
+    if graph.tensors[gate].data_type != DataType.FLOAT_32 or not _unary_codes(graph, x, op.outputs[0]):
+        return None
+    for producer in graph.ops:
+        if producer.outputs == [gate]:
+            return producer if producer.type == "Sigmoid" and producer.inputs == [x] else None
+    return None
+
+
 def table_ops(graph: QnnGraph) -> List[int]:
     """Indices of the ops of `graph` that a measured table can stand for: a unary op of
-    TABLE_OP_TYPES from a per-tensor uint8/uint16 activation to one of the same data type."""
+    TABLE_OP_TYPES from a per-tensor uint8/uint16 activation to one of the same data type, and
+    the Multiply of silu (x * sigmoid(x) through a FLOAT_32 gate)."""
     found = []
     for index, op in enumerate(graph.ops):
-        if op.type not in TABLE_OP_TYPES or len(op.inputs) != 1 or len(op.outputs) != 1:
-            continue
-        x, y = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
-        if x.type == TensorType.STATIC or not (_per_tensor(x) and _per_tensor(y)):
-            continue
-        if x.data_type != y.data_type:
-            continue
-        found.append(index)
+        if op.type in TABLE_OP_TYPES and len(op.inputs) == 1 and len(op.outputs) == 1:
+            if _unary_codes(graph, op.inputs[0], op.outputs[0]):
+                found.append(index)
+        elif _silu_gate(graph, op) is not None:
+            found.append(index)
     return found
 
 
 def table_graph(graph: QnnGraph, op_indices: List[int]) -> QnnGraph:
-    """One QNN graph holding a copy of each op in `op_indices` applied to all its input codes."""
+    """One QNN graph holding a copy of each op in `op_indices` applied to all its input codes
+    (silu: its Sigmoid and Multiply)."""
     probe = QnnGraph(name="qnn_tables")
+
+    def tensor(name: str, kind: int, like: QnnTensor, n: int) -> int:
+        probe.tensors.append(QnnTensor(len(probe.tensors), name, kind, like.data_type, [1, n],
+                                       copy.deepcopy(like.quant)))
+        return probe.tensors[-1].id
+
+    def add(name: str, op: QnnOp, inputs: List[int], outputs: List[int]) -> None:
+        probe.ops.append(QnnOp(name, op.type, inputs, outputs, copy.deepcopy(op.params), package=op.package))
+
     for k, index in enumerate(op_indices):
         op = graph.ops[index]
         x, y = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
         n = _CODES[x.data_type][0]
-        xi = QnnTensor(len(probe.tensors), f"t{k}_in", TensorType.APP_WRITE, x.data_type, [1, n],
-                       copy.deepcopy(x.quant))
-        probe.tensors.append(xi)
-        yi = QnnTensor(len(probe.tensors), f"t{k}_out", TensorType.APP_READ, y.data_type, [1, n],
-                       copy.deepcopy(y.quant))
-        probe.tensors.append(yi)
-        probe.ops.append(QnnOp(f"t{k}_{op.type}", op.type, [xi.id], [yi.id], copy.deepcopy(op.params),
-                               package=op.package))
-        probe.inputs.append(xi.id)
-        probe.outputs.append(yi.id)
+        xi = tensor(f"t{k}_in", TensorType.APP_WRITE, x, n)
+        yi = tensor(f"t{k}_out", TensorType.APP_READ, y, n)
+        gate = _silu_gate(graph, op)
+        if gate is not None:
+            gi = tensor(f"t{k}_gate", TensorType.NATIVE, graph.tensors[gate.outputs[0]], n)
+            add(f"t{k}_{gate.type}", gate, [xi], [gi])
+            add(f"t{k}_{op.type}", op, [xi, gi], [yi])
+        else:
+            add(f"t{k}_{op.type}", op, [xi], [yi])
+        probe.inputs.append(xi)
+        probe.outputs.append(yi)
     return probe
 
 

@@ -266,14 +266,25 @@ const flatbuffers::Vector<uint8_t>* stored_table(const OpView& v) {
   return v.op != nullptr ? v.op->lookup_table() : nullptr;
 }
 
-// A stored table must belong to a unary uint8 / uint16 op and hold one code per input code.
+// silu as lowered here: ElementWiseMultiply(x, gate = Sigmoid(x) in FLOAT_32); with a stored
+// table its output is table[x] (the gate is left unread).
+bool is_silu_multiply(const OpView& v, DType dtype) {
+  return v.type == "ElementWiseMultiply" && v.inputs.size() == 2 && v.outputs.size() == 1 &&
+         v.inputs[0]->dtype == dtype && v.outputs[0]->dtype == dtype &&
+         v.inputs[1]->dtype == DType::FLOAT_32 && is_quant_activation(*v.inputs[0]) &&
+         is_quant_activation(*v.outputs[0]) && v.inputs[0]->dims == v.outputs[0]->dims &&
+         v.inputs[1]->dims == v.outputs[0]->dims;
+}
+
+// A stored table must belong to a unary uint8 / uint16 op (or silu's Multiply) and hold one
+// code per input code.
 Status check_stored_table(const OpView& v, const flatbuffers::Vector<uint8_t>& table) {
-  const bool narrow = is_table_op(v, DType::UFIXED_POINT_8);
-  const bool wide = is_table_op(v, DType::UFIXED_POINT_16);
+  const bool narrow = is_table_op(v, DType::UFIXED_POINT_8) || is_silu_multiply(v, DType::UFIXED_POINT_8);
+  const bool wide = is_table_op(v, DType::UFIXED_POINT_16) || is_silu_multiply(v, DType::UFIXED_POINT_16);
   if (!narrow && !wide) {
     return v.fail(ErrorKind::InvalidProgram,
                   "malformed payload: lookup_table on an op that is not a unary uint8 / uint16 "
-                  "per-tensor activation op");
+                  "per-tensor activation op (or silu's Multiply by a FLOAT_32 sigmoid gate)");
   }
   const size_t expected = narrow ? 256 : 65536 * 2;
   if (table.size() != expected) {
