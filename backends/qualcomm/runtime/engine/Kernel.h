@@ -90,6 +90,7 @@ void register_topk_kernels(KernelRegistry& r);
 void register_quant_kernels(KernelRegistry& r);  // Quantize, Dequantize, Convert
 void register_conv_quant_kernels(KernelRegistry& r);
 void register_linear_quant_kernels(KernelRegistry& r);
+void register_elementwise_quant_kernels(KernelRegistry& r);  // Add, Subtract (HTP arithmetic)
 
 } // namespace engine
 } // namespace qnn_delegate

@@ -1,0 +1,194 @@
+"""Integer ElementWiseAdd / ElementWiseSubtract of the host engine (elementwise_quant.cpp)
+against a numpy model of QNN HTP's arithmetic (no QNN needed): every 8-bit input pair,
+random 16-bit pairs, saturation, extreme scale ratios, broadcast and static scalars, and
+the PT2E-style reference (QNN_DELEGATE_REFERENCE_KERNELS=1) within one step."""
+from __future__ import annotations
+
+import math
+from typing import List, Sequence, Tuple
+
+import numpy as np
+import pytest
+
+from backends.qualcomm.serialization.payload_writer import serialize_graphs
+from backends.qualcomm.serialization.qnn_graph import (
+    DataType, QnnGraph, QnnOp, QnnTensor, QuantEncoding, QuantParams, TensorType,
+)
+from backends.qualcomm.utils.runtime_options import require_extension
+
+Enc = Tuple[float, int]  # (scale, QNN offset): real = scale * (q + offset)
+
+
+def htp_add_sub(a: np.ndarray, b: np.ndarray, ea: Enc, eb: Enc, eo: Enc, subtract: bool, bits: int) -> np.ndarray:
+    """QNN HTP's quantized add / subtract (measured on QNN 2.51, SM8650)."""
+    (sa, oa), (sb, ob), (so, oo) = ea, eb, eo
+    ia = float(np.float32(sa)) / float(np.float32(so))
+    ib = (-1.0 if subtract else 1.0) * float(np.float32(sb)) / float(np.float32(so))
+    if bits == 8:
+        big = max(max(ia, 0) + max(ib, 0), -(min(ia, 0) + min(ib, 0)))
+        shift = min(15, 14 - math.frexp(big)[1])
+    else:
+        shift = min(16, 15 - math.frexp(max(abs(ia), abs(ib)))[1])
+    ka, kb = math.floor(ia * 2 ** shift + 0.5), math.floor(ib * 2 ** shift + 0.5)
+    c = ka * oa + kb * ob - oo * 2 ** shift + 2 ** (shift - 1)
+    if bits == 8:
+        c = ((c + 128) // 256) * 256
+    acc = (ka * a.astype(np.int64) + kb * b.astype(np.int64) + c) >> shift
+    return np.clip(acc, 0, 2 ** bits - 1)
+
+
+def _qdt(bits: int) -> int:
+    return DataType.UFIXED_POINT_8 if bits == 8 else DataType.UFIXED_POINT_16
+
+
+def _quant(enc: Enc, bits: int) -> QuantParams:
+    return QuantParams(encoding=QuantEncoding.SCALE_OFFSET, bitwidth=bits, scale=float(enc[0]), offset=int(enc[1]))
+
+
+class Case:
+    """One binary op: inputs are (dims, enc) graph inputs or (dims, enc, static codes)."""
+
+    def __init__(self, op: str, a, b, out: Tuple[Sequence[int], Enc], bits: int):
+        self.op, self.ins, self.out, self.bits = op, [a, b], out, bits
+
+
+def graph(cases: List[Case], quantized_io: bool) -> bytes:
+    """One graph holding every case. quantized_io: uint8 / uint16 graph IO (QNN);
+    else float IO with Quantize / Dequantize around each op (host engine)."""
+    tensors, ops, gin, gout = [], [], [], []
+
+    def add(name, kind, dt, dims, quant=None, data=None):
+        tensors.append(QnnTensor(len(tensors), name, kind, dt, list(dims), quant, data))
+        return len(tensors) - 1
+
+    for c, case in enumerate(cases):
+        ids = []
+        for i, spec in enumerate(case.ins):
+            dims, enc = spec[0], spec[1]
+            q = _quant(enc, case.bits)
+            if len(spec) == 3:
+                data = np.asarray(spec[2], dtype=np.uint8 if case.bits == 8 else np.uint16).reshape(dims)
+                ids.append(add(f"c{c}_{i}", TensorType.STATIC, _qdt(case.bits), dims, q, data))
+            elif quantized_io:
+                ids.append(add(f"in{c}_{i}", TensorType.APP_WRITE, _qdt(case.bits), dims, q))
+                gin.append(ids[-1])
+            else:
+                f = add(f"in{c}_{i}", TensorType.APP_WRITE, DataType.FLOAT_32, dims)
+                gin.append(f)
+                ids.append(add(f"q{c}_{i}", TensorType.NATIVE, _qdt(case.bits), dims, q))
+                ops.append(QnnOp(f"quant{c}_{i}", "Quantize", [f], [ids[-1]]))
+        dims, enc = case.out
+        if quantized_io:
+            y = add(f"out{c}", TensorType.APP_READ, _qdt(case.bits), dims, _quant(enc, case.bits))
+            ops.append(QnnOp(f"op{c}", case.op, ids, [y]))
+            gout.append(y)
+        else:
+            y = add(f"y{c}", TensorType.NATIVE, _qdt(case.bits), dims, _quant(enc, case.bits))
+            ops.append(QnnOp(f"op{c}", case.op, ids, [y]))
+            f = add(f"out{c}", TensorType.APP_READ, DataType.FLOAT_32, dims)
+            ops.append(QnnOp(f"deq{c}", "Dequantize", [y], [f]))
+            gout.append(f)
+    return serialize_graphs([QnnGraph("g", tensors, ops, gin, gout)])
+
+
+def live_inputs(cases: List[Case]):
+    return [(case, spec) for case in cases for spec in case.ins if len(spec) == 2]
+
+
+def run_host(cases: List[Case], codes: List[np.ndarray]) -> List[np.ndarray]:
+    """Host engine outputs (integer codes) for integer input codes, through float IO."""
+    arrays = [(np.float32(spec[1][0]) * (x.astype(np.float32) + np.float32(spec[1][1]))).astype(np.float32)
+              .reshape(spec[0]) for (case, spec), x in zip(live_inputs(cases), codes)]
+    outs = require_extension().run_payload(graph(cases, quantized_io=False), arrays)
+    return [(np.rint(np.asarray(y, np.float64) / np.float32(case.out[1][0])) - case.out[1][1]).astype(np.int64)
+            for case, y in zip(cases, outs)]
+
+
+def expected(case: Case, codes: List[np.ndarray]) -> np.ndarray:
+    vals = []
+    for spec in case.ins:
+        vals.append(np.asarray(spec[2]).reshape(spec[0]) if len(spec) == 3 else codes.pop(0).reshape(spec[0]))
+    return htp_add_sub(vals[0], vals[1], case.ins[0][1], case.ins[1][1], case.out[1],
+                       case.op == "ElementWiseSubtract", case.bits)
+
+
+def random_cases(rng: np.random.Generator, bits: int, n: int, shape=(1, 8, 32)) -> Tuple[List[Case], List[np.ndarray]]:
+    """Random encodings (scale ratios 1/50..50, any offsets), full, broadcast and scalar operands."""
+    qmax = 2 ** bits - 1
+    lo, hi = (2e-3, 1e-1) if bits == 8 else (2e-5, 1e-3)
+    cases, codes = [], []
+    for i in range(n):
+        s = np.exp(rng.uniform(np.log(lo), np.log(hi), 3)).astype(np.float32)
+        o = [int(v) for v in rng.integers(-qmax, 1, 3)]
+        op = "ElementWiseSubtract" if i % 2 else "ElementWiseAdd"
+        a = (shape, (s[0], o[0]))
+        kind = i % 3
+        if kind == 0:
+            b = (shape, (s[1], o[1]))
+        elif kind == 1:
+            b = ((1, 1, shape[-1]), (s[1], o[1]))
+        else:  # static scalar constant, as the builders encode it (q = qmax)
+            b = ((1,), (s[1], o[1]), [qmax])
+        cases.append(Case(op, a, b, (shape, (s[2], o[2])), bits))
+        for spec in (a, b):
+            if len(spec) == 2:
+                codes.append(rng.integers(0, qmax + 1, int(np.prod(spec[0]))))
+    return cases, codes
+
+
+@pytest.mark.parametrize("op", ["ElementWiseAdd", "ElementWiseSubtract"])
+def test_every_uint8_pair_matches_htp_model(op):
+    rng = np.random.default_rng(0)
+    a = np.repeat(np.arange(256), 256)
+    b = np.tile(np.arange(256), 256)
+    cases = []
+    for _ in range(3):
+        s = np.exp(rng.uniform(np.log(2e-3), np.log(1e-1), 3)).astype(np.float32)
+        o = [int(v) for v in rng.integers(-255, 1, 3)]
+        shape = (1, 256, 256)
+        cases.append(Case(op, (shape, (s[0], o[0])), (shape, (s[1], o[1])), (shape, (s[2], o[2])), 8))
+    outs = run_host(cases, [a, b] * len(cases))
+    for case, out in zip(cases, outs):
+        np.testing.assert_array_equal(out.ravel(), expected(case, [a, b]).ravel())
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_random_encodings_broadcast_and_scalars_match_htp_model(bits):
+    cases, codes = random_cases(np.random.default_rng(bits), bits, 12)
+    outs = run_host(cases, list(codes))
+    rest = list(codes)
+    for case, out in zip(cases, outs):
+        want = expected(case, rest)
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_saturation_and_extreme_scale_ratios(bits):
+    qmax = 2 ** bits - 1
+    shape = (1, 1, 64)
+    x = np.concatenate([[0, qmax, 1, qmax - 1], np.random.default_rng(3).integers(0, qmax + 1, 60)])
+    y = x[::-1].copy()
+    encs = [
+        ((1.0, 0), (1.0, 0), (1e-3, 0)),          # ratio 1000: saturates, smallest shift
+        ((1e-4, -qmax), (1e-4, 0), (1.0, 0)),     # ratio 1e-4: largest shift (cap), output ~ 0
+        ((0.05, -(qmax // 2)), (0.05, -(qmax // 2)), (0.05, -(qmax // 2))),  # equal encodings
+        ((0.02, 0), (0.3, -qmax), (0.01, -qmax)),  # negative results clamp to 0
+    ]
+    for op in ("ElementWiseAdd", "ElementWiseSubtract"):
+        cases = [Case(op, (shape, ea), (shape, eb), (shape, eo), bits) for ea, eb, eo in encs]
+        outs = run_host(cases, [x, y] * len(cases))
+        for case, out in zip(cases, outs):
+            np.testing.assert_array_equal(out, expected(case, [x, y]))
+            assert out.min() >= 0 and out.max() <= qmax
+
+
+def test_reference_kernels_stay_pt2e_within_one_step(monkeypatch):
+    """QNN_DELEGATE_REFERENCE_KERNELS=1 keeps the float reference (dequantize, add, quantize):
+    it differs from the HTP arithmetic by at most one step, on a few percent of elements."""
+    cases, codes = random_cases(np.random.default_rng(5), 8, 6, shape=(1, 64, 64))
+    fast = run_host(cases, list(codes))
+    monkeypatch.setenv("QNN_DELEGATE_REFERENCE_KERNELS", "1")
+    ref = run_host(cases, list(codes))
+    diff = np.concatenate([np.abs(f - r).ravel() for f, r in zip(fast, ref)])
+    assert diff.max() <= 1
+    assert 0.9 <= (diff == 0).mean() < 1.0
