@@ -415,7 +415,7 @@ bool forward_backend_options(const Args& a) {
 }
 
 int run(const Args& a) {
-  install_log_filter(a.log_level >= 4);
+  install_log_filter(a.log_level >= static_cast<int>(rt_options::LogLevel::kLogLevelVerbose));
   executorch::runtime::runtime_init();
   if (!make_output_folder(a.output_folder_path) || !forward_backend_options(a)) return 1;
   Session s;

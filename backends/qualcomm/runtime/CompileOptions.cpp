@@ -23,11 +23,11 @@ engine::Status parse_compile_options(const void* data, size_t size, CompileOptio
                               kCompileSpecKey, size);
   }
   const auto* o = flatbuffers::GetRoot<::qnn_delegate::QnnExecuTorchOptions>(bytes);
-  out.log_level = static_cast<int>(o->log_level());
-  out.profile_level = static_cast<int>(o->profile_level());
+  out.log_level = o->log_level();
+  out.profile_level = o->profile_level();
   out.dump_intermediate_outputs = o->dump_intermediate_outputs();
   if (o->backend_options() && o->backend_options()->htp_options()) {
-    out.performance_mode = static_cast<int>(o->backend_options()->htp_options()->performance_mode());
+    out.performance_mode = o->backend_options()->htp_options()->performance_mode();
   }
   if (o->graph_name()) {
     for (const auto* s : *o->graph_name()) out.graph_names.push_back(s ? s->str() : "");

@@ -7,16 +7,23 @@
 #include <vector>
 
 #include "backends/qualcomm/runtime/engine/Status.h"
+#include "qc_compiler_spec_generated.h"
 
 namespace qnn_delegate {
 namespace runtime {
 
 inline constexpr char kCompileSpecKey[] = "qnn_compile_spec";
 
+// The option enums of qc_compiler_spec.fbs (flatc-generated, scoped).
+using LogLevel = ::qnn_delegate::QnnExecuTorchLogLevel;
+using ProfileLevel = ::qnn_delegate::QnnExecuTorchProfileLevel;
+using PerformanceMode = ::qnn_delegate::QnnExecuTorchHtpPerformanceMode;
+
+// Defaults: the .fbs defaults of QnnExecuTorchOptions / QnnExecuTorchHtpBackendOptions.
 struct CompileOptions {
-  int log_level = 1;         // kLogLevelError
-  int profile_level = 0;     // kProfileOff
-  int performance_mode = 2;  // kHtpBurst
+  LogLevel log_level = LogLevel::kLogLevelError;
+  ProfileLevel profile_level = ProfileLevel::kProfileOff;
+  PerformanceMode performance_mode = PerformanceMode::kHtpBurst;
   bool dump_intermediate_outputs = false;
   std::vector<std::string> graph_names;
 };

@@ -24,7 +24,7 @@ uint64_t read_cycle_counter() {
 }
 
 ExecuteProfiler::ExecuteProfiler(executorch::runtime::EventTracer* tracer,
-                                 const engine::GraphExecutor& graph, int profile_level)
+                                 const engine::GraphExecutor& graph, ProfileLevel profile_level)
     : tracer_(tracer), graph_(graph), detailed_(profile_level >= kProfileDetailed) {}
 
 void ExecuteProfiler::log_event(const char* name, const char* type, uint64_t start_ticks,

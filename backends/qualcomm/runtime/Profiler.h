@@ -8,6 +8,7 @@
 
 #include <executorch/runtime/core/event_tracer.h>
 
+#include "backends/qualcomm/runtime/CompileOptions.h"
 #include "backends/qualcomm/runtime/engine/GraphExecutor.h"
 
 namespace qnn_delegate {
@@ -16,7 +17,7 @@ namespace runtime {
 class ExecuteProfiler final : public engine::OpObserver {
  public:
   ExecuteProfiler(executorch::runtime::EventTracer* tracer, const engine::GraphExecutor& graph,
-                  int profile_level);
+                  ProfileLevel profile_level);
 
   // Observer for the executor: nullptr below the detailed level.
   engine::OpObserver* op_observer() { return detailed_ ? this : nullptr; }

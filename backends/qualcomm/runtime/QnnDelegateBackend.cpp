@@ -143,16 +143,23 @@ const CompileSpec* find_spec(ArrayRef<CompileSpec> specs, const char* key) {
 
 } // namespace
 
-size_t threads_for_performance_mode(int mode) {
+size_t threads_for_performance_mode(PerformanceMode mode) {
   const size_t all = engine::ThreadPool::instance().max_threads();
   switch (mode) {
-    case 4: case 5: case 6:  // kHtpPowerSaver, kHtpLowPowerSaver, kHtpHighPowerSaver
+    case PerformanceMode::kHtpPowerSaver:
+    case PerformanceMode::kHtpLowPowerSaver:
+    case PerformanceMode::kHtpHighPowerSaver:
       return 1;
-    case 7: case 8:  // kHtpLowBalanced, kHtpBalanced
+    case PerformanceMode::kHtpLowBalanced:
+    case PerformanceMode::kHtpBalanced:
       return std::min(all, std::max<size_t>(2, all / 2));
-    default:  // kHtpDefault, kHtpSustainedHighPerformance, kHtpBurst, kHtpHighPerformance
-      return all;
+    case PerformanceMode::kHtpDefault:
+    case PerformanceMode::kHtpSustainedHighPerformance:
+    case PerformanceMode::kHtpBurst:
+    case PerformanceMode::kHtpHighPerformance:
+      break;
   }
+  return all;
 }
 
 namespace {
@@ -200,7 +207,7 @@ HeapProfileRequest heap_request(const CompileOptions& options) {
   HeapProfileRequest r;
   r.path_set = values.heap_profiling_path.has_value();
   r.path = values.heap_profiling_path.value_or(std::string());
-  r.profile_level = effective_options(options).profile_level;
+  r.profile_level = static_cast<int>(effective_options(options).profile_level);
   return r;
 }
 
@@ -230,7 +237,7 @@ engine::Status make_qnn_dumper(qnn::QnnGraphRunner& g, std::unique_ptr<TensorDum
 engine::Status prepare_qnn_graph(QnnDelegateHandle& h) {
   QNN_RETURN_IF_ERROR(make_qnn_dumper(*h.qnn_graph, h.dumper));
   std::lock_guard<std::mutex> lock(h.context->execute_mutex);
-  return h.qnn_graph->prepare_profile(effective_options(h.options).profile_level);
+  return h.qnn_graph->prepare_profile(static_cast<int>(effective_options(h.options).profile_level));
 }
 
 void log_init(const QnnDelegateHandle& h, const char* method) {
@@ -279,7 +286,7 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
   engine::ThreadPool::instance();  // workers are created here, never on the execute path
   EngineChoice engine = static_cast<EngineChoice>(
       RuntimeOptions::instance().snapshot().engine.value_or(static_cast<int>(default_engine())));
-  qnn::QnnLibrary::set_forward_level(effective_options(options).log_level);
+  qnn::QnnLibrary::set_forward_level(static_cast<int>(effective_options(options).log_level));
   const engine::Status s = ContextCache::instance().acquire(
       processed->data(), processed->size(), engine_options_from_env(), heap_request(options),
       &handle->context, engine);
@@ -317,7 +324,8 @@ Error QnnDelegateBackend::execute(BackendExecutionContext& context, DelegateHand
   if (h->qnn_graph != nullptr) {
     const EffectiveOptions eo = effective_options(h->options);
     std::lock_guard<std::mutex> lock(h->context->execute_mutex);
-    return execute_on_qnn(context, *h->qnn_graph, eo.profile_level, args, h->dumper.get());
+    return execute_on_qnn(context, *h->qnn_graph, static_cast<int>(eo.profile_level), args,
+                          h->dumper.get());
   }
   engine::GraphExecutor& g = *h->graph;
   GraphArgs bound;
@@ -333,7 +341,7 @@ Error QnnDelegateBackend::execute(BackendExecutionContext& context, DelegateHand
   const EffectiveOptions eo = effective_options(h->options);
   if (eo.log_level >= kLogLevelDebug) {
     ET_LOG(Info, "QnnDelegate: execute graph '%s' (profile level %d, performance mode %d)",
-           g.name().c_str(), eo.profile_level, eo.performance_mode);
+           g.name().c_str(), static_cast<int>(eo.profile_level), static_cast<int>(eo.performance_mode));
   }
   engine::ScopedThreadLimit threads(threads_for_performance_mode(eo.performance_mode));
   executorch::runtime::EventTracer* tracer = context.event_tracer();

@@ -32,7 +32,7 @@ struct QnnDelegateHandle {
 // Threads the engine uses for an HTP performance mode: burst / high /
 // sustained high performance (and default) = all cores, balanced modes = 2
 // (or half the cores when more), power-saver modes = 1.
-size_t threads_for_performance_mode(int performance_mode);
+size_t threads_for_performance_mode(PerformanceMode performance_mode);
 
 // Delegate handles alive in this process.
 size_t live_handle_count();

@@ -190,9 +190,12 @@ RuntimeOptionValues RuntimeOptions::snapshot() const {
 EffectiveOptions RuntimeOptions::effective(const CompileOptions& compiled) const {
   std::lock_guard<std::mutex> lock(mutex_);
   EffectiveOptions e;
-  e.log_level = values_.log_level.value_or(compiled.log_level);
-  e.profile_level = values_.profile_level.value_or(compiled.profile_level);
-  e.performance_mode = values_.htp_performance_mode.value_or(compiled.performance_mode);
+  e.log_level = values_.log_level ? static_cast<LogLevel>(*values_.log_level) : compiled.log_level;
+  e.profile_level =
+      values_.profile_level ? static_cast<ProfileLevel>(*values_.profile_level) : compiled.profile_level;
+  e.performance_mode = values_.htp_performance_mode
+                           ? static_cast<PerformanceMode>(*values_.htp_performance_mode)
+                           : compiled.performance_mode;
   return e;
 }
 

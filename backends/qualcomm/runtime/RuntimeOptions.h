@@ -24,14 +24,15 @@ inline constexpr char kHeapProfilingPathKey[] = "qnn_runtime_heap_profiling_path
 // Engine that runs delegates loaded from now on: "auto" (0), "qnn" (1) or "host" (2).
 inline constexpr char kEngineKey[] = "qnn_runtime_engine";
 
-// QnnExecuTorchLogLevel / QnnExecuTorchProfileLevel values (qc_compiler_spec.fbs).
-inline constexpr int kLogLevelError = 1;
-inline constexpr int kLogLevelInfo = 3;
-inline constexpr int kLogLevelDebug = 5;
-inline constexpr int kProfileOff = 0;
-inline constexpr int kProfileBasic = 1;
-inline constexpr int kProfileDetailed = 2;
+// The levels the runtime tests, from the generated enums of qc_compiler_spec.fbs.
+inline constexpr LogLevel kLogLevelError = LogLevel::kLogLevelError;
+inline constexpr LogLevel kLogLevelInfo = LogLevel::kLogLevelInfo;
+inline constexpr LogLevel kLogLevelDebug = LogLevel::kLogLevelDebug;
+inline constexpr ProfileLevel kProfileOff = ProfileLevel::kProfileOff;
+inline constexpr ProfileLevel kProfileBasic = ProfileLevel::kProfileBasic;
+inline constexpr ProfileLevel kProfileDetailed = ProfileLevel::kProfileDetailed;
 
+// Values as set (BackendOption ints, range-checked against the enums on set).
 struct RuntimeOptionValues {
   std::optional<int> log_level;
   std::optional<int> profile_level;
@@ -42,9 +43,9 @@ struct RuntimeOptionValues {
 
 // The options in effect for one payload: run-time value if set, else compiled.
 struct EffectiveOptions {
-  int log_level = kLogLevelError;
-  int profile_level = kProfileOff;
-  int performance_mode = 2;  // kHtpBurst
+  LogLevel log_level = CompileOptions().log_level;
+  ProfileLevel profile_level = CompileOptions().profile_level;
+  PerformanceMode performance_mode = CompileOptions().performance_mode;
 };
 
 class RuntimeOptions {
@@ -90,7 +91,7 @@ inline EffectiveOptions effective_options(const CompileOptions& compiled) {
 }
 
 // True when messages of `level` are shown for a payload compiled with `compiled`.
-inline bool log_enabled(int level, const CompileOptions& compiled) {
+inline bool log_enabled(LogLevel level, const CompileOptions& compiled) {
   return effective_options(compiled).log_level >= level;
 }
 

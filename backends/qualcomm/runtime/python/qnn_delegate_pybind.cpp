@@ -165,7 +165,15 @@ PYBIND11_MODULE(_qnn_delegate, m) {
   m.def("live_handle_count", &runtime::live_handle_count, "Delegate handles alive in this process.");
   m.def("thread_pool_size", [] { return engine::ThreadPool::instance().max_threads(); },
         "Threads of the engine's pool (the caller included).");
-  m.def("threads_for_performance_mode", &runtime::threads_for_performance_mode, py::arg("mode"),
+  m.def("threads_for_performance_mode",
+        [](int mode) {
+          if (mode < static_cast<int>(runtime::PerformanceMode::MIN) ||
+              mode > static_cast<int>(runtime::PerformanceMode::MAX)) {
+            throw py::value_error("performance mode " + std::to_string(mode) + " is out of range");
+          }
+          return runtime::threads_for_performance_mode(static_cast<runtime::PerformanceMode>(mode));
+        },
+        py::arg("mode"),
         "Engine threads used for an HTP performance mode value.");
   m.def("get_runtime_option", &get_runtime_option, py::arg("key"));
   m.def("registered_op_types", &engine::registered_op_types);
