@@ -81,6 +81,7 @@ _EXTRA_CHECKS: Dict[object, Callable[[torch.fx.Node], SupportResult]] = {
 @register_builder
 class UnaryActivationBuilder(NodeBuilder):
     targets = list(UNARY_OPS)
+    keep_whole = [_aten.hardswish.default, _aten.gelu.default, _aten.silu.default]
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:

@@ -17,6 +17,7 @@ _aten = exir_ops.edge.aten
 @register_builder
 class LinearBuilder(NodeBuilder):
     targets = [_aten.linear.default]
+    keep_whole = [_aten.linear.default]
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)
@@ -50,6 +51,7 @@ _MATMUL_OPS = [_aten.matmul.default, _aten.bmm.default, _aten.mm.default, _aten.
 @register_builder
 class MatMulBuilder(NodeBuilder):
     targets = _MATMUL_OPS
+    keep_whole = [_aten.matmul.default]
 
     def _operands(self, node: torch.fx.Node):
         return node.args[1:3] if node.target == _aten.addmm.default else node.args[0:2]

@@ -43,6 +43,7 @@ def _float_data(gb: GraphBuilder, node: object, what: str) -> np.ndarray:
 @register_builder
 class LayerNormBuilder(NodeBuilder):
     targets = [_aten.native_layer_norm.default, _aten.layer_norm.default]
+    keep_whole = [_aten.layer_norm.default]
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)

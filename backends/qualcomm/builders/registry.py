@@ -26,6 +26,9 @@ class NodeBuilder:
     """Support check and lowering of one op family. Subclasses set `targets`."""
 
     targets: List[object] = []
+    # Those of `targets` that ExecuTorch would decompose before partitioning and that this
+    # builder lowers whole: the partitioner's ops_to_not_decompose is every builder's list.
+    keep_whole: List[object] = []
     layout_policy: LayoutPolicy = LayoutPolicy.CHANNEL_FIRST
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -55,6 +58,9 @@ def _aten_op_of(target: object) -> Optional[object]:
 
 def register_builder(cls: Type[NodeBuilder]) -> Type[NodeBuilder]:
     """Class decorator: register one builder instance under each of its edge targets."""
+    stray = [t for t in cls.keep_whole if t not in cls.targets]
+    if stray:
+        raise TypeError(f"{cls.__name__}.keep_whole names ops it does not lower: {stray}")
     instance = cls()
     for target in cls.targets:
         _BUILDERS[target] = instance
@@ -74,6 +80,15 @@ def get_builder(target: object) -> Optional[NodeBuilder]:
 
 def registered_targets() -> List[object]:
     return list(_BUILDERS)
+
+
+def ops_to_not_decompose() -> List[torch._ops.OpOverload]:
+    """The aten ops of every builder's `keep_whole` (registration order, each once)."""
+    ops: Dict[object, None] = {}
+    for builder in dict.fromkeys(_BUILDERS.values()):
+        for target in builder.keep_whole:
+            ops[_aten_op_of(target) or target] = None
+    return list(ops)
 
 
 # ---- shared validation helpers -------------------------------------------------

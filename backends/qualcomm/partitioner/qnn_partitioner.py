@@ -17,7 +17,7 @@ import backends.qualcomm.builders  # noqa: F401  (registers builders)
 import backends.qualcomm.qnn_preprocess  # noqa: F401  (makes the QnnDelegate backend known)
 from backends.qualcomm._passes.mark_constants import mark_constants
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
-from backends.qualcomm.builders.registry import get_builder
+from backends.qualcomm.builders.registry import get_builder, ops_to_not_decompose
 from backends.qualcomm.partitioner.op_names import node_op_keys, resolve_skip_ops
 from backends.qualcomm.partitioner.qnn_validation import PartitionValidator, ValidationReport
 from backends.qualcomm.partitioner.quant_boundaries import keep_quantize_with_consumers
@@ -32,16 +32,6 @@ logger = logging.getLogger(__name__)
 # after the last round are not asked again: a graph QNN still refuses is caught at finalize
 # (that delegate gets no context binary and runs on the host engine).
 MAX_VALIDATION_ROUNDS = 3
-
-# Ops kept whole through to_edge when our builder supports the node.
-OPS_TO_NOT_DECOMPOSE = [
-    torch.ops.aten.linear.default,
-    torch.ops.aten.hardswish.default,
-    torch.ops.aten.layer_norm.default,
-    torch.ops.aten.gelu.default,
-    torch.ops.aten.matmul.default,
-    torch.ops.aten.silu.default,
-]
 
 FLOAT_GRAPH_QUANTIZED_PRECISION_WARNING = (
     "QnnPartitioner: the compile spec asks for quantized precision "
@@ -134,9 +124,9 @@ class QnnOperatorSupport(OperatorSupportBase):
 
 
 def _kept_whole_for_qnn(node: torch.fx.Node) -> bool:
-    """An op ExecuTorch kept undecomposed because our builder takes it (OPS_TO_NOT_DECOMPOSE):
+    """An op ExecuTorch kept undecomposed because our builder takes it (a builder's keep_whole):
     it must be delegated, ExecuTorch refuses to leave it on the CPU."""
-    return getattr(node.target, "_op", node.target) in OPS_TO_NOT_DECOMPOSE
+    return getattr(node.target, "_op", node.target) in ops_to_not_decompose()
 
 
 def _cpu_runnable(graph: torch.fx.Graph, refused: Dict[str, str]) -> Dict[str, str]:
@@ -250,4 +240,4 @@ class QnnPartitioner(Partitioner):
             # A skipped op decomposes; its parts are skipped through their provenance.
             return support.is_node_supported({}, node)
 
-        return list(OPS_TO_NOT_DECOMPOSE), keep_whole
+        return ops_to_not_decompose(), keep_whole
