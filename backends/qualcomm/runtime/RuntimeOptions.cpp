@@ -78,6 +78,11 @@ bool RuntimeOptions::int_option_range(const char* key, int& min_value, int& max_
   return true;
 }
 
+// The words below name every value of the generated enums: a new enum value fails here.
+static_assert(static_cast<int>(LogLevel::MAX) == 5, "update int_option_values (log level)");
+static_assert(static_cast<int>(ProfileLevel::MAX) == 2, "update int_option_values (profile level)");
+static_assert(static_cast<int>(PerformanceMode::MAX) == 8, "update int_option_values (performance mode)");
+
 const char* RuntimeOptions::int_option_values(const char* key) {
   if (std::strcmp(key, kLogLevelKey) == 0) return "0 off, 1 error, 2 warn, 3 info, 4 verbose, 5 debug";
   if (std::strcmp(key, kProfileLevelKey) == 0) return "0 off, 1 basic, 2 detailed";
