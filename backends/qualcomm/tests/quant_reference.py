@@ -35,9 +35,16 @@ def act_quant(x: np.ndarray, dtype: int = U8) -> dict:
                 offset=-zero_point, dtype=dtype)
 
 
-def quantize(x: np.ndarray, q: dict) -> np.ndarray:
+def quantize(x: np.ndarray, q: dict, htp: bool = True) -> np.ndarray:
+    """float32 -> codes as the Quantize op: uint8 as QNN HTP (x * (1/scale) rounded to float16,
+    halves away from zero; the engine does the same); otherwise (or htp=False) to the nearest even."""
     inv = np.float32(1.0 / np.float64(np.float32(q["scale"])))
-    r = np.rint(x.astype(np.float32) * inv) - q["offset"]
+    v = x.astype(np.float32) * inv
+    if q["dtype"] == U8 and htp:
+        v = v.astype(np.float16).astype(np.float64)
+        r = np.sign(v) * np.floor(np.abs(v) + 0.5) - q["offset"]
+    else:
+        r = np.rint(v) - q["offset"]
     return np.clip(r, 0, QMAX[q["dtype"]]).astype(np.int64)
 
 

@@ -135,3 +135,25 @@ def test_malformed_table_is_a_load_error(case):
     }[case]()[0]
     with pytest.raises(ValueError, match=r"op 'the_op'.*lookup_table"):
         require_extension().verify_payload(blob)
+
+
+@pytest.mark.parametrize("dtype,min_exact", [("8a8w", 0.92), ("16a8w", 0.95)])
+def test_layer_norm_close_to_qnn(dtype, min_exact):
+    """LayerNorm adds beta in whole output steps as QNN does; the rest of QNN's normalization is
+    a little less precise (values within ~0.05 step of a half round the other way): measured
+    93.1% (8a8w) / 95.6% (16a8w) exact on this input, never more than 1 step (with beta added
+    like PT2E it is ~80% / ~70%). Not yet the contract's 99.9%."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 5, 16),)
+    module = torch.nn.LayerNorm(16)
+    with torch.no_grad():
+        module.weight.uniform_(0.5, 1.5)
+        module.bias.uniform_(-0.5, 0.5)
+    tester = QuantTester(module, inputs, DTYPES[dtype]).lower()
+    [blob] = tester.delegate_blobs()
+    ext = require_extension()
+    arrays = [x.numpy() for x in inputs]
+    [qnn], _ = ext.run_payload_qnn(blob, arrays)
+    [host] = ext.run_payload(blob, arrays)
+    stats = step_stats(np.asarray(host), np.asarray(qnn), output_encodings(tester.module)[0][0])
+    assert stats.max_diff <= 1 and stats.exact_fraction >= min_exact, f"layer_norm {dtype}: {stats}"

@@ -310,6 +310,9 @@ Status create_wrapped(const OpView& v, KernelEnv& env, KernelFactory float_facto
 
 } // namespace
 
+// kernels/norm.cpp: quantized LayerNorm as QNN computes it (`out` left empty when not applicable).
+Status create_layer_norm_quant(const OpView& v, KernelEnv& env, KernelPtr& out);
+
 Status create_dispatched_kernel(const OpView& v, KernelEnv& env, KernelPtr& out) {
   const KernelRegistry& floats = float_kernel_registry();
   const auto f = floats.find(v.type);
@@ -334,6 +337,10 @@ Status create_dispatched_kernel(const OpView& v, KernelEnv& env, KernelPtr& out)
     return v.fail(ErrorKind::NotSupported, "no kernel accepts the data types of this op");
   }
   if (is_data_movement(v.type) && shares_one_encoding(v)) return f->second(v, env, out);
+  if (v.type == "LayerNorm" && !env.reference_only) {
+    QNN_RETURN_IF_ERROR(create_layer_norm_quant(v, env, out));
+    if (out) return Status::Ok();
+  }
   return create_wrapped(v, env, f->second, out);
 }
 
