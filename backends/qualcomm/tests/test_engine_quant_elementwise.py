@@ -192,3 +192,78 @@ def test_reference_kernels_stay_pt2e_within_one_step(monkeypatch):
     diff = np.concatenate([np.abs(f - r).ravel() for f, r in zip(fast, ref)])
     assert diff.max() <= 1
     assert 0.9 <= (diff == 0).mean() < 1.0
+
+
+# ---- ReduceMean (reduce_quant.cpp) -----------------------------------------------------------
+def htp_mean(x: np.ndarray, axes: Sequence[int], ei: Enc, eo: Enc, bits: int) -> np.ndarray:
+    """QNN HTP's quantized mean over non-depth axes (measured on QNN 2.51, SM8650)."""
+    (si, oi), (so, oo) = ei, eo
+    count = int(np.prod([x.shape[a] for a in axes]))
+    m = float(np.float32(si)) / (count * float(np.float32(so)))
+    shift = 15 - math.frexp(m)[1]
+    mult = math.floor(m * 2 ** shift + 0.5)
+    c = mult * count * oi - oo * 2 ** shift + 2 ** (shift - 1)
+    if bits == 16 and shift >= 22:
+        c += 2 ** (shift - 1)
+    s = x.astype(np.int64).sum(axis=tuple(axes), keepdims=True)
+    return np.clip((mult * s + c) >> shift, 0, 2 ** bits - 1)
+
+
+def mean_graph(dims, axes, ei: Enc, eo: Enc, bits: int, quantized_io: bool) -> bytes:
+    from backends.qualcomm.serialization.qnn_graph import bool_scalar, uint32_tensor
+    out_dims = [1 if d in axes else n for d, n in enumerate(dims)]
+    params = [uint32_tensor("axes", list(axes)), bool_scalar("keep_dims", True)]
+    tensors = []
+    if quantized_io:
+        tensors = [QnnTensor(0, "x", TensorType.APP_WRITE, _qdt(bits), list(dims), _quant(ei, bits)),
+                   QnnTensor(1, "y", TensorType.APP_READ, _qdt(bits), out_dims, _quant(eo, bits))]
+        ops = [QnnOp("mean", "ReduceMean", [0], [1], params)]
+        return serialize_graphs([QnnGraph("g", tensors, ops, [0], [1])])
+    tensors = [QnnTensor(0, "xf", TensorType.APP_WRITE, DataType.FLOAT_32, list(dims)),
+               QnnTensor(1, "x", TensorType.NATIVE, _qdt(bits), list(dims), _quant(ei, bits)),
+               QnnTensor(2, "y", TensorType.NATIVE, _qdt(bits), out_dims, _quant(eo, bits)),
+               QnnTensor(3, "yf", TensorType.APP_READ, DataType.FLOAT_32, out_dims)]
+    ops = [QnnOp("q", "Quantize", [0], [1]), QnnOp("mean", "ReduceMean", [1], [2], params),
+           QnnOp("dq", "Dequantize", [2], [3])]
+    return serialize_graphs([QnnGraph("g", tensors, ops, [0], [3])])
+
+
+def run_host_mean(x, axes, ei: Enc, eo: Enc, bits: int) -> np.ndarray:
+    xf = (np.float32(ei[0]) * (x.astype(np.float32) + np.float32(ei[1]))).astype(np.float32)
+    (y,) = require_extension().run_payload(mean_graph(x.shape, axes, ei, eo, bits, False), [xf])
+    return (np.rint(np.asarray(y, np.float64) / np.float32(eo[0])) - eo[1]).astype(np.int64)
+
+
+def mean_cases(rng: np.random.Generator, bits: int, n: int):
+    """(x codes NHWC, axes, input enc, output enc): spatial means, scale ratios 0.3..60."""
+    qmax = 2 ** bits - 1
+    lo, hi = (2e-3, 1e-1) if bits == 8 else (2e-5, 1e-3)
+    out = []
+    for i in range(n):
+        hw = (4, 7, 3)[i % 3]
+        si = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+        so = si / float(np.exp(rng.uniform(np.log(0.3), np.log(60))))
+        oi, oo = (int(v) for v in rng.integers(-qmax, 1, 2))
+        base = rng.integers(0, qmax + 1, (1, 1, 1, 64))
+        x = np.clip(base + rng.integers(-qmax // 8, qmax // 8 + 1, (1, hw, hw, 64)), 0, qmax)
+        out.append((x, (1, 2), (si, oi), (so, oo)))
+    return out
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_spatial_mean_matches_htp_model(bits):
+    for x, axes, ei, eo in mean_cases(np.random.default_rng(20 + bits), bits, 6):
+        np.testing.assert_array_equal(run_host_mean(x, axes, ei, eo, bits), htp_mean(x, axes, ei, eo, bits))
+
+
+def test_mean_edges_saturation_and_depth_axis():
+    x = np.full((1, 7, 7, 4), 255)
+    x[..., 1] = 0
+    # all-max / all-min inputs saturate the output range; tiny ratio: largest shift
+    for ei, eo in [((0.1, 0), (1e-3, 0)), ((1e-4, -255), (1.0, -3)), ((0.02, -128), (0.02, -128))]:
+        np.testing.assert_array_equal(run_host_mean(x, (1, 2), ei, eo, 8), htp_mean(x, (1, 2), ei, eo, 8))
+    # a mean over the last (depth) axis is declined: the float reference, within 1 step of the model
+    x = np.random.default_rng(1).integers(0, 256, (1, 4, 4, 16))
+    host = run_host_mean(x, (3,), (0.02, -100), (0.01, -120), 8)
+    ref = np.clip(np.floor((x.sum(3, keepdims=True) - 16 * 100) * (0.02 / (16 * 0.01)) + 120 + 0.5), 0, 255)
+    assert np.abs(host - ref).max() <= 1

@@ -52,3 +52,24 @@ def test_add_sub_bit_exact_with_qnn(bits):
         np.testing.assert_array_equal(h, expected(case, rest))
     assert worst <= 1
     assert equal / total >= 0.999, f"{equal / total:.5f} of elements equal to QNN's"
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_spatial_mean_bit_exact_with_qnn(bits):
+    from backends.qualcomm.tests.test_engine_quant_elementwise import mean_cases, mean_graph, run_host_mean
+
+    ext = require_extension()
+    equal, total, worst = 0, 0, 0
+    for x, axes, ei, eo in mean_cases(np.random.default_rng(200 + bits), bits, 4):
+        blob = mean_graph(x.shape, axes, ei, eo, bits, True)
+        binary, graphs = ext.qnn_compile(blob, SM8650)
+        section = QnnHtpSection(bytes(binary), SM8650, [(str(n), list(ids)) for n, ids in graphs])
+        (q,), _ = ext.run_payload_qnn(wrap_context_binary(payload_of(blob), section),
+                                      [np.ascontiguousarray(x, np.uint8 if bits == 8 else np.uint16)])
+        q = np.asarray(q).astype(np.int64)
+        h = run_host_mean(x, axes, ei, eo, bits).reshape(q.shape)
+        equal += int((q == h).sum())
+        total += q.size
+        worst = max(worst, int(np.abs(q - h).max()))
+    assert worst <= 1
+    assert equal / total >= 0.999, f"{equal / total:.5f} of elements equal to QNN's"

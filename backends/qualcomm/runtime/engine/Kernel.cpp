@@ -98,6 +98,7 @@ const KernelRegistry& quant_kernel_registry() {
     register_conv_quant_kernels(r);
     register_linear_quant_kernels(r);
     register_elementwise_quant_kernels(r);
+    register_reduce_quant_kernels(r);
     return r;
   }();
   return registry;

@@ -91,6 +91,7 @@ void register_quant_kernels(KernelRegistry& r);  // Quantize, Dequantize, Conver
 void register_conv_quant_kernels(KernelRegistry& r);
 void register_linear_quant_kernels(KernelRegistry& r);
 void register_elementwise_quant_kernels(KernelRegistry& r);  // Add, Subtract (HTP arithmetic)
+void register_reduce_quant_kernels(KernelRegistry& r);  // ReduceMean (HTP arithmetic)
 
 } // namespace engine
 } // namespace qnn_delegate
