@@ -9,7 +9,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder, tensor_vals,
+    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    register_builder, tensor_vals,
 )
 from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs
 from backends.qualcomm.builders.utils import int_list, is_quantized
@@ -54,6 +55,8 @@ def conv_args(node: torch.fx.Node) -> dict:
 @register_builder
 class ConvolutionBuilder(NodeBuilder):
     targets = [exir_ops.edge.aten.convolution.default]
+    quant_annotations = dict.fromkeys(aten_ops("conv2d.default", "conv2d.padding", "convolution.default"),
+                                      QuantFamily.WEIGHTED)
     layout_policy = LayoutPolicy.SENSITIVE
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:

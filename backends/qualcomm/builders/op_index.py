@@ -9,7 +9,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder, tensor_vals,
+    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    register_builder, tensor_vals,
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, reshape, stored_axis
 from backends.qualcomm.serialization.qnn_graph import int32_scalar, int32_tensor, uint32_scalar
@@ -20,6 +21,8 @@ _aten = exir_ops.edge.aten
 @register_builder
 class ConcatBuilder(NodeBuilder):
     targets = [_aten.cat.default]
+    quant_annotations = dict.fromkeys(aten_ops("cat.default"),
+                                      QuantFamily.SHARED)
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -54,6 +57,8 @@ def _full_ranges(dims: List[int]) -> List[List[int]]:
 @register_builder
 class SliceBuilder(NodeBuilder):
     targets = [_aten.slice_copy.Tensor]
+    quant_annotations = dict.fromkeys(aten_ops("slice.Tensor"),
+                                      QuantFamily.SHARED)
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -81,6 +86,8 @@ class SliceBuilder(NodeBuilder):
 @register_builder
 class SelectBuilder(NodeBuilder):
     targets = [_aten.select_copy.int]
+    quant_annotations = dict.fromkeys(aten_ops("select.int"),
+                                      QuantFamily.SHARED)
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = gb.tensor(node.args[0])
@@ -100,6 +107,8 @@ class SelectBuilder(NodeBuilder):
 @register_builder
 class EmbeddingBuilder(NodeBuilder):
     targets = [_aten.embedding.default]
+    quant_annotations = dict.fromkeys(aten_ops("embedding.default"),
+                                      QuantFamily.EMBEDDING)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node, skip_inputs=(1,))

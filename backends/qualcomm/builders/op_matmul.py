@@ -7,7 +7,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder, tensor_vals,
+    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, register_builder,
+    tensor_vals,
 )
 from backends.qualcomm.serialization.qnn_graph import bool_scalar
 
@@ -17,6 +18,8 @@ _aten = exir_ops.edge.aten
 @register_builder
 class LinearBuilder(NodeBuilder):
     targets = [_aten.linear.default]
+    quant_annotations = dict.fromkeys(aten_ops("linear.default"),
+                                      QuantFamily.WEIGHTED)
     keep_whole = [_aten.linear.default]
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -51,6 +54,8 @@ _MATMUL_OPS = [_aten.matmul.default, _aten.bmm.default, _aten.mm.default, _aten.
 @register_builder
 class MatMulBuilder(NodeBuilder):
     targets = _MATMUL_OPS
+    quant_annotations = dict.fromkeys(aten_ops("matmul.default", "bmm.default", "mm.default", "addmm.default"),
+                                      QuantFamily.COMPUTE)
     keep_whole = [_aten.matmul.default]
 
     def _operands(self, node: torch.fx.Node):

@@ -9,7 +9,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
+    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    register_builder,
 )
 from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs
 from backends.qualcomm.builders.utils import is_constant, is_quantized
@@ -43,6 +44,8 @@ def _float_data(gb: GraphBuilder, node: object, what: str) -> np.ndarray:
 @register_builder
 class LayerNormBuilder(NodeBuilder):
     targets = [_aten.native_layer_norm.default, _aten.layer_norm.default]
+    quant_annotations = dict.fromkeys(aten_ops("layer_norm.default"),
+                                      QuantFamily.LAYER_NORM)
     keep_whole = [_aten.layer_norm.default]
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -76,6 +79,8 @@ class LayerNormBuilder(NodeBuilder):
 @register_builder
 class BatchNormBuilder(NodeBuilder):
     targets = [_aten._native_batch_norm_legit_no_training.default]
+    quant_annotations = dict.fromkeys(aten_ops("batch_norm.default", "_native_batch_norm_legit_no_training.default"),
+                                      QuantFamily.COMPUTE)
     layout_policy = LayoutPolicy.SENSITIVE
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:

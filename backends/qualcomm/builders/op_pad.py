@@ -9,7 +9,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
+    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, register_builder,
 )
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.utils.errors import QnnLoweringError
@@ -49,6 +49,8 @@ def consumers(node: torch.fx.Node):
 @register_builder
 class ConstantPadBuilder(NodeBuilder):
     targets = [_aten.constant_pad_nd.default]
+    quant_annotations = dict.fromkeys(aten_ops("constant_pad_nd.default", "pad.default"),
+                                      QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)

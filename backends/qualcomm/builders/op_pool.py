@@ -9,7 +9,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_norm import only_output_zero_used
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, first_failure, register_builder,
+    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    first_failure, register_builder,
 )
 from backends.qualcomm.builders.utils import int_list
 from backends.qualcomm.serialization.qnn_graph import QnnParam, bool_scalar, uint32_tensor
@@ -41,6 +42,8 @@ def _rank4(node: torch.fx.Node) -> SupportResult:
 @register_builder
 class AvgPoolBuilder(NodeBuilder):
     targets = [_aten.avg_pool2d.default]
+    quant_annotations = dict.fromkeys(aten_ops("avg_pool2d.default"),
+                                      QuantFamily.COMPUTE)
     layout_policy = LayoutPolicy.SENSITIVE
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -65,6 +68,8 @@ class AvgPoolBuilder(NodeBuilder):
 @register_builder
 class MaxPoolBuilder(NodeBuilder):
     targets = [_aten.max_pool2d_with_indices.default, _aten.max_pool2d.default]
+    quant_annotations = dict.fromkeys(aten_ops("max_pool2d.default"),
+                                      QuantFamily.SHARED)
     layout_policy = LayoutPolicy.SENSITIVE
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -89,6 +94,8 @@ class MaxPoolBuilder(NodeBuilder):
 @register_builder
 class AdaptiveAvgPoolBuilder(NodeBuilder):
     targets = [_aten._adaptive_avg_pool2d.default]
+    quant_annotations = dict.fromkeys(aten_ops("adaptive_avg_pool2d.default"),
+                                      QuantFamily.COMPUTE)
     layout_policy = LayoutPolicy.SENSITIVE
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:

@@ -8,7 +8,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
+    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    register_builder,
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, stored_axis
 from backends.qualcomm.serialization.qnn_graph import bool_scalar, uint32_tensor
@@ -34,6 +35,8 @@ def keep_dims(node: torch.fx.Node) -> bool:
 @register_builder
 class ReduceBuilder(NodeBuilder):
     targets = list(REDUCE_OPS)
+    quant_annotations = dict.fromkeys(aten_ops("mean.dim", "sum.dim_IntList"),
+                                      QuantFamily.COMPUTE)
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:

@@ -9,7 +9,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
+    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    register_builder,
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, reshape
 from backends.qualcomm.serialization.qnn_graph import uint32_tensor
@@ -44,6 +45,9 @@ class ReshapeBuilder(NodeBuilder):
     targets = edge_ops("view_copy.default", "_unsafe_view.default", "reshape.default",
                         "unsqueeze_copy.default", "squeeze_copy.dim", "squeeze_copy.dims",
                         "squeeze_copy.default")
+    quant_annotations = dict.fromkeys(aten_ops(
+        "view.default", "reshape.default", "flatten.using_ints", "squeeze.dim", "squeeze.dims",
+        "squeeze.default", "unsqueeze.default", "_unsafe_view.default"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return check_float_io(node, skip_inputs=(1,))
@@ -66,6 +70,8 @@ class IdentityBuilder(NodeBuilder):
 
     targets = edge_ops("clone.default", "alias_copy.default", "dropout.default") + dim_order_ops(
         "_clone_dim_order")
+    quant_annotations = dict.fromkeys(aten_ops("clone.default", "contiguous.default", "dropout.default"),
+                                      QuantFamily.SHARED)
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -98,6 +104,8 @@ def permutation(node: torch.fx.Node) -> List[int]:
 @register_builder
 class TransposeBuilder(NodeBuilder):
     targets = edge_ops("permute_copy.default", "t_copy.default", "transpose_copy.int")
+    quant_annotations = dict.fromkeys(aten_ops("permute.default", "transpose.int", "t.default"),
+                                      QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return check_float_io(node, skip_inputs=(1, 2))
@@ -114,6 +122,8 @@ class TransposeBuilder(NodeBuilder):
 @register_builder
 class ExpandBuilder(NodeBuilder):
     targets = edge_ops("expand_copy.default")
+    quant_annotations = dict.fromkeys(aten_ops("expand.default"),
+                                      QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node, skip_inputs=(1,))

@@ -6,7 +6,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, inverse_perm, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, check_float_io, register_builder,
+    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    register_builder,
 )
 from backends.qualcomm.builders.utils import input_layout, stored_axis
 from backends.qualcomm.serialization.qnn_graph import float_scalar, uint32_scalar, uint32_tensor
@@ -17,6 +18,8 @@ _aten = exir_ops.edge.aten
 @register_builder
 class SoftmaxBuilder(NodeBuilder):
     targets = [_aten._softmax.default] + ([_aten.softmax.int] if hasattr(_aten, "softmax") else [])
+    quant_annotations = dict.fromkeys(aten_ops("softmax.int", "_softmax.default"),
+                                      QuantFamily.COMPUTE)
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:

@@ -22,6 +22,25 @@ class LayoutPolicy(enum.Enum):
     AGNOSTIC = "agnostic"            # elementwise-like: works in either layout
 
 
+class QuantFamily(enum.Enum):
+    """How QnnQuantizer annotates a node (quantizer/annotators.py: one annotator per family)."""
+
+    WEIGHTED = "weighted"      # activation in, weight per tensor / channel / block, derived bias
+    COMPUTE = "compute"        # every tensor input and the output get activation encodings
+    LAYER_NORM = "layer_norm"  # activation in and out, gamma / beta quantized
+    SHARED = "shared"          # first input observed; the other inputs and the output share it
+    EMBEDDING = "embedding"    # the table shares the output's encoding (or a per-row encoding)
+
+
+def aten_ops(*names: str) -> List[torch._ops.OpOverload]:
+    """torch.ops.aten overloads by "packet.overload" name: the export-level ops QnnQuantizer sees."""
+    ops = []
+    for name in names:
+        packet, overload = name.split(".")
+        ops.append(getattr(getattr(torch.ops.aten, packet), overload))
+    return ops
+
+
 class NodeBuilder:
     """Support check and lowering of one op family. Subclasses set `targets`."""
 
@@ -29,6 +48,9 @@ class NodeBuilder:
     # Those of `targets` that ExecuTorch would decompose before partitioning and that this
     # builder lowers whole: the partitioner's ops_to_not_decompose is every builder's list.
     keep_whole: List[object] = []
+    # The export-level (torch.ops.aten) ops that become this builder's nodes, and how QnnQuantizer
+    # annotates each: the quantizer's op list and annotator choice are these and nothing else.
+    quant_annotations: Dict[object, QuantFamily] = {}
     layout_policy: LayoutPolicy = LayoutPolicy.CHANNEL_FIRST
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -50,6 +72,7 @@ class NodeBuilder:
 
 
 _BUILDERS: Dict[object, NodeBuilder] = {}
+_QUANT_FAMILIES: Dict[object, Tuple[QuantFamily, str]] = {}  # aten op -> (family, builder name)
 
 
 def _aten_op_of(target: object) -> Optional[object]:
@@ -61,6 +84,11 @@ def register_builder(cls: Type[NodeBuilder]) -> Type[NodeBuilder]:
     stray = [t for t in cls.keep_whole if t not in cls.targets]
     if stray:
         raise TypeError(f"{cls.__name__}.keep_whole names ops it does not lower: {stray}")
+    for op in cls.quant_annotations:
+        previous = _QUANT_FAMILIES.get(op)
+        if previous is not None and previous[1] != cls.__name__:
+            raise TypeError(f"{cls.__name__} and {previous[1]} both annotate {op}")
+    _QUANT_FAMILIES.update({op: (family, cls.__name__) for op, family in cls.quant_annotations.items()})
     instance = cls()
     for target in cls.targets:
         _BUILDERS[target] = instance
@@ -80,6 +108,20 @@ def get_builder(target: object) -> Optional[NodeBuilder]:
 
 def registered_targets() -> List[object]:
     return list(_BUILDERS)
+
+
+def quant_family(target: object) -> Optional[QuantFamily]:
+    """How QnnQuantizer annotates a node of (export-level) op `target`; None: not quantized."""
+    try:
+        entry = _QUANT_FAMILIES.get(target)
+    except TypeError:  # unhashable target
+        return None
+    return entry[0] if entry is not None else None
+
+
+def quant_annotated_ops() -> Dict[object, QuantFamily]:
+    """Every op QnnQuantizer annotates, with its family (from the builders)."""
+    return {op: family for op, (family, _) in _QUANT_FAMILIES.items()}
 
 
 def ops_to_not_decompose() -> List[torch._ops.OpOverload]:

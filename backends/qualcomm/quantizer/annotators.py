@@ -1,4 +1,5 @@
-"""Annotators per op family (table rows): which inputs are observed and how the output is.
+"""Annotators per quantization family: which inputs are observed and how the output is.
+Which ops belong to which family is declared by the builders (NodeBuilder.quant_annotations).
 
 Families:
 - weighted (conv2d, linear): activation in, weight (per tensor / channel / block), derived
@@ -18,45 +19,19 @@ from torchao.quantization.pt2e.quantizer import (
     FixedQParamsQuantizationSpec, QuantizationAnnotation, SharedQuantizationSpec,
 )
 
+import backends.qualcomm.builders  # noqa: F401  (registers the builders and their quant families)
+from backends.qualcomm.builders.registry import QuantFamily, aten_ops, quant_annotated_ops, quant_family
 from backends.qualcomm.quantizer.qconfig import QuantConfig, bias_spec
 
 Q_ANNOTATION_KEY = "quantization_annotation"
-_aten = torch.ops.aten
 
 
-def _ops(*names: str) -> List[object]:
-    found = []
-    for name in names:
-        packet, overload = name.split(".")
-        op = getattr(getattr(_aten, packet, None), overload, None)
-        if op is not None:
-            found.append(op)
-    return found
-
-
-CONV_OPS = _ops("conv2d.default", "conv2d.padding", "convolution.default")
-LINEAR_OPS = _ops("linear.default")
-COMPUTE_OPS = _ops(
-    "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "add_.Tensor", "mul_.Tensor",
-    "rsub.Scalar", "relu.default", "relu_.default", "hardtanh.default", "hardtanh_.default",
-    "relu6.default", "sigmoid.default", "tanh.default", "gelu.default", "silu.default",
-    "silu_.default", "hardswish.default", "hardswish_.default",
-    "rsqrt.default", "sqrt.default", "neg.default", "pow.Tensor_Scalar", "softmax.int", "_softmax.default",
-    "layer_norm.default", "batch_norm.default", "_native_batch_norm_legit_no_training.default",
-    "mean.dim", "sum.dim_IntList", "avg_pool2d.default", "adaptive_avg_pool2d.default",
-    "matmul.default", "bmm.default", "mm.default", "addmm.default",
-)
-SHARED_OPS = _ops(
-    "view.default", "reshape.default", "permute.default", "transpose.int", "t.default",
-    "flatten.using_ints", "squeeze.dim", "squeeze.dims", "squeeze.default", "unsqueeze.default",
-    "expand.default", "slice.Tensor", "select.int", "max_pool2d.default", "cat.default",
-    "clone.default", "contiguous.default", "dropout.default",
-    "_unsafe_view.default", "constant_pad_nd.default", "pad.default",
-)
-EMBEDDING_OPS = _ops("embedding.default")
-BATCH_NORM_OPS = _ops("batch_norm.default", "_native_batch_norm_legit_no_training.default")
+# Ops with a rule of their own inside a family (which ops each family annotates, and which
+# builder lowers them, is the builders' quant_annotations: registry.quant_family).
+CONV_OPS = aten_ops("conv2d.default", "conv2d.padding", "convolution.default")
+LINEAR_OPS = aten_ops("linear.default")
+BATCH_NORM_OPS = aten_ops("batch_norm.default", "_native_batch_norm_legit_no_training.default")
 # Inputs of compute ops that are not activations (weights of norms stay float).
-LAYER_NORM_OPS = _ops("layer_norm.default")
 _FLOAT_ARG_POSITIONS: Dict[object, tuple] = {op: (1, 2, 3, 4) for op in BATCH_NORM_OPS}
 
 
@@ -135,7 +110,7 @@ def annotate_compute(node: Node, config: QuantConfig) -> None:
     _set(node, inputs, fixed_output_spec(node, config) or config.output_activation)
 
 
-TANH_OPS = _ops("tanh.default")
+TANH_OPS = aten_ops("tanh.default")
 
 
 def fixed_output_spec(node: Node, config: QuantConfig) -> Optional[FixedQParamsQuantizationSpec]:
@@ -191,20 +166,21 @@ def annotate_shared(node: Node, config: QuantConfig) -> None:
     _set(node, inputs, shared)
 
 
+_ANNOTATORS: Dict[QuantFamily, Callable] = {
+    QuantFamily.WEIGHTED: annotate_weighted,
+    QuantFamily.COMPUTE: annotate_compute,
+    QuantFamily.LAYER_NORM: annotate_layer_norm,
+    QuantFamily.SHARED: annotate_shared,
+    QuantFamily.EMBEDDING: annotate_embedding,
+}
+
+
 def annotator_for(target: object) -> Optional[Callable]:
-    if target in CONV_OPS or target in LINEAR_OPS:
-        return annotate_weighted
-    if target in LAYER_NORM_OPS:
-        return annotate_layer_norm
-    if target in COMPUTE_OPS:
-        return annotate_compute
-    if target in SHARED_OPS:
-        return annotate_shared
-    if target in EMBEDDING_OPS:
-        return annotate_embedding
-    return None
+    """The annotator of the family the builder of `target` declares; None: not quantized."""
+    family = quant_family(target)
+    return _ANNOTATORS[family] if family is not None else None
 
 
 def supported_ops() -> set:
-    """Every OpOverload QnnQuantizer annotates."""
-    return set(CONV_OPS + LINEAR_OPS + COMPUTE_OPS + SHARED_OPS + EMBEDDING_OPS)
+    """Every OpOverload QnnQuantizer annotates (the builders' quant_annotations)."""
+    return set(quant_annotated_ops())

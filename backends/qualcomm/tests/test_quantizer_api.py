@@ -299,6 +299,36 @@ class TestQuantizerApi(unittest.TestCase):
         self.assertEqual(len(_quantize_args(converted, "aten.conv2d")), 1)
         self.assertIn(_aten.relu.default, quantizer.get_supported_ops())  # discard does not shrink support
 
+    def test_annotated_ops_and_annotators_come_from_the_builders(self):
+        from backends.qualcomm.builders.registry import (
+            NodeBuilder, QuantFamily, quant_annotated_ops, register_builder)
+        from backends.qualcomm.quantizer import annotators
+
+        families = quant_annotated_ops()
+        self.assertEqual(QnnQuantizer().get_supported_ops(), set(families))
+        self.assertEqual(len(families), 62)
+        expected = {QuantFamily.WEIGHTED: annotators.annotate_weighted,
+                    QuantFamily.COMPUTE: annotators.annotate_compute,
+                    QuantFamily.LAYER_NORM: annotators.annotate_layer_norm,
+                    QuantFamily.SHARED: annotators.annotate_shared,
+                    QuantFamily.EMBEDDING: annotators.annotate_embedding}
+        for op, family in families.items():
+            self.assertIs(annotators.annotator_for(op), expected[family], op)
+        spot = {_aten.conv2d.default: QuantFamily.WEIGHTED, _aten.linear.default: QuantFamily.WEIGHTED,
+                _aten.add_.Tensor: QuantFamily.COMPUTE, _aten.rsqrt.default: QuantFamily.COMPUTE,
+                _aten.layer_norm.default: QuantFamily.LAYER_NORM, _aten.view.default: QuantFamily.SHARED,
+                _aten.max_pool2d.default: QuantFamily.SHARED, _aten.embedding.default: QuantFamily.EMBEDDING}
+        self.assertEqual({op: families[op] for op in spot}, spot)
+        self.assertIsNone(annotators.annotator_for(_aten.cumsum.default))  # no builder: stays float
+
+        class SecondAdd(NodeBuilder):
+            targets = []
+            quant_annotations = {_aten.add.Tensor: QuantFamily.SHARED}
+
+        with self.assertRaisesRegex(TypeError, "SecondAdd and BinaryElementwiseBuilder both annotate"):
+            register_builder(SecondAdd)
+        self.assertIs(annotators.annotator_for(_aten.add.Tensor), annotators.annotate_compute)
+
     def test_custom_quant_annotations_run_after_the_builtin_ones(self):
         from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, QuantizationSpec
 
