@@ -66,11 +66,19 @@ Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_l
 
 namespace {
 
-double bias_real(const TensorInfo& b, size_t n) {
+double bias_real_exact(const TensorInfo& b, size_t n) {
   if (b.dtype == DType::FLOAT_32) return static_cast<const float*>(b.static_data)[n];
   int32_t offset = 0;
   const float s = scale_at(b, n, offset);
   return double(static_q_at(b, n) + offset) * double(s);
+}
+
+// The bias of channel n dequantized in float32 (HTP folds it in float32).
+float bias_real(const TensorInfo& b, size_t n) {
+  if (b.dtype == DType::FLOAT_32) return static_cast<const float*>(b.static_data)[n];
+  int32_t offset = 0;
+  const float s = scale_at(b, n, offset);
+  return float(static_q_at(b, n) + offset) * s;
 }
 
 template <typename W>
@@ -82,23 +90,34 @@ void weight_sums(const W* w, size_t N, size_t K, std::vector<int64_t>& out) {
 
 } // namespace
 
-void prepare_requant(const TensorInfo& x, const QWeights& w, const TensorInfo& b,
-                     const TensorInfo& out, Requant& rq) {
-  const double in_scale = x.quant.scale, out_scale = out.quant.scale;
+void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, const QWeights& w,
+                     const TensorInfo& b, const TensorInfo& out, Requant& rq) {
+  const float in_scale = x.quant.scale, out_scale = out.quant.scale;
   rq.in_offset = x.quant.offset;
   rq.out_offset = out.quant.offset;
-  rq.qmin = double(quant_min(out));
-  rq.qmax = double(quant_max(out));
-  rq.mult.resize(w.N);
-  rq.bias.resize(w.N);
-  for (size_t n = 0; n < w.N; ++n) {
-    rq.mult[n] = in_scale * w.scale[n] / out_scale;
-    rq.bias[n] = bias_real(b, n) / out_scale;
-  }
+  rq.qmin = quant_min(out);
+  rq.qmax = quant_max(out);
   if (w.wide) {
     weight_sums(w.data.as<int16_t>(), w.N, w.K, rq.wsum);
   } else {
     weight_sums(w.data.as<int8_t>(), w.N, w.K, rq.wsum);
+  }
+  rq.htp = x.dtype == DType::UFIXED_POINT_8 && out.dtype == DType::UFIXED_POINT_8 &&
+           w_info.dtype == DType::SFIXED_POINT_8 && !w_info.quant.blockwise() && !w.wide;
+  if (rq.htp) {
+    rq.hr.resize(w.N);
+    for (size_t n = 0; n < w.N; ++n) {
+      const float w_scale = float(w.scale[n]);
+      rq.hr[n] = htp_requant_of(double(in_scale) * double(w_scale) / double(out_scale));
+      rq.hr[n].pre = htp_bias_acc(bias_real(b, n), in_scale, w_scale);
+    }
+    return;
+  }
+  rq.mult.resize(w.N);
+  rq.bias.resize(w.N);
+  for (size_t n = 0; n < w.N; ++n) {
+    rq.mult[n] = double(in_scale) * w.scale[n] / double(out_scale);
+    rq.bias[n] = bias_real_exact(b, n) / double(out_scale);
   }
 }
 

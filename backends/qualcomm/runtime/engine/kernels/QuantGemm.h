@@ -1,7 +1,7 @@
 // Integer matrix products of the quantized Conv2d / FullyConnected kernels:
 // acc[m,n] = sum_k (q_in[m,k] + in_offset) * w[n,k], exact in Acc (int32 for
-// u8 x s8, int64 otherwise), then requantized per output channel with a
-// double multiplier and round-half-even.
+// u8 x s8, int64 otherwise), then requantized per output channel with QNN HTP's
+// fixed-point arithmetic (HtpRequant.h).
 #pragma once
 
 #include <cmath>
@@ -9,24 +9,38 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/qualcomm/runtime/engine/HtpRequant.h"
 #include "backends/qualcomm/runtime/engine/Quant.h"
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
 namespace qnn_delegate {
 namespace engine {
 
-// out_q = clamp(rne(acc * mult[n] + bias[n]) - out_offset, qmin, qmax).
+// Requantization of the exact accumulator of output channel n.
+// htp (uint8 activations in and out, 8-bit weights per tensor / per channel):
+//   out_q = clamp(hr[n].apply(acc) - out_offset), QNN HTP's fixed-point arithmetic
+//   (HtpRequant.h; bias folded into hr[n].pre), bit-exact with QNN.
+// otherwise (16-bit activations, sub-byte / LPBQ weights, whose HTP arithmetic is
+// not reproduced yet): out_q = clamp(rne(acc * mult[n] + bias[n]) - out_offset), the
+// PT2E float reference (double multiplier, round half even).
 struct Requant {
-  std::vector<double> mult;   // in_scale * w_scale[n] / out_scale
-  std::vector<double> bias;   // bias_real[n] / out_scale
-  std::vector<int64_t> wsum;  // sum_k w[n,k] (folds in_offset into the accumulator)
+  bool htp = false;
+  std::vector<HtpRequant> hr;  // htp: per output channel
+  std::vector<double> mult;    // !htp: in_scale * w_scale[n] / out_scale
+  std::vector<double> bias;    // !htp: bias_real[n] / out_scale
+  std::vector<int64_t> wsum;   // sum_k w[n,k] (folds in_offset into the accumulator)
   int32_t in_offset = 0, out_offset = 0;
-  double qmin = 0, qmax = 255;
+  int64_t qmin = 0, qmax = 255;
 
   template <typename O>
   O apply(int64_t acc, size_t n) const {
+    if (htp) {
+      int64_t v = hr[n].apply(acc) - int64_t(out_offset);
+      v = v < qmin ? qmin : (v > qmax ? qmax : v);
+      return static_cast<O>(v);
+    }
     double v = std::nearbyint(double(acc) * mult[n] + bias[n]) - double(out_offset);
-    v = v < qmin ? qmin : (v > qmax ? qmax : v);
+    v = v < double(qmin) ? double(qmin) : (v > double(qmax) ? double(qmax) : v);
     return static_cast<O>(v);
   }
 };
@@ -49,9 +63,10 @@ bool integer_weights_supported(const TensorInfo& w, int out_axis, int k_axis);
 Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_last,
                         TrackingAllocator* alloc, QWeights& out);
 
-// Multipliers / bias terms / weight sums for x (*) w + b -> out.
-void prepare_requant(const TensorInfo& x, const QWeights& w, const TensorInfo& b,
-                     const TensorInfo& out, Requant& rq);
+// Multipliers / bias terms / weight sums for x (*) w + b -> out (HTP arithmetic
+// when x and out are uint8 and w is an 8-bit per-tensor / per-channel weight).
+void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, const QWeights& w,
+                     const TensorInfo& b, const TensorInfo& out, Requant& rq);
 
 template <typename A, typename W, typename Acc>
 inline Acc dot_product(const A* a, const W* w, size_t K) {

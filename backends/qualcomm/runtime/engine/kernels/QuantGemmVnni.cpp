@@ -1,6 +1,6 @@
 // u8 x s8 -> int32 GEMM with AVX-512 VNNI: 4 rows x 16 output channels per
-// step, one vpdpbusd per row and 4 k; requantization vectorized over the 16
-// outputs (double multiplier, round-half-even via rint in the default mode).
+// step, one vpdpbusd per row and 4 k; HTP fixed-point requantization per output
+// (HtpRequant.h).
 #include <algorithm>
 #include <cstring>
 
@@ -32,15 +32,9 @@ namespace {
 
 template <typename O>
 void requant_row(const Requant& rq, const int32_t* acc, size_t n0, size_t cnt, O* dst) {
-  const double* mult = rq.mult.data() + n0;
-  const double* bias = rq.bias.data() + n0;
   const int64_t* wsum = rq.wsum.data() + n0;
-  const double in_off = rq.in_offset, out_off = rq.out_offset;
-  for (size_t j = 0; j < cnt; ++j) {
-    double v = __builtin_rint((double(acc[j]) + in_off * double(wsum[j])) * mult[j] + bias[j]) - out_off;
-    v = v < rq.qmin ? rq.qmin : (v > rq.qmax ? rq.qmax : v);
-    dst[j] = static_cast<O>(v);
-  }
+  const int64_t in_off = rq.in_offset;
+  for (size_t j = 0; j < cnt; ++j) dst[j] = rq.apply<O>(int64_t(acc[j]) + in_off * wsum[j], n0 + j);
 }
 
 #ifdef QNN_HAVE_VNNI

@@ -159,7 +159,7 @@ Status create_qconv(const OpView& v, KernelEnv& env, bool depthwise, KernelPtr& 
   QNN_RETURN_IF_ERROR(conv_geometry(v, depthwise, y.dtype, s.g, s.ids));
   QWeights qw;
   QNN_RETURN_IF_ERROR(prepare_qweights(v, w, s.g.cout, true, env.allocator, qw));
-  prepare_requant(x, qw, b, y, s.rq);
+  prepare_requant(x, w, qw, b, y, s.rq);
   s.w = &qw;
   s.alloc = env.allocator;
   out = make_integer_kernel<K>(x.dtype == DType::UFIXED_POINT_16, qw.wide,

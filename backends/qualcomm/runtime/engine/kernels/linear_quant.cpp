@@ -1,6 +1,7 @@
 // Integer FullyConnected (weights [N,K], K contiguous: u8 x s8 dot products)
 // and MatMul of two quantized activations: sum_k (qa + offa) * (qb + offb),
-// exact in Acc, requantized with a double multiplier sa * sb / s_out.
+// exact in Acc, requantized with sa * sb / s_out (QuantGemm.h Requant: HTP's arithmetic
+// for uint8 a, b and out).
 #include "backends/qualcomm/runtime/engine/kernels/LinearShape.h"
 #include "backends/qualcomm/runtime/engine/kernels/QuantGemm.h"
 
@@ -57,7 +58,7 @@ Status create_qfc(const OpView& v, KernelEnv& env, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(fc_shape(v, y.dtype, s.s));
   QWeights qw;
   QNN_RETURN_IF_ERROR(prepare_qweights(v, w, s.s.N, false, env.allocator, qw));
-  prepare_requant(x, qw, b, y, s.rq);
+  prepare_requant(x, w, qw, b, y, s.rq);
   s.w = &qw;
   s.alloc = env.allocator;
   out = make_integer_kernel<QFcKernel>(x.dtype == DType::UFIXED_POINT_16, qw.wide,
@@ -69,7 +70,7 @@ Status create_qfc(const OpView& v, KernelEnv& env, KernelPtr& out) {
 struct QMatMulSetup {
   MatMulShape s;
   int32_t off_a, off_b;
-  Requant rq;  // mult[0], bias[0] = 0
+  Requant rq;  // hr[0]: no bias
 };
 
 // A / B: input element types; Acc: int32 when both are 8-bit; O: output type.
@@ -130,11 +131,18 @@ Status create_qmatmul(const OpView& v, KernelEnv&, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(matmul_shape(v, y.dtype, s.s));
   s.off_a = a.quant.offset;
   s.off_b = b.quant.offset;
-  s.rq.mult = {double(a.quant.scale) * double(b.quant.scale) / double(y.quant.scale)};
-  s.rq.bias = {0.0};
+  const double m = double(a.quant.scale) * double(b.quant.scale) / double(y.quant.scale);
+  s.rq.htp = a.dtype == DType::UFIXED_POINT_8 && b.dtype == DType::UFIXED_POINT_8 &&
+             y.dtype == DType::UFIXED_POINT_8;
+  if (s.rq.htp) {
+    s.rq.hr = {htp_requant_of(m)};
+  } else {
+    s.rq.mult = {m};
+    s.rq.bias = {0.0};
+  }
   s.rq.out_offset = y.quant.offset;
-  s.rq.qmin = double(quant_min(y));
-  s.rq.qmax = double(quant_max(y));
+  s.rq.qmin = quant_min(y);
+  s.rq.qmax = quant_max(y);
   // Reuse the (x, w, out) instantiation helper: "W" is B's type here.
   const bool a16 = a.dtype == DType::UFIXED_POINT_16, b16 = b.dtype == DType::UFIXED_POINT_16;
   const bool y16 = y.dtype == DType::UFIXED_POINT_16;

@@ -1,0 +1,48 @@
+"""Numpy model of QNN HTP's requantization of an integer accumulator (uint8
+activations in and out, int8 weights), the arithmetic the host engine's integer
+Conv2d / DepthWiseConv2d / FullyConnected / MatMul kernels reproduce
+(backends/qualcomm/runtime/engine/HtpRequant.h; measured against QNN 2.51 HTP in
+test_qnn_fidelity_weighted.py):
+
+    m = in_scale * w_scale / out_scale; e = floor(-log2 m); s = max(0, e - 3)
+    M = round(m * 2^(s + 15)); a = acc + floor(f32(bias_real) / f32(in_scale * w_scale))
+    y = s > 0 ? floor(((2 floor(a / 2^s) + 1) M + 2^15) / 2^16) : floor((a M + 2^14) / 2^15)
+    q = clamp(y + zero_point, 0, 255)
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+F32 = np.float32
+
+
+def htp_shift_mult(m: np.ndarray):
+    """(s, M) per multiplier m > 0."""
+    m = np.asarray(m, np.float64)
+    frac, k = np.frexp(m)
+    e = np.where(frac == 0.5, 1 - k, -k)
+    s = np.maximum(0, e - 3).astype(np.int64)
+    mult = np.floor(np.ldexp(m, (s + 15).astype(np.int32)) + 0.5).astype(np.int64)
+    return s, mult
+
+
+def htp_bias_acc(bias_real: np.ndarray, in_scale: float, w_scale: np.ndarray) -> np.ndarray:
+    """The bias in accumulator units as HTP folds it (float32 division, floor)."""
+    unit = F32(in_scale) * np.asarray(w_scale, F32)
+    return np.floor((np.asarray(bias_real, F32) / unit).astype(np.float64)).astype(np.int64)
+
+
+def htp_requantize(acc: np.ndarray, in_scale: float, w_scale, out_scale: float, out_zero_point: int,
+                   bias_real: Optional[np.ndarray] = None, qmax: int = 255) -> np.ndarray:
+    """acc: exact integer accumulator sum (q_in - zp_in) * w, last axis = output channel;
+    w_scale: per-tensor scalar or per-channel array; bias_real: float32 bias per channel."""
+    acc = np.asarray(acc, np.int64)
+    w_scale = np.broadcast_to(np.asarray(w_scale, F32), acc.shape[-1:])
+    m = np.float64(F32(in_scale)) * w_scale.astype(np.float64) / np.float64(F32(out_scale))
+    s, mult = htp_shift_mult(m)
+    a = acc + (htp_bias_acc(bias_real, in_scale, w_scale) if bias_real is not None else 0)
+    u = a >> s
+    y = np.where(s > 0, ((2 * u + 1) * mult + (1 << 15)) >> 16, (a * mult + (1 << 14)) >> 15)
+    return np.clip(y + out_zero_point, 0, qmax)
