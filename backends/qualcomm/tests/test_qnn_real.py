@@ -229,11 +229,12 @@ def test_fp16_qnn_matches_host_and_eager(tmp_path):
     assert not torch.equal(qnn[0], host[0])  # really two engines
 
 
-# QNN vs host engine on conv -> relu -> add (measured with QNN 2.51): 8a8w 94.5% exact, max 1
-# step; 16a8w 31% exact, max 9 steps of 2^16 (0.04 of an 8-bit step). The host engine follows
-# the PT2E reference exactly; the gap is QNN's own requantization (see the fidelity report).
+# QNN vs host engine on conv -> relu -> add (measured with QNN 2.51): 8a8w 96.1% exact, max 1
+# step (the conv is bit-exact with QNN since the host follows HTP's requantization; the rest
+# comes from relu / add); 16a8w 30.7% exact, max 9 steps of 2^16 (0.04 of an 8-bit step): the
+# 16-bit conv still follows the PT2E reference, not QNN's 16-bit requantization.
 @pytest.mark.parametrize("quant_dtype,max_steps,min_exact", [
-    (QuantDtype.use_8a8w, 1, 0.9), (QuantDtype.use_16a8w, 16, 0.25)])
+    (QuantDtype.use_8a8w, 1, 0.95), (QuantDtype.use_16a8w, 16, 0.25)])
 def test_quantized_conv_add_relu_qnn_matches_host(tmp_path, quant_dtype, max_steps, min_exact):
     torch.manual_seed(0)
     inputs = _inputs()
