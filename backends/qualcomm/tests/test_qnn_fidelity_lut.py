@@ -157,3 +157,32 @@ def test_layer_norm_close_to_qnn(dtype, min_exact):
     [host] = ext.run_payload(blob, arrays)
     stats = step_stats(np.asarray(host), np.asarray(qnn), output_encodings(tester.module)[0][0])
     assert stats.max_diff <= 1 and stats.exact_fraction >= min_exact, f"layer_norm {dtype}: {stats}"
+
+
+def test_op_qnn_refuses_keeps_engine_table_others_get_theirs(monkeypatch):
+    """One probe graph for all table ops; when QNN refuses it, each op is probed alone: an op
+    QNN refuses (simulated: QNN finalizes the ops here) gets no table, the others get theirs."""
+    from backends.qualcomm.utils import qnn_tables
+
+    g = QnnGraph("forward")
+    for k, op_type in enumerate(["Sigmoid", "Tanh", "Gelu"]):
+        quant = QuantParams(QuantEncoding.SCALE_OFFSET, 8, 8.0 / 256, -128 + k)
+        g.tensors.append(QnnTensor(2 * k, f"x{k}", TensorType.APP_WRITE, DataType.UFIXED_POINT_8, [1, 8], quant))
+        g.tensors.append(QnnTensor(2 * k + 1, f"y{k}", TensorType.APP_READ, DataType.UFIXED_POINT_8, [1, 8], quant))
+        g.ops.append(QnnOp(f"the_{op_type}", op_type, [2 * k], [2 * k + 1]))
+        g.inputs.append(2 * k)
+        g.outputs.append(2 * k + 1)
+    real_probe = qnn_tables._run_probe
+
+    def probe(graph, indices, soc_model, vtcm_mb):
+        if 1 in indices:
+            raise RuntimeError("QNN graphFinalize failed: QNN error 1002")
+        return real_probe(graph, indices, soc_model, vtcm_mb)
+
+    monkeypatch.setattr(qnn_tables, "_run_probe", probe)
+    error = qnn_tables.attach_tables(g, SM8650)
+    assert error is not None and "op 'the_Tanh' (Tanh)" in error and "1002" in error
+    assert "the_Sigmoid" not in error and "the_Gelu" not in error
+    assert [None if op.lookup_table is None else op.lookup_table.shape for op in g.ops] == [(256,), None, (256,)]
+    x = (np.arange(256) - 128) * (8.0 / 256)  # Sigmoid: the table is sigmoid's
+    np.testing.assert_array_equal(g.ops[0].lookup_table, np.clip(np.rint(1 / (1 + np.exp(-x)) / (8.0 / 256)) + 128, 0, 255))

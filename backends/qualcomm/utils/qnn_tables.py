@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -97,18 +97,12 @@ def table_graph(graph: QnnGraph, op_indices: List[int]) -> QnnGraph:
     return probe
 
 
-def measure_tables(graph: QnnGraph, soc_model: int, vtcm_mb: int = 0) -> Dict[int, np.ndarray]:
-    """{op index: table (uint8 / uint16, one entry per input code)} measured on QNN for the
-    table ops of `graph`; RuntimeError when QNN refuses the probe graph."""
+def _run_probe(graph: QnnGraph, indices: List[int], soc_model: int, vtcm_mb: int) -> Dict[int, np.ndarray]:
     from backends.qualcomm.serialization.payload_writer import QnnHtpSection, serialize_graphs, wrap_context_binary
     from backends.qualcomm.utils.qnn_context import payload_of
     from backends.qualcomm.utils.runtime_options import load_extension
 
-    indices = table_ops(graph)
-    if not indices:
-        return {}
-    probe = table_graph(graph, indices)
-    blob = serialize_graphs([probe])
+    blob = serialize_graphs([table_graph(graph, indices)])
     extension = load_extension()
     binary, graphs = extension.qnn_compile(blob, int(soc_model), int(vtcm_mb))
     section = QnnHtpSection(bytes(binary), int(soc_model), [(str(n), list(ids)) for n, ids in graphs])
@@ -121,16 +115,38 @@ def measure_tables(graph: QnnGraph, soc_model: int, vtcm_mb: int = 0) -> Dict[in
     return {index: np.asarray(out).reshape(-1).copy() for index, out in zip(indices, outputs)}
 
 
-def attach_tables(graph: QnnGraph, soc_model: int, vtcm_mb: int = 0) -> Optional[str]:
-    """Store QNN-measured tables on the table ops of `graph` (QnnOp.lookup_table); None on success,
-    else why not (QNN refused the probe graph), and the graph is left without tables."""
+def measure_tables(graph: QnnGraph, soc_model: int, vtcm_mb: int = 0) -> Tuple[Dict[int, np.ndarray], List[str]]:
+    """({op index: table (uint8 / uint16, one entry per input code)} measured on QNN for the
+    table ops of `graph`, [why QNN refused an op]). All ops go into one probe graph; when QNN
+    refuses it, each op is probed on its own and the ones QNN refuses get no table."""
+    indices = table_ops(graph)
+    if not indices:
+        return {}, []
     try:
-        tables = measure_tables(graph, soc_model, vtcm_mb)
+        return _run_probe(graph, indices, soc_model, vtcm_mb), []
+    except RuntimeError:
+        if len(indices) == 1:
+            raise
+    tables: Dict[int, np.ndarray] = {}
+    refused: List[str] = []
+    for index in indices:
+        try:
+            tables.update(_run_probe(graph, [index], soc_model, vtcm_mb))
+        except RuntimeError as exc:
+            refused.append(f"op '{graph.ops[index].name}' ({graph.ops[index].type}): {str(exc)[:200]}")
+    return tables, refused
+
+
+def attach_tables(graph: QnnGraph, soc_model: int, vtcm_mb: int = 0) -> Optional[str]:
+    """Store QNN-measured tables on the table ops of `graph` (QnnOp.lookup_table); None when
+    every table op got one, else why not for the others (they keep the engine's own tables)."""
+    try:
+        tables, refused = measure_tables(graph, soc_model, vtcm_mb)
     except RuntimeError as exc:
         return str(exc)
     for index, table in tables.items():
         graph.ops[index].lookup_table = table
-    return None
+    return "; ".join(refused) if refused else None
 
 
 def attach_tables_for_options(graph: QnnGraph, options, label: str = "delegate") -> None:
@@ -145,5 +161,5 @@ def attach_tables_for_options(graph: QnnGraph, options, label: str = "delegate")
     vtcm = int(soc.htpInfo.vtcmSizeInMb) if soc is not None and soc.htpInfo is not None else 0
     error = attach_tables(graph, soc_model, vtcm)
     if error is not None:
-        logger.warning("qnn-delegate: %s gets no QNN lookup tables (the host engine computes its "
-                       "own): %s", label, error)
+        logger.warning("qnn-delegate: %s: ops without a QNN lookup table (the host engine computes "
+                       "its own): %s", label, error)
