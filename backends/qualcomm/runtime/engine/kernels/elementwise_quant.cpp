@@ -73,6 +73,12 @@ class QuantAddSubKernel final : public Kernel {
         sa_(broadcast_strides(v.inputs[0]->dims, out_dims)),
         sb_(broadcast_strides(v.inputs[1]->dims, out_dims)), p_(p) {
     if (!dims_.empty()) outer_.assign(dims_.begin(), dims_.end() - 1);
+    if constexpr (sizeof(T) == 1) {  // 8-bit: |ka * q + C| < 2^31, two 256-entry tables
+      for (int q = 0; q < 256; ++q) {
+        ta_[q] = int32_t(p_.ka * q + p_.c);
+        tb_[q] = int32_t(p_.kb * q);
+      }
+    }
   }
 
   Status run(const RunContext& ctx) const override {
@@ -94,10 +100,14 @@ class QuantAddSubKernel final : public Kernel {
   }
 
  private:
-  // int64: 16-bit products and C exceed int32.
   T apply(T a, T b) const {
-    const int64_t acc = (p_.ka * int64_t(a) + p_.kb * int64_t(b) + p_.c) >> p_.shift;
-    return T(acc < 0 ? 0 : (acc > p_.qmax ? p_.qmax : acc));
+    if constexpr (sizeof(T) == 1) {
+      const int32_t acc = (ta_[a] + tb_[b]) >> p_.shift;
+      return T(acc < 0 ? 0 : (acc > 255 ? 255 : acc));
+    } else {  // int64: 16-bit products and C exceed int32
+      const int64_t acc = (p_.ka * int64_t(a) + p_.kb * int64_t(b) + p_.c) >> p_.shift;
+      return T(acc < 0 ? 0 : (acc > p_.qmax ? p_.qmax : acc));
+    }
   }
 
   void run_broadcast(const T* a, const T* b, T* out) const {
@@ -124,6 +134,7 @@ class QuantAddSubKernel final : public Kernel {
   Index sa_, sb_;
   Dims outer_;
   AddSubParams p_;
+  int32_t ta_[256] = {}, tb_[256] = {};  // 8-bit only
 };
 
 template <bool kSubtract>
