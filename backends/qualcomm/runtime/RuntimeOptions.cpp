@@ -78,6 +78,10 @@ bool RuntimeOptions::int_option_range(const char* key, int& min_value, int& max_
   return true;
 }
 
+bool RuntimeOptions::is_known_key(const char* key) {
+  return is_int_key(key) || is_string_key(key) || is_engine_key(key);
+}
+
 // The words below name every value of the generated enums: a new enum value fails here.
 static_assert(static_cast<int>(LogLevel::MAX) == 5, "update int_option_values (log level)");
 static_assert(static_cast<int>(ProfileLevel::MAX) == 2, "update int_option_values (profile level)");

@@ -69,6 +69,8 @@ class RuntimeOptions {
   // Clears every run-time value (tests; the compiled values hold again).
   void reset();
 
+  // Whether `key` names a runtime option of this backend.
+  static bool is_known_key(const char* key);
   // Why `option` cannot be set (unknown key / wrong type / value out of range), or
   // nullptr if it can.
   static const char* rejection_reason(const executorch::runtime::BackendOption& option);

@@ -41,11 +41,7 @@ py::list run_payload(const py::bytes& blob, const std::vector<py::array>& inputs
   return pyengine::execute_once(*g, inputs);
 }
 
-bool is_known_option(const std::string& key) {
-  return key == runtime::kLogLevelKey || key == runtime::kProfileLevelKey ||
-         key == runtime::kPerformanceModeKey || key == runtime::kHeapProfilingPathKey ||
-         key == runtime::kEngineKey;
-}
+bool is_known_option(const std::string& key) { return runtime::RuntimeOptions::is_known_key(key.c_str()); }
 
 executorch::runtime::BackendOption make_option_key(const std::string& key) {
   if (key.size() >= executorch::runtime::kMaxOptionKeyLength) {
