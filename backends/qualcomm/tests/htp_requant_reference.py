@@ -46,3 +46,21 @@ def htp_requantize(acc: np.ndarray, in_scale: float, w_scale, out_scale: float, 
     u = a >> s
     y = np.where(s > 0, ((2 * u + 1) * mult + (1 << 15)) >> 16, (a * mult + (1 << 14)) >> 15)
     return np.clip(y + out_zero_point, 0, qmax)
+
+
+def htp_requantize16(acc: np.ndarray, in_scale: float, in_zero_point: int, wsum: np.ndarray, w_scale,
+                     out_scale: float, out_zero_point: int, bias_real: Optional[np.ndarray] = None) -> np.ndarray:
+    """uint16 activations in and out, int8 weights (HtpRequant.h htp_requant16_of): the
+    accumulator of x - 32768 shifted right by 8, plus round((32768 - zp) * wsum / 256) and
+    trunc(f32(bias) / f32(in_scale * w_scale) / 256), times round(m * 2^31) >> 23, half up."""
+    acc = np.asarray(acc, np.int64)
+    w_scale = np.broadcast_to(np.asarray(w_scale, F32), acc.shape[-1:])
+    m = np.float64(F32(in_scale)) * w_scale.astype(np.float64) / np.float64(F32(out_scale))
+    pre = (in_zero_point - 32768) * np.asarray(wsum, np.int64)
+    post = (-pre + 128) >> 8
+    if bias_real is not None:
+        unit = F32(in_scale) * w_scale
+        post = post + np.trunc((np.asarray(bias_real, F32) / unit).astype(np.float64) / 256).astype(np.int64)
+    mult = np.floor(np.ldexp(m, 31) + 0.5).astype(np.int64)
+    y = ((((acc + pre) >> 8) + post) * mult + (1 << 22)) >> 23
+    return np.clip(y + out_zero_point, 0, 65535)

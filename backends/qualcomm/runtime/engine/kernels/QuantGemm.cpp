@@ -102,14 +102,22 @@ void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, const QWeigh
   } else {
     weight_sums(w.data.as<int8_t>(), w.N, w.K, rq.wsum);
   }
-  rq.htp = x.dtype == DType::UFIXED_POINT_8 && out.dtype == DType::UFIXED_POINT_8 &&
-           w_info.dtype == DType::SFIXED_POINT_8 && !w_info.quant.blockwise() && !w.wide;
+  const bool w8 = w_info.dtype == DType::SFIXED_POINT_8 && !w_info.quant.blockwise() && !w.wide;
+  const bool a8 = x.dtype == DType::UFIXED_POINT_8 && out.dtype == DType::UFIXED_POINT_8;
+  const bool a16 = x.dtype == DType::UFIXED_POINT_16 && out.dtype == DType::UFIXED_POINT_16;
+  rq.htp = w8 && (a8 || a16);
   if (rq.htp) {
     rq.hr.resize(w.N);
     for (size_t n = 0; n < w.N; ++n) {
       const float w_scale = float(w.scale[n]);
-      rq.hr[n] = htp_requant_of(double(in_scale) * double(w_scale) / double(out_scale));
-      rq.hr[n].pre = htp_bias_acc(bias_real(b, n), in_scale, w_scale);
+      const double m = double(in_scale) * double(w_scale) / double(out_scale);
+      if (a16) {
+        rq.hr[n] = htp_requant16_of(m, bias_real(b, n), in_scale, w_scale, -int64_t(rq.in_offset),
+                                    rq.wsum[n]);
+      } else {
+        rq.hr[n] = htp_requant_of(m);
+        rq.hr[n].pre = htp_bias_acc(bias_real(b, n), in_scale, w_scale);
+      }
     }
     return;
   }

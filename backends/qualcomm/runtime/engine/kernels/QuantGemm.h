@@ -17,12 +17,12 @@ namespace qnn_delegate {
 namespace engine {
 
 // Requantization of the exact accumulator of output channel n.
-// htp (uint8 activations in and out, 8-bit weights per tensor / per channel):
+// htp (uint8 or uint16 activations in and out, 8-bit weights per tensor / channel):
 //   out_q = clamp(hr[n].apply(acc) - out_offset), QNN HTP's fixed-point arithmetic
-//   (HtpRequant.h; bias folded into hr[n].pre), bit-exact with QNN.
-// otherwise (16-bit activations, sub-byte / LPBQ weights, whose HTP arithmetic is
-// not reproduced yet): out_q = clamp(rne(acc * mult[n] + bias[n]) - out_offset), the
-// PT2E float reference (double multiplier, round half even).
+//   (HtpRequant.h; bias and zero-point folds in hr[n].pre / post).
+// otherwise (sub-byte / LPBQ / 16-bit weights, mixed 8/16-bit activations, whose HTP
+// arithmetic is not reproduced): out_q = clamp(rne(acc * mult[n] + bias[n]) -
+// out_offset), the PT2E float reference (double multiplier, round half even).
 struct Requant {
   bool htp = false;
   std::vector<HtpRequant> hr;  // htp: per output channel
@@ -64,7 +64,8 @@ Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_l
                         TrackingAllocator* alloc, QWeights& out);
 
 // Multipliers / bias terms / weight sums for x (*) w + b -> out (HTP arithmetic
-// when x and out are uint8 and w is an 8-bit per-tensor / per-channel weight).
+// when x and out are both uint8 or both uint16 and w is an 8-bit per-tensor /
+// per-channel weight).
 void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, const QWeights& w,
                      const TensorInfo& b, const TensorInfo& out, Requant& rq);
 
