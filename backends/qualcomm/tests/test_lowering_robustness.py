@@ -34,6 +34,30 @@ class ConvThen(torch.nn.Module):
         return self.fn(self.conv(x))
 
 
+def assert_host_equals_qnn(tester) -> None:
+    """When Qualcomm's QNN HTP library loads here: the delegate built into a QNN context (SM8650)
+    and run on QNN and on the host engine with the tester's inputs gives the same quantized
+    outputs, every element (QNN dequantizes to float16, so they are compared in steps of each
+    output's encoding). Single-delegate quantized programs (QuantTester) only."""
+    import numpy as np
+
+    from backends.qualcomm.serialization.payload_writer import wrap_context_binary
+    from backends.qualcomm.tests.quant_tester import output_encodings, step_stats
+    from backends.qualcomm.utils.qnn_context import compile_qnn_section, payload_of, qnn_library_status
+    from backends.qualcomm.utils.runtime_options import require_extension
+
+    if not qnn_library_status()[0]:
+        return
+    (blob,) = tester.delegate_blobs()
+    blob = wrap_context_binary(payload_of(blob), compile_qnn_section(blob, 57))  # 57 = SM8650
+    arrays = [x.numpy() for x in tester.inputs]
+    qnn, _ = require_extension().run_payload_qnn(blob, arrays)
+    host = require_extension().run_payload(blob, arrays)
+    for q, h, (scale, _) in zip(qnn, host, output_encodings(tester.module)):
+        stats = step_stats(np.asarray(q), np.asarray(h), scale)
+        assert stats.exact == stats.total, f"QNN vs host engine: {stats}"
+
+
 def delegated_builders(tester: QnnTester) -> Set[str]:
     """Names of the builder classes of every node inside the program's delegates."""
     names = set()
@@ -115,8 +139,13 @@ class TestAcceptedNodesRun:
     def test_quantized_builders_lower_and_run(self):
         from backends.qualcomm.tests.quant_tester import QuantTester
 
+        torch.manual_seed(0)  # the measured numbers below are for these weights
         tester = QuantTester(ConvThen(lambda y: torch.relu(y) + 1.0), inputs_of((1, 3, 6, 6)))
-        tester.lower().to_executorch().run().compare_steps(max_step_diff=1, min_exact=0.99)
+        # Quantize -> conv -> relu -> add, each as QNN HTP computes it (a step or so from the
+        # PT2E module): measured 95.1% of 144 exact, max 2 (3 elements: relu's output step is
+        # about half the conv's, so one conv step can be two). (Host engine vs real QNN on this
+        # graph: 91.7% exact, max 1, not yet explained; the pad + conv one below is bit-exact.)
+        tester.lower().to_executorch().run().compare_steps(max_step_diff=2, min_exact=0.92)
         assert QUANT_ONLY_BUILDERS <= delegated_builders(tester)
 
 
@@ -481,18 +510,26 @@ class TestPadBeforeCpuConv:
         no dequantize kernel); outputs match the QDQ reference within one step."""
         from backends.qualcomm.tests.quant_tester import QuantTester
 
+        torch.manual_seed(0)  # the measured numbers below are for these weights
         tester = QuantTester(m.PadConv(), inputs_of((1, 3, 9, 9)))
         tester.lower(**skip)
         assert tester.cpu_op_names() == ["aten.constant_pad_nd.default", "aten.convolution.default"]
-        tester.to_executorch().run().compare_steps(max_step_diff=1, min_exact=0.99)
+        # pad and conv run in float on the CPU; the delegates only quantize / dequantize, and a
+        # uint8 Quantize rounds x / scale to float16 first as HTP does (1 step from PT2E near
+        # halves): measured 91.25% of 80 exact, max 1
+        tester.to_executorch().run().compare_steps(max_step_diff=1, min_exact=0.88)
 
     def test_quantized_pad_folded_when_conv_delegated(self):
         from backends.qualcomm.tests.quant_tester import QuantTester
 
+        torch.manual_seed(0)  # the measured numbers below are for these weights
         tester = QuantTester(m.PadConv(), inputs_of((1, 3, 9, 9)))
-        tester.run_and_compare_steps()
+        # Quantize (HTP's float16 rounding) -> conv with HTP's requantization: measured 92.5% of
+        # 80 exact against PT2E, max 1; bit-identical with QNN
+        tester.run_and_compare_steps(max_step_diff=1, min_exact=0.88)
         conv = [op for op in tester.payload().ops if op.type == "Conv2d"][0]
         assert conv.params["pad_amount"] == [0, 1, 1, 2]
+        assert_host_equals_qnn(tester)
 
 
 # ---- weight sharing: graph names unique by construction ----------------------------------------
