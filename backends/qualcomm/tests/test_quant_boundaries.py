@@ -6,27 +6,57 @@ runs DuplicateQuantize (one quantize per dequantize) and the partitioner moves e
 to its consumer; plain to_edge_transform_and_lower(..., partitioner=[QnnPartitioner]) cannot
 change the graph, so one delegate returns the quantized integer tensor (uint8, or int32
 holding uint16) and the next reads it: both ends must carry the encoding from the
-quantize / dequantize args. Every case is compared in integer steps with the converted QDQ
-module (<= 1 step, >= 99% exact)."""
+quantize / dequantize args.
+
+Each model is lowered both ways and the two programs must give bit-identical outputs: the
+plain one passes the quantized integers between delegates, the other dequantizes and quantizes
+again with the same encoding, so any encoding lost or changed at a boundary shows up as a
+difference. Against the converted QDQ (PT2E) module the outputs are held to bounds measured
+per graph (PT2E_BOUNDS): the host engine follows QNN HTP's integer arithmetic (DESIGN.md
+"Numerics contract"), each op a step or so from PT2E, and those steps add up along the graph."""
 from __future__ import annotations
 
 import unittest
 
+import numpy as np
 import pytest
 import torch
 from parameterized import parameterized
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.quant_tester import QuantTester
-from backends.qualcomm.tests.tester import count_op_types, randn
+from backends.qualcomm.tests.tester import randn
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
-# (name, dtype, lowering path): "plain" = to_edge_transform_and_lower + QnnPartitioner,
-# "qnn" = to_edge_transform_and_lower_to_qnn (with the edge passes).
-CASES = [(f"{d}_{p}", dtype, p) for d, dtype in (("8a8w", A8W8), ("16a8w", A16W8)) for p in ("plain", "qnn")]
+DTYPES = [("8a8w", A8W8), ("16a8w", A16W8)]
+# Lowering paths: "plain" = to_edge_transform_and_lower + QnnPartitioner, "qnn" =
+# to_edge_transform_and_lower_to_qnn (with the edge passes).
+PATHS = ("plain", "qnn")
 ACT_TYPE = {A8W8: "UFIXED_POINT_8", A16W8: "UFIXED_POINT_16"}
-SHARED_MIN_EXACT = 0.97
 MASK = torch.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])
+
+# Host engine vs the PT2E QDQ module: (max steps, min exact share) of the output, per model and
+# dtype, from the numbers measured with the engine of 44fd09c (seed 0, both paths equal):
+# - conv_transpose: input Quantize (8-bit: HTP rounds x/scale to float16 first: 5 of the 192
+#   inputs land 1 step off) -> conv (HTP requantization) -> relu, whose output step is 1/1.9 of
+#   the conv's (0.0058 vs 0.0110), so one conv step is 2 relu steps -> ConvTranspose2d (CPU,
+#   float) -> relu -> conv. 8a8w: 83.3% exact, max 2 (0.2% at 2); 16a8w (16-bit conv
+#   requantization: up to 3 steps per conv): 44.3% exact, max 3.
+# - shared: Quantize -> conv1 -> conv2 / ConvTranspose2d (CPU) -> add. 8a8w: 75.8% exact,
+#   max 1; 16a8w: 44.5% exact, max 2.
+# - attention: Quantize -> 3 linears -> matmul -> mul -> add mask -> softmax -> matmul, twice.
+#   8a8w: 62.5% exact, max 2 (12.5% at 2). 16a8w: the -10000 additive mask sets the add's
+#   output step to 10003 / 65535 = 0.153 in score units, so a one-step difference at the add's
+#   output (from the add itself, HTP's integer add vs PT2E's float add, or from the linears /
+#   matmul before it) moves an attention weight by ~15% (exp(0.153)): measured 0% exact, max
+#   631 of 65535 steps (0.96% of the output range);
+#   the PT2E module itself is 615 steps from the float model there (with a -100 mask: host
+#   vs PT2E max 8 steps; README "Known QNN limits").
+PT2E_BOUNDS = {
+    ("conv_transpose", A8W8): (2, 0.80), ("conv_transpose", A16W8): (3, 0.40),
+    ("shared", A8W8): (1, 0.70), ("shared", A16W8): (2, 0.40),
+    ("attention", A8W8): (2, 0.55), ("attention", A16W8): (660, 0.0),
+}
 
 
 class MaskedAttention(torch.nn.Module):
@@ -86,34 +116,63 @@ def _lowered(module: torch.nn.Module, inputs: tuple, dtype: QuantDtype, path: st
     return tester.lower() if path == "plain" else tester.lower_to_qnn()
 
 
+def _integer_io(tester: QuantTester) -> int:
+    """How many delegate inputs / outputs are not FLOAT_32 (quantized integers, int64 masks)."""
+    count = 0
+    for index in range(len(tester.delegate_blobs())):
+        summary = tester.payload(index)
+        types = {t.name: t.data_type for t in summary.tensors}
+        count += sum(types[n] != "FLOAT_32" for n in list(summary.inputs) + list(summary.outputs))
+    return count
+
+
 class TestQNNQuantizedBoundaries(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(0)
 
-    @parameterized.expand(CASES)
-    def test_masked_attention_split_by_cpu_op(self, _, dtype, path):
-        tester = _lowered(MaskedAttention(), (randn(1, 8, 16), MASK), dtype, path)
-        self.assertEqual(tester.cpu_op_names(), ["aten.flip.default"])
-        tester.check_count(2).to_executorch().run().compare_steps()
+    def _both_paths(self, name: str, make, inputs: tuple, dtype: QuantDtype, cpu_ops: list,
+                    integer_boundary: bool) -> dict:
+        """Lower `make()` both ways (2 delegates each, `cpu_ops` left on the CPU), run both, assert
+        the outputs bit-identical and within PT2E_BOUNDS of the QDQ module; the testers by path."""
+        testers = {}
+        for path in PATHS:
+            torch.manual_seed(0)  # the same weights for both paths
+            tester = _lowered(make(), inputs, dtype, path)
+            self.assertEqual(tester.cpu_op_names(), cpu_ops, path)
+            testers[path] = tester.check_count(2).to_executorch().run()
+        # where a quantize has consumers in both delegates, the plain lowering hands its integers
+        # from one delegate to the next (the other duplicates the quantize): two different
+        # boundaries, one result
+        extra = _integer_io(testers["plain"]) - _integer_io(testers["qnn"])
+        self.assertEqual(extra > 0, integer_boundary, extra)
+        for got, want in zip(testers["plain"].outputs, testers["qnn"].outputs):
+            np.testing.assert_array_equal(got, want)
+        max_steps, min_exact = PT2E_BOUNDS[(name, dtype)]
+        (stats,) = testers["plain"].compare_steps(max_step_diff=max_steps, min_exact=min_exact).stats
+        self.assertLessEqual(stats.max_diff, max_steps, str(stats))  # also for 16-bit outputs
+        self.assertGreaterEqual(stats.exact_fraction, min_exact, str(stats))
+        return testers
 
-    @parameterized.expand(CASES)
-    def test_cpu_op_between_quantized_delegates(self, _, dtype, path):
-        tester = _lowered(ConvTransposeBetween(), (randn(1, 3, 8, 8),), dtype, path)
-        self.assertEqual(tester.cpu_op_names(), ["aten.convolution.default"])
-        tester.check_count(2).to_executorch().run().compare_steps()
+    @parameterized.expand(DTYPES)
+    def test_masked_attention_split_by_cpu_op(self, _, dtype):
+        self._both_paths("attention", MaskedAttention, (randn(1, 8, 16), MASK), dtype,
+                         ["aten.flip.default"], integer_boundary=True)
 
-    @parameterized.expand(CASES)
-    def test_quantized_tensor_read_by_two_delegates(self, _, dtype, path):
-        tester = _lowered(SharedActivation(), (randn(1, 3, 8, 8),), dtype, path)
-        self.assertEqual(tester.cpu_op_names(), ["aten.convolution.default"])
-        # conv1 -> conv2 -> add: conv1's 1-step differences (0.4% of elements in 16a8w) reach
-        # the output through two more quantized ops, so the output is held to 97% exact.
-        tester.check_count(2).to_executorch().run().compare_steps(min_exact=SHARED_MIN_EXACT)
-        for index in range(2):  # both convs run on integers (none falls back to float)
-            summary = tester.payload(index)
-            types = {t.name: t.data_type for t in summary.tensors}
-            convs = [op for op in summary.ops if op.type == "Conv2d"]
-            self.assertEqual([types[op.outputs[0]] for op in convs], [ACT_TYPE[dtype]])
+    @parameterized.expand(DTYPES)
+    def test_cpu_op_between_quantized_delegates(self, _, dtype):
+        self._both_paths("conv_transpose", ConvTransposeBetween, (randn(1, 3, 8, 8),), dtype,
+                         ["aten.convolution.default"], integer_boundary=False)
+
+    @parameterized.expand(DTYPES)
+    def test_quantized_tensor_read_by_two_delegates(self, _, dtype):
+        testers = self._both_paths("shared", SharedActivation, (randn(1, 3, 8, 8),), dtype,
+                                   ["aten.convolution.default"], integer_boundary=True)
+        for tester in testers.values():
+            for index in range(2):  # both convs run on integers (none falls back to float)
+                summary = tester.payload(index)
+                types = {t.name: t.data_type for t in summary.tensors}
+                convs = [op for op in summary.ops if op.type == "Conv2d"]
+                self.assertEqual([types[op.outputs[0]] for op in convs], [ACT_TYPE[dtype]])
 
     @parameterized.expand([("8a8w", A8W8, "UINT_8", "UFIXED_POINT_8"),
                            ("16a8w", A16W8, "INT_32", "UFIXED_POINT_16")])
@@ -194,8 +253,8 @@ def test_minilm_bert_with_attention_mask_16a8w(tmp_path):
 
     from backends.qualcomm import QnnPartitioner, QnnQuantizer
     from backends.qualcomm.tests.quant_tester import quant_compile_specs, quantize_module
-    from examples.qualcomm import utils
-    from examples.qualcomm.models.minilm import load_minilm, sentence_embeddings, tokenize
+    from backends.qualcomm.utils import pte_tools
+    from backends.qualcomm.utils.models.minilm import load_minilm, sentence_embeddings, tokenize
 
     class Bert(torch.nn.Module):
         def __init__(self, bert: torch.nn.Module):
@@ -213,9 +272,9 @@ def test_minilm_bert_with_attention_mask_16a8w(tmp_path):
     converted = quantize_module(model, (ids, mask), quantizer)
     edge = to_edge_transform_and_lower(torch.export.export(converted, (ids, mask), strict=False),
                                        partitioner=[QnnPartitioner(quant_compile_specs(A16W8))])
-    assert utils.delegate_call_count(edge) == 2
-    pte = utils.save_pte(edge, tmp_path / "minilm_bert_16a8w.pte")
-    hidden = utils.run_samples_with_runtime(pte, [[ids, mask]])[0][0]
+    assert pte_tools.delegate_call_count(edge) == 2
+    pte = pte_tools.save_pte(edge, tmp_path / "minilm_bert_16a8w.pte")
+    hidden = pte_tools.run_samples_with_runtime(pte, [[ids, mask]])[0][0]
     with torch.no_grad():
         want = sentence_embeddings(converted(ids, mask), mask)
     cosine = float(torch.nn.functional.cosine_similarity(sentence_embeddings(hidden, mask), want, dim=1))
