@@ -1,6 +1,7 @@
 """Quantized fluent tester: export -> QnnQuantizer prepare/calibrate/convert -> lower with
 the quantized spec -> .pte -> run -> compare with the converted (QDQ) module in integer
-steps of each output's encoding (the numerics contract: |diff| <= 1 step, >= 99% exact)."""
+steps of each output's encoding (bounds below: MAX_STEP_DIFF / MIN_EXACT_FRACTION for
+8-bit outputs, MAX_STEP_DIFF_16 for 16-bit outputs)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +18,45 @@ from backends.qualcomm import (
 from backends.qualcomm.builders.quant_encoding import DEQUANTIZE_OPS
 from backends.qualcomm.tests.tester import QnnTester, _to_numpy
 
+# Bounds against the PT2E QDQ reference (float math between quantize / dequantize).
+# The host engine follows QNN HTP's integer arithmetic (DESIGN.md "Numerics contract": where
+# HTP and the host engine disagree, HTP is right): uint8 Quantize (x * fp16(1/scale), halves
+# away from zero), fixed-point requantization of Conv / FC / MatMul (HtpRequant.h, 8- and
+# 16-bit), integer Add / Sub / spatial ReduceMean, LayerNorm's beta in whole steps, and
+# QNN's own lookup tables for unary ops. Each is within one step of PT2E at its own output,
+# not bit-exact with it; bit-exactness against HTP is tested on real QNN
+# (test_qnn_fidelity_{weighted,binary,lut}.py). Against PT2E, per output:
+#
+# 8-bit outputs (measured on test_qnn_quantized.py, engine of 8c14370):
+# - at most MAX_NOT_EXACT_FRACTION not exact. Exact share per output: conv2d_linear
+#   92.4-96.7%, linear_no_bias_3d / matmul 91.7%, pad_conv 88.8%, binary 95.8%, softmax
+#   96.3%, others >= 97% (exception, in its test: layer_norm 80.0%, beta added in whole
+#   steps). A wrong offset, multiplier, shift or rounding mode moves far more elements.
+# - at most MAX_BEYOND_ONE_FRACTION more than 1 step off, none more than MAX_STEP_DIFF_8.
+#   A 1-step difference before a steep op grows by its gain (slope x input scale / output
+#   scale): the graph's uint8 Quantize rounds x * fp16(1/scale), so an input near a tie gets
+#   the other code than PT2E's round(x / scale) (math_ops neg: 2.1% off by one, with the
+#   reference kernels too); after x * x, rsqrt or an activation of 3x that is up to 4 steps
+#   on ~1% of the elements (math_ops rsqrt 1.04% / 4, activations 1.04% / 4, pow_2 0.35% / 2;
+#   qat_conv_bn_folds 3). 2 requantizing ops in a row (conv_cat: conv then cat) give 2.
+# - tiny outputs: MIN_ELEMENTS_ALLOWED elements may break each share (pool_reduce's [1, 4]
+#   mean: 1 of 4 off by one).
+# 16-bit outputs: every element within MAX_STEP_DIFF_16 steps = 1/16 of an 8-bit step (a
+#   16-bit step is 1/256 of an 8-bit one, so an exact share says little: binary rsub_scalar
+#   is 1 step off on 96% of its elements, and QNN agrees with the engine). Measured max:
+#   conv2d_linear / binary / softmax_layer_norm / pool_reduce 1-2, conv_cat / pad_conv /
+#   linear_no_bias_3d 2; math_ops rsqrt 13: the 16-bit integer Add of x * x + 0.5 is 1 step
+#   off PT2E on some elements (the reference kernels make it exact) and rsqrt's gain at
+#   u = 0.5 is 0.5 * 0.5^-1.5 * s_u / s_out = 1.41 * 1.9e-4 / 2.16e-5 = 12.6 steps per step.
+#
+# Callers that pass max_step_diff / min_exact get exactly those bounds on every output.
 MAX_STEP_DIFF = 1
-MIN_EXACT_FRACTION = 0.99
+MAX_NOT_EXACT_FRACTION = 0.15
+MAX_BEYOND_ONE_FRACTION = 0.02
+MAX_STEP_DIFF_8 = 4
+MIN_ELEMENTS_ALLOWED = 1
+MAX_STEP_DIFF_16 = 16
+MIN_EXACT_FRACTION = 1.0 - MAX_NOT_EXACT_FRACTION
 
 
 def quant_compile_specs(quant_dtype: QuantDtype = QuantDtype.use_8a8w, **kwargs) -> list:
@@ -43,12 +81,17 @@ def quantize_module(module: torch.nn.Module, inputs: Tuple, quantizer: QnnQuanti
 
 def output_encodings(converted: torch.fx.GraphModule) -> List[Optional[Tuple[float, int]]]:
     """(scale, zero_point) of each output that is a per-tensor dequantize, else None."""
+    return [None if e is None else e[:2] for e in output_encodings_with_range(converted)]
+
+
+def output_encodings_with_range(converted: torch.fx.GraphModule) -> List[Optional[Tuple[float, int, int]]]:
+    """(scale, zero_point, quant_max) of each output that is a per-tensor dequantize, else None."""
     output = next(n for n in converted.graph.nodes if n.op == "output")
     outs = output.args[0]
     encodings = []
     for node in (outs if isinstance(outs, (tuple, list)) else [outs]):
         if isinstance(node, torch.fx.Node) and node.target in DEQUANTIZE_OPS and "per_tensor" in str(node.target):
-            encodings.append((float(node.args[1]), int(node.args[2])))
+            encodings.append((float(node.args[1]), int(node.args[2]), int(node.args[4])))
         else:
             encodings.append(None)
     return encodings
@@ -111,19 +154,34 @@ class QuantTester(QnnTester):
         self.edge = to_edge_transform_and_lower_to_qnn(self.module, self.inputs, self.compile_specs, **kwargs)
         return self
 
-    def compare_steps(self, max_step_diff: int = MAX_STEP_DIFF,
-                      min_exact: float = MIN_EXACT_FRACTION) -> "QuantTester":
-        """Per output: every element within `max_step_diff` steps, >= `min_exact` exact."""
+    def compare_steps(self, max_step_diff: Optional[int] = None,
+                      min_exact: Optional[float] = None) -> "QuantTester":
+        """Each output against the reference in steps of its encoding: by default the bounds
+        of its width (top of this file); `max_step_diff` / `min_exact` given: every element
+        within `max_step_diff` steps and >= `min_exact` exact, whatever the width."""
         expected = self.reference_outputs()
-        encodings = output_encodings(self.module)
+        encodings = output_encodings_with_range(self.module)
         self.stats = []
         for i, (out, ref, enc) in enumerate(zip(self.outputs, expected, encodings)):
             assert out.shape == ref.shape, f"output {i}: shape {out.shape} != {ref.shape}"
             assert enc is not None, f"output {i} is not a per-tensor dequantized output"
             stats = step_stats(out, ref, enc[0])
             self.stats.append(stats)
-            assert stats.max_diff <= max_step_diff and stats.exact_fraction >= min_exact, \
-                f"output {i} ({self.quant_dtype.name}): {stats}"
+            label = f"output {i} ({self.quant_dtype.name}, {'16' if enc[2] > 255 else '8'}-bit): {stats}"
+            if max_step_diff is not None or min_exact is not None:
+                limit = MAX_STEP_DIFF if max_step_diff is None else max_step_diff
+                share = MIN_EXACT_FRACTION if min_exact is None else min_exact
+                assert stats.max_diff <= limit and stats.exact_fraction >= share, label
+            elif enc[2] > 255:
+                assert stats.max_diff <= MAX_STEP_DIFF_16, label
+            else:
+                def allowed(fraction: float) -> int:
+                    return max(MIN_ELEMENTS_ALLOWED, int(fraction * stats.total))
+                assert stats.max_diff <= MAX_STEP_DIFF_8, label
+                assert stats.worse <= allowed(MAX_BEYOND_ONE_FRACTION), \
+                    f"{label}: more than {allowed(MAX_BEYOND_ONE_FRACTION)} elements beyond 1 step"
+                assert stats.total - stats.exact <= allowed(MAX_NOT_EXACT_FRACTION), \
+                    f"{label}: more than {allowed(MAX_NOT_EXACT_FRACTION)} elements not exact"
         return self
 
     def run_and_compare_steps(self, **limits) -> "QuantTester":
