@@ -172,20 +172,29 @@ class QuantTester(QnnTester):
                 limit = MAX_STEP_DIFF if max_step_diff is None else max_step_diff
                 share = MIN_EXACT_FRACTION if min_exact is None else min_exact
                 assert stats.max_diff <= limit and stats.exact_fraction >= share, label
-            elif enc[2] > 255:
-                assert stats.max_diff <= MAX_STEP_DIFF_16, label
             else:
-                def allowed(fraction: float) -> int:
-                    return max(MIN_ELEMENTS_ALLOWED, int(fraction * stats.total))
-                assert stats.max_diff <= MAX_STEP_DIFF_8, label
-                assert stats.worse <= allowed(MAX_BEYOND_ONE_FRACTION), \
-                    f"{label}: more than {allowed(MAX_BEYOND_ONE_FRACTION)} elements beyond 1 step"
-                assert stats.total - stats.exact <= allowed(MAX_NOT_EXACT_FRACTION), \
-                    f"{label}: more than {allowed(MAX_NOT_EXACT_FRACTION)} elements not exact"
+                assert_pt2e_bounds(stats, enc[2], label)
         return self
 
     def run_and_compare_steps(self, **limits) -> "QuantTester":
         return self.lower().check_fully_delegated().to_executorch().run().compare_steps(**limits)
+
+
+def assert_pt2e_bounds(stats: "StepStats", quant_max: int, label: str) -> None:
+    """The default bounds of an output of width `quant_max` against the PT2E reference (top of
+    this file): 16-bit within MAX_STEP_DIFF_16 steps; 8-bit within MAX_STEP_DIFF_8, at most
+    MAX_BEYOND_ONE_FRACTION beyond 1 step and MAX_NOT_EXACT_FRACTION not exact."""
+    if quant_max > 255:
+        assert stats.max_diff <= MAX_STEP_DIFF_16, label
+        return
+
+    def allowed(fraction: float) -> int:
+        return max(MIN_ELEMENTS_ALLOWED, int(fraction * stats.total))
+    assert stats.max_diff <= MAX_STEP_DIFF_8, label
+    assert stats.worse <= allowed(MAX_BEYOND_ONE_FRACTION), \
+        f"{label}: more than {allowed(MAX_BEYOND_ONE_FRACTION)} elements beyond 1 step"
+    assert stats.total - stats.exact <= allowed(MAX_NOT_EXACT_FRACTION), \
+        f"{label}: more than {allowed(MAX_NOT_EXACT_FRACTION)} elements not exact"
 
 
 def float_outputs(module: torch.nn.Module, inputs: Tuple) -> List[np.ndarray]:
