@@ -41,7 +41,7 @@ run: install
 	HF_HUB_OFFLINE=1 PYTHONWARNINGS=ignore PATH=$(abspath $(VENV))/bin:$$PATH $(VPY) examples/qualcomm/mobilenet_v2.py --artifact artifacts/mobilenet_v2
 
 test: install
-	HF_HUB_OFFLINE=1 PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/pytest -q -p no:cacheprovider backends/qualcomm/tests
+	HF_HUB_OFFLINE=1 PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/pytest -q -p no:cacheprovider --durations=20 backends/qualcomm/tests
 
 test-fast: install
 	HF_HUB_OFFLINE=1 PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow" backends/qualcomm/tests
