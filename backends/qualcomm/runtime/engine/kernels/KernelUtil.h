@@ -40,6 +40,43 @@ inline bool next_index(Index& idx, const Dims& dims) {
   return false;
 }
 
+// out = f(a, b) over the broadcast output of a binary elementwise op: flat loops when an
+// input is full-size or a scalar, else a walk of all but the innermost axis (`outer`),
+// whose loop uses strides 0 or 1. `sa` / `sb` from broadcast_strides; no allocation.
+template <typename T, typename F>
+void apply_broadcast(const T* a, const T* b, T* out, size_t numel, size_t a_numel, size_t b_numel,
+                     const Dims& dims, const Index& sa, const Index& sb, const Dims& outer, F f) {
+  if (a_numel == numel && b_numel == numel) {
+    for (size_t i = 0; i < numel; ++i) out[i] = f(a[i], b[i]);
+    return;
+  }
+  if (a_numel == numel && b_numel == 1) {
+    const T bv = b[0];
+    for (size_t i = 0; i < numel; ++i) out[i] = f(a[i], bv);
+    return;
+  }
+  if (a_numel == 1 && b_numel == numel) {
+    const T av = a[0];
+    for (size_t i = 0; i < numel; ++i) out[i] = f(av, b[i]);
+    return;
+  }
+  if (numel == 0) return;
+  const size_t rank = dims.size();
+  const size_t inner = dims[rank - 1];
+  const size_t ia = sa[rank - 1], ib = sb[rank - 1];
+  Index idx{};
+  size_t o = 0;
+  do {
+    size_t oa = 0, ob = 0;
+    for (size_t d = 0; d + 1 < rank; ++d) {
+      oa += idx[d] * sa[d];
+      ob += idx[d] * sb[d];
+    }
+    for (size_t i = 0; i < inner; ++i) out[o + i] = f(a[oa + i * ia], b[ob + i * ib]);
+    o += inner;
+  } while (next_index(idx, outer));
+}
+
 // Element size of a byte-addressable tensor (fails for packed 4-bit types).
 Status byte_element_size(const OpView& view, const TensorInfo& t, size_t& out);
 

@@ -85,17 +85,8 @@ class QuantAddSubKernel final : public Kernel {
     const T* a = ctx.at<const T>(a_);
     const T* b = ctx.at<const T>(b_);
     T* out = ctx.at<T>(out_);
-    if (a_numel_ == numel_ && b_numel_ == numel_) {
-      for (size_t i = 0; i < numel_; ++i) out[i] = apply(a[i], b[i]);
-    } else if (a_numel_ == numel_ && b_numel_ == 1) {
-      const T bv = b[0];
-      for (size_t i = 0; i < numel_; ++i) out[i] = apply(a[i], bv);
-    } else if (a_numel_ == 1 && b_numel_ == numel_) {
-      const T av = a[0];
-      for (size_t i = 0; i < numel_; ++i) out[i] = apply(av, b[i]);
-    } else {
-      run_broadcast(a, b, out);
-    }
+    apply_broadcast(a, b, out, numel_, a_numel_, b_numel_, dims_, sa_, sb_, outer_,
+                    [this](T x, T y) { return apply(x, y); });
     return Status::Ok();
   }
 
@@ -108,24 +99,6 @@ class QuantAddSubKernel final : public Kernel {
       const int64_t acc = (p_.ka * int64_t(a) + p_.kb * int64_t(b) + p_.c) >> p_.shift;
       return T(acc < 0 ? 0 : (acc > p_.qmax ? p_.qmax : acc));
     }
-  }
-
-  void run_broadcast(const T* a, const T* b, T* out) const {
-    if (numel_ == 0) return;
-    const size_t rank = dims_.size();
-    const size_t inner = dims_[rank - 1];
-    const size_t ia = sa_[rank - 1], ib = sb_[rank - 1];
-    Index idx{};
-    size_t o = 0;
-    do {
-      size_t oa = 0, ob = 0;
-      for (size_t d = 0; d + 1 < rank; ++d) {
-        oa += idx[d] * sa_[d];
-        ob += idx[d] * sb_[d];
-      }
-      for (size_t i = 0; i < inner; ++i) out[o + i] = apply(a[oa + i * ia], b[ob + i * ib]);
-      o += inner;
-    } while (next_index(idx, outer_));
   }
 
   uint32_t a_, b_, out_;
