@@ -6,7 +6,9 @@ quantized network and late layers show low agreement even when every op is
 right. This capturer computes each dumped node's reference from the values
 the delegate produced for its inputs: after a dumped node runs, its output is
 replaced by the delegate's tensor (dequantized, back in PyTorch layout) for
-the nodes downstream. A low score then means this op itself departs."""
+the nodes downstream. A low score then means this op itself departs. An activation
+that QNN HTP fuses into the conv / linear before it is computed from that op's unrounded
+reference output (utils/activation_fusion.py), as HTP computes the pair."""
 from __future__ import annotations
 
 import operator
@@ -16,6 +18,7 @@ import torch
 
 from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners
 from backends.qualcomm.debugger.dump_info import DumpedTensor
+from backends.qualcomm.utils.activation_fusion import fused_activation_producer
 
 
 class IsolatingCapturer(torch.fx.Interpreter):
@@ -28,14 +31,23 @@ class IsolatingCapturer(torch.fx.Interpreter):
         self.dumped = dumped
         self.owners = dumped_handle_owners(module.graph.nodes)
         self.captured: Dict[tuple, Any] = {}
+        self.unrounded: Dict[torch.fx.Node, Any] = {}  # fusing producers' own results
 
     def run_and_capture(self, *args) -> Dict[tuple, Any]:
         self.captured = {}
+        self.unrounded = {}
         self.run(*args)
         return self.captured
 
     def run_node(self, node: torch.fx.Node) -> Any:
-        result = super().run_node(node)
+        producer = fused_activation_producer(node)
+        if producer is not None and producer in self.unrounded:
+            args, kwargs = self.fetch_args_kwargs_from_env(node)
+            result = getattr(self, node.op)(node.target, (self.unrounded[producer],) + tuple(args[1:]), kwargs)
+        else:
+            result = super().run_node(node)
+        if any(fused_activation_producer(user) is node for user in _users_after_qdq(node)):
+            self.unrounded[node] = result
         handle = self.owners.get(node) if node.target is not operator.getitem else None
         if handle is None or handle not in self.runtime:
             return result
@@ -57,6 +69,11 @@ class IsolatingCapturer(torch.fx.Interpreter):
             return reference
         value = info.to_reference_layout(actual, dequantize=reference.is_floating_point()).to(reference.dtype)
         return value if value.shape == reference.shape else reference
+
+
+def _users_after_qdq(node: torch.fx.Node) -> list:
+    """The nodes two users down from `node` (through its quantize -> dequantize)."""
+    return [u for q in node.users for dq in q.users for u in dq.users]
 
 
 def _detached(value: Any) -> Any:

@@ -35,14 +35,21 @@ def htp_bias_acc(bias_real: np.ndarray, in_scale: float, w_scale: np.ndarray) ->
 
 
 def htp_requantize(acc: np.ndarray, in_scale: float, w_scale, out_scale: float, out_zero_point: int,
-                   bias_real: Optional[np.ndarray] = None, qmax: int = 255) -> np.ndarray:
+                   bias_real: Optional[np.ndarray] = None, qmax: int = 255, unshifted: bool = False) -> np.ndarray:
     """acc: exact integer accumulator sum (q_in - zp_in) * w, last axis = output channel;
-    w_scale: per-tensor scalar or per-channel array; bias_real: float32 bias per channel."""
+    w_scale: per-tensor scalar or per-channel array; bias_real: float32 bias per channel.
+    unshifted: HTP's strided DepthWiseConv2d path (no pre-shift, M = round(m * 2^(e + 15)),
+    y = (a M + 2^(e + 14)) >> (e + 15))."""
     acc = np.asarray(acc, np.int64)
     w_scale = np.broadcast_to(np.asarray(w_scale, F32), acc.shape[-1:])
     m = np.float64(F32(in_scale)) * w_scale.astype(np.float64) / np.float64(F32(out_scale))
-    s, mult = htp_shift_mult(m)
     a = acc + (htp_bias_acc(bias_real, in_scale, w_scale) if bias_real is not None else 0)
+    if unshifted:
+        frac, k = np.frexp(m)
+        sh = (np.where(frac == 0.5, 1 - k, -k) + 15).astype(np.int64)
+        mult = np.floor(np.ldexp(m, sh.astype(np.int32)) + 0.5).astype(np.int64)
+        return np.clip(((a * mult + (np.int64(1) << (sh - 1))) >> sh) + out_zero_point, 0, qmax)
+    s, mult = htp_shift_mult(m)
     u = a >> s
     y = np.where(s > 0, ((2 * u + 1) * mult + (1 << 15)) >> 16, (a * mult + (1 << 14)) >> 15)
     return np.clip(y + out_zero_point, 0, qmax)

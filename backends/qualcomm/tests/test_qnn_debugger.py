@@ -296,11 +296,13 @@ class TestQNNIntermediateDebugger:
         assert earlier and all(r.status == PASS for r in earlier)
 
     def test_isolated_reference_fails_only_the_damaged_node(self, tmp_path):
+        """The damaged conv and the relu fused into it (HTP computes the relu from the conv's
+        accumulator, so its isolated reference is relu(conv) from the conv's inputs); nothing else."""
         torch.manual_seed(0)
         run = DebugRun(SimpleModel(), (torch.randn(1, 3, 12, 12),), tmp_path, quantized=True,
                        damage_node="aten_convolution_default_1")
         isolated = run.debugger.compare(run.etdump, run.debug_buffer, SQNRComparator(20.0), isolate=True)
-        assert [r.node for r in isolated.failed] == ["aten_convolution_default_1"]
+        assert [r.node for r in isolated.failed] == ["aten_convolution_default_1", "aten_relu_default_1"]
         assert len(isolated.compared) == len(run.report.compared)
 
     def test_isolated_reference_of_a_correct_delegate_is_exact_or_close(self, quant_run):

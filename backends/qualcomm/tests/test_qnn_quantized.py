@@ -21,6 +21,7 @@ from parameterized import parameterized
 from backends.qualcomm import QnnQuantizer, QuantDtype
 from backends.qualcomm.tests import models_float as m
 from backends.qualcomm.tests import models_quant as mq
+from backends.qualcomm.utils.activation_fusion import with_fused_activations
 from backends.qualcomm.tests.quant_tester import QuantTester
 from backends.qualcomm.tests.tester import count_op_types, inputs_of
 
@@ -99,8 +100,13 @@ class TestQNNQuantizedOperator(unittest.TestCase):
                                                         ("conv_bias_residual", m.ConvBias, [(1, 4, 6, 6)]),
                                                         ("addmm", m.AddMm, [(4, 8)]))
                            for d, dtype in ACT_DTYPES])
-    def test_conv_graphs(self, _, module, shapes, dtype):
-        _check(module(), shapes, dtype, per_channel=True)
+    def test_conv_graphs(self, name, module, shapes, dtype):
+        limits = {}
+        if name == "conv_cat_8a8w":
+            # relu(c2) is fused into c2 (one requantization into the relu's step, half of c2's):
+            # against the fused QDQ reference measured 83.3% exact, 16.1% at 1 step, 1 of 180 at 2
+            limits = dict(max_step_diff=2, min_exact=0.80)
+        QuantTester(module(), inputs_of(*shapes), dtype, per_channel=True).run_and_compare_steps(**limits)
 
     @parameterized.expand(ACT_DTYPES)
     def test_embedding(self, _, dtype):
@@ -287,7 +293,8 @@ def mobilenet_v2_8a8w(tmp_path_factory):
                                                 qnn_binary=True)
     with torch.no_grad():
         floats = [model(*s) for s in samples]
-        qdq = [converted(*s) for s in samples]
+        fused = with_fused_activations(converted)  # the QDQ graph as HTP computes conv -> relu6
+        qdq = [fused(*s) for s in samples]
     return dict(edge=edge, samples=samples, outputs=outputs, floats=floats, qdq=qdq, folder=folder,
                 pte=folder / "mbv2_8a8w.pte")
 
@@ -315,13 +322,20 @@ class TestQNNQuantizedModel:
         assert checked == 3
 
     def test_mobilenet_v2_8a8w_top1_equals_qdq_reference(self, mobilenet_v2_8a8w):
-        """The engine keeps the quantized model's own decision on every photo (the rocket's
-        float near-tie flips in the QDQ reference itself, not in the delegate)."""
+        """The engine keeps the quantized model's own decision (its QDQ graph with activations
+        fused as HTP fuses them) on every photo whose QDQ top-2 margin is >= MIN_TOP1_MARGIN;
+        on a near-tie (rocket: missile / space shuttle in the QDQ reference) the
+        engine's top-1 is one of the QDQ's top two (the engine and QNN pick space shuttle, as
+        float does; test_mobilenet_v2_8a8w_qnn_engine)."""
         from backends.qualcomm.utils.models import imagenet
 
         for photo, got, ref in zip(imagenet.PHOTO_NAMES, mobilenet_v2_8a8w["outputs"],
                                    mobilenet_v2_8a8w["qdq"]):
-            assert int(got.argmax()) == int(ref.argmax()), f"{photo}: top-1 differs from the QDQ reference"
+            top2 = ref.flatten().topk(2)
+            if float(top2.values[0] - top2.values[1]) >= MIN_TOP1_MARGIN:
+                assert int(got.argmax()) == int(ref.argmax()), f"{photo}: top-1 differs from the QDQ reference"
+            else:
+                assert int(got.argmax()) in top2.indices.tolist(), f"{photo}: top-1 not in the QDQ top-2"
         assert imagenet.is_cat_class(int(mobilenet_v2_8a8w["outputs"][0].argmax()))
 
     def test_mobilenet_v2_8a8w_runner_equals_runtime(self, mobilenet_v2_8a8w):
@@ -338,11 +352,10 @@ class TestQNNQuantizedModel:
 
     def test_mobilenet_v2_8a8w_qnn_engine(self, mobilenet_v2_8a8w):
         """Real QNN (SM8650 context binary, x86 emulation): same top-1 as the host engine on
-        every photo whose host top-2 margin is >= MIN_TOP1_MARGIN (on the rocket photo, a
-        float near-tie of missile / space shuttle, QNN picks space shuttle like float, the
-        host engine missile: QNN's top-1 must be in the host's top-5), logits
-        within 10% of the logit range (measured 3.9%), and the runner's --engine qnn output
-        equals the Python runtime's bit for bit."""
+        every photo (also the rocket photo, a float near-tie of missile / space shuttle, since
+        the host engine fuses activations and takes HTP's strided depthwise path as QNN does),
+        logits at most 6 output steps apart and >= 25% of them equal (measured 2-4 steps,
+        35-50%), and the runner's --engine qnn output equals the Python runtime's bit for bit."""
         from backends.qualcomm.utils import pte_tools
 
         if not _has_qnn_binary(mobilenet_v2_8a8w["edge"]):
@@ -350,12 +363,11 @@ class TestQNNQuantizedModel:
         samples, host = mobilenet_v2_8a8w["samples"], mobilenet_v2_8a8w["outputs"]
         qnn = [outs[0] for outs in _run_on(mobilenet_v2_8a8w["pte"], samples, "qnn")]
         for idx, (q, h) in enumerate(zip(qnn, host)):
-            top5 = h.flatten().topk(5)
-            if float(top5.values[0] - top5.values[1]) >= MIN_TOP1_MARGIN:
-                assert int(q.argmax()) == int(h.argmax()), f"photo {idx}: QNN top-1 != host top-1"
-            else:
-                assert int(q.argmax()) in top5.indices.tolist(), f"photo {idx}: QNN top-1 not in host top-5"
-            assert _relative_diff(q, h) < 0.10, f"photo {idx}: {_relative_diff(q, h):.3f} of the range"
+            assert int(q.argmax()) == int(h.argmax()), f"photo {idx}: QNN top-1 != host top-1"
+            step = float(torch.unique(h).diff().min())  # the dequantized logits' step
+            steps = ((q - h).abs() / step).round()
+            assert float(steps.max()) <= 6, f"photo {idx}: {float(steps.max())} steps apart"
+            assert float((steps == 0).float().mean()) >= 0.25, f"photo {idx}: {float((steps == 0).float().mean()):.3f} equal"
         folder = mobilenet_v2_8a8w["folder"]
         input_list = pte_tools.write_input_files(samples[:1], folder / "qnn_inputs")
         result = pte_tools.run_runner(mobilenet_v2_8a8w["pte"], input_list, folder / "qnn_outputs",

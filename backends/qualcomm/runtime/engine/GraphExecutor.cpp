@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "backends/qualcomm/runtime/engine/ActivationFusion.h"
 #include "backends/qualcomm/runtime/engine/MemoryPlanner.h"
 
 namespace qnn_delegate {
@@ -10,7 +11,14 @@ namespace engine {
 
 namespace {
 constexpr size_t kNotProduced = SIZE_MAX;
-}
+
+// The step of an activation its producer computed (ActivationFusion.h): kept so
+// op indices, names and profiling events stay one per payload op.
+class FusedActivationKernel final : public Kernel {
+ public:
+  Status run(const RunContext&) const override { return Status::Ok(); }
+};
+}  // namespace
 
 Status GraphExecutor::build(const ::qnn_delegate::Graph* graph, const EngineOptions& options,
                             std::unique_ptr<GraphExecutor>& out) {
@@ -106,10 +114,28 @@ Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
   env.reference_only = options_.reference_only;
   const auto& registry = kernel_registry();
   const auto* ops = graph->ops();
+  const ActivationFusion fusion = plan_activation_fusion(graph, tensors_);
   for (size_t i = 0; ops && i < ops->size(); ++i) {
     const ::qnn_delegate::Op* op = ops->Get(i);
+    const int64_t producer = fusion.producer_of[i];
+    if (producer >= 0 && fusion.activation_of[producer] == int64_t(i)) {
+      add_fused_activation_step(op);  // its producer wrote its output
+      continue;
+    }
     OpView view;
-    QNN_RETURN_IF_ERROR(make_view(op, i, view, produced));
+    if (producer >= 0) {  // run the producer again, into this activation's output
+      const ::qnn_delegate::Op* p = ops->Get(static_cast<size_t>(producer));
+      std::vector<bool> inputs_only(produced);
+      inputs_only[p->outputs()->Get(0)] = false;  // produced once already, by the producer's step
+      QNN_RETURN_IF_ERROR(make_view(p, i, view, inputs_only));
+      view.outputs[0] = &tensors_[op->outputs()->Get(0)];
+    } else {
+      QNN_RETURN_IF_ERROR(make_view(op, i, view, produced));
+    }
+    if (fusion.activation_of[i] >= 0) {  // write the activation's output directly
+      const auto* act = ops->Get(static_cast<size_t>(fusion.activation_of[i]));
+      view.outputs[0] = &tensors_[act->outputs()->Get(0)];
+    }
     auto it = registry.find(view.type);
     if (it == registry.end()) {
       return view.fail(ErrorKind::NotSupported, "unknown op type '%s' (no kernel registered)",
@@ -122,8 +148,8 @@ Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
     Step step;
     step.kernel = kernel.get();
     step.op_index = static_cast<uint32_t>(kernels_.size());
-    op_names_.push_back(view.name);
-    op_types_.push_back(view.type);
+    op_names_.push_back(op->name()->str());  // the payload op's, also for a fused activation
+    op_types_.push_back(op->type()->str());
     for (const TensorInfo* t : view.inputs) last_step_[t->id] = step_index;
     for (const TensorInfo* t : view.outputs) {
       produced[t->id] = true;
@@ -148,6 +174,18 @@ Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
     last_step_[id] = steps_.empty() ? 0 : steps_.size() - 1;  // readable until the execute ends
   }
   return Status::Ok();
+}
+
+void GraphExecutor::add_fused_activation_step(const ::qnn_delegate::Op* op) {
+  Step step;
+  step.op_index = static_cast<uint32_t>(kernels_.size());
+  kernels_.push_back(KernelPtr(new FusedActivationKernel()));
+  step.kernel = kernels_.back().get();
+  op_names_.push_back(op->name()->str());
+  op_types_.push_back(op->type()->str());
+  const uint32_t out = op->outputs()->Get(0);
+  last_step_[out] = std::max(last_step_[out], steps_.size());
+  steps_.push_back(std::move(step));
 }
 
 Status GraphExecutor::plan_and_allocate() {

@@ -72,6 +72,7 @@ class GraphExecutor {
   Status create_kernels(const ::qnn_delegate::Graph* graph);
   Status make_view(const ::qnn_delegate::Op* op, size_t index, OpView& view,
                    std::vector<bool>& produced);
+  void add_fused_activation_step(const ::qnn_delegate::Op* op);
   uint32_t fp16_shadow_of(uint32_t id);
   Status plan_and_allocate();
   void release_io_pointers();

@@ -141,6 +141,19 @@ class QDepthwiseKernel final : public Kernel {
   Buffer taps_;
 };
 
+// HTP's strided uint8 depthwise kernel requantizes without the pre-shift
+// (htp_requant_unshifted_of); the bias term (pre) stays.
+void use_strided_depthwise_requant(const TensorInfo& x, const QWeights& w, const TensorInfo& y,
+                                   Requant& rq) {
+  if (!rq.htp || x.dtype != DType::UFIXED_POINT_8 || y.dtype != DType::UFIXED_POINT_8) return;
+  for (size_t n = 0; n < rq.hr.size(); ++n) {
+    const double m = double(x.quant.scale) * double(float(w.scale[n])) / double(y.quant.scale);
+    HtpRequant r = htp_requant_unshifted_of(m);
+    r.pre = rq.hr[n].pre;
+    rq.hr[n] = r;
+  }
+}
+
 // Declines (out stays empty) unless x / out are quantized activations, w is an
 // integer weight the kernels take and the bias is STATIC.
 template <template <typename, typename, typename, typename> class K>
@@ -160,6 +173,7 @@ Status create_qconv(const OpView& v, KernelEnv& env, bool depthwise, KernelPtr& 
   QWeights qw;
   QNN_RETURN_IF_ERROR(prepare_qweights(v, w, s.g.cout, true, env.allocator, qw));
   prepare_requant(x, w, qw, b, y, s.rq);
+  if (depthwise && (s.g.sh > 1 || s.g.sw > 1)) use_strided_depthwise_requant(x, qw, y, s.rq);
   s.w = &qw;
   s.alloc = env.allocator;
   out = make_integer_kernel<K>(x.dtype == DType::UFIXED_POINT_16, qw.wide,
