@@ -29,7 +29,8 @@ $(STAMP): Makefile pyproject.toml
 # Python sources are imported from the work tree (editable install), so only the native
 # sources and build files trigger a rebuild: `make run` / `make test` are no-ops otherwise.
 BUILD_STAMP := $(VENV)/.build-stamp
-NATIVE_SRCS := CMakeLists.txt pyproject.toml $(shell find backends -name '*.cpp' -o -name '*.h' -o -name '*.fbs' -o -name CMakeLists.txt)
+NATIVE_SRCS := CMakeLists.txt pyproject.toml $(shell find backends -name '*.cpp' -o -name '*.h' -o -name '*.fbs' -o -name CMakeLists.txt) \
+    backends/qualcomm/serialization/schema/ops.toml backends/qualcomm/serialization/op_table.py
 
 $(BUILD_STAMP): $(STAMP) $(NATIVE_SRCS)
 	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) install -q --no-build-isolation --no-deps -e .

@@ -9,8 +9,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
-    register_builder,
+    LayoutPolicy, NodeBuilder, SUPPORTED, SupportResult, check_float_io, register_builder,
+    table_quant_annotations,
 )
 from backends.qualcomm.builders.utils import input_layout
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnParam, float_scalar
@@ -82,10 +82,8 @@ _EXTRA_CHECKS: Dict[object, Callable[[torch.fx.Node], SupportResult]] = {
 @register_builder
 class UnaryActivationBuilder(NodeBuilder):
     targets = list(UNARY_OPS)
-    quant_annotations = dict.fromkeys(aten_ops("relu.default", "relu_.default", "hardtanh.default", "hardtanh_.default", "relu6.default",
-        "sigmoid.default", "tanh.default", "gelu.default", "silu.default", "silu_.default", "hardswish.default",
-        "hardswish_.default", "rsqrt.default", "sqrt.default", "neg.default"),
-                                      QuantFamily.COMPUTE)
+    # The aten ops the op table lists for these QNN types (relu_, relu6, silu_, ... included).
+    quant_annotations = table_quant_annotations(qnn_type for qnn_type, _ in UNARY_OPS.values())
     keep_whole = [_aten.hardswish.default, _aten.gelu.default, _aten.silu.default]
     layout_policy = LayoutPolicy.AGNOSTIC
 

@@ -6,8 +6,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
-    register_builder,
+    LayoutPolicy, NodeBuilder, SUPPORTED, SupportResult, check_float_io, register_builder,
+    table_quant_annotations,
 )
 from backends.qualcomm.builders.utils import input_layout, is_quantized, operand, scalar_tensor
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, TensorType, uint32_tensor
@@ -33,9 +33,8 @@ BINARY_OPS = {
 @register_builder
 class BinaryElementwiseBuilder(NodeBuilder):
     targets = list(BINARY_OPS)
-    quant_annotations = dict.fromkeys(aten_ops("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "add_.Tensor",
-                                                "mul_.Tensor", "rsub.Scalar", "pow.Tensor_Scalar"),
-                                      QuantFamily.COMPUTE)
+    # The aten ops the op table lists for these QNN types (add_, mul_, rsub.Scalar included).
+    quant_annotations = table_quant_annotations(qnn_type for qnn_type, _ in BINARY_OPS.values())
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:

@@ -1,15 +1,10 @@
-"""QNN op types the builders may emit: one list, checked against OPS.md and the
-runtime's kernel registry by a test, and against every op a builder adds."""
+"""QNN op types the builders may emit: generated at build time from the op table
+(serialization/schema/ops.toml) into serialization.qnn_op_table_generated; re-exported here.
+graph_builder checks every op a builder adds against them."""
+from backends.qualcomm.serialization.qnn_op_table_generated import (  # noqa: F401
+    DATA_MOVEMENT_OP_TYPES, LAYOUT_SENSITIVE_OP_TYPES, LUT_OP_TYPES, OP_TABLE, QNN_OP_TYPES,
+    QNN_QUANT_OP_TYPES, OpTraits, QnnOpType,
+)
 
-QNN_OP_TYPES: frozenset[str] = frozenset({
-    "Conv2d", "DepthWiseConv2d", "FullyConnected", "MatMul",
-    "ElementWiseAdd", "ElementWiseSubtract", "ElementWiseMultiply", "ElementWiseDivide",
-    "ElementWisePower", "ElementWiseRsqrt", "ElementWiseSquareRoot", "ElementWiseNeg",
-    "Relu", "ReluMinMax", "Sigmoid", "Tanh", "Gelu", "HardSwish",
-    "Softmax", "LayerNorm", "Batchnorm", "ReduceMean", "ReduceSum",
-    "PoolAvg2d", "PoolMax2d",
-    "Reshape", "Transpose", "Concat", "StridedSlice", "Gather", "Tile", "Cast", "TopK",
-})
-
-# Quantization ops (OPS.md "Quantized graphs", QNN_QUANT_OP_TYPES).
-QNN_QUANT_OP_TYPES: frozenset[str] = frozenset({"Quantize", "Dequantize", "Convert"})
+__all__ = ["DATA_MOVEMENT_OP_TYPES", "LAYOUT_SENSITIVE_OP_TYPES", "LUT_OP_TYPES", "OP_TABLE",
+           "QNN_OP_TYPES", "QNN_QUANT_OP_TYPES", "OpTraits", "QnnOpType"]

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import enum
-from typing import Callable, Dict, List, Optional, Tuple, Type
+from typing import Callable, Dict, Iterable, List, Optional, Tuple, Type
 
 import torch
 
+from backends.qualcomm.builders.qnn_op_types import OP_TABLE
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST
 
 SupportResult = Tuple[bool, str]
@@ -39,6 +40,24 @@ def aten_ops(*names: str) -> List[torch._ops.OpOverload]:
         packet, overload = name.split(".")
         ops.append(getattr(getattr(torch.ops.aten, packet), overload))
     return ops
+
+
+# The op table's `quant` rule -> the annotator family of the aten ops it lists.
+_TABLE_QUANT_FAMILIES = {"compute": QuantFamily.COMPUTE, "shared": QuantFamily.SHARED,
+                         "weighted": QuantFamily.WEIGHTED}
+
+
+def table_quant_annotations(qnn_types: Iterable[str]) -> Dict[object, QuantFamily]:
+    """The aten ops that the op table (ops.toml `aten`) maps to `qnn_types`, each with the family
+    of its row's `quant` rule: a builder's quant_annotations without a list of its own."""
+    annotations: Dict[object, QuantFamily] = {}
+    for qnn_type in sorted(set(qnn_types)):
+        row = OP_TABLE[qnn_type]
+        family = _TABLE_QUANT_FAMILIES.get(row.quant)
+        if family is None:
+            raise TypeError(f"op table row {qnn_type}: quant = {row.quant!r} has no annotator family")
+        annotations.update(dict.fromkeys(aten_ops(*row.aten), family))
+    return annotations
 
 
 class NodeBuilder:

@@ -11,24 +11,19 @@ TestQNNRobustness: op-type coverage on both sides; altered blobs and wrong input
 clear errors, not crashes."""
 from __future__ import annotations
 
-import re
 import unittest
-from pathlib import Path
 
 import pytest
 import torch
 from parameterized import parameterized
 
 from backends.qualcomm import _qnn_delegate
-from backends.qualcomm.builders.qnn_op_types import QNN_OP_TYPES, QNN_QUANT_OP_TYPES
 from backends.qualcomm.tests import models_float as m
 from backends.qualcomm.tests.model_helpers import (
     MIN_COSINE, assert_clean_failure, assert_close_to_eager, assert_top1_equal)
 from backends.qualcomm.tests.tester import QnnTester, count_op_types, inputs_of, randn
 from backends.qualcomm.utils import pte_tools
 from backends.qualcomm.utils.models import imagenet
-
-OPS_MD = Path(__file__).resolve().parents[1] / "serialization" / "schema" / "OPS.md"
 
 
 def _run(module: torch.nn.Module, *shapes, **tolerance) -> QnnTester:
@@ -328,12 +323,6 @@ class TestQNNRunner:
         assert_clean_failure(result, "input_0_0.raw", "size", "bytes")
 
 
-def _ops_md_op_types(list_name: str = "QNN_OP_TYPES") -> set[str]:
-    text = OPS_MD.read_text()
-    listed = text.split(f"\n{list_name} =", 1)[1].split("\n\n", 1)[0]
-    return {name.strip() for name in listed.replace("\n", " ").split(",") if name.strip()}
-
-
 def _flip_byte_of_delegate_blob(pte: bytes, blob: bytes) -> bytes:
     """A copy of the .pte with one byte flipped in the middle of its delegate blob."""
     start = pte.find(blob)
@@ -344,15 +333,6 @@ def _flip_byte_of_delegate_blob(pte: bytes, blob: bytes) -> bytes:
 
 
 class TestQNNRobustness:
-    def test_op_types_agree_across_ops_md_builders_and_kernels(self):
-        documented = _ops_md_op_types()
-        documented_quant = _ops_md_op_types("QNN_QUANT_OP_TYPES")
-        assert len(documented) == 33
-        assert documented_quant == {"Quantize", "Dequantize", "Convert"}
-        assert documented == set(QNN_OP_TYPES)
-        assert documented_quant == set(QNN_QUANT_OP_TYPES)
-        assert set(_qnn_delegate.registered_op_types()) == documented | documented_quant
-
     def test_fnv_signature_native_matches_reference(self):
         from backends.qualcomm.serialization.fnv import fnv1a64, fnv1a64_python
 

@@ -15,15 +15,13 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from backends.qualcomm.builders.qnn_op_types import LUT_OP_TYPES
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnGraph, QnnOp, QnnTensor, TensorType
 
 logger = logging.getLogger("backends.qualcomm")
 
-# QNN op types whose quantized output is a function of one input code only.
-TABLE_OP_TYPES = frozenset({
-    "Relu", "ReluMinMax", "Sigmoid", "Tanh", "Gelu", "HardSwish", "ElementWiseRsqrt",
-    "ElementWiseSquareRoot", "ElementWiseNeg",
-})
+# QNN op types whose quantized output is a function of one input code only (op table: lut).
+TABLE_OP_TYPES = LUT_OP_TYPES
 _CODES = {DataType.UFIXED_POINT_8: (256, np.uint8), DataType.UFIXED_POINT_16: (65536, np.uint16)}
 
 

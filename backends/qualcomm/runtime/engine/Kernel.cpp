@@ -73,36 +73,35 @@ Status OpView::expect_rank(const TensorInfo& t, size_t rank) const {
   return Status::Ok();
 }
 
-const KernelRegistry& float_kernel_registry() {
-  static const KernelRegistry registry = [] {
-    KernelRegistry r;
-    register_conv_kernels(r);
-    register_linear_kernels(r);
-    register_elementwise_kernels(r);
-    register_norm_kernels(r);
-    register_reduce_kernels(r);
-    register_pool_kernels(r);
-    register_shape_kernels(r);
-    register_gather_kernels(r);
-    register_cast_kernels(r);
-    register_topk_kernels(r);
-    return r;
-  }();
-  return registry;
+namespace {
+
+struct Registries {
+  KernelRegistry floats, quants;
+  std::vector<std::string> duplicates;
+};
+
+// Function-local: constructed on first use, whichever kernel file's registrar runs first.
+Registries& registries() {
+  static Registries r;
+  return r;
 }
 
-const KernelRegistry& quant_kernel_registry() {
-  static const KernelRegistry registry = [] {
-    KernelRegistry r;
-    register_quant_kernels(r);
-    register_conv_quant_kernels(r);
-    register_linear_quant_kernels(r);
-    register_elementwise_quant_kernels(r);
-    register_reduce_quant_kernels(r);
-    return r;
-  }();
-  return registry;
+} // namespace
+
+KernelRegistrar::KernelRegistrar(KernelKind kind, ops::OpType type, KernelFactory factory) {
+  Registries& all = registries();
+  KernelRegistry& r = kind == KernelKind::Float ? all.floats : all.quants;
+  const char* name = ops::op_name(type);
+  if (!r.emplace(name, factory).second) {
+    all.duplicates.push_back(std::string(kind == KernelKind::Float ? "Float " : "Quant ") + name);
+  }
 }
+
+const KernelRegistry& float_kernel_registry() { return registries().floats; }
+
+const KernelRegistry& quant_kernel_registry() { return registries().quants; }
+
+std::vector<std::string> duplicate_kernel_registrations() { return registries().duplicates; }
 
 const KernelRegistry& kernel_registry() {
   static const KernelRegistry registry = [] {

@@ -11,6 +11,7 @@
 #include "backends/qualcomm/runtime/engine/Allocator.h"
 #include "backends/qualcomm/runtime/engine/Status.h"
 #include "backends/qualcomm/runtime/engine/Tensor.h"
+#include "qnn_op_table_generated.h"
 
 namespace qnn_delegate {
 namespace engine {
@@ -74,24 +75,26 @@ const KernelRegistry& quant_kernel_registry();
 // Picks the kernel for an op from its tensors' data types (QuantDispatch.cpp).
 Status create_dispatched_kernel(const OpView& v, KernelEnv& env, KernelPtr& out);
 std::vector<std::string> registered_op_types();
+// "Float Conv2d" for every op type registered twice in one registry (a test asserts none).
+std::vector<std::string> duplicate_kernel_registrations();
 
-// Per-family registration (one per file in kernels/).
-void register_conv_kernels(KernelRegistry& r);
-void register_linear_kernels(KernelRegistry& r);
-void register_elementwise_kernels(KernelRegistry& r);
-void register_norm_kernels(KernelRegistry& r);
-void register_reduce_kernels(KernelRegistry& r);
-void register_pool_kernels(KernelRegistry& r);
-void register_shape_kernels(KernelRegistry& r);
-void register_gather_kernels(KernelRegistry& r);
-void register_cast_kernels(KernelRegistry& r);
-void register_topk_kernels(KernelRegistry& r);
-// Quantized families.
-void register_quant_kernels(KernelRegistry& r);  // Quantize, Dequantize, Convert
-void register_conv_quant_kernels(KernelRegistry& r);
-void register_linear_quant_kernels(KernelRegistry& r);
-void register_elementwise_quant_kernels(KernelRegistry& r);  // Add, Subtract (HTP arithmetic)
-void register_reduce_quant_kernels(KernelRegistry& r);  // ReduceMean (HTP arithmetic)
+// Kernels register themselves next to their code, one line each:
+//   QNN_REGISTER_KERNEL(Float, ElementWiseNeg, &create_unary<NegFn>);
+// `op` is an enumerator of the generated op table (ops::OpType), so a kernel for an op the table
+// lacks does not compile. The registries are function-local statics filled during the static
+// initialization of libqnn_delegate_backend.so (every kernel file is linked into it directly).
+enum class KernelKind : uint8_t { Float, Quant };
+
+struct KernelRegistrar {
+  KernelRegistrar(KernelKind kind, ops::OpType type, KernelFactory factory);
+};
+
+#define QNN_KERNEL_CONCAT_INNER(a, b) a##b
+#define QNN_KERNEL_CONCAT(a, b) QNN_KERNEL_CONCAT_INNER(a, b)
+#define QNN_REGISTER_KERNEL(kind, op, ...)                                                    \
+  static const ::qnn_delegate::engine::KernelRegistrar QNN_KERNEL_CONCAT(qnn_kernel_registrar_, \
+                                                                         __LINE__)(           \
+      ::qnn_delegate::engine::KernelKind::kind, ::qnn_delegate::ops::OpType::op, __VA_ARGS__)
 
 } // namespace engine
 } // namespace qnn_delegate

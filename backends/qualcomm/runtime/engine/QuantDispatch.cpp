@@ -23,9 +23,15 @@ bool op_has_quant(const OpView& v) {
   return false;
 }
 
-bool is_data_movement(const std::string& type) {
-  return type == "Reshape" || type == "Transpose" || type == "Concat" || type == "StridedSlice" ||
-         type == "Tile" || type == "Gather";
+// The op's row of the generated op table (ops.toml); nullptr for a type the table lacks.
+const ops::OpTraits* traits_of(const OpView& v) { return ops::find_op(v.type); }
+
+bool is_op(const OpView& v, ops::OpType type) { return v.type == ops::op_name(type); }
+
+// Moves bytes only (op table: data_movement).
+bool is_data_movement(const OpView& v) {
+  const ops::OpTraits* t = traits_of(v);
+  return t != nullptr && t->data_movement;
 }
 
 bool is_index_tensor(const TensorInfo& t) {
@@ -41,7 +47,7 @@ bool shares_one_encoding(const OpView& v) {
   };
   for (const TensorInfo* t : v.outputs) if (!same(t)) return false;
   for (size_t i = 0; i < v.inputs.size(); ++i) {
-    const bool gather_indices = v.type == "Gather" && i == 1 && is_index_tensor(*v.inputs[i]);
+    const bool gather_indices = is_op(v, ops::OpType::Gather) && i == 1 && is_index_tensor(*v.inputs[i]);
     if (!gather_indices && !same(v.inputs[i])) return false;
   }
   return true;
@@ -157,10 +163,10 @@ class DequantWrappedKernel final : public Kernel {
   KernelPtr inner_;
 };
 
-bool is_unary_elementwise(const std::string& type) {
-  return type == "Relu" || type == "ReluMinMax" || type == "Sigmoid" || type == "Tanh" ||
-         type == "Gelu" || type == "HardSwish" || type == "ElementWiseRsqrt" ||
-         type == "ElementWiseSquareRoot" || type == "ElementWiseNeg";
+// Output code is a function of one input code (op table: lut).
+bool is_unary_lut_op(const OpView& v) {
+  const ops::OpTraits* t = traits_of(v);
+  return t != nullptr && t->unary_lut;
 }
 
 // Unary quantized op as a table of output codes by input code:
@@ -253,7 +259,7 @@ class LutKernel final : public Kernel {
 
 // A unary op from a per-tensor uint8 (or uint16) activation to one of the same data type and dims.
 bool is_table_op(const OpView& v, DType dtype) {
-  return is_unary_elementwise(v.type) && v.inputs.size() == 1 && v.outputs.size() == 1 &&
+  return is_unary_lut_op(v) && v.inputs.size() == 1 && v.outputs.size() == 1 &&
          v.inputs[0]->dtype == dtype && v.outputs[0]->dtype == dtype &&
          is_quant_activation(*v.inputs[0]) && is_quant_activation(*v.outputs[0]) &&
          v.inputs[0]->dims == v.outputs[0]->dims;
@@ -269,7 +275,7 @@ const flatbuffers::Vector<uint8_t>* stored_table(const OpView& v) {
 // silu as lowered here: ElementWiseMultiply(x, gate = Sigmoid(x) in FLOAT_32); with a stored
 // table its output is table[x] (the gate is left unread).
 bool is_silu_multiply(const OpView& v, DType dtype) {
-  return v.type == "ElementWiseMultiply" && v.inputs.size() == 2 && v.outputs.size() == 1 &&
+  return is_op(v, ops::OpType::ElementWiseMultiply) && v.inputs.size() == 2 && v.outputs.size() == 1 &&
          v.inputs[0]->dtype == dtype && v.outputs[0]->dtype == dtype &&
          v.inputs[1]->dtype == DType::FLOAT_32 && is_quant_activation(*v.inputs[0]) &&
          is_quant_activation(*v.outputs[0]) && v.inputs[0]->dims == v.outputs[0]->dims &&
@@ -336,8 +342,8 @@ Status create_dispatched_kernel(const OpView& v, KernelEnv& env, KernelPtr& out)
   if (f == floats.end()) {
     return v.fail(ErrorKind::NotSupported, "no kernel accepts the data types of this op");
   }
-  if (is_data_movement(v.type) && shares_one_encoding(v)) return f->second(v, env, out);
-  if (v.type == "LayerNorm" && !env.reference_only) {
+  if (is_data_movement(v) && shares_one_encoding(v)) return f->second(v, env, out);
+  if (is_op(v, ops::OpType::LayerNorm) && !env.reference_only) {
     QNN_RETURN_IF_ERROR(create_layer_norm_quant(v, env, out));
     if (out) return Status::Ok();
   }

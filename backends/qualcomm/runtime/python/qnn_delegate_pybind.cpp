@@ -173,6 +173,7 @@ PYBIND11_MODULE(_qnn_delegate, m) {
         "Engine threads used for an HTP performance mode value.");
   m.def("get_runtime_option", &get_runtime_option, py::arg("key"));
   m.def("registered_op_types", &engine::registered_op_types);
+  m.def("duplicate_kernel_registrations", &engine::duplicate_kernel_registrations);
   m.def("fnv1a64",
         [](py::buffer data) {
           py::buffer_info info = data.request();

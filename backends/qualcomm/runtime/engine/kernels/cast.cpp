@@ -89,7 +89,7 @@ Status create_cast(const OpView& v, KernelEnv&, KernelPtr& out) {
 
 } // namespace
 
-void register_cast_kernels(KernelRegistry& r) { r["Cast"] = &create_cast; }
+QNN_REGISTER_KERNEL(Float, Cast, &create_cast);
 
 } // namespace engine
 } // namespace qnn_delegate

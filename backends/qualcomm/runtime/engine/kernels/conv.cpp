@@ -173,10 +173,8 @@ Status create_depthwise(const OpView& v, KernelEnv& env, KernelPtr& out) {
 
 } // namespace
 
-void register_conv_kernels(KernelRegistry& r) {
-  r["Conv2d"] = &create_conv2d;
-  r["DepthWiseConv2d"] = &create_depthwise;
-}
+QNN_REGISTER_KERNEL(Float, Conv2d, &create_conv2d);
+QNN_REGISTER_KERNEL(Float, DepthWiseConv2d, &create_depthwise);
 
 } // namespace engine
 } // namespace qnn_delegate

@@ -192,10 +192,8 @@ Status create_qdepthwise(const OpView& v, KernelEnv& env, KernelPtr& out) {
 
 } // namespace
 
-void register_conv_quant_kernels(KernelRegistry& r) {
-  r["Conv2d"] = &create_qconv2d;
-  r["DepthWiseConv2d"] = &create_qdepthwise;
-}
+QNN_REGISTER_KERNEL(Quant, Conv2d, &create_qconv2d);
+QNN_REGISTER_KERNEL(Quant, DepthWiseConv2d, &create_qdepthwise);
 
 } // namespace engine
 } // namespace qnn_delegate

@@ -167,22 +167,20 @@ Status create_unary(const OpView& v, KernelEnv&, KernelPtr& out) {
 
 } // namespace
 
-void register_elementwise_kernels(KernelRegistry& r) {
-  r["ElementWiseAdd"] = &create_binary<AddOp>;
-  r["ElementWiseSubtract"] = &create_binary<SubOp>;
-  r["ElementWiseMultiply"] = &create_binary<MulOp>;
-  r["ElementWiseDivide"] = &create_binary<DivOp>;
-  r["ElementWisePower"] = &create_binary<PowOp>;
-  r["Relu"] = &create_unary<ReluFn>;
-  r["ReluMinMax"] = &create_unary<ReluMinMaxFn>;
-  r["Sigmoid"] = &create_unary<SigmoidFn>;
-  r["Tanh"] = &create_unary<TanhFn>;
-  r["Gelu"] = &create_unary<GeluFn>;
-  r["HardSwish"] = &create_unary<HardSwishFn>;
-  r["ElementWiseRsqrt"] = &create_unary<RsqrtFn>;
-  r["ElementWiseSquareRoot"] = &create_unary<SqrtFn>;
-  r["ElementWiseNeg"] = &create_unary<NegFn>;
-}
+QNN_REGISTER_KERNEL(Float, ElementWiseAdd, &create_binary<AddOp>);
+QNN_REGISTER_KERNEL(Float, ElementWiseSubtract, &create_binary<SubOp>);
+QNN_REGISTER_KERNEL(Float, ElementWiseMultiply, &create_binary<MulOp>);
+QNN_REGISTER_KERNEL(Float, ElementWiseDivide, &create_binary<DivOp>);
+QNN_REGISTER_KERNEL(Float, ElementWisePower, &create_binary<PowOp>);
+QNN_REGISTER_KERNEL(Float, Relu, &create_unary<ReluFn>);
+QNN_REGISTER_KERNEL(Float, ReluMinMax, &create_unary<ReluMinMaxFn>);
+QNN_REGISTER_KERNEL(Float, Sigmoid, &create_unary<SigmoidFn>);
+QNN_REGISTER_KERNEL(Float, Tanh, &create_unary<TanhFn>);
+QNN_REGISTER_KERNEL(Float, Gelu, &create_unary<GeluFn>);
+QNN_REGISTER_KERNEL(Float, HardSwish, &create_unary<HardSwishFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseRsqrt, &create_unary<RsqrtFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseSquareRoot, &create_unary<SqrtFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseNeg, &create_unary<NegFn>);
 
 } // namespace engine
 } // namespace qnn_delegate

@@ -133,10 +133,8 @@ Status create_quant_addsub(const OpView& v, KernelEnv& env, KernelPtr& out) {
 
 } // namespace
 
-void register_elementwise_quant_kernels(KernelRegistry& r) {
-  r["ElementWiseAdd"] = &create_quant_addsub<false>;
-  r["ElementWiseSubtract"] = &create_quant_addsub<true>;
-}
+QNN_REGISTER_KERNEL(Quant, ElementWiseAdd, &create_quant_addsub<false>);
+QNN_REGISTER_KERNEL(Quant, ElementWiseSubtract, &create_quant_addsub<true>);
 
 } // namespace engine
 } // namespace qnn_delegate

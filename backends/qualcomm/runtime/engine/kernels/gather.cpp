@@ -73,7 +73,7 @@ Status create_gather(const OpView& v, KernelEnv&, KernelPtr& out) {
 
 } // namespace
 
-void register_gather_kernels(KernelRegistry& r) { r["Gather"] = &create_gather; }
+QNN_REGISTER_KERNEL(Float, Gather, &create_gather);
 
 } // namespace engine
 } // namespace qnn_delegate

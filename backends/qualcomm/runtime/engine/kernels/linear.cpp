@@ -129,10 +129,8 @@ Status create_matmul(const OpView& v, KernelEnv& env, KernelPtr& out) {
 
 } // namespace
 
-void register_linear_kernels(KernelRegistry& r) {
-  r["FullyConnected"] = &create_fully_connected;
-  r["MatMul"] = &create_matmul;
-}
+QNN_REGISTER_KERNEL(Float, FullyConnected, &create_fully_connected);
+QNN_REGISTER_KERNEL(Float, MatMul, &create_matmul);
 
 } // namespace engine
 } // namespace qnn_delegate

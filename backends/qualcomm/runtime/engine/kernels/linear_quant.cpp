@@ -162,10 +162,8 @@ Status create_qmatmul(const OpView& v, KernelEnv&, KernelPtr& out) {
 
 } // namespace
 
-void register_linear_quant_kernels(KernelRegistry& r) {
-  r["FullyConnected"] = &create_qfc;
-  r["MatMul"] = &create_qmatmul;
-}
+QNN_REGISTER_KERNEL(Quant, FullyConnected, &create_qfc);
+QNN_REGISTER_KERNEL(Quant, MatMul, &create_qmatmul);
 
 } // namespace engine
 } // namespace qnn_delegate

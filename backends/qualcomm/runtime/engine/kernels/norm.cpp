@@ -284,11 +284,9 @@ Status create_layer_norm_quant(const OpView& v, KernelEnv& env, KernelPtr& out) 
   return Status::Ok();
 }
 
-void register_norm_kernels(KernelRegistry& r) {
-  r["Softmax"] = &create_softmax;
-  r["LayerNorm"] = &create_layer_norm;
-  r["Batchnorm"] = &create_batchnorm;
-}
+QNN_REGISTER_KERNEL(Float, Softmax, &create_softmax);
+QNN_REGISTER_KERNEL(Float, LayerNorm, &create_layer_norm);
+QNN_REGISTER_KERNEL(Float, Batchnorm, &create_batchnorm);
 
 } // namespace engine
 } // namespace qnn_delegate

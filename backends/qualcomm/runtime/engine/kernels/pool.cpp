@@ -86,10 +86,8 @@ Status create_pool(const OpView& v, KernelEnv&, KernelPtr& out) {
 
 } // namespace
 
-void register_pool_kernels(KernelRegistry& r) {
-  r["PoolAvg2d"] = &create_pool<false>;
-  r["PoolMax2d"] = &create_pool<true>;
-}
+QNN_REGISTER_KERNEL(Float, PoolAvg2d, &create_pool<false>);
+QNN_REGISTER_KERNEL(Float, PoolMax2d, &create_pool<true>);
 
 } // namespace engine
 } // namespace qnn_delegate

@@ -130,11 +130,9 @@ Status create_convert(const OpView& v, KernelEnv&, KernelPtr& out) {
 
 } // namespace
 
-void register_quant_kernels(KernelRegistry& r) {
-  r["Quantize"] = &create_quantize;
-  r["Dequantize"] = &create_dequantize;
-  r["Convert"] = &create_convert;
-}
+QNN_REGISTER_KERNEL(Quant, Quantize, &create_quantize);
+QNN_REGISTER_KERNEL(Quant, Dequantize, &create_dequantize);
+QNN_REGISTER_KERNEL(Quant, Convert, &create_convert);
 
 } // namespace engine
 } // namespace qnn_delegate

@@ -84,10 +84,8 @@ Status create_reduce(const OpView& v, KernelEnv&, KernelPtr& out) {
 
 } // namespace
 
-void register_reduce_kernels(KernelRegistry& r) {
-  r["ReduceMean"] = &create_reduce<true>;
-  r["ReduceSum"] = &create_reduce<false>;
-}
+QNN_REGISTER_KERNEL(Float, ReduceMean, &create_reduce<true>);
+QNN_REGISTER_KERNEL(Float, ReduceSum, &create_reduce<false>);
 
 } // namespace engine
 } // namespace qnn_delegate

@@ -130,9 +130,7 @@ Status create_quant_mean(const OpView& v, KernelEnv& env, KernelPtr& out) {
 
 } // namespace
 
-void register_reduce_quant_kernels(KernelRegistry& r) {
-  r["ReduceMean"] = &create_quant_mean;
-}
+QNN_REGISTER_KERNEL(Quant, ReduceMean, &create_quant_mean);
 
 } // namespace engine
 } // namespace qnn_delegate

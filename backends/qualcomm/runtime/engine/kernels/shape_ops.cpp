@@ -216,13 +216,11 @@ Status create_concat(const OpView& v, KernelEnv&, KernelPtr& out) {
 
 } // namespace
 
-void register_shape_kernels(KernelRegistry& r) {
-  r["Reshape"] = &create_reshape;
-  r["Transpose"] = &create_transpose;
-  r["StridedSlice"] = &create_strided_slice;
-  r["Tile"] = &create_tile;
-  r["Concat"] = &create_concat;
-}
+QNN_REGISTER_KERNEL(Float, Reshape, &create_reshape);
+QNN_REGISTER_KERNEL(Float, Transpose, &create_transpose);
+QNN_REGISTER_KERNEL(Float, StridedSlice, &create_strided_slice);
+QNN_REGISTER_KERNEL(Float, Tile, &create_tile);
+QNN_REGISTER_KERNEL(Float, Concat, &create_concat);
 
 } // namespace engine
 } // namespace qnn_delegate

@@ -69,7 +69,7 @@ Status create_topk(const OpView& v, KernelEnv&, KernelPtr& out) {
 
 } // namespace
 
-void register_topk_kernels(KernelRegistry& r) { r["TopK"] = &create_topk; }
+QNN_REGISTER_KERNEL(Float, TopK, &create_topk);
 
 } // namespace engine
 } // namespace qnn_delegate

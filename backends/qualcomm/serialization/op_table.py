@@ -1,0 +1,342 @@
+"""The QNN op table (schema/ops.toml) and what is generated from it.
+
+Run by CMake at build time (standard library only, no package import):
+    python op_table.py --toml ops.toml --python out.py --header out.h
+writes the Python op-type constants and traits (qnn_op_table_generated.py) and the C++ names and
+trait table (qnn_op_table_generated.h). OPS.md holds a generated summary between two markers:
+    python op_table.py --write-ops-md     rewrites it
+    python op_table.py --check-ops-md     exits 1 when it is stale (a test does the same)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
+OPS_TOML = SCHEMA_DIR / "ops.toml"
+OPS_MD = SCHEMA_DIR / "OPS.md"
+MD_BEGIN = "<!-- op-table:begin (generated from ops.toml by serialization/op_table.py; do not edit) -->"
+MD_END = "<!-- op-table:end -->"
+
+FAMILIES = ("conv", "linear", "elementwise_binary", "elementwise_unary", "norm", "reduce", "pool",
+            "data_movement", "cast", "topk", "quant")
+QUANT_RULES = ("compute", "shared", "weighted", "float", "convert")
+LAYOUTS = ("nhwc", "any")
+PORT_TYPES = ("activation", "weight", "bias", "index", "float", "static")
+_OP_KEYS = {"name", "family", "inputs", "outputs", "params", "layout", "quant", "lut", "data_movement", "aten"}
+_REQUIRED = {"name", "family", "inputs", "outputs", "layout", "quant", "aten"}
+
+
+class OpTableError(ValueError):
+    """ops.toml is malformed: names the op and the field."""
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str
+    type: str
+    variadic: bool = False
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class OpRow:
+    name: str
+    family: str
+    inputs: Tuple[Port, ...]
+    outputs: Tuple[Port, ...]
+    params: Tuple[Param, ...]
+    layout: str
+    quant: str
+    lut: bool
+    data_movement: bool
+    aten: Tuple[str, ...]
+
+    @property
+    def min_inputs(self) -> int:
+        return sum(1 for p in self.inputs if not p.optional)
+
+    @property
+    def max_inputs(self) -> int:
+        """-1: unbounded (a variadic last input)."""
+        return -1 if any(p.variadic for p in self.inputs) else len(self.inputs)
+
+
+# ---- reading ----------------------------------------------------------------------------
+def _choice(op: str, field: str, value: object, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise OpTableError(f"op '{op}': {field} = {value!r}, expected one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _ports(op: str, field: str, entries: object) -> Tuple[Port, ...]:
+    if not isinstance(entries, list):
+        raise OpTableError(f"op '{op}': {field} must be a list of {{ name, type }}")
+    ports = []
+    for i, entry in enumerate(entries):
+        unknown = set(entry) - {"name", "type", "variadic", "optional"}
+        if unknown or "name" not in entry or "type" not in entry:
+            raise OpTableError(f"op '{op}': {field}[{i}] = {entry!r}: needs name and type only "
+                               "(plus variadic / optional)")
+        if entry.get("variadic") and i != len(entries) - 1:
+            raise OpTableError(f"op '{op}': {field}[{i}] is variadic but not the last")
+        ports.append(Port(entry["name"], _choice(op, f"{field}[{i}].type", entry["type"], PORT_TYPES),
+                          bool(entry.get("variadic", False)), bool(entry.get("optional", False))))
+    return tuple(ports)
+
+
+def _row(entry: Dict[str, object]) -> OpRow:
+    op = str(entry.get("name", "?"))
+    unknown, missing = set(entry) - _OP_KEYS, _REQUIRED - set(entry)
+    if unknown or missing:
+        raise OpTableError(f"op '{op}': unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
+    if not op.isidentifier():
+        raise OpTableError(f"op '{op}': name must be an identifier (it is a C++ enumerator)")
+    params = tuple(Param(p["name"], p["type"]) for p in entry.get("params", []))
+    aten = tuple(entry["aten"])
+    if any(a.count(".") != 1 for a in aten):
+        raise OpTableError(f"op '{op}': aten entries are 'packet.overload', got {list(aten)}")
+    return OpRow(op, _choice(op, "family", entry["family"], FAMILIES), _ports(op, "inputs", entry["inputs"]),
+                 _ports(op, "outputs", entry["outputs"]), params,
+                 _choice(op, "layout", entry["layout"], LAYOUTS), _choice(op, "quant", entry["quant"], QUANT_RULES),
+                 bool(entry.get("lut", False)), bool(entry.get("data_movement", False)), aten)
+
+
+def _check_rows(rows: List[OpRow]) -> None:
+    seen = set()
+    for row in rows:
+        if row.name in seen:
+            raise OpTableError(f"op '{row.name}' is listed twice")
+        seen.add(row.name)
+        if row.lut and (len(row.inputs) != 1 or len(row.outputs) != 1):
+            raise OpTableError(f"op '{row.name}': lut = true needs one input and one output")
+        if row.data_movement and row.quant != "shared":
+            raise OpTableError(f"op '{row.name}': data_movement = true needs quant = \"shared\"")
+
+
+def load(path: Path = OPS_TOML) -> List[OpRow]:
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    if set(doc) != {"op"}:
+        raise OpTableError(f"{path}: expected only [[op]] tables, got {sorted(doc)}")
+    rows = [_row(entry) for entry in doc["op"]]
+    _check_rows(rows)
+    return rows
+
+
+# ---- Python -----------------------------------------------------------------------------
+_PY_HEAD = '''"""Generated from schema/ops.toml by serialization/op_table.py at build time: do not edit."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping, Tuple
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str
+    type: str
+    variadic: bool = False
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class OpTraits:
+    name: str
+    family: str
+    inputs: Tuple[Port, ...]
+    outputs: Tuple[Port, ...]
+    params: Tuple[Param, ...]
+    layout: str
+    quant: str
+    lut: bool
+    data_movement: bool
+    aten: Tuple[str, ...]
+
+'''
+
+
+def render_python(rows: List[OpRow]) -> str:
+    lines = [_PY_HEAD, "OP_TABLE: Mapping[str, OpTraits] = MappingProxyType({"]
+    lines += [f"    {row.name!r}: {row!r}," .replace("OpRow(", "OpTraits(") for row in rows]
+    lines.append("})\n")
+    quant = [r.name for r in rows if r.family == "quant"]
+    sets = {
+        "QNN_OP_TYPES": [r.name for r in rows if r.family != "quant"],
+        "QNN_QUANT_OP_TYPES": quant,
+        "LUT_OP_TYPES": [r.name for r in rows if r.lut],
+        "DATA_MOVEMENT_OP_TYPES": [r.name for r in rows if r.data_movement],
+        "LAYOUT_SENSITIVE_OP_TYPES": [r.name for r in rows if r.layout == "nhwc"],
+    }
+    for name, members in sets.items():
+        lines.append(f"{name}: frozenset = frozenset({members!r})")
+    lines += ["", "", "class QnnOpType:", '    """One string constant per QNN op type."""', ""]
+    lines += [f"    {row.name} = {row.name!r}" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+# ---- C++ --------------------------------------------------------------------------------
+def _camel(word: str) -> str:
+    return "".join(part.capitalize() for part in word.split("_"))
+
+
+def _cpp_row(row: OpRow) -> str:
+    return (f"    {{OpType::{row.name}, \"{row.name}\", OpFamily::{_camel(row.family)}, "
+            f"QuantRule::{_camel(row.quant)}, {str(row.layout == 'nhwc').lower()}, {str(row.lut).lower()}, "
+            f"{str(row.data_movement).lower()}, {row.min_inputs}, {row.max_inputs}, {len(row.outputs)}}},")
+
+
+def render_cpp(rows: List[OpRow]) -> str:
+    enumerators = ", ".join(r.name for r in rows)
+    families = ", ".join(_camel(f) for f in FAMILIES)
+    rules = ", ".join(_camel(q) for q in QUANT_RULES)
+    table = "\n".join(_cpp_row(r) for r in rows)
+    return f"""// Generated from schema/ops.toml by serialization/op_table.py at build time: do not edit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace qnn_delegate {{
+namespace ops {{
+
+enum class OpType : uint16_t {{ {enumerators}, kCount }};
+enum class OpFamily : uint8_t {{ {families} }};
+enum class QuantRule : uint8_t {{ {rules} }};
+
+struct OpTraits {{
+  OpType type;
+  const char* name;
+  OpFamily family;
+  QuantRule quant;
+  bool layout_nhwc;     // takes and produces channel-last
+  bool unary_lut;       // 8/16-bit: output is a function of one input code (lookup table)
+  bool data_movement;   // moves bytes only: runs on codes when all tensors share one encoding
+  uint8_t min_inputs;
+  int8_t max_inputs;    // -1: unbounded (variadic)
+  uint8_t num_outputs;
+}};
+
+inline constexpr size_t kNumOpTypes = {len(rows)};
+inline constexpr OpTraits kOpTable[] = {{
+{table}
+}};
+static_assert(sizeof(kOpTable) / sizeof(kOpTable[0]) == kNumOpTypes, "op table row count");
+static_assert(size_t(OpType::kCount) == kNumOpTypes, "OpType enumerators vs op table rows");
+
+constexpr bool op_table_in_enum_order() {{
+  for (size_t i = 0; i < kNumOpTypes; ++i) {{
+    if (size_t(kOpTable[i].type) != i) return false;
+  }}
+  return true;
+}}
+static_assert(op_table_in_enum_order(), "kOpTable[i].type must be OpType(i)");
+
+constexpr const OpTraits& op_traits(OpType type) {{ return kOpTable[size_t(type)]; }}
+constexpr const char* op_name(OpType type) {{ return op_traits(type).name; }}
+
+// The traits of QNN op type `name`; nullptr when the table has no such op.
+constexpr const OpTraits* find_op(std::string_view name) {{
+  for (const OpTraits& t : kOpTable) {{
+    if (name == t.name) return &t;
+  }}
+  return nullptr;
+}}
+
+}} // namespace ops
+}} // namespace qnn_delegate
+"""
+
+
+# ---- OPS.md -----------------------------------------------------------------------------
+def _wrapped_list(label: str, names: List[str], width: int = 80) -> List[str]:
+    lines, line = [], f"{label} ="
+    for i, name in enumerate(names):
+        item = f" {name}" + ("," if i < len(names) - 1 else "")
+        if len(line) + len(item) > width:
+            lines.append(line)
+            line = item.lstrip()
+        else:
+            line += item
+    return lines + [line]
+
+
+def _md_row(row: OpRow) -> str:
+    ins = ", ".join(p.name + ("..." if p.variadic else "") for p in row.inputs)
+    flags = [f for f, on in (("LUT", row.lut), ("data movement", row.data_movement)) if on]
+    aten = ", ".join(f"`{a}`" for a in row.aten) or "-"
+    return (f"| `{row.name}` | {row.family} | {ins} | {row.layout} | {row.quant} | "
+            f"{', '.join(flags) or '-'} | {aten} |")
+
+
+def render_ops_md_section(rows: List[OpRow]) -> str:
+    ops = [r.name for r in rows if r.family != "quant"]
+    quant = [r.name for r in rows if r.family == "quant"]
+    lines = [MD_BEGIN, "", "| QNN type | family | inputs | layout | quantization | traits | aten ops |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [_md_row(r) for r in rows]
+    lines += [""] + _wrapped_list("QNN_OP_TYPES", ops) + [""] + _wrapped_list("QNN_QUANT_OP_TYPES", quant)
+    return "\n".join(lines + ["", MD_END])
+
+
+def splice_ops_md(text: str, section: str) -> str:
+    begin, end = text.find(MD_BEGIN), text.find(MD_END)
+    if begin < 0 or end < begin:
+        raise OpTableError(f"OPS.md has no '{MD_BEGIN}' ... '{MD_END}' markers")
+    return text[:begin] + section + text[end + len(MD_END):]
+
+
+def ops_md_is_current(rows: Optional[List[OpRow]] = None, path: Path = OPS_MD) -> bool:
+    text = path.read_text()
+    return splice_ops_md(text, render_ops_md_section(rows or load())) == text
+
+
+# ---- command line -----------------------------------------------------------------------
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--toml", type=Path, default=OPS_TOML)
+    parser.add_argument("--python", type=Path, help="write the generated Python module here")
+    parser.add_argument("--header", type=Path, help="write the generated C++ header here")
+    parser.add_argument("--ops-md", type=Path, default=OPS_MD)
+    parser.add_argument("--write-ops-md", action="store_true", help="rewrite OPS.md's generated section")
+    parser.add_argument("--check-ops-md", action="store_true", help="exit 1 when OPS.md is stale")
+    args = parser.parse_args(argv)
+    rows = load(args.toml)
+    if args.python:
+        _write_if_changed(args.python, render_python(rows))
+    if args.header:
+        _write_if_changed(args.header, render_cpp(rows))
+    if args.write_ops_md:
+        _write_if_changed(args.ops_md, splice_ops_md(args.ops_md.read_text(), render_ops_md_section(rows)))
+    if args.check_ops_md and not ops_md_is_current(rows, args.ops_md):
+        print(f"{args.ops_md} is stale: run python {Path(__file__).name} --write-ops-md", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
