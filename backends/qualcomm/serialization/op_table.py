@@ -19,16 +19,17 @@ from typing import Dict, List, Optional, Sequence, Tuple
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 OPS_TOML = SCHEMA_DIR / "ops.toml"
 OPS_MD = SCHEMA_DIR / "OPS.md"
-MD_BEGIN = "<!-- op-table:begin (generated from ops.toml by serialization/op_table.py; do not edit) -->"
-MD_END = "<!-- op-table:end -->"
+MD_BEGIN = "<!-- op-table:{} begin (generated from ops.toml by serialization/op_table.py; do not edit) -->"
+MD_END = "<!-- op-table:{} end -->"
 
 FAMILIES = ("conv", "linear", "elementwise_binary", "elementwise_unary", "norm", "reduce", "pool",
             "data_movement", "cast", "topk", "quant")
 QUANT_RULES = ("compute", "shared", "weighted", "float", "convert")
 LAYOUTS = ("nhwc", "any")
 PORT_TYPES = ("activation", "weight", "bias", "index", "float", "static")
-_OP_KEYS = {"name", "family", "inputs", "outputs", "params", "layout", "quant", "lut", "data_movement", "aten"}
-_REQUIRED = {"name", "family", "inputs", "outputs", "layout", "quant", "aten"}
+_OP_KEYS = {"name", "family", "semantics", "inputs", "outputs", "params", "layout", "quant", "lut",
+            "data_movement", "aten"}
+_REQUIRED = {"name", "family", "semantics", "inputs", "outputs", "layout", "quant", "aten"}
 
 
 class OpTableError(ValueError):
@@ -41,18 +42,21 @@ class Port:
     type: str
     variadic: bool = False
     optional: bool = False
+    doc: str = ""
 
 
 @dataclass(frozen=True)
 class Param:
     name: str
     type: str
+    doc: str = ""
 
 
 @dataclass(frozen=True)
 class OpRow:
     name: str
     family: str
+    semantics: str
     inputs: Tuple[Port, ...]
     outputs: Tuple[Port, ...]
     params: Tuple[Param, ...]
@@ -84,14 +88,15 @@ def _ports(op: str, field: str, entries: object) -> Tuple[Port, ...]:
         raise OpTableError(f"op '{op}': {field} must be a list of {{ name, type }}")
     ports = []
     for i, entry in enumerate(entries):
-        unknown = set(entry) - {"name", "type", "variadic", "optional"}
+        unknown = set(entry) - {"name", "type", "variadic", "optional", "doc"}
         if unknown or "name" not in entry or "type" not in entry:
             raise OpTableError(f"op '{op}': {field}[{i}] = {entry!r}: needs name and type only "
-                               "(plus variadic / optional)")
+                               "(plus variadic / optional / doc)")
         if entry.get("variadic") and i != len(entries) - 1:
             raise OpTableError(f"op '{op}': {field}[{i}] is variadic but not the last")
         ports.append(Port(entry["name"], _choice(op, f"{field}[{i}].type", entry["type"], PORT_TYPES),
-                          bool(entry.get("variadic", False)), bool(entry.get("optional", False))))
+                          bool(entry.get("variadic", False)), bool(entry.get("optional", False)),
+                          str(entry.get("doc", ""))))
     return tuple(ports)
 
 
@@ -102,11 +107,12 @@ def _row(entry: Dict[str, object]) -> OpRow:
         raise OpTableError(f"op '{op}': unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
     if not op.isidentifier():
         raise OpTableError(f"op '{op}': name must be an identifier (it is a C++ enumerator)")
-    params = tuple(Param(p["name"], p["type"]) for p in entry.get("params", []))
+    params = tuple(Param(p["name"], p["type"], p.get("doc", "")) for p in entry.get("params", []))
     aten = tuple(entry["aten"])
     if any(a.count(".") != 1 for a in aten):
         raise OpTableError(f"op '{op}': aten entries are 'packet.overload', got {list(aten)}")
-    return OpRow(op, _choice(op, "family", entry["family"], FAMILIES), _ports(op, "inputs", entry["inputs"]),
+    return OpRow(op, _choice(op, "family", entry["family"], FAMILIES), str(entry["semantics"]),
+                 _ports(op, "inputs", entry["inputs"]),
                  _ports(op, "outputs", entry["outputs"]), params,
                  _choice(op, "layout", entry["layout"], LAYOUTS), _choice(op, "quant", entry["quant"], QUANT_RULES),
                  bool(entry.get("lut", False)), bool(entry.get("data_movement", False)), aten)
@@ -125,8 +131,11 @@ def _check_rows(rows: List[OpRow]) -> None:
 
 
 def load(path: Path = OPS_TOML) -> List[OpRow]:
-    with open(path, "rb") as f:
-        doc = tomllib.load(f)
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise OpTableError(f"{path}: {e}") from e
     if set(doc) != {"op"}:
         raise OpTableError(f"{path}: expected only [[op]] tables, got {sorted(doc)}")
     rows = [_row(entry) for entry in doc["op"]]
@@ -149,18 +158,21 @@ class Port:
     type: str
     variadic: bool = False
     optional: bool = False
+    doc: str = ""
 
 
 @dataclass(frozen=True)
 class Param:
     name: str
     type: str
+    doc: str = ""
 
 
 @dataclass(frozen=True)
 class OpTraits:
     name: str
     family: str
+    semantics: str
     inputs: Tuple[Port, ...]
     outputs: Tuple[Port, ...]
     params: Tuple[Param, ...]
@@ -175,7 +187,7 @@ class OpTraits:
 
 def render_python(rows: List[OpRow]) -> str:
     lines = [_PY_HEAD, "OP_TABLE: Mapping[str, OpTraits] = MappingProxyType({"]
-    lines += [f"    {row.name!r}: {row!r}," .replace("OpRow(", "OpTraits(") for row in rows]
+    lines += [f"    {row.name!r}: {row!r},".replace("OpRow(", "OpTraits(", 1) for row in rows]
     lines.append("})\n")
     quant = [r.name for r in rows if r.family == "quant"]
     sets = {
@@ -279,34 +291,59 @@ def _wrapped_list(label: str, names: List[str], width: int = 80) -> List[str]:
     return lines + [line]
 
 
-def _md_row(row: OpRow) -> str:
-    ins = ", ".join(p.name + ("..." if p.variadic else "") for p in row.inputs)
+def _md_port(port: Port) -> str:
+    name = f"{port.name}0, {port.name}1, ..." if port.variadic else port.name
+    return f"{name} {port.doc}" if port.doc else name
+
+
+def _md_param(param: Param) -> str:
+    kind, _, shape = param.type.partition("[")
+    typed = f"TENSOR {kind} [{shape}" if shape else f"SCALAR {kind}"
+    return f"`{param.name}` {typed}" + (f" {param.doc}" if param.doc else "")
+
+
+def _md_contract_row(row: OpRow) -> str:
+    ins = ", ".join(_md_port(p) for p in row.inputs)
+    params = "; ".join(_md_param(p) for p in row.params) or "-"
+    return f"| `{row.name}` | {ins} | {params} | {row.semantics} |"
+
+
+def _md_contract_table(rows: List[OpRow]) -> List[str]:
+    return ["| QNN type | inputs | params | semantics |", "|---|---|---|---|"] + [_md_contract_row(r) for r in rows]
+
+
+def _md_traits_row(row: OpRow) -> str:
     flags = [f for f, on in (("LUT", row.lut), ("data movement", row.data_movement)) if on]
     aten = ", ".join(f"`{a}`" for a in row.aten) or "-"
-    return (f"| `{row.name}` | {row.family} | {ins} | {row.layout} | {row.quant} | "
-            f"{', '.join(flags) or '-'} | {aten} |")
+    return f"| `{row.name}` | {row.family} | {row.layout} | {row.quant} | {', '.join(flags) or '-'} | {aten} |"
 
 
-def render_ops_md_section(rows: List[OpRow]) -> str:
-    ops = [r.name for r in rows if r.family != "quant"]
-    quant = [r.name for r in rows if r.family == "quant"]
-    lines = [MD_BEGIN, "", "| QNN type | family | inputs | layout | quantization | traits | aten ops |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [_md_row(r) for r in rows]
-    lines += [""] + _wrapped_list("QNN_OP_TYPES", ops) + [""] + _wrapped_list("QNN_QUANT_OP_TYPES", quant)
-    return "\n".join(lines + ["", MD_END])
+def render_ops_md_sections(rows: List[OpRow]) -> Dict[str, str]:
+    """OPS.md's generated sections by marker name: the op contract tables ("ops", "quant") and the
+    trait summary with the op-type lists ("traits")."""
+    ops = [r for r in rows if r.family != "quant"]
+    quant = [r for r in rows if r.family == "quant"]
+    traits = ["| QNN type | family | layout | quantization | traits | aten ops |", "|---|---|---|---|---|---|"]
+    traits += [_md_traits_row(r) for r in rows]
+    traits += [""] + _wrapped_list("QNN_OP_TYPES", [r.name for r in ops])
+    traits += [""] + _wrapped_list("QNN_QUANT_OP_TYPES", [r.name for r in quant])
+    return {"ops": "\n".join(_md_contract_table(ops)), "quant": "\n".join(_md_contract_table(quant)),
+            "traits": "\n".join(traits)}
 
 
-def splice_ops_md(text: str, section: str) -> str:
-    begin, end = text.find(MD_BEGIN), text.find(MD_END)
-    if begin < 0 or end < begin:
-        raise OpTableError(f"OPS.md has no '{MD_BEGIN}' ... '{MD_END}' markers")
-    return text[:begin] + section + text[end + len(MD_END):]
+def splice_ops_md(text: str, sections: Dict[str, str]) -> str:
+    for name, body in sections.items():
+        begin_marker, end_marker = MD_BEGIN.format(name), MD_END.format(name)
+        begin, end = text.find(begin_marker), text.find(end_marker)
+        if begin < 0 or end < begin:
+            raise OpTableError(f"OPS.md has no '{begin_marker}' ... '{end_marker}' markers")
+        text = text[:begin] + begin_marker + "\n" + body + "\n" + text[end:]
+    return text
 
 
 def ops_md_is_current(rows: Optional[List[OpRow]] = None, path: Path = OPS_MD) -> bool:
     text = path.read_text()
-    return splice_ops_md(text, render_ops_md_section(rows or load())) == text
+    return splice_ops_md(text, render_ops_md_sections(rows or load())) == text
 
 
 # ---- command line -----------------------------------------------------------------------
@@ -331,7 +368,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.header:
         _write_if_changed(args.header, render_cpp(rows))
     if args.write_ops_md:
-        _write_if_changed(args.ops_md, splice_ops_md(args.ops_md.read_text(), render_ops_md_section(rows)))
+        _write_if_changed(args.ops_md, splice_ops_md(args.ops_md.read_text(), render_ops_md_sections(rows)))
     if args.check_ops_md and not ops_md_is_current(rows, args.ops_md):
         print(f"{args.ops_md} is stale: run python {Path(__file__).name} --write-ops-md", file=sys.stderr)
         return 1

@@ -114,14 +114,19 @@ def test_op_type_lists_come_from_the_table():
     assert all(OP_TABLE[t].family == "elementwise_unary" for t in LUT_OP_TYPES)
 
 
+def _row(**fields: str) -> str:
+    base = dict(name='"A"', family='"cast"', semantics='"s"', inputs="[]", outputs="[]", layout='"any"',
+                quant='"compute"', aten="[]")
+    base.update(fields)
+    return "[[op]]\n" + "".join(f"{k} = {v}\n" for k, v in base.items() if v is not None)
+
+
 @pytest.mark.parametrize("broken, message", [
-    ('[[op]]\nname = "A"\nfamily = "nope"\ninputs = []\noutputs = []\nlayout = "any"\nquant = "compute"\naten = []\n',
-     "family = 'nope'"),
-    ('[[op]]\nname = "A"\nfamily = "cast"\ninputs = []\noutputs = []\nlayout = "any"\naten = []\n',
-     "missing fields ['quant']"),
-    ('[[op]]\nname = "A"\nfamily = "cast"\ninputs = []\noutputs = []\nlayout = "any"\nquant = "compute"\naten = []\n'
-     '[[op]]\nname = "A"\nfamily = "cast"\ninputs = []\noutputs = []\nlayout = "any"\nquant = "compute"\naten = []\n',
-     "listed twice"),
+    (_row(family='"nope"'), "family = 'nope'"),
+    (_row(quant=None), "missing fields ['quant']"),
+    (_row() + _row(), "listed twice"),
+    (_row(inputs='[{ name = "x", type = "tensor" }]'), "inputs[0].type = 'tensor'"),
+    (_row(lut="true"), "lut = true needs one input and one output"),
 ])
 def test_malformed_table_is_rejected_naming_op_and_field(tmp_path, broken, message):
     path = tmp_path / "ops.toml"

@@ -7,7 +7,7 @@ and layout tests that read the payload back with describe_payload.
 TestQNNFloatingPointModel (slow): MobileNetV2, EfficientNet-Lite0 and MiniLM with real
 weights, fully delegated, against eager (fp16 tolerance, same top-1).
 TestQNNRunner: qnn_executor_runner outputs equal executorch.runtime's; runner errors.
-TestQNNRobustness: op-type coverage on both sides; altered blobs and wrong inputs give
+TestQNNRobustness: altered blobs and wrong inputs give
 clear errors, not crashes."""
 from __future__ import annotations
 
