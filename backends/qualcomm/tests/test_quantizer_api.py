@@ -309,7 +309,11 @@ class TestQuantizerApi(unittest.TestCase):
 
         families = quant_annotated_ops()
         self.assertEqual(QnnQuantizer().get_supported_ops(), set(families))
-        self.assertEqual(len(families), 62)
+        # Derived, not counted by hand: every aten op the op table maps to a quantized QNN op.
+        from backends.qualcomm.builders.qnn_op_types import OP_TABLE
+        table_ops = {getattr(getattr(torch.ops.aten, name.split(".")[0]), name.split(".")[1])
+                     for row in OP_TABLE.values() if row.quant not in ("float", "convert") for name in row.aten}
+        self.assertLessEqual(table_ops, set(families))
         expected = {QuantFamily.WEIGHTED: annotators.annotate_weighted,
                     QuantFamily.COMPUTE: annotators.annotate_compute,
                     QuantFamily.LAYER_NORM: annotators.annotate_layer_norm,
