@@ -1,5 +1,5 @@
 """Unary ops, one row per op: relu, hardtanh/relu6, clamp, sigmoid, tanh, gelu, silu, hardswish,
-rsqrt, sqrt, neg."""
+rsqrt, sqrt, neg, abs."""
 from __future__ import annotations
 
 from typing import Callable, Dict, List
@@ -72,6 +72,7 @@ UNARY_OPS: Dict[object, tuple] = {
     _aten.rsqrt.default: ("ElementWiseRsqrt", _no_params),
     _aten.sqrt.default: ("ElementWiseSquareRoot", _no_params),
     _aten.neg.default: ("ElementWiseNeg", _no_params),
+    _aten.abs.default: ("ElementWiseAbs", _no_params),
 }
 _EXTRA_CHECKS: Dict[object, Callable[[torch.fx.Node], SupportResult]] = {
     _aten.gelu.default: _gelu_check,

@@ -70,7 +70,7 @@ ACTIVATIONS = {
 # Elementwise math ops (RMSNorm, rotary embedding); sqrt / rsqrt / fractional pow see x*x + 0.5 > 0.
 MATH_OPS = {
     "rsqrt": lambda x: torch.rsqrt(x * x + 0.5), "sqrt": lambda x: torch.sqrt(x * x + 0.5),
-    "neg": torch.neg, "pow_2": lambda x: x.pow(2), "pow_3": lambda x: x ** 3,
+    "neg": torch.neg, "abs": torch.abs, "pow_2": lambda x: x.pow(2), "pow_3": lambda x: x ** 3,
     "pow_half": lambda x: (x * x + 0.5).pow(0.5),
 }
 

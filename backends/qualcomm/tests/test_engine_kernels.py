@@ -188,6 +188,14 @@ def test_rsqrt_sqrt_edge_values(op, fn):
     np.testing.assert_array_equal(np.signbit(y[signed]), np.signbit(ref[signed]))  # sqrt(-0) = -0
 
 
+def test_abs_edge_values():
+    x = np.concatenate([EDGE_VALUES, -EDGE_VALUES]).reshape(4, 7)
+    y = run_single("ElementWiseAbs", [x], x.shape)
+    ref = torch.abs(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(y, ref)
+    assert not np.signbit(y[~np.isnan(y)]).any()  # abs(-0) = +0
+
+
 def run_topk(x: np.ndarray, k: int):
     g = GraphBuilder()
     xi = g.input("x", x)

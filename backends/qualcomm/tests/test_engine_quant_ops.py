@@ -56,6 +56,7 @@ def test_binary_broadcast_quantized(op, act):
 UNARY = {
     "Relu": t(torch.relu), "Sigmoid": t(torch.sigmoid), "Tanh": t(torch.tanh),
     "Gelu": t(torch.nn.functional.gelu), "HardSwish": t(torch.nn.functional.hardswish),
+    "ElementWiseAbs": t(torch.abs),
 }
 
 

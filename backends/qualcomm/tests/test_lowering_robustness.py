@@ -86,7 +86,7 @@ def _outputs(*fns: Callable) -> torch.nn.Module:
 BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     "UnaryActivationBuilder": (lambda: _outputs(
         *[lambda x, f=f: f(x * 3.0) for f in m.ACTIVATIONS.values()],
-        *[m.MATH_OPS[n] for n in ("rsqrt", "sqrt", "neg")],
+        *[m.MATH_OPS[n] for n in ("rsqrt", "sqrt", "neg", "abs")],
         lambda x: torch.clamp(x, -0.5, 0.75)), inputs_of(_X)),
     "BinaryElementwiseBuilder": (lambda: _outputs(
         torch.add, torch.sub, torch.mul, lambda a, b: a / (b + 3.0), lambda a, b: 2.0 - a,

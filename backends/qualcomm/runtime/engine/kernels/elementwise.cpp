@@ -127,6 +127,7 @@ struct HardSwishFn {
 struct RsqrtFn { static float apply(float x, const UnaryParams&) { return 1.f / std::sqrt(x); } };
 struct SqrtFn { static float apply(float x, const UnaryParams&) { return std::sqrt(x); } };
 struct NegFn { static float apply(float x, const UnaryParams&) { return -x; } };
+struct AbsFn { static float apply(float x, const UnaryParams&) { return std::fabs(x); } };
 
 template <typename Fn>
 class UnaryKernel final : public Kernel {
@@ -181,6 +182,7 @@ QNN_REGISTER_KERNEL(Float, HardSwish, &create_unary<HardSwishFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseRsqrt, &create_unary<RsqrtFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseSquareRoot, &create_unary<SqrtFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseNeg, &create_unary<NegFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseAbs, &create_unary<AbsFn>);
 
 } // namespace engine
 } // namespace qnn_delegate
