@@ -147,40 +147,10 @@ def load(path: Path = OPS_TOML) -> List[OpRow]:
 _PY_HEAD = '''"""Generated from schema/ops.toml by serialization/op_table.py at build time: do not edit."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Tuple
+from typing import Mapping
 
-
-@dataclass(frozen=True)
-class Port:
-    name: str
-    type: str
-    variadic: bool = False
-    optional: bool = False
-    doc: str = ""
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    type: str
-    doc: str = ""
-
-
-@dataclass(frozen=True)
-class OpTraits:
-    name: str
-    family: str
-    semantics: str
-    inputs: Tuple[Port, ...]
-    outputs: Tuple[Port, ...]
-    params: Tuple[Param, ...]
-    layout: str
-    quant: str
-    lut: bool
-    data_movement: bool
-    aten: Tuple[str, ...]
+from backends.qualcomm.serialization.op_table import OpRow as OpTraits, Param, Port  # noqa: F401
 
 '''
 
