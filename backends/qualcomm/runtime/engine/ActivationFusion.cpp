@@ -1,6 +1,5 @@
 #include "backends/qualcomm/runtime/engine/ActivationFusion.h"
 
-#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -76,7 +75,7 @@ ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph,
     uint32_t mid = 0, out = 0;
     if (!is_fusable_producer(producer) || !single_id(producer->outputs(), n, mid)) continue;
     const int64_t j = reader[mid];
-    if (j <= int64_t(i) || f.producer_of[i] >= 0) continue;
+    if (j <= int64_t(i)) continue;
     const Op* act = ops->Get(static_cast<size_t>(j));
     float lo = 0.f, hi = 0.f;
     if (!activation_range(act, lo, hi) || !single_id(act->outputs(), n, out)) continue;
