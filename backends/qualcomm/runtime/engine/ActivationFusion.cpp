@@ -12,23 +12,23 @@ namespace {
 
 using ::qnn_delegate::Op;
 
-bool type_is(const Op* op, const char* type) {
-  return op->type() != nullptr && std::strcmp(op->type()->c_str(), type) == 0;
+bool type_is(const Op* op, ops::OpType type) {
+  return op->type() != nullptr && std::strcmp(op->type()->c_str(), ops::op_name(type)) == 0;
 }
 
 bool is_fusable_producer(const Op* op) {
-  return type_is(op, "Conv2d") || type_is(op, "DepthWiseConv2d") ||
-         type_is(op, "FullyConnected");
+  return type_is(op, ops::OpType::Conv2d) || type_is(op, ops::OpType::DepthWiseConv2d) ||
+         type_is(op, ops::OpType::FullyConnected);
 }
 
 // Clamp range of a Relu / ReluMinMax op; false for any other op or bad params.
 bool activation_range(const Op* op, float& lo, float& hi) {
-  if (type_is(op, "Relu")) {
+  if (type_is(op, ops::OpType::Relu)) {
     lo = 0.f;
     hi = std::numeric_limits<float>::infinity();
     return true;
   }
-  if (!type_is(op, "ReluMinMax")) return false;
+  if (!type_is(op, ops::OpType::ReluMinMax)) return false;
   OpView view;
   view.op = op;
   ParamReader params(view);
