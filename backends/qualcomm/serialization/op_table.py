@@ -6,6 +6,7 @@ writes the Python op-type constants and traits (qnn_op_table_generated.py) and t
 trait table (qnn_op_table_generated.h). OPS.md holds a generated summary between two markers:
     python op_table.py --write-ops-md     rewrites it
     python op_table.py --check-ops-md     exits 1 when it is stale (a test does the same)
+--write-ops-md also rewrites README.md's op coverage table (between the same kind of markers).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 OPS_TOML = SCHEMA_DIR / "ops.toml"
 OPS_MD = SCHEMA_DIR / "OPS.md"
+README_MD = SCHEMA_DIR.parents[3] / "README.md"
 MD_BEGIN = "<!-- op-table:{} begin (generated from ops.toml by serialization/op_table.py; do not edit) -->"
 MD_END = "<!-- op-table:{} end -->"
 
@@ -27,8 +29,9 @@ FAMILIES = ("conv", "linear", "elementwise_binary", "elementwise_unary", "norm",
 QUANT_RULES = ("compute", "shared", "weighted", "float", "convert")
 LAYOUTS = ("nhwc", "any")
 PORT_TYPES = ("activation", "weight", "bias", "index", "float", "static")
+QNN_PRECISIONS = ("fp16", "8a8w", "16a8w")
 _OP_KEYS = {"name", "family", "semantics", "inputs", "outputs", "params", "layout", "quant", "lut",
-            "data_movement", "aten"}
+            "data_movement", "aten", "qnn"}
 _REQUIRED = {"name", "family", "semantics", "inputs", "outputs", "layout", "quant", "aten"}
 
 
@@ -65,6 +68,7 @@ class OpRow:
     lut: bool
     data_movement: bool
     aten: Tuple[str, ...]
+    qnn: Tuple[str, ...] = ()
 
     @property
     def min_inputs(self) -> int:
@@ -111,11 +115,12 @@ def _row(entry: Dict[str, object]) -> OpRow:
     aten = tuple(entry["aten"])
     if any(a.count(".") != 1 for a in aten):
         raise OpTableError(f"op '{op}': aten entries are 'packet.overload', got {list(aten)}")
+    qnn = tuple(_choice(op, "qnn", p, QNN_PRECISIONS) for p in entry.get("qnn", []))
     return OpRow(op, _choice(op, "family", entry["family"], FAMILIES), str(entry["semantics"]),
                  _ports(op, "inputs", entry["inputs"]),
                  _ports(op, "outputs", entry["outputs"]), params,
                  _choice(op, "layout", entry["layout"], LAYOUTS), _choice(op, "quant", entry["quant"], QUANT_RULES),
-                 bool(entry.get("lut", False)), bool(entry.get("data_movement", False)), aten)
+                 bool(entry.get("lut", False)), bool(entry.get("data_movement", False)), aten, qnn)
 
 
 def _check_rows(rows: List[OpRow]) -> None:
@@ -306,7 +311,7 @@ def splice_ops_md(text: str, sections: Dict[str, str]) -> str:
         begin_marker, end_marker = MD_BEGIN.format(name), MD_END.format(name)
         begin, end = text.find(begin_marker), text.find(end_marker)
         if begin < 0 or end < begin:
-            raise OpTableError(f"OPS.md has no '{begin_marker}' ... '{end_marker}' markers")
+            raise OpTableError(f"the document has no '{begin_marker}' ... '{end_marker}' markers")
         text = text[:begin] + begin_marker + "\n" + body + "\n" + text[end:]
     return text
 
@@ -314,6 +319,32 @@ def splice_ops_md(text: str, sections: Dict[str, str]) -> str:
 def ops_md_is_current(rows: Optional[List[OpRow]] = None, path: Path = OPS_MD) -> bool:
     text = path.read_text()
     return splice_ops_md(text, render_ops_md_sections(rows or load())) == text
+
+
+# ---- README.md's op coverage table -------------------------------------------------------
+_QUANTIZED = {"weighted": "8a8w, 16a8w, 16a4w, LPBQ weights", "compute": "8-bit, 16-bit",
+              "shared": "8-bit, 16-bit (input's encoding)", "float": "no (float island)"}
+
+
+def _coverage_row(row: OpRow) -> str:
+    aten = ", ".join(f"`{a}`" for a in row.aten) or "(chosen by a builder: OPS.md)"
+    quantized = _QUANTIZED[row.quant] + (" (lookup table)" if row.lut else "")
+    qnn = ", ".join(row.qnn) if row.qnn else "not tested"
+    return f"| {aten} | `{row.name}` | yes | {quantized} | yes | {qnn} |"
+
+
+def render_readme_sections(rows: List[OpRow]) -> Dict[str, str]:
+    """README.md's generated section: one row per QNN op type (aten ops -> QNN op, fp16, quantized
+    precisions, host engine, precisions a real-QNN test in `make test` runs it in)."""
+    table = ["| aten ops | QNN op | fp16 | quantized | host engine | real QNN (tested) |",
+             "|---|---|---|---|---|---|"]
+    table += [_coverage_row(r) for r in rows if r.family != "quant"]
+    return {"coverage": "\n".join(table)}
+
+
+def readme_is_current(rows: Optional[List[OpRow]] = None, path: Path = README_MD) -> bool:
+    text = path.read_text()
+    return splice_ops_md(text, render_readme_sections(rows or load())) == text
 
 
 # ---- command line -----------------------------------------------------------------------
@@ -339,6 +370,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _write_if_changed(args.header, render_cpp(rows))
     if args.write_ops_md:
         _write_if_changed(args.ops_md, splice_ops_md(args.ops_md.read_text(), render_ops_md_sections(rows)))
+        if README_MD.exists():
+            _write_if_changed(README_MD, splice_ops_md(README_MD.read_text(), render_readme_sections(rows)))
     if args.check_ops_md and not ops_md_is_current(rows, args.ops_md):
         print(f"{args.ops_md} is stale: run python {Path(__file__).name} --write-ops-md", file=sys.stderr)
         return 1

@@ -57,3 +57,11 @@ def small_model(tmp_path_factory) -> RunnerCase:
     assert lowered.outside_ops == []
     assert len(lowered.delegate_blobs) == 1
     return RunnerCase(lowered.pte_path, folder, samples, lowered.delegated, lowered.delegate_blobs[0])
+
+
+# `python -m backends.qualcomm.tests.qnn_coverage`: record the op types QNN finalizes.
+if os.environ.get("QNN_DELEGATE_RECORD_QNN_OPS"):
+    from backends.qualcomm.tests.qnn_coverage import RECORD_ENV, install_recorder  # noqa: E402
+    from backends.qualcomm.utils.runtime_options import require_extension  # noqa: E402
+
+    install_recorder(require_extension(), os.environ[RECORD_ENV])

@@ -108,6 +108,11 @@ def test_ops_md_summary_is_current():
         "OPS.md's op-table section is stale: python backends/qualcomm/serialization/op_table.py --write-ops-md"
 
 
+def test_readme_coverage_table_is_current():
+    assert op_table.readme_is_current(), \
+        "README's op coverage table is stale: python backends/qualcomm/serialization/op_table.py --write-ops-md"
+
+
 def test_op_type_lists_come_from_the_table():
     assert QNN_OP_TYPES | QNN_QUANT_OP_TYPES == set(OP_TABLE)
     assert QNN_QUANT_OP_TYPES == {"Quantize", "Dequantize", "Convert"}
@@ -127,6 +132,7 @@ def _row(**fields: str) -> str:
     (_row() + _row(), "listed twice"),
     (_row(inputs='[{ name = "x", type = "tensor" }]'), "inputs[0].type = 'tensor'"),
     (_row(lut="true"), "lut = true needs one input and one output"),
+    (_row(qnn='["int8"]'), "qnn = 'int8', expected one of fp16, 8a8w, 16a8w"),
 ])
 def test_malformed_table_is_rejected_naming_op_and_field(tmp_path, broken, message):
     path = tmp_path / "ops.toml"
