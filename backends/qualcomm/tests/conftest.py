@@ -18,6 +18,45 @@ from backends.qualcomm.tests.model_helpers import (  # noqa: E402
     LoweredModel, RunnerCase, SmallConvNet, lower_and_run, photo_samples)
 from backends.qualcomm.utils.models import imagenet  # noqa: E402
 
+def _cache_torchao_pattern_exports() -> None:
+    """torchao's convert_pt2e (any graph with a batch norm) and QAT prepare re-export the same
+    conv-bn match / replacement patterns on every call (114 torch.export runs, ~40 s here); the
+    suite converts many small models, so each pattern is exported once per session and the tests
+    get a copy (the key: the pattern's code and closure values, input shapes / dtypes; the
+    patterns' literal values do not change their graphs, which are matched ignoring literals)."""
+    import copy
+
+    from torchao.quantization.pt2e import qat_utils
+
+    export_pattern = qat_utils._get_aten_graph_module_for_pattern
+    exported = {}
+
+    def key_of(value):
+        if isinstance(value, torch.Tensor):
+            return ("tensor", tuple(value.shape), value.dtype)
+        return value
+
+    def cached(pattern, example_inputs, is_cuda=False, **kwargs):
+        fn = getattr(pattern, "fn", pattern)  # torchao wraps pattern functions in a WrapperModule
+        if not hasattr(fn, "__code__"):
+            return export_pattern(pattern, example_inputs, is_cuda, **kwargs)
+        key = (fn.__code__, tuple(c.cell_contents for c in fn.__closure__ or ()),
+               tuple(key_of(x) for x in example_inputs), is_cuda,
+               tuple(sorted((k, key_of(v)) for k, v in kwargs.items())))
+        try:
+            hash(key)
+        except TypeError:
+            return export_pattern(pattern, example_inputs, is_cuda, **kwargs)
+        if key not in exported:
+            exported[key] = export_pattern(pattern, example_inputs, is_cuda, **kwargs)
+        return copy.deepcopy(exported[key])
+
+    qat_utils._get_aten_graph_module_for_pattern = cached
+
+
+_cache_torchao_pattern_exports()
+
+
 # Real models are exported and lowered once per session, then shared by the tests.
 @pytest.fixture(scope="session")
 def mobilenet_v2(tmp_path_factory) -> LoweredModel:
