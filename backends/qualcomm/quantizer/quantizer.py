@@ -24,6 +24,7 @@ from backends.qualcomm.quantizer import block_sizes
 from backends.qualcomm.quantizer.annotators import (
     CONV_OPS, LINEAR_OPS, annotate_weighted, annotator_for, is_annotated, supported_ops,
 )
+from backends.qualcomm.quantizer.decompose_sdpa import decompose_sdpa
 from backends.qualcomm.quantizer.module_config import (  # noqa: F401 (upstream's names here)
     ModuleQConfig, get_submodule_name_predicate, get_submodule_type_predicate, module_matches,
 )
@@ -224,4 +225,5 @@ class QnnQuantizer(Quantizer):
         return None
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
-        return model
+        """scaled_dot_product_attention -> matmul / softmax / elementwise ops (decompose_sdpa.py)."""
+        return decompose_sdpa(model)
