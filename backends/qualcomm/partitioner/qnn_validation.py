@@ -40,15 +40,16 @@ QNN_REFUSED = "QNN refused it (backendValidateOpConfig): "
 VALIDATION_TAG = "qnn_validate_"
 
 
-def qnn_validate_op(blob: bytes, op_index: int) -> Optional[str]:
-    """None when QNN accepts op `op_index` of the blob's first graph, else QNN's reason."""
-    return load_extension().qnn_validate_op(blob, 0, int(op_index))
+def qnn_validate_op(blob: bytes, op_index: int, soc_model: int = 0) -> Optional[str]:
+    """None when QNN accepts op `op_index` of the blob's first graph on the HTP of SoC
+    `soc_model` (0: QNN's default architecture), else QNN's reason."""
+    return load_extension().qnn_validate_op(blob, 0, int(op_index), int(soc_model))
 
 
-def qnn_validate_ops(blob: bytes, num_ops: int) -> List[Optional[str]]:
+def qnn_validate_ops(blob: bytes, num_ops: int, soc_model: int = 0) -> List[Optional[str]]:
     """Per op of the blob's first graph, None when QNN accepts it, else QNN's reason: one
     call (blob verified and tensors described once, not once per op)."""
-    verdicts = load_extension().qnn_validate_ops(blob, 0)
+    verdicts = load_extension().qnn_validate_ops(blob, 0, int(soc_model))
     if len(verdicts) != num_ops or any(i != k for k, (i, _) in enumerate(verdicts)):
         raise RuntimeError(f"qnn_validate_ops answered for {len(verdicts)} op(s), the graph has "
                            f"{num_ops}")
@@ -58,12 +59,17 @@ def qnn_validate_ops(blob: bytes, num_ops: int) -> List[Optional[str]]:
 _NATIVE_VALIDATE_OP = qnn_validate_op
 
 
-def _op_reasons(blob: bytes, num_ops: int) -> List[Optional[str]]:
+def _op_reasons(blob: bytes, num_ops: int, soc_model: int) -> List[Optional[str]]:
     """QNN's answer per op: the batch call, unless `qnn_validate_op` was replaced (tests
     monkeypatch it), then that one op by op."""
     if qnn_validate_op is not _NATIVE_VALIDATE_OP:
         return [qnn_validate_op(blob, index) for index in range(num_ops)]
-    return qnn_validate_ops(blob, num_ops)
+    return qnn_validate_ops(blob, num_ops, soc_model)
+
+
+def _soc_model(options) -> int:
+    soc = options.socInfo
+    return int(soc.socModel) if soc is not None else 0
 
 
 @dataclass
@@ -221,7 +227,7 @@ class PartitionValidator:
             return {}
         self.report.partitions += 1
         refused: Dict[str, str] = {}
-        reasons = _op_reasons(blob, len(graph.ops))
+        reasons = _op_reasons(blob, len(graph.ops), _soc_model(options))
         self.report.ops += len(graph.ops)
         for op, reason in zip(graph.ops, reasons):
             if reason is None:

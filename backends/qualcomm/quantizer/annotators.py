@@ -21,7 +21,7 @@ from torchao.quantization.pt2e.quantizer import (
 
 import backends.qualcomm.builders  # noqa: F401  (registers the builders and their quant families)
 from backends.qualcomm.builders.registry import QuantFamily, aten_ops, quant_annotated_ops, quant_family
-from backends.qualcomm.quantizer.qconfig import QuantConfig, bias_spec
+from backends.qualcomm.quantizer.qconfig import QuantConfig, bias_spec, symmetric_16bit_activation
 
 Q_ANNOTATION_KEY = "quantization_annotation"
 
@@ -31,6 +31,8 @@ Q_ANNOTATION_KEY = "quantization_annotation"
 CONV_OPS = aten_ops("conv2d.default", "conv2d.padding", "convolution.default")
 LINEAR_OPS = aten_ops("linear.default")
 BATCH_NORM_OPS = aten_ops("batch_norm.default", "_native_batch_norm_legit_no_training.default")
+# 16-bit: the second operand of a matmul is symmetric (HTP's MatMul refuses another offset).
+MATMUL_OPS = aten_ops("matmul.default", "bmm.default", "mm.default")
 # Inputs of compute ops that are not activations (weights of norms stay float).
 _FLOAT_ARG_POSITIONS: Dict[object, tuple] = {op: (1, 2, 3, 4) for op in BATCH_NORM_OPS}
 
@@ -107,7 +109,14 @@ def annotate_compute(node: Node, config: QuantConfig) -> None:
     if _after_conv(node):
         skip = skip + (0,)
     inputs = {a: config.input_activation for a in _tensor_args(node, skip)}
+    if node.target in MATMUL_OPS and _is_16bit(config.input_activation) and len(node.args) > 1 \
+            and node.args[1] in inputs and node.args[1] is not node.args[0]:
+        inputs[node.args[1]] = symmetric_16bit_activation(config.input_activation)
     _set(node, inputs, fixed_output_spec(node, config) or config.output_activation)
+
+
+def _is_16bit(spec) -> bool:
+    return spec is not None and spec.quant_max is not None and spec.quant_max > 255
 
 
 TANH_OPS = aten_ops("tanh.default")

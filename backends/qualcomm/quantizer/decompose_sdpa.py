@@ -5,14 +5,14 @@ SDPA as one node, which no annotator could see into).
     scores = (q @ k^T) * scale                    (GQA: k and v heads repeated, enable_gqa=True)
     float attn_mask:  p = softmax(scores + attn_mask)
     bool attn_mask and / or is_causal (keep = mask & tril):
-                      p = softmax(scores) * keep;  p = p / sum(p, -1)
+                      p = softmax(scores) * keep;  p = p / (sum(p, -1) + 1 - min(sum(keep, -1), 1))
     out = p @ v
 
 The bool / causal form multiplies the probabilities by the 0 / 1 mask and renormalizes instead of
 filling -inf: every intermediate keeps a bounded range (a -inf or -1e9 fill would stretch the
 encoding of the masked scores and cost the unmasked ones their precision). It is exact in real
-arithmetic: exp(s_j)·keep_j / sum_k exp(s_k)·keep_k. A fully masked row divides 0 by 0 (NaN), as
-PyTorch's math attention does for older versions. SDPA with dropout_p > 0 is left alone.
+arithmetic: exp(s_j)·keep_j / sum_k exp(s_k)·keep_k. A fully masked row gives 0, as PyTorch does
+(its denominator gets 1 added instead of dividing 0 by 0). SDPA with dropout_p > 0 is left alone.
 """
 from __future__ import annotations
 
@@ -54,10 +54,13 @@ def _attention_fn(scale: float, heads: Optional[int], causal: Optional[torch.Ten
         if mask_kind == "bool":
             keep = mask[0].to(q.dtype) if keep is None else mask[0].to(q.dtype) * keep
         probs = torch.softmax(scores, -1)
-        if keep is not None:
-            probs = probs * keep
-            probs = probs / probs.sum(-1, keepdim=True)
-        return torch.matmul(probs, v)
+        if keep is None:
+            return torch.matmul(probs, v)
+        probs = probs * keep
+        total = probs.sum(-1, keepdim=True)
+        if mask_kind == "bool":  # a row may have no key to attend: 0 / (0 + 1) = 0
+            total = total + (1.0 - torch.clamp(keep.sum(-1, keepdim=True), max=1.0))
+        return torch.matmul(probs / total, v)
 
     return attention
 

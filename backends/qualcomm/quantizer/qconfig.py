@@ -132,6 +132,23 @@ def _act_spec(bits: int, observer: type, is_qat: bool, symmetric: bool, eps: flo
     return QuantizationSpec(dtype=dtype, qscheme=qscheme, observer_or_fake_quant_ctr=ctr, **range_args)
 
 
+def symmetric_16bit_activation(spec: QuantizationSpec) -> QuantizationSpec:
+    """The 16-bit activation `spec` made symmetric (zero point 32768), same observer kind and
+    eps: what QNN's HTP MatMul requires of its second input in 16-bit graphs (validation: 'has
+    incorrect Value -33059, expected equal to -32768'; an asymmetric one stays on the CPU)."""
+    partial = spec.observer_or_fake_quant_ctr.p
+    kwargs = dict(partial.keywords)
+    kwargs.pop("qscheme", None)
+    factory = partial.func
+    if "observer" in kwargs:  # QAT: FakeQuantize.with_args(observer=...)
+        kwargs["observer"] = symmetric_activation_observer(kwargs["observer"])
+        kwargs["qscheme"] = torch.per_tensor_symmetric
+    else:
+        factory = symmetric_activation_observer(factory)
+    return QuantizationSpec(dtype=spec.dtype, qscheme=torch.per_tensor_symmetric, quant_min=spec.quant_min,
+                            quant_max=spec.quant_max, observer_or_fake_quant_ctr=factory.with_args(**kwargs))
+
+
 def _weight_spec(bits: int, per_channel: bool, is_qat: bool, eps: float, ch_axis: int = 0) -> QuantizationSpec:
     dtype, qmin, qmax = weight_range(bits)
     qscheme = torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric

@@ -63,11 +63,11 @@ MAX_STEP_DIFF_16 = 16
 MIN_EXACT_FRACTION = 1.0 - MAX_NOT_EXACT_FRACTION
 
 
-def quant_compile_specs(quant_dtype: QuantDtype = QuantDtype.use_8a8w, **kwargs) -> list:
+def quant_compile_specs(quant_dtype: QuantDtype = QuantDtype.use_8a8w, soc_model: QcomChipset = QcomChipset.SM8650,
+                        **kwargs) -> list:
     """Quantized HTP precision; fp16 for weight-only fp16a8w."""
     return generate_qnn_executorch_compiler_spec(
-        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=quant_dtype == QuantDtype.use_fp16a8w),
-        **kwargs)
+        soc_model, generate_htp_compiler_spec(use_fp16=quant_dtype == QuantDtype.use_fp16a8w), **kwargs)
 
 
 def quantize_module(module: torch.nn.Module, inputs: Tuple, quantizer: QnnQuantizer,
@@ -136,7 +136,7 @@ class QuantTester(QnnTester):
     def __init__(self, module: torch.nn.Module, inputs: Tuple, quant_dtype: QuantDtype = QuantDtype.use_8a8w,
                  per_channel: bool = False, block_size_map: Optional[Dict[str, int]] = None,
                  calibration: Optional[Sequence[Tuple]] = None, is_qat: bool = False,
-                 quantizer: Optional[QnnQuantizer] = None):
+                 quantizer: Optional[QnnQuantizer] = None, soc_model: QcomChipset = QcomChipset.SM8650):
         self.float_module = module.eval()
         self.quant_dtype = quant_dtype
         if quantizer is None:
@@ -146,7 +146,7 @@ class QuantTester(QnnTester):
             quantizer.set_block_size_map(block_size_map or {})
         self.quantizer = quantizer
         converted = quantize_module(module, inputs, quantizer, calibration, is_qat)
-        super().__init__(converted, inputs, quant_compile_specs(quant_dtype))
+        super().__init__(converted, inputs, quant_compile_specs(quant_dtype, soc_model))
         self.module = converted  # the patched eval() of converted modules returns None
         self.stats: List[StepStats] = []
 

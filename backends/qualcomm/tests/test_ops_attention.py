@@ -70,3 +70,81 @@ def test_quantized_attention_is_one_delegate_and_as_close_to_float_as_qdq(quant_
         assert qdq >= min_sqnr, f"output {i}: QDQ reference {qdq:.1f} dB"
         assert ours >= qdq - 3.0, f"output {i}: engine {ours:.1f} dB vs QDQ {qdq:.1f} dB"
         assert np.isfinite(out).all()
+
+
+# ---- fp16: scaled_dot_product_attention kept whole, lowered by op_attention.py -----------------
+class FloatAttention(torch.nn.Module):
+    """bool mask (a graph input), causal, GQA + causal, float mask + scale, no mask."""
+
+    def forward(self, q, k, v, mask):
+        return (F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True, is_causal=True),
+                F.scaled_dot_product_attention(q, k, v, attn_mask=mask.float() * -2.0, scale=0.5),
+                F.scaled_dot_product_attention(q, k, v))
+
+
+def test_fp16_attention_is_one_delegate_of_matmuls_and_softmax():
+    from backends.qualcomm.tests.tester import QnnTester, count_op_types
+
+    tester = QnnTester(FloatAttention().eval(), _inputs()).run_and_compare()
+    assert len(tester.delegate_blobs()) == 1
+    assert tester.cpu_op_names() == []
+    payload = tester.payload()
+    assert count_op_types(payload, "MatMul") == 10 and count_op_types(payload, "Softmax") == 5
+    assert count_op_types(payload, "Tile") == 2  # GQA: k and v heads
+
+
+class MaskedAttention(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _fully_masked_row_inputs():
+    q, k, v, mask = _inputs()
+    mask = mask.clone()
+    mask[1] = False  # query row 1 has no key to attend: PyTorch gives zeros
+    return q, k, v, mask
+
+
+def test_fully_masked_row_gives_zeros_as_eager_in_fp16():
+    from backends.qualcomm.tests.tester import QnnTester
+
+    inputs = _fully_masked_row_inputs()
+    assert float(MaskedAttention()(*inputs)[:, :, 1].abs().max()) == 0.0
+    QnnTester(MaskedAttention().eval(), inputs).run_and_compare()
+
+
+def test_fully_masked_row_gives_zeros_in_the_decomposition():
+    inputs = _fully_masked_row_inputs()
+    graph = decompose_sdpa(torch.export.export(MaskedAttention(), inputs).module())
+    torch.testing.assert_close(graph(*inputs), MaskedAttention()(*inputs), rtol=0, atol=1e-6)
+
+
+# ---- real QNN ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("quant_dtype", [None, QuantDtype.use_16a8w])
+def test_attention_on_qnn_matches_host(quant_dtype, monkeypatch):
+    """QNN finalizes the attention graph (bool mask, causal + GQA, float mask) and agrees with the
+    host engine: fp16 within 5e-3; 16a8w as close to float as the host engine (16-bit MatMul and
+    Softmax are not bit-exact with HTP's: measured up to 69 steps of 2^16 apart, SQNR vs float
+    QNN 51-64 dB, host 51-63 dB)."""
+    from backends.qualcomm.tests.test_qnn_real import LOADED, STATUS, _payload_on_both_engines
+    from backends.qualcomm.tests.tester import QnnTester
+    from backends.qualcomm.utils.qnn_context import AOT_ENV
+
+    if not LOADED:
+        pytest.skip(f"QNN library not available: {STATUS}")
+    monkeypatch.setenv(AOT_ENV, "1")
+    module, inputs = (FloatAttention() if quant_dtype is None else Attention()).eval(), _inputs()
+    tester = (QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype)).lower()
+    assert tester.cpu_op_names() == [] and len(tester.delegate_blobs()) == 1
+    qnn, host = _payload_on_both_engines(tester.delegate_blobs()[0], inputs)
+    expected = float_outputs(module, inputs)
+    for i, (a, b, want) in enumerate(zip(qnn, host, expected)):
+        if quant_dtype is None:
+            assert float(np.abs(a - b).max()) < 5e-3, f"output {i}"
+        else:
+            a, b = a.reshape(want.shape), b.reshape(want.shape)
+            on_qnn, on_host = sqnr_db(a, want), sqnr_db(b, want)
+            print(f"output {i}: QNN {on_qnn:.1f} dB, host {on_host:.1f} dB")
+            assert on_qnn >= 45.0 and on_host >= on_qnn - 3.0, f"output {i}: QNN {on_qnn:.1f} dB, host {on_host:.1f} dB"

@@ -14,7 +14,7 @@ import torch
 from backends.qualcomm.partitioner import qnn_validation
 from backends.qualcomm.partitioner.qnn_validation import QNN_REFUSED, source_node
 from backends.qualcomm.serialization.qnn_graph import QnnOp
-from backends.qualcomm import QuantDtype
+from backends.qualcomm import QcomChipset, QuantDtype
 from backends.qualcomm.tests.quant_tester import QuantTester
 from backends.qualcomm.tests.tester import QnnTester
 from backends.qualcomm.serialization.payload_reader import describe_payload
@@ -35,7 +35,8 @@ BMM = "aten.bmm.default"
 
 
 class LinearBmm(torch.nn.Module):
-    """linear, linear -> bmm (QNN HTP refuses this 16a8w MatMul) -> add."""
+    """linear, linear -> bmm (a 16a8w MatMul of two activations, which QNN refuses for SM8350's
+    v68 HTP: it needs v73) -> add."""
 
     def __init__(self):
         super().__init__()
@@ -49,7 +50,7 @@ class LinearBmm(torch.nn.Module):
 def _lowered() -> QuantTester:
     torch.manual_seed(0)
     inputs = (torch.randn(2, 4, 8), torch.randn(2, 4, 8))
-    return QuantTester(LinearBmm(), inputs, QuantDtype.use_16a8w).lower()
+    return QuantTester(LinearBmm(), inputs, QuantDtype.use_16a8w, soc_model=QcomChipset.SM8350).lower()
 
 
 def _count_validations(monkeypatch) -> list:
@@ -71,7 +72,7 @@ def test_node_qnn_refuses_stays_on_cpu_with_qnn_reason(caplog):
     assert summary.cpu_op_counts() == {BMM: 1}
     reason = tester.partitioner.rejected_nodes[tester.cpu_nodes()[0].name]
     assert reason.startswith(QNN_REFUSED) and "(MatMul) refused by QNN: QNN error 3110" in reason
-    assert "has incorrect Value" in reason  # QNN's own words
+    assert "has incorrect Value 68, expected >= 73" in reason  # QNN's own words: the HTP arch
     assert summary.delegates == 2
     assert summary.validation.startswith("QNN op validation: ") and " s, 1 node(s) refused and left on the CPU" in summary.validation
     assert "QNN refused it (backendValidateOpConfig)" in caplog.text and "QNN op validation: " in caplog.text
@@ -96,8 +97,8 @@ def _record_batches(monkeypatch) -> list:
     batches = []
     real = qnn_validation.qnn_validate_ops
 
-    def recording(blob, num_ops):
-        reasons = real(blob, num_ops)
+    def recording(blob, num_ops, soc_model=0):
+        reasons = real(blob, num_ops, soc_model)
         batches.append((blob, reasons))
         return reasons
 
@@ -221,3 +222,22 @@ def test_op_kept_whole_for_the_delegate_stays_delegated(monkeypatch, caplog):
         in caplog.text
     assert caplog.text.count("stays delegated although QNN refuses it") == 1
     assert " 1 node(s) refused and left on the CPU" in summary.validation
+
+
+def test_sixteen_bit_matmul_is_validated_for_the_compile_specs_soc():
+    """QNN checks an op against the HTP architecture of the SoC: a 16-bit MatMul of two
+    activations needs v73 or later ('incorrect Value 68, expected >= 73' for SM8350's v68), so the
+    partitioner validates for the compile spec's SoC (it used to check QNN's default v68 and
+    left every 16a8w attention MatMul on the CPU for SM8650)."""
+    class MatMul(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.matmul(a, b)
+
+    torch.manual_seed(0)
+    tester = QuantTester(MatMul().eval(), (torch.randn(1, 2, 4, 8), torch.randn(1, 2, 8, 6)),
+                         QuantDtype.use_16a8w).lower()
+    assert tester.cpu_op_names() == []
+    blob = tester.delegate_blobs()[0]
+    index = next(i for i, op in enumerate(describe_payload(blob)[0].ops) if op.type == "MatMul")
+    assert native().qnn_validate_op(blob, 0, index, int(QcomChipset.SM8650)) is None
+    assert "expected >= 73" in native().qnn_validate_op(blob, 0, index, int(QcomChipset.SM8350))

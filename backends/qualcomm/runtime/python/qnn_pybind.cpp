@@ -95,11 +95,11 @@ py::tuple compile(const py::bytes& blob_bytes, uint32_t soc_model, uint32_t vtcm
       py::bytes(reinterpret_cast<const char*>(out.binary.data()), out.binary.size()), graphs);
 }
 
-py::object validate(const py::bytes& blob_bytes, uint32_t graph_index, uint32_t op_index) {
+py::object validate(const py::bytes& blob_bytes, uint32_t graph_index, uint32_t op_index, uint32_t soc_model) {
   const Blob blob(blob_bytes);
   const auto* payload = verified(blob);
   if (graph_index >= payload->graphs()->size()) throw py::value_error("graph_index out of range");
-  const engine::Status s = qnn::validate_op(payload->graphs()->Get(graph_index), op_index);
+  const engine::Status s = qnn::validate_op(payload->graphs()->Get(graph_index), op_index, soc_model);
   if (s.ok()) return py::none();
   return py::str(s.message);
 }
@@ -108,7 +108,7 @@ py::object validate(const py::bytes& blob_bytes, uint32_t graph_index, uint32_t 
 // tensors described once: [(op index, None when QNN accepts the op, else QNN's reason)].
 // ValueError for a malformed blob or a graph index out of range, RuntimeError when the
 // QNN library does not load.
-py::list validate_all(const py::bytes& blob_bytes, uint32_t graph_index) {
+py::list validate_all(const py::bytes& blob_bytes, uint32_t graph_index, uint32_t soc_model) {
   const Blob blob(blob_bytes);
   const auto* payload = verified(blob);
   if (graph_index >= payload->graphs()->size()) {
@@ -116,7 +116,7 @@ py::list validate_all(const py::bytes& blob_bytes, uint32_t graph_index) {
                           "has " + std::to_string(payload->graphs()->size()) + " graph(s))");
   }
   std::vector<qnn::OpVerdict> verdicts;
-  const engine::Status s = qnn::validate_ops(payload->graphs()->Get(graph_index), verdicts);
+  const engine::Status s = qnn::validate_ops(payload->graphs()->Get(graph_index), soc_model, verdicts);
   if (!s.ok()) raise(s);
   py::list out;
   for (size_t i = 0; i < verdicts.size(); ++i) {
@@ -195,8 +195,10 @@ void register_qnn_bindings(py::module_& m) {
         "(context binary, [(graph name, QNN tensor ids per payload tensor)]). RuntimeError "
         "naming graph, op and QNN error when QNN refuses.");
   m.def("qnn_validate_op", &validate, py::arg("blob"), py::arg("graph_index"), py::arg("op_index"),
-        "None when QNN's backendValidateOpConfig accepts the op, else QNN's reason.");
-  m.def("qnn_validate_ops", &validate_all, py::arg("blob"), py::arg("graph_index") = 0,
+        py::arg("soc_model") = 0,
+        "None when QNN's backendValidateOpConfig accepts the op (on the HTP of SoC `soc_model`; 0: "
+        "QNN's default architecture), else QNN's reason.");
+  m.def("qnn_validate_ops", &validate_all, py::arg("blob"), py::arg("graph_index") = 0, py::arg("soc_model") = 0,
         "Every op of one graph checked by QNN's backendValidateOpConfig in one call (blob "
         "verified, tensors described once): [(op index, None when accepted, else QNN's "
         "reason)], the reasons qnn_validate_op gives. ValueError for a malformed blob.");

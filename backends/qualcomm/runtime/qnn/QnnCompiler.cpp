@@ -293,7 +293,17 @@ Status compile_context(const fb::QnnPayload* payload, const CompileRequest& requ
   return read_binary(lib, session.context, out.binary);
 }
 
-Status validate_op(const fb::Graph* g, uint32_t op_index) {
+// HTP validates an op against the architecture of the device created last (without one,
+// its oldest: a 16-bit MatMul is then refused with 'incorrect Value 68, expected >= 73').
+Status device_for_validation(const QnnLibrary* lib, uint32_t soc_model, Session& session) {
+  session.lib = lib;
+  if (soc_model == 0) return Status::Ok();
+  CompileRequest request;
+  request.soc_model = soc_model;
+  return create_device(lib, request, session);
+}
+
+Status validate_op(const fb::Graph* g, uint32_t op_index, uint32_t soc_model) {
   std::string why;
   const QnnLibrary* lib = QnnLibrary::get(&why);
   if (lib == nullptr) return make_error(ErrorKind::NotSupported, "%s", why.c_str());
@@ -302,10 +312,12 @@ Status validate_op(const fb::Graph* g, uint32_t op_index) {
   }
   std::vector<std::unique_ptr<TensorDesc>> tensors;
   QNN_RETURN_IF_ERROR(describe_all(g, 1, tensors));
+  Session session;
+  QNN_RETURN_IF_ERROR(device_for_validation(lib, soc_model, session));
   return check_op(lib, g->ops()->Get(op_index), tensors);
 }
 
-Status validate_ops(const fb::Graph* g, std::vector<OpVerdict>& out) {
+Status validate_ops(const fb::Graph* g, uint32_t soc_model, std::vector<OpVerdict>& out) {
   out.clear();
   std::string why;
   const QnnLibrary* lib = QnnLibrary::get(&why);
@@ -321,6 +333,8 @@ Status validate_ops(const fb::Graph* g, std::vector<OpVerdict>& out) {
       tensor_errors[i] = s.message;
     }
   }
+  Session session;
+  QNN_RETURN_IF_ERROR(device_for_validation(lib, soc_model, session));
   const size_t num_ops = g->ops() ? g->ops()->size() : 0;
   out.resize(num_ops);
   for (size_t i = 0; i < num_ops; ++i) {

@@ -34,7 +34,8 @@ engine::Status compile_context(const ::qnn_delegate::QnnPayload* payload,
 
 // One op of a payload graph checked by backendValidateOpConfig; the message
 // says why QNN refused it. `op_index` indexes graph->ops().
-engine::Status validate_op(const ::qnn_delegate::Graph* graph, uint32_t op_index);
+// `soc_model` (0 = none): the SoC whose HTP architecture the op is checked against.
+engine::Status validate_op(const ::qnn_delegate::Graph* graph, uint32_t op_index, uint32_t soc_model = 0);
 
 // QNN's answer about one op of a graph: accepted, or why not (QNN refused it, or
 // the op could not be described to QNN, e.g. it uses a tensor with no QNN type).
@@ -49,7 +50,8 @@ struct OpVerdict {
 // tensor which cannot be described refuses only the ops using it, named, where
 // validate_op fails every op). Returns an error only when nothing can be checked
 // (the QNN library does not load).
-engine::Status validate_ops(const ::qnn_delegate::Graph* graph, std::vector<OpVerdict>& out);
+engine::Status validate_ops(const ::qnn_delegate::Graph* graph, uint32_t soc_model,
+                            std::vector<OpVerdict>& out);
 
 }  // namespace qnn
 }  // namespace qnn_delegate
