@@ -9,7 +9,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_data_io, check_float_io,
     register_builder, tensor_vals,
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, reshape, stored_axis
@@ -26,7 +26,7 @@ class ConcatBuilder(NodeBuilder):
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        ok, reason = check_float_io(node)
+        ok, reason = check_data_io(node)
         if ok and not all(isinstance(t, torch.fx.Node) for t in node.args[0]):
             return False, "cat inputs must be tensors"
         return ok, reason
@@ -62,7 +62,7 @@ class SliceBuilder(NodeBuilder):
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        ok, reason = check_float_io(node)
+        ok, reason = check_data_io(node)
         step = node.args[4] if len(node.args) > 4 else node.kwargs.get("step", 1)
         if ok and int(step) < 1:
             return False, f"slice step {step} must be >= 1"
@@ -88,6 +88,9 @@ class SelectBuilder(NodeBuilder):
     targets = [_aten.select_copy.int]
     quant_annotations = dict.fromkeys(aten_ops("select.int"),
                                       QuantFamily.SHARED)
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        return check_data_io(node, skip_inputs=(1, 2))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = gb.tensor(node.args[0])

@@ -9,7 +9,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_data_io,
     register_builder,
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, reshape
@@ -50,7 +50,7 @@ class ReshapeBuilder(NodeBuilder):
         "squeeze.default", "unsqueeze.default", "_unsafe_view.default"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return check_float_io(node, skip_inputs=(1,))
+        return check_data_io(node, skip_inputs=(1,))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         gb.add_op(node, "Reshape", [gb.tensor(node.args[0])], [gb.define_output(node)])
@@ -75,7 +75,7 @@ class IdentityBuilder(NodeBuilder):
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        ok, reason = check_float_io(node)
+        ok, reason = check_data_io(node)
         if not ok:
             return ok, reason
         if not is_contiguous_dim_order(node):
@@ -108,7 +108,7 @@ class TransposeBuilder(NodeBuilder):
                                       QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return check_float_io(node, skip_inputs=(1, 2))
+        return check_data_io(node, skip_inputs=(1, 2))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = gb.tensor(node.args[0])
@@ -126,7 +126,7 @@ class ExpandBuilder(NodeBuilder):
                                       QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        ok, reason = check_float_io(node, skip_inputs=(1,))
+        ok, reason = check_data_io(node, skip_inputs=(1,))
         if not ok:
             return ok, reason
         in_shape, out_shape = logical_shape(node.args[0]), logical_shape(node)

@@ -188,6 +188,32 @@ def check_float_io(node: torch.fx.Node, skip_inputs: Tuple[int, ...] = ()) -> Su
     return SUPPORTED
 
 
+# Data movement ops move bytes: besides float32, integer and bool tensors (token ids, positions,
+# masks; int64 is INT_64 in the payload, INT_32 on QNN, which has no 64-bit type).
+DATA_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool, torch.uint8, torch.int8)
+
+
+def check_data_io(node: torch.fx.Node, skip_inputs: Tuple[int, ...] = ()) -> SupportResult:
+    """Every tensor input (except positions in skip_inputs) and the output have one of
+    DATA_DTYPES, all the same one."""
+    dtypes = set()
+    for i, arg in enumerate(node.args):
+        if i in skip_inputs:
+            continue
+        for a in arg if isinstance(arg, (list, tuple)) else [arg]:
+            dtypes |= {v.dtype for v in (tensor_vals(a) if isinstance(a, torch.fx.Node) else [])}
+    outputs = tensor_vals(node)
+    if not outputs:
+        return False, "output has no tensor meta"
+    dtypes |= {v.dtype for v in outputs}
+    unsupported = sorted(str(d) for d in dtypes if d not in DATA_DTYPES)
+    if unsupported:
+        return False, f"dtype {', '.join(unsupported)} is not supported (float32, int32, int64, bool, uint8, int8)"
+    if len(dtypes) > 1:
+        return False, f"mixed dtypes {sorted(str(d) for d in dtypes)}"
+    return SUPPORTED
+
+
 def check_static_shapes(node: torch.fx.Node) -> SupportResult:
     for val in tensor_vals(node):
         if any(not isinstance(d, int) for d in val.shape):

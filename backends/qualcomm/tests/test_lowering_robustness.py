@@ -117,6 +117,8 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
                       inputs_of((2, 4, 5, 6))),
     "SoftmaxBuilder": (lambda: m.Softmax(1), inputs_of((3, 4, 5))),
     "TopKBuilder": (lambda: L(lambda x: torch.topk(x * 2.0, 3).values), inputs_of((2, 8))),
+    "ScaledDotProductAttentionBuilder": (lambda: L(lambda q, k: torch.nn.functional.scaled_dot_product_attention(
+        q, k, k, is_causal=True)), inputs_of((1, 2, 4, 8), (1, 2, 4, 8))),
     "GetItemBuilder": (lambda: L(lambda x: torch.topk(x, 3)[0] + 1.0), inputs_of((2, 8))),
 }
 # Builders of quantized graphs only: covered by test_quantized_builders_lower_and_run.
@@ -349,7 +351,8 @@ class TestOpsKeptWhole:
         assert {str(op): by_builder[op] for op in ops} == {
             "aten.linear.default": "LinearBuilder", "aten.matmul.default": "MatMulBuilder",
             "aten.layer_norm.default": "LayerNormBuilder", "aten.gelu.default": "UnaryActivationBuilder",
-            "aten.silu.default": "UnaryActivationBuilder", "aten.hardswish.default": "UnaryActivationBuilder"}
+            "aten.silu.default": "UnaryActivationBuilder", "aten.hardswish.default": "UnaryActivationBuilder",
+            "aten.scaled_dot_product_attention.default": "ScaledDotProductAttentionBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()
