@@ -54,6 +54,11 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
             return False, "query, key, value and output must be float32"
         if args["dropout_p"] not in (0, 0.0):
             return False, f"dropout_p={args['dropout_p']} is not supported (inference only)"
+        if not tensor_vals(node)[0].is_contiguous():
+            # Export recorded the fused kernel's [B, L, H, E] strides, and user code after it
+            # (`out.transpose(1, 2).reshape(...)`) as a view that ExecuTorch's re-trace of a
+            # preserved SDPA (contiguous) cannot redo: such a node is decomposed instead.
+            return False, "output strides are not contiguous (decomposed instead)"
         mask = args["attn_mask"]
         if mask is not None and not (isinstance(mask, torch.fx.Node) and
                                      tensor_vals(mask)[0].dtype in (torch.bool, torch.float32)):

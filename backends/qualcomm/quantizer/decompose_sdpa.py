@@ -103,7 +103,25 @@ def _inline(model: GraphModule, node: Node, traced: GraphModule, inputs: List[No
                 env[sub] = new
             elif sub.op == "output":
                 node.replace_all_uses_with(env[sub.args[0]])
+                _views_to_reshapes(env[sub.args[0]])
     model.graph.erase_node(node)
+
+
+def _views_to_reshapes(output: Node) -> None:
+    """Views downstream of the decomposed attention become reshapes. SDPA's own output may be
+    laid out [B, L, H, E] (strides of the fused kernels), so export recorded
+    `out.transpose(1, 2).reshape(...)` as a view; the decomposition's output is contiguous
+    [B, H, L, E], on which that view is impossible (re-tracing would fail)."""
+    seen, todo = set(), [output]
+    while todo:
+        node = todo.pop()
+        for user in node.users:
+            if user in seen or user.op != "call_function":
+                continue
+            seen.add(user)
+            if user.target == torch.ops.aten.view.default:
+                user.target = torch.ops.aten.reshape.default
+            todo.append(user)
 
 
 def decompose_sdpa(model: GraphModule) -> GraphModule:
