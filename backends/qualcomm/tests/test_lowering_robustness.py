@@ -120,6 +120,10 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     "ScaledDotProductAttentionBuilder": (lambda: L(lambda q, k: torch.nn.functional.scaled_dot_product_attention(
         q, k, k, is_causal=True)), inputs_of((1, 2, 4, 8), (1, 2, 4, 8))),
     "GetItemBuilder": (lambda: L(lambda x: torch.topk(x, 3)[0] + 1.0), inputs_of((2, 8))),
+    "ExtremeBuilder": (lambda: _outputs(lambda x: torch.amax(x, (1, 2)), lambda x: torch.max(x, 1)[1],
+                                        lambda x: x.min(), lambda x: (x > 0).any(-1)), inputs_of((2, 4, 5, 6))),
+    "ArgExtremeBuilder": (lambda: _outputs(lambda x: torch.argmax(x, 1), lambda x: torch.argmin(x, -1, keepdim=True)),
+                          inputs_of((2, 4, 5))),
 }
 # Builders of quantized graphs only: covered by test_quantized_builders_lower_and_run.
 QUANT_ONLY_BUILDERS = {"QuantizeBuilder", "DequantizeBuilder"}
