@@ -124,6 +124,8 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
                                         lambda x: x.min(), lambda x: (x > 0).any(-1)), inputs_of((2, 4, 5, 6))),
     "ArgExtremeBuilder": (lambda: _outputs(lambda x: torch.argmax(x, 1), lambda x: torch.argmin(x, -1, keepdim=True)),
                           inputs_of((2, 4, 5))),
+    "VarianceBuilder": (lambda: _outputs(lambda x: torch.var(x, 1), lambda x: torch.std(x, (1, 2), correction=0, keepdim=True)),
+                        inputs_of((2, 4, 5))),
 }
 # Builders of quantized graphs only: covered by test_quantized_builders_lower_and_run.
 QUANT_ONLY_BUILDERS = {"QuantizeBuilder", "DequantizeBuilder"}
