@@ -1,4 +1,6 @@
-"""mean.dim / sum.dim_IntList -> ReduceMean / ReduceSum (axes remapped to the stored layout)."""
+"""mean.dim / sum.dim_IntList -> ReduceMean / ReduceSum (axes remapped to the stored layout).
+
+prod has no builder: QNN 2.51's HTP has no ReduceProd (validation: 3110 'OpValidator not found')."""
 from __future__ import annotations
 
 from typing import List
