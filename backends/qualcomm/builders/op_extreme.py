@@ -1,10 +1,13 @@
 """Max / min reductions -> ReduceMax / ReduceMin (+ Argmax / Argmin for indices).
 
-amax / amin / max / min (all dims), any / all on bool tensors (max / min of BOOL_8), and
-max.dim / min.dim: values by ReduceMax / ReduceMin, the indices output (getitem 1, when
-used) by Argmax / Argmin INT_32 + Cast to INT_64. argmax / argmin: Argmax / Argmin + Cast.
+amax / amin, any / all on bool tensors, and max.dim / min.dim: values by ReduceMax /
+ReduceMin, the indices output (getitem 1, when used) by Argmax / Argmin INT_32 + Cast to
+INT_64. argmax / argmin: Argmax / Argmin + Cast.
 
-Quantized graphs: amax / amin / max / min select one input value, so the output shares the
+max() / min() / any() of every element (0-d outputs, which QNN refuses: 3110 'Output[0] has
+incorrect Rank 0') have no builder.
+
+Quantized graphs: amax / amin select one input value, so the output shares the
 input's encoding (QuantFamily.SHARED). max.dim / min.dim return a tuple, which QnnQuantizer
 leaves unannotated: they run on the dequantized input in float, as argmax / argmin do."""
 from __future__ import annotations
@@ -31,15 +34,12 @@ _aten = exir_ops.edge.aten
 
 # edge op -> (values op, indices op)
 EXTREME_OPS = {
-    _aten.amax.default: ("ReduceMax", "Argmax"), _aten.max.default: ("ReduceMax", "Argmax"),
-    _aten.max.dim: ("ReduceMax", "Argmax"), _aten.any.default: ("ReduceMax", "Argmax"),
+    _aten.amax.default: ("ReduceMax", "Argmax"), _aten.max.dim: ("ReduceMax", "Argmax"),
     _aten.any.dim: ("ReduceMax", "Argmax"), _aten.any.dims: ("ReduceMax", "Argmax"),
-    _aten.amin.default: ("ReduceMin", "Argmin"), _aten.min.default: ("ReduceMin", "Argmin"),
-    _aten.min.dim: ("ReduceMin", "Argmin"), _aten.all.default: ("ReduceMin", "Argmin"),
+    _aten.amin.default: ("ReduceMin", "Argmin"), _aten.min.dim: ("ReduceMin", "Argmin"),
     _aten.all.dim: ("ReduceMin", "Argmin"), _aten.all.dims: ("ReduceMin", "Argmin"),
 }
-BOOL_OPS = (_aten.any.default, _aten.any.dim, _aten.any.dims, _aten.all.default, _aten.all.dim,
-            _aten.all.dims)
+BOOL_OPS = (_aten.any.dim, _aten.any.dims, _aten.all.dim, _aten.all.dims)
 TUPLE_OPS = (_aten.max.dim, _aten.min.dim)
 ARG_OPS = {_aten.argmax.default: "Argmax", _aten.argmin.default: "Argmin"}
 
@@ -94,8 +94,7 @@ def _bool_reduce(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, out: QnnTe
 @register_builder
 class ExtremeBuilder(NodeBuilder):
     targets = list(EXTREME_OPS)
-    quant_annotations = dict.fromkeys(aten_ops("amax.default", "amin.default", "max.default", "min.default"),
-                                      QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(aten_ops("amax.default", "amin.default"), QuantFamily.SHARED)
     layout_policy = LayoutPolicy.AGNOSTIC
     num_outputs = 2  # max.dim / min.dim: values, indices
 

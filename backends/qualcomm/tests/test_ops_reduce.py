@@ -233,12 +233,12 @@ def test_kernels_nan_inf_and_ties_follow_pytorch():
 def test_rank0_outputs_stay_on_cpu_with_qnns_reason():
     class AllDims(torch.nn.Module):
         def forward(self, x):
-            return x.max(), torch.argmax(x[0, 0, 0], 0), x * 2.0
+            return torch.amax(x, (0, 1, 2, 3)), torch.argmax(x[0, 0, 0], 0), x.max(), x * 2.0
 
     tester = QnnTester(AllDims(), (distinct_values(2, 3, 4, 5),)).lower()
-    assert sorted(tester.cpu_op_names()) == ["aten.argmax.default", "aten.max.default"]
+    assert sorted(tester.cpu_op_names()) == ["aten.amax.default", "aten.argmax.default", "aten.max.default"]
     reasons = tester.partitioner.rejected_nodes
-    assert "incorrect Rank 0" in reasons["aten_max_default"], reasons
+    assert "incorrect Rank 0" in reasons["aten_amax_default"] and "rank-0" in reasons["aten_argmax_default"], reasons
     tester.to_executorch().run().compare()
 
 
