@@ -7,8 +7,8 @@
    node moved to another delegate (partitioner/quant_boundaries.py) reads it there, and it
    gets the dequantized value (InsertIOQDQ), which that quantize maps back to the same
    integers; so the op stays quantized instead of running in float.
-3. A dequantize of a quantized tensor is bypassed for consumers that are quantized ops;
-   it stays (QNN `Dequantize`) for float consumers and delegate outputs.
+3. A dequantize of a quantized tensor is bypassed for consumers that are quantized ops
+   (and for comparisons of quantized inputs, whose bool output has no encoding); it stays (QNN `Dequantize`) for float consumers and delegate outputs.
 Quantize nodes left over are graph-input `Quantize`s or requantizations (InsertRequantize)."""
 from __future__ import annotations
 
@@ -84,8 +84,18 @@ def _fold_output_quantizes(graph: torch.fx.Graph) -> None:
 
 
 def _consumes_quantized(user: torch.fx.Node) -> bool:
+    if user.op == "call_function" and _compares_quantized(user):
+        return True
     return user.op == "call_function" and QCOM_QUANT_ATTRS in compute_source(user).meta \
         and not is_quantize(user)
+
+
+def _compares_quantized(node: torch.fx.Node) -> bool:
+    """A comparison whose float inputs are all quantized: it reads them as they are (bool
+    output, no encoding of its own)."""
+    from backends.qualcomm.builders.op_logic import COMPARE_OPS
+
+    return node.target in COMPARE_OPS and is_quantized_op(node)
 
 
 def _bypass_activation_dequantizes(graph: torch.fx.Graph) -> None:

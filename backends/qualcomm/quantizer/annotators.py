@@ -112,11 +112,27 @@ def annotate_compute(node: Node, config: QuantConfig) -> None:
     if node.target in MATMUL_OPS and _is_16bit(config.input_activation) and len(node.args) > 1 \
             and node.args[1] in inputs and node.args[1] is not node.args[0]:
         inputs[node.args[1]] = symmetric_16bit_activation(config.input_activation)
+    if _bool_output(node):
+        _set_inputs_only(node, inputs)
+        return
     _set(node, inputs, fixed_output_spec(node, config) or config.output_activation)
 
 
 def _is_16bit(spec) -> bool:
     return spec is not None and spec.quant_max is not None and spec.quant_max > 255
+
+
+def _bool_output(node: Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.dtype == torch.bool
+
+
+def _set_inputs_only(node: Node, inputs: Dict[Node, object]) -> None:
+    """A comparison: its float inputs are quantized, its bool output is not (the delegate
+    compares the dequantized values, as the QDQ reference does)."""
+    if inputs:
+        node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(
+            input_qspec_map=inputs, output_qspec=None, _annotated=True)
 
 
 TANH_OPS = aten_ops("tanh.default")

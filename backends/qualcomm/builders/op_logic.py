@@ -1,0 +1,226 @@
+"""Comparisons (eq / ne / lt / le / gt / ge, Tensor and Scalar overloads) to BOOL_8, logic on
+BOOL_8 (logical_and / or / xor / not and their bitwise_ forms on bool tensors), and selection
+(where, masked_fill) as ElementWiseSelect. Tensors may be FLOAT_32, INT_32 / INT_64 (int64
+stays INT_64 in the payload; the QNN side narrows it to INT_32) or BOOL_8.
+
+Quantized graphs: a comparison reads its quantized inputs as they are (QnnQuantizer annotates
+the inputs, not the bool output; the fold pass bypasses their dequantizes), so QNN compares
+the dequantized values, as the PT2E reference does; a scalar operand becomes a quantized
+constant that holds it exactly. Select's branches and output carry activation encodings."""
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Union
+
+import numpy as np
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+
+from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.op_elementwise import as_rank0
+from backends.qualcomm.builders.registry import (
+    NodeBuilder, SUPPORTED, SupportResult, node_val, register_builder, table_quant_annotations, tensor_vals,
+)
+from backends.qualcomm.builders.utils import reshape, scalar_tensor
+from backends.qualcomm.serialization.qnn_graph import QnnTensor, TensorType
+from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
+
+_aten = exir_ops.edge.aten
+
+# edge op -> QNN comparison
+COMPARE_OPS = {
+    _aten.eq.Tensor: "ElementWiseEqual", _aten.eq.Scalar: "ElementWiseEqual",
+    _aten.ne.Tensor: "ElementWiseNotEqual", _aten.ne.Scalar: "ElementWiseNotEqual",
+    _aten.lt.Tensor: "ElementWiseLess", _aten.lt.Scalar: "ElementWiseLess",
+    _aten.le.Tensor: "ElementWiseLessEqual", _aten.le.Scalar: "ElementWiseLessEqual",
+    _aten.gt.Tensor: "ElementWiseGreater", _aten.gt.Scalar: "ElementWiseGreater",
+    _aten.ge.Tensor: "ElementWiseGreaterEqual", _aten.ge.Scalar: "ElementWiseGreaterEqual",
+}
+# edge op -> QNN logic op on BOOL_8 tensors
+LOGIC_OPS = {
+    _aten.logical_and.default: "ElementWiseAnd", _aten.bitwise_and.Tensor: "ElementWiseAnd",
+    _aten.logical_or.default: "ElementWiseOr", _aten.bitwise_or.Tensor: "ElementWiseOr",
+    _aten.logical_xor.default: "ElementWiseXor", _aten.bitwise_xor.Tensor: "ElementWiseXor",
+    _aten.logical_not.default: "ElementWiseNot", _aten.bitwise_not.default: "ElementWiseNot",
+}
+# edge op -> (condition, then, else) argument positions, or None for masked_fill's own order
+SELECT_OPS = {
+    _aten.where.self: (0, 1, 2), _aten.where.ScalarOther: (0, 1, 2), _aten.where.ScalarSelf: (0, 1, 2),
+    _aten.where.Scalar: (0, 1, 2), _aten.masked_fill.Scalar: (1, 2, 0),
+}
+
+_VALUE_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool)
+_NUMPY_DTYPES = {torch.float32: np.float32, torch.int32: np.int32, torch.int64: np.int64, torch.bool: np.bool_}
+Operand = Union[torch.fx.Node, int, float, bool]
+
+
+def _dtype(arg: Operand) -> Optional[torch.dtype]:
+    val = node_val(arg)
+    return val.dtype if isinstance(val, torch.Tensor) else None
+
+
+def _is_number(arg: object) -> bool:
+    return isinstance(arg, (int, float, bool))
+
+
+def _output_dtype_is(node: torch.fx.Node, dtypes) -> SupportResult:
+    outputs = tensor_vals(node)
+    if not outputs:
+        return False, "output has no tensor meta"
+    if outputs[0].dtype not in dtypes:
+        return False, f"output dtype {outputs[0].dtype} is not supported"
+    return SUPPORTED
+
+
+def check_scalar_fits(scalar: object, dtype: torch.dtype, what: str) -> SupportResult:
+    """A number operand next to a tensor of `dtype`: it must keep its value in that dtype
+    (torch would compare an int tensor with 0.5 in float)."""
+    if not _is_number(scalar):
+        return False, f"{what} {scalar!r} is not a tensor or number"
+    if dtype == torch.bool:
+        return False, f"{what} {scalar!r} next to a bool tensor is not supported"
+    if dtype != torch.float32 and (isinstance(scalar, float) and not float(scalar).is_integer()):
+        return False, f"{what} {scalar!r} is not an integer but the tensor is {dtype}"
+    if dtype != torch.float32 and abs(scalar) >= 2 ** 31:
+        return False, f"{what} {scalar!r} does not fit INT_32 (QNN's integer type)"
+    return SUPPORTED
+
+
+def number_operand(gb: GraphBuilder, node: torch.fx.Node, value: Union[int, float], like: torch.fx.Node,
+                   name: str) -> QnnTensor:
+    """A STATIC scalar in the data type of tensor `like`: quantized so that it holds the value
+    exactly when `like` is quantized, else of its dtype."""
+    attrs = like.meta.get(QCOM_QUANT_ATTRS)
+    if attrs is not None:
+        return scalar_tensor(gb, f"{node.name}_{name}", float(value), quantized=True, like=attrs)
+    return scalar_tensor(gb, f"{node.name}_{name}", value, dtype=_NUMPY_DTYPES[_dtype(like)])
+
+
+def value_operand(gb: GraphBuilder, node: torch.fx.Node, arg: Operand, like: torch.fx.Node, name: str) -> QnnTensor:
+    if isinstance(arg, torch.fx.Node):
+        return gb.tensor(arg)
+    return number_operand(gb, node, arg, like, name)
+
+
+def select_positions(node: torch.fx.Node) -> tuple:
+    """(condition, then, else) argument positions of a select node (edge or aten op)."""
+    for op, positions in SELECT_OPS.items():
+        if node.target in (op, getattr(op, "_op", None)):
+            return positions
+    raise KeyError(node.target)
+
+
+def padded_rank(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, rank: int, name: str) -> QnnTensor:
+    """`tensor` with leading 1s up to `rank` (QNN's Select refuses operands of lower rank:
+    'Input[2] has incorrect Rank 0')."""
+    if len(tensor.dims) >= rank:
+        return tensor
+    dims = [1] * (rank - len(tensor.dims)) + list(tensor.dims)
+    if tensor.type == TensorType.STATIC:
+        return gb.add_tensor(f"{tensor.name}_rank{rank}", TensorType.STATIC, tensor.data_type, dims,
+                             None if tensor.data is None else tensor.data.reshape(dims), tensor.quant)
+    return reshape(gb, node, tensor, dims, f"{name}_rank{rank}")
+
+
+def _rank0(gb: GraphBuilder, node: torch.fx.Node, tensors: List[QnnTensor]) -> List[QnnTensor]:
+    """0-d output: operands stored as [1] would broadcast it to [1]."""
+    if logical_shape(node):
+        return tensors
+    return [as_rank0(gb, node, t, f"in{i}") for i, t in enumerate(tensors)]
+
+
+@register_builder
+class CompareBuilder(NodeBuilder):
+    targets = list(COMPARE_OPS)
+    # Inputs annotated, the bool output not (annotators.annotate_compute).
+    quant_annotations = table_quant_annotations(COMPARE_OPS.values())
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        ok, reason = _output_dtype_is(node, (torch.bool,))
+        if not ok:
+            return ok, reason
+        a, b = node.args[0], node.args[1]
+        if not isinstance(a, torch.fx.Node):
+            return False, f"operand {a!r} is not a tensor"
+        dtype = _dtype(a)
+        if dtype not in _VALUE_DTYPES:
+            return False, f"input dtype {dtype} is not supported (float32, int32, int64, bool)"
+        if isinstance(b, torch.fx.Node):
+            if _dtype(b) != dtype:
+                return False, f"inputs differ in dtype ({dtype} and {_dtype(b)}); cast them first"
+            return SUPPORTED
+        if dtype == torch.float32 and isinstance(b, (int, float)) and not math.isfinite(float(b)) \
+                and QCOM_QUANT_ATTRS in a.meta:
+            return False, f"scalar {b!r} has no quantized form"
+        return check_scalar_fits(b, dtype, "scalar")
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        a, b = node.args[0], node.args[1]
+        operands = _rank0(gb, node, [gb.tensor(a), value_operand(gb, node, b, a, "b")])
+        gb.add_op(node, COMPARE_OPS[node.target], operands, [gb.define_output(node)])
+
+
+@register_builder
+class LogicBuilder(NodeBuilder):
+    targets = list(LOGIC_OPS)  # bool tensors only: never quantized (op table quant = "float")
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        arity = 1 if LOGIC_OPS[node.target] == "ElementWiseNot" else 2
+        for i, arg in enumerate(node.args[:arity]):
+            if not isinstance(arg, torch.fx.Node):
+                return False, f"operand {i} ({arg!r}) is not a tensor"
+            if _dtype(arg) != torch.bool:
+                return False, f"operand {i} has dtype {_dtype(arg)}; only bool tensors are supported"
+        return _output_dtype_is(node, (torch.bool,))
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        arity = 1 if LOGIC_OPS[node.target] == "ElementWiseNot" else 2
+        operands = _rank0(gb, node, [gb.tensor(a) for a in node.args[:arity]])
+        gb.add_op(node, LOGIC_OPS[node.target], operands, [gb.define_output(node)])
+
+
+@register_builder
+class SelectBuilder(NodeBuilder):
+    targets = list(SELECT_OPS)
+    # Export keeps number branches (where.ScalarOther, masked_fill.Scalar); ExecuTorch would
+    # make them scalar_tensor nodes.
+    keep_whole = [op for op in SELECT_OPS if op != _aten.where.self]
+    quant_annotations = table_quant_annotations(["ElementWiseSelect"])
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        c, x, y = (node.args[i] for i in select_positions(node))
+        if not isinstance(c, torch.fx.Node) or _dtype(c) != torch.bool:
+            return False, f"condition must be a bool tensor (got {_dtype(c) if isinstance(c, torch.fx.Node) else c!r})"
+        ok, reason = _output_dtype_is(node, _VALUE_DTYPES)
+        if not ok:
+            return ok, reason
+        out_dtype = tensor_vals(node)[0].dtype
+        quantized = QCOM_QUANT_ATTRS in node.meta
+        for what, arg in (("then", x), ("else", y)):
+            if isinstance(arg, torch.fx.Node):
+                if _dtype(arg) != out_dtype:
+                    return False, f"{what} branch dtype {_dtype(arg)} differs from the output's {out_dtype}"
+                continue
+            ok, reason = check_scalar_fits(arg, out_dtype, f"{what} value")
+            if not ok:
+                return ok, reason
+            if quantized and not math.isfinite(float(arg)):
+                return False, f"{what} value {arg!r} has no quantized form"
+        return SUPPORTED
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        c, x, y = (node.args[i] for i in select_positions(node))
+        out = gb.define_output(node)
+        operands = [gb.tensor(c), self._branch(gb, node, x, "then"), self._branch(gb, node, y, "else")]
+        rank = len(out.dims)
+        operands = [padded_rank(gb, node, t, rank, name) for t, name in zip(operands, ("condition", "then", "else"))]
+        gb.add_op(node, "ElementWiseSelect", _rank0(gb, node, operands), [out])
+
+    def _branch(self, gb: GraphBuilder, node: torch.fx.Node, arg: Operand, name: str) -> QnnTensor:
+        if isinstance(arg, torch.fx.Node):
+            return gb.tensor(arg)
+        attrs = node.meta.get(QCOM_QUANT_ATTRS)
+        if attrs is not None:  # the code of the output encoding: Select copies it, as PT2E rounds it
+            code = np.clip(np.rint(float(arg) / float(attrs.scale)) + int(attrs.zero_point), attrs.qmin, attrs.qmax)
+            return gb.quantized_static(f"{node.name}_{name}", np.array([code], np.int64), attrs)
+        return scalar_tensor(gb, f"{node.name}_{name}", arg, dtype=_NUMPY_DTYPES[tensor_vals(node)[0].dtype])
