@@ -1,5 +1,6 @@
 """Unary ops, one row per op: relu, hardtanh/relu6, clamp, sigmoid, tanh, gelu, silu, hardswish,
-rsqrt, sqrt, neg, abs."""
+rsqrt, sqrt, neg, abs,
+exp, log, sin, cos, asin, atan, ceil, floor, round, sign."""
 from __future__ import annotations
 
 from typing import Callable, Dict, List
@@ -12,7 +13,9 @@ from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SUPPORTED, SupportResult, check_float_io, register_builder,
     table_quant_annotations,
 )
+from backends.qualcomm.builders.quant_encoding import is_dequantize
 from backends.qualcomm.builders.utils import input_layout
+from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnParam, float_scalar
 
 _aten = exir_ops.edge.aten
@@ -73,8 +76,40 @@ UNARY_OPS: Dict[object, tuple] = {
     _aten.sqrt.default: ("ElementWiseSquareRoot", _no_params),
     _aten.neg.default: ("ElementWiseNeg", _no_params),
     _aten.abs.default: ("ElementWiseAbs", _no_params),
+    _aten.exp.default: ("ElementWiseExp", _no_params),
+    _aten.log.default: ("ElementWiseLog", _no_params),
+    _aten.sin.default: ("ElementWiseSin", _no_params),
+    _aten.cos.default: ("ElementWiseCos", _no_params),
+    _aten.asin.default: ("ElementWiseAsin", _no_params),
+    _aten.atan.default: ("ElementWiseAtan", _no_params),
+    _aten.ceil.default: ("ElementWiseCeil", _no_params),
+    _aten.floor.default: ("ElementWiseFloor", _no_params),
+    _aten.round.default: ("ElementWiseRound", _no_params),
+    _aten.sign.default: ("ElementWiseSign", _no_params),
 }
+def _quantized_only_check(node: torch.fx.Node) -> SupportResult:
+    """asin: QNN 2.51 HTP's ElementWiseAsin takes only 8/16-bit quantized tensors (validation
+    3110: 'Unsupported input/output datatypes ... FLOAT_32'); in float graphs it stays on the CPU."""
+    if any(is_dequantize(a) or QCOM_QUANT_ATTRS in a.meta for a in node.all_input_nodes):
+        return SUPPORTED
+    return False, "QNN HTP's ElementWiseAsin takes only quantized (8/16-bit) tensors, not FLOAT_32"
+
+
+def _not_16_bit_check(node: torch.fx.Node) -> SupportResult:
+    """log: QNN 2.51 HTP's 16-bit ElementWiseLog accepts the op but its outputs are far off
+    (its measured table: 99% of 120 values > 16 steps off log, up to the whole range); 8-bit and
+    float are right."""
+    for arg in node.all_input_nodes:
+        attrs = arg.meta.get(QCOM_QUANT_ATTRS)
+        qmax = attrs.qmax if attrs is not None else (arg.args[4] if is_dequantize(arg) and len(arg.args) > 4 else 0)
+        if isinstance(qmax, int) and qmax > 255:
+            return False, "QNN HTP's 16-bit ElementWiseLog gives wrong values (measured); only 8-bit or float"
+    return SUPPORTED
+
+
 _EXTRA_CHECKS: Dict[object, Callable[[torch.fx.Node], SupportResult]] = {
+    _aten.asin.default: _quantized_only_check,
+    _aten.log.default: _not_16_bit_check,
     _aten.gelu.default: _gelu_check,
     _aten.clamp.default: _clamp_check,
 }

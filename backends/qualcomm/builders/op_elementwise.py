@@ -1,4 +1,5 @@
-"""Binary elementwise ops: add / sub / mul / div (Tensor and Scalar overloads), pow(x, scalar)."""
+"""Binary elementwise ops: add / sub / mul / div (Tensor and Scalar overloads), pow(x, scalar),
+maximum / minimum."""
 from __future__ import annotations
 
 import torch
@@ -27,6 +28,8 @@ BINARY_OPS = {
     _aten.div.Tensor: ("ElementWiseDivide", False),
     _aten.div.Scalar: ("ElementWiseDivide", False),
     _aten.pow.Tensor_Scalar: ("ElementWisePower", False),
+    _aten.maximum.default: ("ElementWiseMaximum", False),
+    _aten.minimum.default: ("ElementWiseMinimum", False),
 }
 
 

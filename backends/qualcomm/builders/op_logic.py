@@ -180,7 +180,7 @@ class LogicBuilder(NodeBuilder):
 
 
 @register_builder
-class SelectBuilder(NodeBuilder):
+class WhereBuilder(NodeBuilder):
     targets = list(SELECT_OPS)
     # Export keeps number branches (where.ScalarOther, masked_fill.Scalar); ExecuTorch would
     # make them scalar_tensor nodes.

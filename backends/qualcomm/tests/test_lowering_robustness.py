@@ -91,6 +91,13 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     "BinaryElementwiseBuilder": (lambda: _outputs(
         torch.add, torch.sub, torch.mul, lambda a, b: a / (b + 3.0), lambda a, b: 2.0 - a,
         lambda a, b: a ** 3, lambda a, b: torch.add(a, b, alpha=0.5)), inputs_of((2, 3, 4), (4,))),
+    "CompareBuilder": (lambda: _outputs(torch.eq, lambda a, b: a <= 0.5), inputs_of((2, 3, 4), (4,))),
+    "LogicBuilder": (lambda: _outputs(lambda a, b: torch.logical_and(a > 0, b > 0),
+                                      lambda a, b: torch.logical_not(a > b)), inputs_of((2, 3, 4), (4,))),
+    "WhereBuilder": (lambda: _outputs(lambda a, b: torch.where(a > b, a, b), lambda a, b: a.masked_fill(b > 0, -2.0)),
+                     inputs_of((2, 3, 4), (4,))),
+    "DecomposedMathBuilder": (lambda: _outputs(lambda a, b: torch.clamp(a, b - 0.5, b + 0.5),
+                                               lambda a, b: torch.log2(a * a + 1.0)), inputs_of((2, 3, 4), (4,))),
     "ReshapeBuilder": (lambda: _outputs(lambda x: x.view(8), lambda x: x.reshape(4, -1),
                                         lambda x: x.unsqueeze(0), lambda x: x.squeeze(1)),
                        inputs_of((2, 1, 4))),
@@ -359,7 +366,9 @@ class TestOpsKeptWhole:
             "aten.linear.default": "LinearBuilder", "aten.matmul.default": "MatMulBuilder",
             "aten.layer_norm.default": "LayerNormBuilder", "aten.gelu.default": "UnaryActivationBuilder",
             "aten.silu.default": "UnaryActivationBuilder", "aten.hardswish.default": "UnaryActivationBuilder",
-            "aten.scaled_dot_product_attention.default": "ScaledDotProductAttentionBuilder"}
+            "aten.scaled_dot_product_attention.default": "ScaledDotProductAttentionBuilder",
+            "aten.where.ScalarOther": "WhereBuilder", "aten.where.ScalarSelf": "WhereBuilder",
+            "aten.where.Scalar": "WhereBuilder", "aten.masked_fill.Scalar": "WhereBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()

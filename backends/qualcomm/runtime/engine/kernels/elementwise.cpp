@@ -35,6 +35,14 @@ struct PowOp {
   template <typename T> static T apply(T a, T b) { return T(std::pow(a, b)); }
 };
 
+// maximum / minimum propagate NaN (as torch.maximum / minimum).
+struct MaxOp {
+  template <typename T> static T apply(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
+};
+struct MinOp {
+  template <typename T> static T apply(T a, T b) { return a != a ? a : (b != b ? b : (b < a ? b : a)); }
+};
+
 // Ops without a `kFloatOnly = true` member accept FLOAT_32, INT_32 and INT_64.
 template <typename Op, typename = void>
 struct IsFloatOnly : std::false_type {};
@@ -128,6 +136,20 @@ struct RsqrtFn { static float apply(float x, const UnaryParams&) { return 1.f / 
 struct SqrtFn { static float apply(float x, const UnaryParams&) { return std::sqrt(x); } };
 struct NegFn { static float apply(float x, const UnaryParams&) { return -x; } };
 struct AbsFn { static float apply(float x, const UnaryParams&) { return std::fabs(x); } };
+struct ExpFn { static float apply(float x, const UnaryParams&) { return std::exp(x); } };
+struct LogFn { static float apply(float x, const UnaryParams&) { return std::log(x); } };
+struct SinFn { static float apply(float x, const UnaryParams&) { return std::sin(x); } };
+struct CosFn { static float apply(float x, const UnaryParams&) { return std::cos(x); } };
+struct AsinFn { static float apply(float x, const UnaryParams&) { return std::asin(x); } };
+struct AtanFn { static float apply(float x, const UnaryParams&) { return std::atan(x); } };
+struct CeilFn { static float apply(float x, const UnaryParams&) { return std::ceil(x); } };
+struct FloorFn { static float apply(float x, const UnaryParams&) { return std::floor(x); } };
+// Half to even, as torch.round (the default rounding mode of nearbyint).
+struct RoundFn { static float apply(float x, const UnaryParams&) { return std::nearbyint(x); } };
+// As torch.sign: 0 for zeros of either sign and for NaN.
+struct SignFn {
+  static float apply(float x, const UnaryParams&) { return x > 0.f ? 1.f : (x < 0.f ? -1.f : 0.f); }
+};
 
 template <typename Fn>
 class UnaryKernel final : public Kernel {
@@ -173,6 +195,8 @@ QNN_REGISTER_KERNEL(Float, ElementWiseSubtract, &create_binary<SubOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseMultiply, &create_binary<MulOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseDivide, &create_binary<DivOp>);
 QNN_REGISTER_KERNEL(Float, ElementWisePower, &create_binary<PowOp>);
+QNN_REGISTER_KERNEL(Float, ElementWiseMaximum, &create_binary<MaxOp>);
+QNN_REGISTER_KERNEL(Float, ElementWiseMinimum, &create_binary<MinOp>);
 QNN_REGISTER_KERNEL(Float, Relu, &create_unary<ReluFn>);
 QNN_REGISTER_KERNEL(Float, ReluMinMax, &create_unary<ReluMinMaxFn>);
 QNN_REGISTER_KERNEL(Float, Sigmoid, &create_unary<SigmoidFn>);
@@ -183,6 +207,16 @@ QNN_REGISTER_KERNEL(Float, ElementWiseRsqrt, &create_unary<RsqrtFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseSquareRoot, &create_unary<SqrtFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseNeg, &create_unary<NegFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseAbs, &create_unary<AbsFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseExp, &create_unary<ExpFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseLog, &create_unary<LogFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseSin, &create_unary<SinFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseCos, &create_unary<CosFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseAsin, &create_unary<AsinFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseAtan, &create_unary<AtanFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseCeil, &create_unary<CeilFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseFloor, &create_unary<FloorFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseRound, &create_unary<RoundFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseSign, &create_unary<SignFn>);
 
 } // namespace engine
 } // namespace qnn_delegate
