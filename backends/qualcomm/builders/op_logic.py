@@ -1,6 +1,6 @@
 """Comparisons (eq / ne / lt / le / gt / ge, Tensor and Scalar overloads) to BOOL_8, logic on
 BOOL_8 (logical_and / or / xor / not and their bitwise_ forms on bool tensors), and selection
-(where, masked_fill) as ElementWiseSelect. Tensors may be FLOAT_32, INT_32 / INT_64 (int64
+(where, masked_fill; threshold = Select(Greater(x, t), x, value)) as ElementWiseSelect. Tensors may be FLOAT_32, INT_32 / INT_64 (int64
 stays INT_64 in the payload; the QNN side narrows it to INT_32) or BOOL_8.
 
 Quantized graphs: a comparison reads its quantized inputs as they are (QnnQuantizer annotates
@@ -22,7 +22,7 @@ from backends.qualcomm.builders.registry import (
     NodeBuilder, SUPPORTED, SupportResult, node_val, register_builder, table_quant_annotations, tensor_vals,
 )
 from backends.qualcomm.builders.utils import reshape, scalar_tensor
-from backends.qualcomm.serialization.qnn_graph import QnnTensor, TensorType
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
 _aten = exir_ops.edge.aten
@@ -47,6 +47,7 @@ LOGIC_OPS = {
 SELECT_OPS = {
     _aten.where.self: (0, 1, 2), _aten.where.ScalarOther: (0, 1, 2), _aten.where.ScalarSelf: (0, 1, 2),
     _aten.where.Scalar: (0, 1, 2), _aten.masked_fill.Scalar: (1, 2, 0),
+    _aten.threshold.default: (None, 0, 2),  # x > threshold ? x : value (condition built here)
 }
 
 _VALUE_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool)
@@ -188,6 +189,8 @@ class WhereBuilder(NodeBuilder):
     quant_annotations = table_quant_annotations(["ElementWiseSelect"])
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        if select_positions(node)[0] is None:
+            return self._threshold_supported(node)
         c, x, y = (node.args[i] for i in select_positions(node))
         if not isinstance(c, torch.fx.Node) or _dtype(c) != torch.bool:
             return False, f"condition must be a bool tensor (got {_dtype(c) if isinstance(c, torch.fx.Node) else c!r})"
@@ -208,10 +211,31 @@ class WhereBuilder(NodeBuilder):
                 return False, f"{what} value {arg!r} has no quantized form"
         return SUPPORTED
 
+    def _threshold_supported(self, node: torch.fx.Node) -> SupportResult:
+        x, threshold, value = node.args[0], node.args[1], node.args[2]
+        if not isinstance(x, torch.fx.Node) or _dtype(x) != torch.float32:
+            return False, "threshold of a non-float32 tensor is not supported"
+        for what, number in (("threshold", threshold), ("value", value)):
+            if not isinstance(number, (int, float)) or isinstance(number, bool) or not math.isfinite(float(number)):
+                return False, f"threshold {what} {number!r} must be a finite number"
+        return _output_dtype_is(node, (torch.float32,))
+
+    def _condition(self, gb: GraphBuilder, node: torch.fx.Node, c: Optional[torch.fx.Node]) -> QnnTensor:
+        """The condition tensor; threshold's is Greater(x, threshold), BOOL_8."""
+        if c is not None:
+            return gb.tensor(c)
+        x = node.args[0]
+        above = gb.native_tensor(f"{node.name}_above", gb.tensor(x).dims, DataType.BOOL_8)
+        gb.add_op(node, "ElementWiseGreater", [gb.tensor(x), number_operand(gb, node, node.args[1], x, "threshold")],
+                  [above], suffix="above")
+        return above
+
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        c, x, y = (node.args[i] for i in select_positions(node))
+        positions = select_positions(node)
+        c = node.args[positions[0]] if positions[0] is not None else None
+        x, y = node.args[positions[1]], node.args[positions[2]]
         out = gb.define_output(node)
-        operands = [gb.tensor(c), self._branch(gb, node, x, "then"), self._branch(gb, node, y, "else")]
+        operands = [self._condition(gb, node, c), self._branch(gb, node, x, "then"), self._branch(gb, node, y, "else")]
         rank = len(out.dims)
         operands = [padded_rank(gb, node, t, rank, name) for t, name in zip(operands, ("condition", "then", "else"))]
         gb.add_op(node, "ElementWiseSelect", _rank0(gb, node, operands), [out])

@@ -368,7 +368,8 @@ class TestOpsKeptWhole:
             "aten.silu.default": "UnaryActivationBuilder", "aten.hardswish.default": "UnaryActivationBuilder",
             "aten.scaled_dot_product_attention.default": "ScaledDotProductAttentionBuilder",
             "aten.where.ScalarOther": "WhereBuilder", "aten.where.ScalarSelf": "WhereBuilder",
-            "aten.where.Scalar": "WhereBuilder", "aten.masked_fill.Scalar": "WhereBuilder"}
+            "aten.where.Scalar": "WhereBuilder", "aten.masked_fill.Scalar": "WhereBuilder",
+            "aten.threshold.default": "WhereBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()

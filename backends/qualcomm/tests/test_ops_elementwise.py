@@ -62,6 +62,7 @@ def logic_family() -> Family:
         "where": lambda x, y: torch.where(x > y, x, y), "where_scalar": lambda x, y: torch.where(x > 0, x, 0.0),
         "where_scalars": lambda x, y: torch.where(y > 0, 1.0, -2.0),
         "masked_fill": lambda x, y: x.masked_fill(y > 0.5, -3.0),
+        "threshold": lambda x, y: torch.nn.functional.threshold(x, 0.1, -2.0),
     })
 
 
@@ -260,8 +261,8 @@ def test_logic_family(qnn_binary, quant_dtype):
         # Dequantizes are those of the float outputs).
         dequantized = {name for op in graph.ops if op.type == "Dequantize" for name in op.outputs}
         compares = [op for op in graph.ops if op.type in COMPARE_TYPES]
-        assert len(compares) == 17 and not any(set(op.inputs) & dequantized for op in compares)
-        assert graph.op_types()["Dequantize"] == 4  # where, where_scalar, where_scalars, masked_fill
+        assert len(compares) == 18 and not any(set(op.inputs) & dequantized for op in compares)
+        assert graph.op_types()["Dequantize"] == 5  # where, where_scalar, where_scalars, masked_fill, threshold
     print(check_on_qnn(tester, inputs, quant_dtype))
 
 
