@@ -62,6 +62,10 @@ def _gelu_check(node: torch.fx.Node) -> SupportResult:
     return SUPPORTED
 
 
+def _elu_params(node: torch.fx.Node) -> List[QnnParam]:
+    return [float_scalar("alpha", float(node.args[1]) if len(node.args) > 1 else float(node.kwargs.get("alpha", 1.0)))]
+
+
 # edge op -> (QNN type, params fn); silu is Sigmoid followed by ElementWiseMultiply.
 UNARY_OPS: Dict[object, tuple] = {
     _aten.relu.default: ("Relu", _no_params),
@@ -86,7 +90,16 @@ UNARY_OPS: Dict[object, tuple] = {
     _aten.floor.default: ("ElementWiseFloor", _no_params),
     _aten.round.default: ("ElementWiseRound", _no_params),
     _aten.sign.default: ("ElementWiseSign", _no_params),
+    _aten.elu.default: ("Elu", _elu_params),
 }
+def _elu_check(node: torch.fx.Node) -> SupportResult:
+    for i, name in ((2, "scale"), (3, "input_scale")):
+        value = node.args[i] if len(node.args) > i else node.kwargs.get(name, 1.0)
+        if value != 1:
+            return False, f"elu {name}={value!r} is not supported (only 1)"
+    return SUPPORTED
+
+
 def _quantized_only_check(node: torch.fx.Node) -> SupportResult:
     """asin: QNN 2.51 HTP's ElementWiseAsin takes only 8/16-bit quantized tensors (validation
     3110: 'Unsupported input/output datatypes ... FLOAT_32'); in float graphs it stays on the CPU."""
@@ -110,6 +123,7 @@ def _not_16_bit_check(node: torch.fx.Node) -> SupportResult:
 _EXTRA_CHECKS: Dict[object, Callable[[torch.fx.Node], SupportResult]] = {
     _aten.asin.default: _quantized_only_check,
     _aten.log.default: _not_16_bit_check,
+    _aten.elu.default: _elu_check,
     _aten.gelu.default: _gelu_check,
     _aten.clamp.default: _clamp_check,
 }

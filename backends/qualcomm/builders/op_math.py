@@ -1,4 +1,5 @@
-"""Math ops QNN has no single op for, decomposed into ops it has:
+"""Math ops QNN has no single op for, decomposed into ops it has (and leaky_relu = Prelu with a
+one-element STATIC slope):
 clamp(x, min_tensor, max_tensor) = Minimum(Maximum(x, min), max); reciprocal(x) = Divide(1, x);
 log2 / log10(x) = Log(x) * (1 / ln 2 | 1 / ln 10); log1p(x) = Log(x + 1); expm1(x) = Exp(x) - 1.
 
@@ -19,6 +20,7 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.registry import (
     NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, register_builder,
 )
+from backends.qualcomm.builders.op_logic import padded_rank
 from backends.qualcomm.builders.quant_encoding import is_dequantize
 from backends.qualcomm.serialization.qnn_graph import QnnTensor
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
@@ -45,9 +47,9 @@ def reads_quantized(node: torch.fx.Node) -> bool:
 
 @register_builder
 class DecomposedMathBuilder(NodeBuilder):
-    targets = [_aten.clamp.Tensor, _aten.reciprocal.default, _aten.log1p.default] + list(_CHAINS)
+    targets = [_aten.clamp.Tensor, _aten.reciprocal.default, _aten.log1p.default, _aten.leaky_relu.default] + list(_CHAINS)
     quant_annotations: Dict[object, QuantFamily] = dict.fromkeys(
-        aten_ops("clamp.Tensor", "reciprocal.default"), QuantFamily.COMPUTE)
+        aten_ops("clamp.Tensor", "reciprocal.default", "leaky_relu.default"), QuantFamily.COMPUTE)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)
@@ -66,6 +68,10 @@ class DecomposedMathBuilder(NodeBuilder):
         out = gb.define_output(node)
         if node.target == _aten.clamp.Tensor:
             self._clamp(gb, node, x, out)
+        elif node.target == _aten.leaky_relu.default:
+            slope = float(node.args[1]) if len(node.args) > 1 else float(node.kwargs.get("negative_slope", 0.01))
+            slope_t = padded_rank(gb, node, self._constant(gb, node, x, slope, "slope"), len(x.dims), "slope")
+            gb.add_op(node, "Prelu", [x, slope_t], [out])
         elif node.target == _aten.reciprocal.default:
             gb.add_op(node, "ElementWiseDivide", [self._constant(gb, node, x, 1.0, "one"), x], [out])
         elif node.target == _aten.log1p.default:

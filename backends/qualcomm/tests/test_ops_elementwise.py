@@ -82,6 +82,8 @@ def math_family(quantized: bool = False, drop: tuple = ()) -> Family:
         "reciprocal": lambda x, y, z: torch.reciprocal(z), "log2": lambda x, y, z: torch.log2(z),
         "log10": lambda x, y, z: torch.log10(z), "expm1": lambda x, y, z: torch.expm1(x),
         "log1p": lambda x, y, z: torch.log1p(z),
+        "leaky_relu": lambda x, y, z: torch.nn.functional.leaky_relu(x, 0.1),
+        "elu": lambda x, y, z: torch.nn.functional.elu(x, 0.5),
     } if not quantized else {  # asin: HTP takes it quantized only; the decompositions float only
         "maximum": lambda x, y, z: torch.maximum(x, y), "minimum": lambda x, y, z: torch.minimum(x, y),
         "clamp_tensor": lambda x, y, z: torch.clamp(x, y - 0.5, y + 0.5),
@@ -91,6 +93,8 @@ def math_family(quantized: bool = False, drop: tuple = ()) -> Family:
         "ceil": lambda x, y, z: torch.ceil(x * 3 + 0.1), "floor": lambda x, y, z: torch.floor(x * 3 + 0.1),
         "round": lambda x, y, z: torch.round(x * 3 + 0.1), "sign": lambda x, y, z: torch.sign(x),
         "reciprocal": lambda x, y, z: torch.reciprocal(z),
+        "leaky_relu": lambda x, y, z: torch.nn.functional.leaky_relu(x, 0.1),
+        "elu": lambda x, y, z: torch.nn.functional.elu(x, 0.5),
     }
     return Family({name: op for name, op in ops.items() if name not in drop})
 
@@ -276,7 +280,7 @@ def test_math_family(qnn_binary, quant_dtype):
     for op in ("ElementWiseLog",) * (not sixteen) + (
                "ElementWiseMaximum", "ElementWiseMinimum", "ElementWiseExp", "ElementWiseSin",
                "ElementWiseCos", "ElementWiseAtan", "ElementWiseCeil", "ElementWiseFloor",
-               "ElementWiseRound", "ElementWiseSign", "ElementWiseDivide") + (("ElementWiseAsin",) if quant_dtype else ()):
+               "ElementWiseRound", "ElementWiseSign", "ElementWiseDivide", "Prelu", "Elu") + (("ElementWiseAsin",) if quant_dtype else ()):
         assert ops.get(op, 0) >= 1, (op, ops)
     print(check_on_qnn(tester, inputs, quant_dtype))
 

@@ -43,6 +43,12 @@ struct MinOp {
   template <typename T> static T apply(T a, T b) { return a != a ? a : (b != b ? b : (b < a ? b : a)); }
 };
 
+// Prelu(x, slope): x where x >= 0, else x * slope (slope broadcast to x).
+struct PreluOp {
+  static constexpr bool kFloatOnly = true;
+  template <typename T> static T apply(T a, T b) { return a >= T(0) ? a : a * b; }
+};
+
 // Ops without a `kFloatOnly = true` member accept FLOAT_32, INT_32 and INT_64.
 template <typename Op, typename = void>
 struct IsFloatOnly : std::false_type {};
@@ -110,6 +116,7 @@ Status create_binary(const OpView& v, KernelEnv&, KernelPtr& out) {
 struct UnaryParams {
   float min_value = 0.f;
   float max_value = 0.f;
+  float alpha = 1.f;
 };
 
 struct ReluFn { static float apply(float x, const UnaryParams&) { return x > 0.f ? x : 0.f; } };
@@ -136,6 +143,9 @@ struct RsqrtFn { static float apply(float x, const UnaryParams&) { return 1.f / 
 struct SqrtFn { static float apply(float x, const UnaryParams&) { return std::sqrt(x); } };
 struct NegFn { static float apply(float x, const UnaryParams&) { return -x; } };
 struct AbsFn { static float apply(float x, const UnaryParams&) { return std::fabs(x); } };
+struct EluFn {
+  static float apply(float x, const UnaryParams& p) { return x > 0.f ? x : p.alpha * std::expm1(x); }
+};
 struct ExpFn { static float apply(float x, const UnaryParams&) { return std::exp(x); } };
 struct LogFn { static float apply(float x, const UnaryParams&) { return std::log(x); } };
 struct SinFn { static float apply(float x, const UnaryParams&) { return std::sin(x); } };
@@ -185,6 +195,10 @@ Status create_unary(const OpView& v, KernelEnv&, KernelPtr& out) {
                     p.max_value);
     }
   }
+  if (std::is_same<Fn, EluFn>::value) {
+    ParamReader params(v);
+    QNN_RETURN_IF_ERROR(params.scalar_float("alpha", p.alpha));
+  }
   return emplace_kernel<UnaryKernel<Fn>>(out, v, p);
 }
 
@@ -197,6 +211,7 @@ QNN_REGISTER_KERNEL(Float, ElementWiseDivide, &create_binary<DivOp>);
 QNN_REGISTER_KERNEL(Float, ElementWisePower, &create_binary<PowOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseMaximum, &create_binary<MaxOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseMinimum, &create_binary<MinOp>);
+QNN_REGISTER_KERNEL(Float, Prelu, &create_binary<PreluOp>);
 QNN_REGISTER_KERNEL(Float, Relu, &create_unary<ReluFn>);
 QNN_REGISTER_KERNEL(Float, ReluMinMax, &create_unary<ReluMinMaxFn>);
 QNN_REGISTER_KERNEL(Float, Sigmoid, &create_unary<SigmoidFn>);
@@ -217,6 +232,7 @@ QNN_REGISTER_KERNEL(Float, ElementWiseCeil, &create_unary<CeilFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseFloor, &create_unary<FloorFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseRound, &create_unary<RoundFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseSign, &create_unary<SignFn>);
+QNN_REGISTER_KERNEL(Float, Elu, &create_unary<EluFn>);
 
 } // namespace engine
 } // namespace qnn_delegate
