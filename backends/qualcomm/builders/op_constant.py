@@ -36,6 +36,8 @@ def constant_value(node: torch.fx.Node) -> torch.Tensor:
     op = getattr(node.target, "_op", node.target)
     args = [_materialize(a) for a in node.args]
     kwargs = {k: _materialize(v) for k, v in node.kwargs.items() if k not in ("device", "pin_memory")}
+    # the meta dtype (a *_like op's input may be a quantized graph's integer tensor by now)
+    kwargs["dtype"] = node_val(node).dtype
     with torch.no_grad():
         return op(*args, **kwargs).contiguous()
 
@@ -79,6 +81,8 @@ class ConstantBuilder(NodeBuilder):
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         array = constant_value(node).numpy()
+        if array.ndim == 0:
+            array = array.reshape(1)  # QNN refuses rank-0 tensors (op validation: "incorrect Rank 0")
         attrs: Optional[QuantAttrs] = node.meta.get(QCOM_QUANT_ATTRS)
         if attrs is not None and attrs.axis < 0:
             tensor = gb.quantized_static(node.name, quantized_codes(array, attrs), attrs)

@@ -278,5 +278,21 @@ def test_indexing_family_on_real_qnn(real_qnn, quant_dtype):
         for i, (q, h) in enumerate(zip(qnn, host)):
             assert float(np.abs(q - h).max()) < 1e-2, f"output {i}"
         return
-    for i, ((scale, _), q, h) in enumerate(zip(output_encodings(tester.module), qnn, host)):
-        assert step_stats(q, h, scale).max_diff <= 1, f"output {i}: {step_stats(q, h, scale)}"
+    # 8-bit: within 1 step; 16-bit: within 1/16 of an 8-bit step (quant_tester's PT2E bound).
+    # Measured: 8a8w every output exact; 16a8w exact but the two adds of 16-bit static constants
+    # (arange, full: QNN's requantizing ElementWiseAdd, max 4 and 5 steps, 39% / 44% exact)
+    limit = 1 if quant_dtype == A8W8 else 16
+    scales = _delegate_output_scales(tester)
+    for i, (scale, q, h) in enumerate(zip(scales, qnn, host)):
+        assert step_stats(q, h, scale).max_diff <= limit, f"delegate output {i}: {step_stats(q, h, scale)}"
+
+
+def _delegate_output_scales(tester: QuantTester) -> list:
+    """The output encodings' scales in the delegate's output order (the program's outputs are
+    getitems of the one delegate call, in another order)."""
+    encodings = output_encodings(tester.module)
+    outputs = next(n for n in tester.graph_module().graph.nodes if n.op == "output").args[0]
+    scales = [None] * len(outputs)
+    for position, node in enumerate(outputs):
+        scales[node.args[1]] = encodings[position][0]
+    return scales
