@@ -89,50 +89,6 @@ class SplitBuilder(NodeBuilder):
         return outputs
 
 
-@register_builder
-class UnbindBuilder(NodeBuilder):
-    """unbind (kept whole: decomposed, its squeezes would sit between the split and the
-    quantize, and the split would stay float in a quantized graph) -> Split + a Reshape per output."""
-
-    targets = edge_ops("unbind.int", "unbind_copy.int")
-    keep_whole = edge_ops("unbind.int")
-
-    def output_count(self, node: torch.fx.Node) -> int:
-        return len(node_val(node))
-
-    def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: _check_io(node), lambda: check_static_shapes(node.args[0]))
-
-    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        x = gb.tensor(node.args[0])
-        dim = _split_dim_unbind(node)
-        users: Dict[int, torch.fx.Node] = {u.args[1]: u for u in node.users if u.target is operator.getitem}
-        parts, outputs = [], []
-        for i, val in enumerate(node_val(node)):
-            dims = list(x.dims)
-            dims[dim] = 1
-            part = gb.like(x, f"{node.name}_part_{i}", dims)
-            parts.append(part)
-            user = users.get(i)
-            out = gb.define_output(user) if user is not None else gb.like(x, f"{node.name}_unused_{i}", list(val.shape))
-            if i == 0:
-                gb.bind(node, out)
-            outputs.append(out)
-        if len(parts) == 1:
-            gb.add_op(node, "Reshape", [x], outputs)
-            return
-        starts = list(range(1, len(parts)))
-        gb.add_op(node, "Split", [x], parts, [uint32_scalar("axis", dim), uint32_tensor("split_index", starts)])
-        for i, (part, out) in enumerate(zip(parts, outputs)):
-            gb.add_op(node, "Reshape", [part], [out], suffix=f"squeeze_{i}")
-
-
-def _split_dim_unbind(node: torch.fx.Node) -> int:
-    rank = len(logical_shape(node.args[0]))
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    return normalize_axis(dim, rank)
-
-
 # ---- stack -> Reshape (unsqueeze) per input + Concat -------------------------------------------
 def _stack_dim(node: torch.fx.Node) -> int:
     rank = len(logical_shape(node))

@@ -1,9 +1,11 @@
 """Shape and indexing ops: split / chunk / unbind (one QNN Split), index_put (KV-cache write ->
-ScatterNd), constant creators (full, full_like, zeros_like, ones_like, scalar_tensor, arange).
+ScatterNd), constant creators (full, full_like, zeros_like, ones_like, scalar_tensor, arange:
+static tensors), index_select / index.Tensor / flip (Gather), gather (GatherElements), repeat
+(Tile), roll (StridedSlices + Concat), stack (Reshapes + Concat).
 
-Per family one multi-output module: fp16 lowered fully and compared with eager; 8a8w and 16a8w
+One multi-output module of every op: fp16 lowered fully and compared with eager; 8a8w and 16a8w
 against the QDQ reference in steps; on real QNN (context binary) QNN's outputs against the host
-engine's of the same blob; host-engine edge cases (int dtypes, out-of-range positions)."""
+engine's of the same blob; host-engine edge cases (int dtypes, NaN / inf, out-of-range positions)."""
 from __future__ import annotations
 
 import gc
@@ -30,26 +32,35 @@ _index_put = torch.ops.aten.index_put.default  # takes None entries (torch.index
 
 
 # ---- modules -------------------------------------------------------------------------------
-class SplitFamily(torch.nn.Module):
-    """chunk / split_with_sizes / unbind, each output once (one Split per op)."""
+class IndexingOps(torch.nn.Module):
+    """Every op here, one output each (one family: quantized and lowered once): split family
+    (chunk, split_with_sizes, unbind), KV-cache writes (index_put on axis 2 as in the transformer
+    block, on the leading axis: no Transpose, with values of lower rank), constant creators,
+    gathers and reorderings. x [2, 3, 6], cache [1, 2, 8, 4], v [1, 2, 2, 4], pos int64 [2]
+    (positions in the cache), idx int64 [3] (indices below 3)."""
 
-    def forward(self, x):
+    def forward(self, x, cache, v, pos, idx):
         a, b, c = x.chunk(3, -1)
         d, e = x.split([1, 2], 1)
         f, g = torch.unbind(x, 0)
-        return a, b, c, d, e, f, g
-
-
-class KvCacheWrite(torch.nn.Module):
-    """The transformer block's cache update: cache[:, :, pos] = v on a copy of the cache input,
-    plus one write along the leading axis (no Transpose) and one with values of lower rank."""
-
-    def forward(self, cache, v, pos):
         updated = cache.clone()
         updated[:, :, pos] = v
         lead = _index_put(cache[0, 0], [pos], v[0, 1] * 0.5)
         lower_rank = _index_put(cache, [None, None, pos], v[0] - 1.0)
-        return updated, lead, lower_rank
+        constants = (x + torch.full((3, 6), 1.5), x * torch.full_like(x, -2.0), x + torch.zeros_like(x),
+                     x * torch.ones_like(x), x * torch.scalar_tensor(3.0), x - torch.arange(0.0, 3.0, 0.5))
+        gathers = (torch.stack([x, x * 2.0], 1), torch.flip(x, [0, 2]), x.repeat(2, 1, 1, 2),
+                   torch.roll(x, (1, -2), (1, 2)), x[:, idx], torch.index_select(x, 2, idx),
+                   torch.gather(x, 2, idx.view(1, 1, -1).expand(2, 3, -1)))
+        return (a, b, c, d, e, f, g, updated, lead, lower_rank) + constants + gathers
+
+
+class IndexingOpsWithInts(IndexingOps):
+    """Plus integer constants (not quantizable outputs: fp16 only)."""
+
+    def forward(self, x, cache, v, pos, idx):
+        return super().forward(x, cache, v, pos, idx) + (torch.arange(1, 9, 2),
+                                                         torch.full((2, 2), 7, dtype=torch.int32))
 
 
 class KvCacheBuffer(torch.nn.Module):
@@ -64,54 +75,34 @@ class KvCacheBuffer(torch.nn.Module):
         return self.cache * 1.0
 
 
-class Constants(torch.nn.Module):
-    """Constant creators, each used once with the input (the values are static in the payload)."""
-
-    def forward(self, x):
-        return (x + torch.full((3, 4), 1.5), x * torch.full_like(x, -2.0), x + torch.zeros_like(x),
-                x * torch.ones_like(x), x * torch.scalar_tensor(3.0),
-                x + torch.arange(0.0, 2.0, 0.5), x - torch.arange(4, dtype=torch.float32))
-
-
-class IntConstants(torch.nn.Module):
-    """Integer constants as outputs (float only through their use)."""
-
-    def forward(self, x):
-        return torch.arange(1, 9, 2), torch.full((2, 2), 7, dtype=torch.int32), x + 1.0
-
-
 def _pos(*values: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int64)
 
 
-def _cache_inputs():
-    return inputs_of((1, 2, 8, 4), (1, 2, 2, 4)) + (_pos(5, 2),)
+def _inputs():
+    return inputs_of((2, 3, 6), (1, 2, 8, 4), (1, 2, 2, 4)) + (_pos(5, 2), _pos(2, 0, 1))
 
 
 # ---- fp16 -------------------------------------------------------------------------------
-def _fp16(module: torch.nn.Module, inputs) -> QnnTester:
-    tester = QnnTester(module, inputs).lower().check_fully_delegated().check_count(1)
-    return tester.to_executorch().run().compare(rtol=1e-3, atol=1e-3)
-
-
-def test_split_family_fp16_is_one_split_per_op():
-    tester = _fp16(SplitFamily(), inputs_of((2, 3, 6)))
-    # chunk and unbind are one Split each; ExecuTorch decomposes split_with_sizes into slices
-    assert tester.payload().op_types() == {"Split": 2, "StridedSlice": 2, "Reshape": 2}, tester.payload().op_types()
-
-
-def test_kv_cache_write_fp16_scatters_at_runtime_positions():
-    tester = _fp16(KvCacheWrite(), _cache_inputs())
-    assert tester.payload().op_types().get("ScatterNd") == 3, tester.payload().op_types()
-    # The positions are read at run time: another pos gives another result.
-    cache, v, _ = _cache_inputs()
+def test_indexing_ops_fp16():
+    tester = QnnTester(IndexingOpsWithInts(), _inputs()).lower().check_fully_delegated().check_count(1)
+    tester.to_executorch().run().compare(rtol=1e-3, atol=1e-3)
+    ops = tester.payload().op_types()
+    # chunk, unbind: one Split each (ExecuTorch decomposes split_with_sizes into slices); three
+    # index_puts; flip: two Gathers, index / index_select: one each; gather; constants: no op
+    expected = {"Split": 2, "ScatterNd": 3, "Gather": 4, "GatherElements": 1, "Tile": 2}
+    assert {k: ops.get(k) for k in expected} == expected, ops
+    assert tester.outputs[-2].dtype == np.int64 and tester.outputs[-1].dtype == np.int32
+    # the positions are read at run time: others give another result
     from executorch.runtime import Runtime
 
-    method = Runtime.get().load_program(tester.pte_path).load_method("forward")
-    got = method.execute([cache, v, _pos(0, 7)])[0]
-    expected = cache.clone()
-    expected[:, :, _pos(0, 7)] = v
-    torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-3)
+    inputs = list(_inputs())
+    inputs[3] = _pos(0, 7)
+    got = Runtime.get().load_program(tester.pte_path).load_method("forward").execute(inputs)
+    with torch.no_grad():
+        expected_outputs = IndexingOpsWithInts()(*inputs)
+    for i in (7, 8, 9):
+        torch.testing.assert_close(got[i], expected_outputs[i], rtol=1e-3, atol=1e-3)
 
 
 def test_kv_cache_buffer_write_fp16():
@@ -119,32 +110,11 @@ def test_kv_cache_buffer_write_fp16():
     tester.check_fully_delegated().to_executorch().run().compare(rtol=1e-3, atol=1e-3)
 
 
-def test_constants_fp16_are_static_tensors():
-    tester = _fp16(Constants(), inputs_of((3, 4)))
-    summary = tester.payload()
-    assert not set(summary.op_types()) - {"ElementWiseAdd", "ElementWiseMultiply", "ElementWiseSubtract"}, \
-        summary.op_types()
-
-
-def test_int_constants_fp16():
-    tester = _fp16(IntConstants(), inputs_of((2, 2)))
-    assert tester.outputs[0].dtype == np.int64 and tester.outputs[1].dtype == np.int32
-
-
 # ---- quantized ------------------------------------------------------------------------------
 @pytest.mark.parametrize("quant_dtype", QUANT_DTYPES)
-def test_split_family_quantized(quant_dtype):
-    QuantTester(SplitFamily(), inputs_of((2, 3, 6)), quant_dtype).run_and_compare_steps()
-
-
-@pytest.mark.parametrize("quant_dtype", QUANT_DTYPES)
-def test_kv_cache_write_quantized(quant_dtype):
-    QuantTester(KvCacheWrite(), _cache_inputs(), quant_dtype).run_and_compare_steps()
-
-
-@pytest.mark.parametrize("quant_dtype", QUANT_DTYPES)
-def test_constants_quantized(quant_dtype):
-    QuantTester(Constants(), inputs_of((3, 4)), quant_dtype).run_and_compare_steps()
+def test_indexing_ops_quantized(quant_dtype):
+    """Each output within quant_tester's PT2E bounds of the QDQ module."""
+    QuantTester(IndexingOps(), _inputs(), quant_dtype).run_and_compare_steps()
 
 
 # ---- host engine edge cases ------------------------------------------------------------------
@@ -210,41 +180,19 @@ def test_kv_cache_position_out_of_range_is_an_execute_error(bad):
 
 
 # ---- rejected cases stay on the CPU with a reason ----------------------------------------------
-class AccumulatingPut(torch.nn.Module):
+class UnsupportedIndexPuts(torch.nn.Module):
     def forward(self, cache, v, pos):
-        return _index_put(cache, [None, None, pos], v, True)
+        return _index_put(cache, [None, None, pos], v, True), _index_put(cache, [None, pos, pos], v[0, :, :, 0])
 
 
-class TwoIndexPut(torch.nn.Module):
-    def forward(self, cache, v, pos):
-        return _index_put(cache, [None, pos, pos], v[0, :, :, 0])
-
-
-@pytest.mark.parametrize("module, reason", [(AccumulatingPut(), "accumulate=True"),
-                                            (TwoIndexPut(), "exactly one index tensor")])
-def test_unsupported_index_put_stays_on_cpu(module, reason):
-    tester = QnnTester(module, _cache_inputs()).lower()
-    assert [n.name for n in tester.cpu_nodes()], "index_put was delegated"
-    assert any(reason in r for r in tester.partitioner.rejected_nodes.values()), tester.partitioner.rejected_nodes
+def test_unsupported_index_puts_stay_on_cpu_with_reasons():
+    tester = QnnTester(UnsupportedIndexPuts(), inputs_of((1, 2, 8, 4), (1, 2, 2, 4)) + (_pos(5, 2),)).lower()
+    reasons = [r for name, r in tester.partitioner.rejected_nodes.items() if "index_put" in name]
+    assert len(reasons) == 2 and len(tester.cpu_nodes()) == 2, tester.partitioner.rejected_nodes
+    assert any("accumulate=True" in r for r in reasons) and any("exactly one index tensor" in r for r in reasons)
 
 
 # ---- real QNN ------------------------------------------------------------------------------
-class IndexingFamily(torch.nn.Module):
-    """One small model of every op here, for QNN's op validation and HTP emulation."""
-
-    def forward(self, x, cache, v, pos):
-        a, b, c = x.chunk(3, -1)
-        d, e = torch.unbind(x, 0)
-        updated = cache.clone()
-        updated[:, :, pos] = v
-        return a, b + torch.full_like(b, 0.5), c * torch.scalar_tensor(2.0), d + torch.arange(0.0, 6.0), \
-            e + torch.full((3, 6), -1.0), updated
-
-
-def _real_inputs():
-    return inputs_of((2, 3, 6), (1, 2, 8, 4), (1, 2, 2, 4)) + (_pos(5, 2),)
-
-
 @pytest.fixture
 def real_qnn(monkeypatch):
     if not QNN_LOADED:
@@ -266,13 +214,13 @@ def _both_engines(blob: bytes, inputs):
 
 @pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8])
 def test_indexing_family_on_real_qnn(real_qnn, quant_dtype):
-    inputs = _real_inputs()
-    tester = (QnnTester(IndexingFamily(), inputs) if quant_dtype is None
-              else QuantTester(IndexingFamily(), inputs, quant_dtype)).lower()
+    inputs = _inputs()
+    tester = (QnnTester(IndexingOps(), inputs) if quant_dtype is None
+              else QuantTester(IndexingOps(), inputs, quant_dtype)).lower()
     tester.check_fully_delegated().check_count(1)
     blob = tester.delegate_blobs()[0]
     ops = {op.type for graph in describe_payload(blob) for op in graph.ops}
-    assert {"Split", "ScatterNd"} <= ops, ops
+    assert {"Split", "ScatterNd", "Gather", "GatherElements", "Tile"} <= ops, ops
     qnn, host = _both_engines(blob, inputs)
     if quant_dtype is None:
         for i, (q, h) in enumerate(zip(qnn, host)):
