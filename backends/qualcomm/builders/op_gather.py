@@ -60,7 +60,10 @@ def _check_one_index(node: torch.fx.Node) -> SupportResult:
     axis, index = tensor_index(node)
     if index is None:
         return False, f"indices {list(node.args[1])}: exactly one index tensor (the others None) is supported"
-    return _check_index(index)
+    ok, reason = _check_index(index)
+    if ok and node.target in edge_ops("index_select.default") and len(logical_shape(index)) != 1:
+        return False, "index_select needs a rank-1 index"
+    return ok, reason
 
 
 @register_builder
