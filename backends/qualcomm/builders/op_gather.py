@@ -1,7 +1,8 @@
 """Index gathers and reorderings:
 index_select / index.Tensor (one index tensor) -> Gather; gather -> GatherElements;
 flip -> one Gather per flipped dim with static reversed indices; repeat -> (Reshape +) Tile;
-roll -> per rolled dim two StridedSlices + Concat.
+roll -> per rolled dim two StridedSlices + Concat; slice_scatter (step 1) / select_scatter ->
+the slices of self around the window + src, one Concat.
 
 Runtime index tensors keep their dtype in the payload (QNN narrows INT_64 to INT_32); an index
 out of range is an execute error on the host engine. Negative runtime indices are not wrapped
@@ -233,3 +234,60 @@ class RollBuilder(NodeBuilder):
             out = _output_of(gb, node, k == len(steps) - 1, x, x.dims, f"roll_{d}")
             gb.add_op(node, "Concat", [tail, head], [out], [uint32_scalar("axis", d)], suffix=f"roll_{d}")
             x = out
+
+
+# ---- slice_scatter (step 1) / select_scatter -> StridedSlices + Concat ------------------------
+def _scatter_window(node: torch.fx.Node) -> Tuple[int, int, int]:
+    """(dim, start, end) of the window of self that src replaces."""
+    shape = logical_shape(node.args[0])
+    dim = normalize_axis(node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0), len(shape))
+    if node.target in edge_ops("select_scatter.default"):
+        index = int(node.args[3]) % shape[dim]
+        return dim, index, index + 1
+    start = node.args[3] if len(node.args) > 3 else node.kwargs.get("start")
+    end = node.args[4] if len(node.args) > 4 else node.kwargs.get("end")
+    start = 0 if start is None else int(start)
+    end = shape[dim] if end is None else int(end)
+    start = min(max(start + shape[dim] if start < 0 else start, 0), shape[dim])
+    end = min(max(end + shape[dim] if end < 0 else end, start), shape[dim])
+    return dim, start, end
+
+
+def _check_scatter_args(node: torch.fx.Node) -> SupportResult:
+    step = node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)
+    if node.target in edge_ops("slice_scatter.default") and int(step) != 1:
+        return False, f"slice_scatter step {step}: only step 1 is supported"
+    dim, start, end = _scatter_window(node)
+    if end - start < 1:
+        return False, "empty slice_scatter window"
+    return SUPPORTED
+
+
+@register_builder
+class SliceScatterBuilder(NodeBuilder):
+    targets = edge_ops("slice_scatter.default", "select_scatter.default")
+    keep_whole = edge_ops("select_scatter.default")  # else decomposed into arange == index + where
+    quant_annotations = dict.fromkeys(aten_ops("slice_scatter.default", "select_scatter.default"),
+                                      QuantFamily.SHARED)
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        return first_failure(lambda: check_float_io(node, skip_inputs=(2, 3, 4, 5)),
+                             lambda: check_static_shapes(node), lambda: _check_scatter_args(node))
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        x, src = gb.tensor(node.args[0]), gb.tensor(node.args[1])
+        dim, start, end = _scatter_window(node)
+        window = list(x.dims)
+        window[dim] = end - start
+        if list(src.dims) != window:
+            src = reshape(gb, node, src, window, "src")
+        parts = []
+        if start > 0:
+            parts.append(_slice(gb, node, x, dim, 0, start, "before"))
+        parts.append(src)
+        if end < x.dims[dim]:
+            parts.append(_slice(gb, node, x, dim, end, x.dims[dim], "after"))
+        if len(parts) == 1:
+            gb.add_op(node, "Reshape", parts, [gb.define_output(node)])
+            return
+        gb.add_op(node, "Concat", parts, [gb.define_output(node)], [uint32_scalar("axis", dim)])

@@ -36,7 +36,7 @@ class IndexingOps(torch.nn.Module):
     """Every op here, one output each (one family: quantized and lowered once): split family
     (chunk, split_with_sizes, unbind), KV-cache writes (index_put on axis 2 as in the transformer
     block, on the leading axis: no Transpose, with values of lower rank), constant creators,
-    gathers and reorderings. x [2, 3, 6], cache [1, 2, 8, 4], v [1, 2, 2, 4], pos int64 [2]
+    gathers and reorderings, scatters. x [2, 3, 6], cache [1, 2, 8, 4], v [1, 2, 2, 4], pos int64 [2]
     (positions in the cache), idx int64 [3] (indices below 3)."""
 
     def forward(self, x, cache, v, pos, idx):
@@ -52,7 +52,10 @@ class IndexingOps(torch.nn.Module):
         gathers = (torch.stack([x, x * 2.0], 1), torch.flip(x, [0, 2]), x.repeat(2, 1, 1, 2),
                    torch.roll(x, (1, -2), (1, 2)), x[:, idx], torch.index_select(x, 2, idx),
                    torch.gather(x, 2, idx.view(1, 1, -1).expand(2, 3, -1)))
-        return (a, b, c, d, e, f, g, updated, lead, lower_rank) + constants + gathers
+        sidx = idx.view(1, 1, 3).expand(2, 3, 3)  # [2, 0, 1] in every row: no duplicate writes
+        scatters = (torch.slice_scatter(x, x[:, :2] * -1.0, 1, 1, 3), torch.select_scatter(x, x[:, 0] * 2.0, 1, 2),
+                    torch.scatter(x, 2, sidx, x[..., :3] * 3.0), torch.scatter(x, 2, sidx, 0.25))
+        return (a, b, c, d, e, f, g, updated, lead, lower_rank) + constants + gathers + scatters
 
 
 class IndexingOpsWithInts(IndexingOps):
@@ -89,8 +92,9 @@ def test_indexing_ops_fp16():
     tester.to_executorch().run().compare(rtol=1e-3, atol=1e-3)
     ops = tester.payload().op_types()
     # chunk, unbind: one Split each (ExecuTorch decomposes split_with_sizes into slices); three
-    # index_puts; flip: two Gathers, index / index_select: one each; gather; constants: no op
-    expected = {"Split": 2, "ScatterNd": 3, "Gather": 4, "GatherElements": 1, "Tile": 2}
+    # index_puts; flip: two Gathers, index / index_select: one each; gather; constants: no op;
+    # scatter (src, value): one ScatterElements each
+    expected = {"Split": 2, "ScatterNd": 3, "Gather": 4, "GatherElements": 1, "Tile": 3, "ScatterElements": 2}
     assert {k: ops.get(k) for k in expected} == expected, ops
     assert tester.outputs[-2].dtype == np.int64 and tester.outputs[-1].dtype == np.int32
     # the positions are read at run time: others give another result
@@ -179,17 +183,35 @@ def test_kv_cache_position_out_of_range_is_an_execute_error(bad):
         _run_payload(_scatter_graph(data, idx, updates), [data, idx, updates])
 
 
+@pytest.mark.parametrize("reduction, combine", [(1, np.add), (2, np.multiply)])
+def test_engine_scatter_elements_reductions_accumulate_duplicates(reduction, combine):
+    data, updates = randn(2, 4, seed=8), randn(2, 3, seed=9)
+    idx = np.asarray([[1, 1, 3], [0, 2, 0]], np.int64)
+    g = GraphBuilder()
+    ids = [g.input("data", data), g.input("idx", idx), g.input("upd", updates)]
+    out = g.output("y", data.shape)
+    g.op("ScatterElements", ids, [out], axis=scalar(U32, 1), reduction=scalar(U32, reduction))
+    expected = data.copy()
+    for r in range(2):
+        for j in range(3):
+            expected[r, idx[r, j]] = combine(expected[r, idx[r, j]], updates[r, j])
+    np.testing.assert_allclose(_run_payload(g, [data, idx, updates])[0], expected, rtol=1e-6)
+
+
 # ---- rejected cases stay on the CPU with a reason ----------------------------------------------
-class UnsupportedIndexPuts(torch.nn.Module):
+class UnsupportedScatters(torch.nn.Module):
     def forward(self, cache, v, pos):
-        return _index_put(cache, [None, None, pos], v, True), _index_put(cache, [None, pos, pos], v[0, :, :, 0])
+        return (_index_put(cache, [None, None, pos], v, True), _index_put(cache, [None, pos, pos], v[0, :, :, 0]),
+                torch.scatter_add(cache, 2, pos.view(1, 1, 2, 1).expand(1, 2, 2, 4), v))
 
 
-def test_unsupported_index_puts_stay_on_cpu_with_reasons():
-    tester = QnnTester(UnsupportedIndexPuts(), inputs_of((1, 2, 8, 4), (1, 2, 2, 4)) + (_pos(5, 2),)).lower()
-    reasons = [r for name, r in tester.partitioner.rejected_nodes.items() if "index_put" in name]
-    assert len(reasons) == 2 and len(tester.cpu_nodes()) == 2, tester.partitioner.rejected_nodes
-    assert any("accumulate=True" in r for r in reasons) and any("exactly one index tensor" in r for r in reasons)
+def test_unsupported_scatters_stay_on_cpu_with_reasons():
+    tester = QnnTester(UnsupportedScatters(), inputs_of((1, 2, 8, 4), (1, 2, 2, 4)) + (_pos(5, 2),)).lower()
+    rejected = tester.partitioner.rejected_nodes
+    reasons = [r for name, r in rejected.items() if "index_put" in name or "scatter" in name]
+    assert len(reasons) == 3 and len(tester.cpu_nodes()) == 3, rejected
+    for expected in ("accumulate=True", "exactly one index tensor", "QNN refuses ScatterElements reduction 1"):
+        assert any(expected in r for r in reasons), (expected, rejected)
 
 
 # ---- real QNN ------------------------------------------------------------------------------
@@ -220,7 +242,7 @@ def test_indexing_family_on_real_qnn(real_qnn, quant_dtype):
     tester.check_fully_delegated().check_count(1)
     blob = tester.delegate_blobs()[0]
     ops = {op.type for graph in describe_payload(blob) for op in graph.ops}
-    assert {"Split", "ScatterNd", "Gather", "GatherElements", "Tile"} <= ops, ops
+    assert {"Split", "ScatterNd", "Gather", "GatherElements", "Tile", "ScatterElements"} <= ops, ops
     qnn, host = _both_engines(blob, inputs)
     if quant_dtype is None:
         for i, (q, h) in enumerate(zip(qnn, host)):
