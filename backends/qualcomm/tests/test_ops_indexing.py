@@ -8,6 +8,7 @@ against the QDQ reference in steps; on real QNN (context binary) QNN's outputs a
 engine's of the same blob; host-engine edge cases (int dtypes, NaN / inf, out-of-range positions)."""
 from __future__ import annotations
 
+import functools
 import gc
 
 import numpy as np
@@ -115,10 +116,17 @@ def test_kv_cache_buffer_write_fp16():
 
 
 # ---- quantized ------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _quantized(quant_dtype: QuantDtype) -> QuantTester:
+    """The family quantized once per dtype (calibrated and converted: the slow part), lowered
+    by each test that uses it."""
+    return QuantTester(IndexingOps(), _inputs(), quant_dtype)
+
+
 @pytest.mark.parametrize("quant_dtype", QUANT_DTYPES)
 def test_indexing_ops_quantized(quant_dtype):
     """Each output within quant_tester's PT2E bounds of the QDQ module."""
-    QuantTester(IndexingOps(), _inputs(), quant_dtype).run_and_compare_steps()
+    _quantized(quant_dtype).run_and_compare_steps()
 
 
 # ---- host engine edge cases ------------------------------------------------------------------
@@ -237,8 +245,7 @@ def _both_engines(blob: bytes, inputs):
 @pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8])
 def test_indexing_family_on_real_qnn(real_qnn, quant_dtype):
     inputs = _inputs()
-    tester = (QnnTester(IndexingOps(), inputs) if quant_dtype is None
-              else QuantTester(IndexingOps(), inputs, quant_dtype)).lower()
+    tester = (QnnTester(IndexingOps(), inputs) if quant_dtype is None else _quantized(quant_dtype)).lower()
     tester.check_fully_delegated().check_count(1)
     blob = tester.delegate_blobs()[0]
     ops = {op.type for graph in describe_payload(blob) for op in graph.ops}
