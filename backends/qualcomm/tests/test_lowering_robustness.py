@@ -381,7 +381,8 @@ class TestOpsKeptWhole:
             "aten.layer_norm.default": "LayerNormBuilder", "aten.gelu.default": "UnaryActivationBuilder",
             "aten.silu.default": "UnaryActivationBuilder", "aten.hardswish.default": "UnaryActivationBuilder",
             "aten.scaled_dot_product_attention.default": "ScaledDotProductAttentionBuilder",
-            "aten.roll.default": "RollBuilder", "aten.stack.default": "StackBuilder"}
+            "aten.roll.default": "RollBuilder", "aten.stack.default": "StackBuilder",
+            "aten.select_scatter.default": "SliceScatterBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()
