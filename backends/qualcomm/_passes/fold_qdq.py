@@ -47,6 +47,8 @@ def is_quantized_op(node: torch.fx.Node) -> bool:
     whose only float data is a quantized constant (embedding: table + int indices) is too."""
     if node.op != "call_function" or is_quantize(node) or is_dequantize(node):
         return False
+    if not node.all_input_nodes:
+        return True  # a constant creator (full, arange): its value is quantized at lowering
     inputs = [a for a in _activation_inputs(node) if not _is_index_input(a)]
     if inputs:
         return all(_is_quantized_input(a) for a in inputs)

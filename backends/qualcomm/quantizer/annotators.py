@@ -6,11 +6,12 @@ Families:
   int32 bias, activation out.
 - compute (elementwise, activations, softmax, norms, reductions, avg pools, matmul):
   every tensor input and the output get activation specs.
-- shared (reshape-like, max pool, cat, slice, embedding): the first input is observed,
-  the other inputs and the output share its parameters.
+- shared (reshape-like, max pool, cat, slice, embedding, split): the first input is observed,
+  the other inputs and the output (each getitem of a tensor-list output) share its parameters.
 - embedding with is_embedding_per_channel: per-row weight encoding, own output encoding."""
 from __future__ import annotations
 
+import operator
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -188,7 +189,25 @@ def annotate_shared(node: Node, config: QuantConfig) -> None:
     shared = SharedQuantizationSpec((first, node))
     inputs = {first: config.input_activation}
     inputs.update({a: shared for a in args[1:]})
+    if _tensor_list_output(node):
+        _set_multi_output(node, inputs, shared)
+        return
     _set(node, inputs, shared)
+
+
+def _tensor_list_output(node: Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, (list, tuple)) and bool(val) and all(
+        isinstance(v, torch.Tensor) and v.is_floating_point() for v in val)
+
+
+def _set_multi_output(node: Node, inputs: Dict[Node, object], shared: object) -> None:
+    """A tensor-list op (split, chunk, unbind): the inputs on the node, each getitem user's
+    output sharing the first input's encoding."""
+    node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=inputs, _annotated=True)
+    for user in node.users:
+        if user.target is operator.getitem:
+            user.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(output_qspec=shared, _annotated=True)
 
 
 _ANNOTATORS: Dict[QuantFamily, Callable] = {

@@ -113,6 +113,27 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     "SliceBuilder": (lambda: m.Slice(2, 0, None, 2), inputs_of((4, 5, 6))),
     "SelectBuilder": (lambda: m.Shape("select_neg"), inputs_of((2, 3, 4))),
     "EmbeddingBuilder": (lambda: m.Embedding(), (torch.tensor([[1, 5, 9], [0, 2, 2]]),)),
+    "SplitBuilder": (lambda: _outputs(lambda x: x.chunk(2, -1)[1] * 2.0, lambda x: torch.unbind(x, 1)[2]),
+                     inputs_of((2, 3, 4))),
+    "StackBuilder": (lambda: L(lambda x: torch.stack([x, x * 2.0], -1)), inputs_of((2, 3))),
+    "IndexPutBuilder": (lambda: L(lambda c, v, p: torch.ops.aten.index_put.default(c, [None, p], v)),
+                        inputs_of((2, 5, 3), (2, 2, 3)) + (torch.tensor([4, 1]),)),
+    "ConstantBuilder": (lambda: _outputs(lambda x: x + torch.full_like(x, 2.0), lambda x: torch.scalar_tensor(1.5),
+                                         lambda x: torch.arange(3), lambda x: x * torch.ones(4)),
+                        inputs_of((3, 4))),
+    "IndexGatherBuilder": (lambda: _outputs(lambda x, i: x[:, i], lambda x, i: torch.index_select(x, 2, i[0])),
+                           inputs_of((2, 3, 4)) + (torch.tensor([[2, 0], [1, 1]]),)),
+    "GatherElementsBuilder": (lambda: L(lambda x, i: torch.gather(x, 1, i)),
+                              inputs_of((2, 3)) + (torch.tensor([[2, 0], [1, 1]]),)),
+    "FlipBuilder": (lambda: L(lambda x: torch.flip(x, [0, -1])), inputs_of((2, 3, 4))),
+    "RepeatBuilder": (lambda: L(lambda x: x.repeat(2, 1, 3)), inputs_of((3, 2))),
+    "RollBuilder": (lambda: L(lambda x: torch.roll(x, (-1, 5), (0, 2))), inputs_of((2, 3, 4))),
+    "SliceScatterBuilder": (lambda: _outputs(lambda x: torch.slice_scatter(x, x[:, 2:] * 2.0, 1, 2),
+                                             lambda x: torch.select_scatter(x, x[:, 0] + 1.0, 1, -1)),
+                            inputs_of((2, 4, 3))),
+    "ScatterElementsBuilder": (lambda: _outputs(lambda x, i: torch.scatter(x, 1, i, 0.5),
+                                                lambda x, i: torch.scatter(x, 1, i[:1], x[:1, :2] * 2.0)),
+                               inputs_of((2, 3)) + (torch.tensor([[2, 0], [1, 1]]),)),
     "LinearBuilder": (lambda: torch.nn.Linear(16, 8), inputs_of((2, 5, 16))),
     "MatMulBuilder": (lambda: _outputs(torch.matmul, lambda a, b: torch.bmm(a, b)), inputs_of((2, 4, 8), (2, 8, 3))),
     "LayerNormBuilder": (lambda: m.LayerNorm([16]), inputs_of((2, 5, 16))),
@@ -369,7 +390,9 @@ class TestOpsKeptWhole:
             "aten.scaled_dot_product_attention.default": "ScaledDotProductAttentionBuilder",
             "aten.where.ScalarOther": "WhereBuilder", "aten.where.ScalarSelf": "WhereBuilder",
             "aten.where.Scalar": "WhereBuilder", "aten.masked_fill.Scalar": "WhereBuilder",
-            "aten.threshold.default": "WhereBuilder"}
+            "aten.threshold.default": "WhereBuilder",
+            "aten.roll.default": "RollBuilder", "aten.stack.default": "StackBuilder",
+            "aten.select_scatter.default": "SliceScatterBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()
