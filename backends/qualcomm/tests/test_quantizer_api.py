@@ -382,10 +382,32 @@ class TestQuantizerApi(unittest.TestCase):
         quantizer = QnnQuantizer()
         quantizer.set_default_quant_config(QuantDtype.use_8a8w)
         self.assertIs(type(_activation_observer(_prepare(module, inputs, quantizer), _aten.conv2d.default)),
-                      MovingAverageMinMaxObserver)
-        quantizer.set_default_quant_config(QuantDtype.use_8a8w, act_observer=MinMaxObserver)
-        self.assertIs(type(_activation_observer(_prepare(module, inputs, quantizer), _aten.conv2d.default)),
                       MinMaxObserver)
+        quantizer.set_default_quant_config(QuantDtype.use_8a8w, act_observer=MovingAverageMinMaxObserver)
+        self.assertIs(type(_activation_observer(_prepare(module, inputs, quantizer), _aten.conv2d.default)),
+                      MovingAverageMinMaxObserver)
+        quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_qat=True)
+        fake_quant = _activation_observer(_prepare(module.train(), inputs, quantizer, is_qat=True),
+                                          _aten.conv2d.default)
+        self.assertIs(type(fake_quant.activation_post_process), MovingAverageMinMaxObserver)
+
+    def test_shared_encoding_covers_every_input_of_a_cat(self):
+        """cat's inputs and output share one encoding: its range must be the union of them all.
+        Upstream's moving-average default gave [0, 1.396] here (the first input's), and the
+        second input's values above 1.4 and below 0 clipped: error 0.43 (60 steps)."""
+        class TwoRangesCat(torch.nn.Module):
+            def forward(self, a, b):
+                return torch.cat([a + 0.5, b * 3.0 - 0.5], dim=1)
+
+        a, b = torch.linspace(0.0, 0.9, 8)[None], torch.linspace(0.0, 0.9, 8)[None]
+        quantizer = QnnQuantizer()
+        quantizer.set_default_quant_config(QuantDtype.use_8a8w)
+        converted = _convert(TwoRangesCat(), (a, b), quantizer)
+        (scale, zero_point, qmin, qmax), = _quantize_args(converted, "aten.cat")
+        self.assertAlmostEqual((qmin - zero_point) * scale, -0.5, delta=scale)
+        self.assertAlmostEqual((qmax - zero_point) * scale, 2.2, delta=scale)
+        error = (converted(a, b) - TwoRangesCat()(a, b)).abs().max().item()
+        self.assertLessEqual(error, 2 * scale)  # its inputs were quantized too; measured 1.3 steps
 
     def test_eps_is_the_smallest_scale(self):
         module, inputs = torch.nn.ReLU(), (1e-4 * randn(2, 8),)
