@@ -14,7 +14,8 @@ from backends.qualcomm.quantizer.qconfig import QuantConfig, QuantDtype, make_qu
 class ModuleQConfig:
     """One quantization setting: dtype, QAT or PTQ, per-channel weights per op family,
     activation observer / symmetry and the smallest scale (eps). act_observer None means
-    MinMaxObserver (PTQ) or MovingAverageMinMaxObserver (QAT), eps None means 1e-4 /
+    PassUnionMovingAverageObserver (PTQ) or
+    MovingAverageMinMaxObserver (QAT), eps None means 1e-4 /
     (2**act_bits - 1) (upstream's)."""
 
     quant_dtype: QuantDtype = QuantDtype.use_8a8w

@@ -7,10 +7,11 @@ scale S[c] * k[c,b] (float32) is what the QDQ reference uses (torchao quantize_a
 dequantize_affine) and exactly what the payload's BLOCKWISE_EXPANSION encoding carries."""
 from __future__ import annotations
 
-from typing import Tuple
+import sys
+from typing import Optional, Tuple
 
 import torch
-from torchao.quantization.pt2e import AffineQuantizedObserverBase, MappingType, PerBlock
+from torchao.quantization.pt2e import AffineQuantizedObserverBase, MappingType, MovingAverageMinMaxObserver, PerBlock
 
 
 def lpbq_scales(weight: torch.Tensor, block_size: Tuple[int, ...], qmin: int, qmax: int,
@@ -88,3 +89,55 @@ class LpbqFakeQuantize(LpbqObserver):
                 expanded = expanded.repeat_interleave(b, dim=dim)
             fake = torch.clamp(torch.round(weight / expanded), self.quant_min, self.quant_max) * expanded
         return weight + (fake - weight).detach()
+
+
+def _fx_call_site() -> Optional[Tuple[int, int]]:
+    """(frame id, bytecode offset) of the nearest torch.fx generated forward on the stack: where
+    a prepared GraphModule calls an observer. None when not called from fx code."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<eval_with_key"):
+            return id(frame), frame.f_lasti
+        frame = frame.f_back
+    return None
+
+
+class PassUnionMovingAverageObserver(MovingAverageMinMaxObserver):
+    """Upstream's moving average across calibration samples, of the union of every tensor the
+    observer sees within one sample. A shared encoding (cat, stack, index_put, where, views)
+    has one observer that sees several tensors per forward; the plain moving average treated
+    each as a new sample and kept the first one's range, clipping the others (a cat of
+    [0.5, 1.4] and [-0.5, 2.4] got [0, 1.4] in 8a8w). One forward of the prepared GraphModule
+    calls the observer at increasing offsets of its generated code: a call at the same or an
+    earlier offset, or from another frame, starts a new sample. With one tensor per sample
+    this is exactly MovingAverageMinMaxObserver."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._site: Optional[Tuple[int, int]] = None
+        self._average: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # before this sample
+        self._sample: Optional[Tuple[torch.Tensor, torch.Tensor]] = None   # union in this sample
+
+    def _same_sample(self, site: Optional[Tuple[int, int]]) -> bool:
+        previous, self._site = self._site, site
+        return site is not None and previous is not None and site[0] == previous[0] and site[1] > previous[1]
+
+    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
+        if x_orig.numel() == 0:
+            return x_orig
+        low, high = torch.aminmax(x_orig.detach().to(self.min_val.dtype))
+        if self._sample is not None and self._same_sample(_fx_call_site()):
+            low, high = torch.minimum(low, self._sample[0]), torch.maximum(high, self._sample[1])
+        elif self._sample is not None:
+            self._average = (self.min_val.clone(), self.max_val.clone())
+        else:
+            self._same_sample(_fx_call_site())
+        self._sample = (low, high)
+        if self._average is None:
+            self.min_val.copy_(low)
+            self.max_val.copy_(high)
+        else:
+            average_low, average_high = self._average
+            self.min_val.copy_(average_low + self.averaging_constant * (low - average_low))
+            self.max_val.copy_(average_high + self.averaging_constant * (high - average_high))
+        return x_orig

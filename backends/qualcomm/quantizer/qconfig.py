@@ -20,7 +20,7 @@ from torchao.quantization.pt2e import (
 )
 from torchao.quantization.pt2e.quantizer import DerivedQuantizationSpec, QuantizationSpec
 
-from backends.qualcomm.quantizer.observers import LpbqFakeQuantize, LpbqObserver
+from backends.qualcomm.quantizer.observers import LpbqFakeQuantize, LpbqObserver, PassUnionMovingAverageObserver
 
 
 class QuantDtype(enum.IntEnum):
@@ -60,12 +60,12 @@ BLOCK_SCALE_BITWIDTH = 4
 # Smallest scale an observer may produce (upstream's DEFAULT_EPS_8BIT / DEFAULT_EPS_16BIT).
 DEFAULT_EPS_8BIT = 0.0001 / 255
 DEFAULT_EPS_16BIT = 0.0001 / 65535
-# Default activation observers. PTQ: the range of every value the encoding covers, over all
-# calibration samples. Upstream's MovingAverageMinMaxObserver follows the first tensor it sees:
-# in a shared encoding (cat, stack, index_put, where, ...) one observer sees several tensors per
-# sample, and every one after the first clipped (cat of [0.5, 1.4] and [-0.5, 2.4] in 8a8w: range
-# [0, 1.4], error 0.43 = 80 steps). QAT keeps the moving average its FakeQuantize trains with.
-DEFAULT_ACT_OBSERVER = MinMaxObserver
+# Default activation observers. PTQ: upstream's moving average across calibration samples, of
+# the union of all tensors an encoding covers within a sample (observers.py). Upstream's own
+# MovingAverageMinMaxObserver kept the first tensor's range in a shared encoding (cat, stack,
+# index_put, views): a cat of [0.5, 1.4] and [-0.5, 2.4] got [0, 1.4] in 8a8w (error 0.43).
+# QAT keeps the moving average its FakeQuantize trains with.
+DEFAULT_ACT_OBSERVER = PassUnionMovingAverageObserver
 DEFAULT_QAT_ACT_OBSERVER = MovingAverageMinMaxObserver
 
 
@@ -206,7 +206,7 @@ def make_quant_config(quant_dtype: QuantDtype, is_qat: bool = False, is_conv_per
                       is_embedding_per_channel: bool = False, act_symmetric: bool = False,
                       eps: Optional[float] = None) -> QuantConfig:
     """The QuantConfig of one table row (argument meanings as upstream's ModuleQConfig;
-    act_observer None = MinMaxObserver (PTQ) / MovingAverageMinMaxObserver (QAT), eps None =
+    act_observer None = PassUnionMovingAverageObserver (PTQ) / MovingAverageMinMaxObserver (QAT), eps None =
     1e-4 / (2**act_bits - 1))."""
     row = DTYPE_TABLE[QuantDtype(quant_dtype)]
     eps = float(eps) if eps else default_eps(row)

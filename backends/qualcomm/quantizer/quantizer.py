@@ -81,7 +81,7 @@ class QnnQuantizer(Quantizer):
                                  is_conv_per_channel: bool = False, is_linear_per_channel: bool = False,
                                  is_embedding_per_channel: bool = False, act_observer=None,
                                  act_symmetric: bool = False, eps: Optional[float] = None) -> None:
-        """act_observer None: MinMaxObserver (PTQ), MovingAverageMinMaxObserver (QAT); eps None: 1e-4 / (2**act_bits - 1)."""
+        """act_observer None: PassUnionMovingAverageObserver (PTQ), MovingAverageMinMaxObserver (QAT); eps None: 1e-4 / (2**act_bits - 1)."""
         self.default_quant_config = ModuleQConfig(
             quant_dtype, is_qat=is_qat, is_conv_per_channel=is_conv_per_channel,
             is_linear_per_channel=is_linear_per_channel, is_embedding_per_channel=is_embedding_per_channel,

@@ -21,6 +21,7 @@ from torchao.quantization.pt2e import FakeQuantize, MinMaxObserver, MovingAverag
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
 from backends.qualcomm import ModuleQConfig, QnnQuantizer, QuantDtype
+from backends.qualcomm.quantizer.observers import PassUnionMovingAverageObserver
 from backends.qualcomm.tests import models_float as m
 from backends.qualcomm.tests.quant_tester import (
     QuantTester, assert_pt2e_bounds, output_encodings, output_encodings_with_range, step_stats)
@@ -382,18 +383,32 @@ class TestQuantizerApi(unittest.TestCase):
         quantizer = QnnQuantizer()
         quantizer.set_default_quant_config(QuantDtype.use_8a8w)
         self.assertIs(type(_activation_observer(_prepare(module, inputs, quantizer), _aten.conv2d.default)),
-                      MinMaxObserver)
-        quantizer.set_default_quant_config(QuantDtype.use_8a8w, act_observer=MovingAverageMinMaxObserver)
+                      PassUnionMovingAverageObserver)
+        quantizer.set_default_quant_config(QuantDtype.use_8a8w, act_observer=MinMaxObserver)
         self.assertIs(type(_activation_observer(_prepare(module, inputs, quantizer), _aten.conv2d.default)),
-                      MovingAverageMinMaxObserver)
+                      MinMaxObserver)
         quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_qat=True)
         fake_quant = _activation_observer(_prepare(module.train(), inputs, quantizer, is_qat=True),
                                           _aten.conv2d.default)
         self.assertIs(type(fake_quant.activation_post_process), MovingAverageMinMaxObserver)
 
+    def test_default_observer_is_upstreams_moving_average_across_samples(self):
+        """One tensor per sample: the same ranges as MovingAverageMinMaxObserver, to the bit."""
+        samples, linear = [(randn(2, 4) * (1 + i),) for i in range(3)], ConvThenFc().linear
+        ranges = []
+        for observer in (None, MovingAverageMinMaxObserver):
+            quantizer = QnnQuantizer()
+            quantizer.set_default_quant_config(QuantDtype.use_8a8w, act_observer=observer)
+            exported = torch.export.export(linear, samples[0], strict=True).module()
+            prepared = prepare_pt2e(exported, quantizer)
+            for sample in samples:
+                prepared(*sample)
+            ranges.append([_quantize_args(convert_pt2e(prepared), "aten.linear")])
+        self.assertEqual(ranges[0], ranges[1])
+
     def test_shared_encoding_covers_every_input_of_a_cat(self):
         """cat's inputs and output share one encoding: its range must be the union of them all.
-        Upstream's moving-average default gave [0, 1.396] here (the first input's), and the
+        Upstream's MovingAverageMinMaxObserver gave [0, 1.396] here (the first input's), and the
         second input's values above 1.4 and below 0 clipped: error 0.43 (60 steps)."""
         class TwoRangesCat(torch.nn.Module):
             def forward(self, a, b):
