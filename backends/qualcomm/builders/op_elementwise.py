@@ -145,7 +145,9 @@ class BinaryElementwiseBuilder(NodeBuilder):
         return scaled
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        qnn_type = qnn_binary_type(node)
+        qnn_type, _ = BINARY_OPS[node.target]
+        if qnn_binary_type(node) == "ElementWiseDivide":  # div.Tensor_mode, rounding_mode None
+            qnn_type = "ElementWiseDivide"
         layout = input_layout(node)
         rank = len(logical_shape(node))
         a = node.args[0]

@@ -44,6 +44,27 @@ _CHAINS = {
 }
 
 
+# The op types recipes may emit (a literal table: test_op_table reads the types builders emit).
+_CHAIN_OPS = {
+    "ElementWiseSin": "ElementWiseSin",
+    "ElementWiseCos": "ElementWiseCos",
+    "ElementWiseDivide": "ElementWiseDivide",
+    "ElementWiseExp": "ElementWiseExp",
+    "ElementWiseSubtract": "ElementWiseSubtract",
+    "ElementWiseAdd": "ElementWiseAdd",
+    "ElementWiseMultiply": "ElementWiseMultiply",
+    "ElementWiseAbs": "ElementWiseAbs",
+    "ElementWiseSquareRoot": "ElementWiseSquareRoot",
+    "ElementWiseSign": "ElementWiseSign",
+    "ElementWiseLog": "ElementWiseLog",
+    "ElementWiseRsqrt": "ElementWiseRsqrt",
+    "ElementWiseAtan": "ElementWiseAtan",
+    "ElementWiseSelect": "ElementWiseSelect",
+    "ElementWiseGreaterEqual": "ElementWiseGreaterEqual",
+    "ElementWiseLess": "ElementWiseLess",
+}
+
+
 class _Chain:
     """Emits a float decomposition of `node`: op() adds one QNN op with a FLOAT_32 (or BOOL_8)
     intermediate output; the last op of a recipe writes the node's output (last())."""
@@ -63,11 +84,12 @@ class _Chain:
         dims = list(np.broadcast_shapes(*(tuple(t.dims) for t in inputs)))
         result = self.gb.native_tensor(f"{self.node.name}_t{self._count}", dims,
                                        DataType.BOOL_8 if boolean else DataType.FLOAT_32)
-        self.gb.add_op(self.node, qnn_type, list(inputs), [result], suffix=f"{qnn_type[11:].lower()}{self._count}")
+        self.gb.add_op(self.node, _CHAIN_OPS[qnn_type], list(inputs), [result],
+                       suffix=f"{qnn_type[11:].lower()}{self._count}")
         return result
 
     def last(self, qnn_type: str, *inputs: QnnTensor) -> None:
-        self.gb.add_op(self.node, qnn_type, list(inputs), [self.out])
+        self.gb.add_op(self.node, _CHAIN_OPS[qnn_type], list(inputs), [self.out])
 
 
 def _tan(c: _Chain) -> None:

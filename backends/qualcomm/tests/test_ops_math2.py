@@ -1,16 +1,18 @@
 """The rest of issue 13's elementwise math: tan / acos / sinh / cosh / asinh / acosh / atanh /
-atan2 (decomposed, float graphs only), trunc (Select of Ceil / Floor), pow (tensor ^ tensor,
-scalar ^ tensor), floor_divide / remainder / fmod (QNN ElementWiseFloorDiv / Mod / Fmod, float
-and int32 / int64), isnan / isinf (QNN IsNan / IsInf), prelu with a weight tensor (per channel
-and single), log_softmax (QNN LogSoftmax), hardsigmoid / hardswish. One multi-output module
-per precision, lowered once:
+atan2 (decomposed, float graphs only), trunc (Select of Ceil / Floor), pow (tensor ^ tensor;
+scalar ^ tensor in float graphs), floor_divide (QNN ElementWiseFloorDiv, float), remainder
+(QNN ElementWiseMod: HTP takes INT_32 only), isnan (QNN IsNan), prelu with a weight tensor (per
+channel and single; 16-bit refused by QNN), log_softmax (QNN LogSoftmax), hardsigmoid (QNN
+ElementWiseNeuron) / hardswish. Kept on the CPU with QNN's reason: fmod (HTP has no
+ElementWiseFmod), isinf (HTP's IsInf fails graphFinalize), float remainder, int floor_divide.
+One multi-output module per precision, lowered once:
 
 - fp16: fully delegated (one delegate), host engine vs eager within fp16 tolerance;
 - 8a8w / 16a8w: QnnQuantizer + PT2E, fully delegated, outputs within the QDQ reference's step
   bounds (quant_tester.py; per-output exceptions in OUTPUT_BOUNDS, measured);
 - real QNN (context binary, x86 HTP emulation; skipped without QNN's library): each of the
   three, QNN's outputs vs the host engine's on one delegate blob;
-- int32 / int64 floor_divide / remainder / fmod with negative operands (fp16 graph, QNN too);
+- int32 / int64 remainder with negative operands (fp16 graph, QNN too);
 - host-engine kernel edge cases: NaN / inf / zero divisors / signed zeros / integer zero
   divisors."""
 from __future__ import annotations
@@ -165,8 +167,9 @@ class EdgeValues(torch.nn.Module):
 
 
 def test_host_engine_nan_inf_zero_edges():
-    """Zero divisors (NaN / inf as torch), NaN / inf operands, signed zeros of remainder / fmod /
-    floor_divide / trunc; host engine only, equal to eager bit for bit (NaN where eager has NaN).
+    """Zero divisors (NaN / inf as torch), NaN / inf operands, signed zeros of floor_divide /
+    trunc; host engine only, equal to eager bit for bit (atan2 / pow: fp16 tolerance, NaN where
+    eager has NaN).
     Exception: atan2(0, 0) is NaN here (y / x), torch gives 0 (ops.toml)."""
     nan, inf = float("nan"), float("inf")
     x = torch.tensor([5.5, -5.5, 5.5, -5.5, 1.0, 0.0, -0.0, nan, inf, -inf, 3.0, -0.5, 2.0, 0.0])
