@@ -1,5 +1,5 @@
 """Unary ops, one row per op: relu, hardtanh/relu6, clamp, sigmoid, tanh, gelu, silu, hardswish,
-rsqrt, sqrt, neg, abs,
+hardsigmoid (ElementWiseNeuron HARD_SIGMOID), rsqrt, sqrt, neg, abs,
 exp, log, sin, cos, asin, atan, ceil, floor, round, sign."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from backends.qualcomm.builders.registry import (
 from backends.qualcomm.builders.quant_encoding import is_dequantize
 from backends.qualcomm.builders.utils import input_layout
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
-from backends.qualcomm.serialization.qnn_graph import DataType, QnnParam, float_scalar
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnParam, float_scalar, uint32_scalar
 
 _aten = exir_ops.edge.aten
 
@@ -62,6 +62,11 @@ def _gelu_check(node: torch.fx.Node) -> SupportResult:
     return SUPPORTED
 
 
+def _hardsigmoid_params(node: torch.fx.Node) -> List[QnnParam]:
+    """ElementWiseNeuron operation 2 (HARD_SIGMOID): clamp(x / 6 + 1 / 2, 0, 1)."""
+    return [uint32_scalar("operation", 2), float_scalar("alpha", 1.0 / 6.0), float_scalar("beta", 0.5)]
+
+
 def _elu_params(node: torch.fx.Node) -> List[QnnParam]:
     return [float_scalar("alpha", float(node.args[1]) if len(node.args) > 1 else float(node.kwargs.get("alpha", 1.0)))]
 
@@ -75,6 +80,7 @@ UNARY_OPS: Dict[object, tuple] = {
     _aten.tanh.default: ("Tanh", _no_params),
     _aten.gelu.default: ("Gelu", _no_params),
     _aten.hardswish.default: ("HardSwish", _no_params),
+    _aten.hardsigmoid.default: ("ElementWiseNeuron", _hardsigmoid_params),
     _aten.silu.default: ("Sigmoid", _no_params),
     _aten.rsqrt.default: ("ElementWiseRsqrt", _no_params),
     _aten.sqrt.default: ("ElementWiseSquareRoot", _no_params),
@@ -134,7 +140,7 @@ class UnaryActivationBuilder(NodeBuilder):
     targets = list(UNARY_OPS)
     # The aten ops the op table lists for these QNN types (relu_, relu6, silu_, ... included).
     quant_annotations = table_quant_annotations(qnn_type for qnn_type, _ in UNARY_OPS.values())
-    keep_whole = [_aten.hardswish.default, _aten.gelu.default, _aten.silu.default]
+    keep_whole = [_aten.hardswish.default, _aten.hardsigmoid.default, _aten.gelu.default, _aten.silu.default]
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:

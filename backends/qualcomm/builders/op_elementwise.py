@@ -1,14 +1,18 @@
-"""Binary elementwise ops: add / sub / mul / div (Tensor and Scalar overloads), pow(x, scalar),
-maximum / minimum."""
+"""Binary elementwise ops: add / sub / mul / div (Tensor and Scalar overloads), pow (tensor ^ scalar,
+tensor ^ tensor, scalar ^ tensor), maximum / minimum, floor_divide (div rounding_mode='floor'),
+remainder and fmod (float32, and int32 / int64 tensors too)."""
 from __future__ import annotations
 
+from typing import Optional
+
+import numpy as np
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SUPPORTED, SupportResult, check_float_io, register_builder,
-    table_quant_annotations,
+    table_quant_annotations, tensor_vals,
 )
 from backends.qualcomm.builders.utils import input_layout, is_quantized, operand, scalar_tensor
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, TensorType, uint32_tensor
@@ -28,9 +32,74 @@ BINARY_OPS = {
     _aten.div.Tensor: ("ElementWiseDivide", False),
     _aten.div.Scalar: ("ElementWiseDivide", False),
     _aten.pow.Tensor_Scalar: ("ElementWisePower", False),
+    _aten.pow.Tensor_Tensor: ("ElementWisePower", False),
+    _aten.pow.Scalar: ("ElementWisePower", False),
+    _aten.div.Tensor_mode: ("ElementWiseFloorDiv", False),  # rounding_mode None: ElementWiseDivide
+    _aten.remainder.Tensor: ("ElementWiseMod", False),
+    _aten.remainder.Scalar: ("ElementWiseMod", False),
+    _aten.fmod.Tensor: ("ElementWiseFmod", False),
+    _aten.fmod.Scalar: ("ElementWiseFmod", False),
     _aten.maximum.default: ("ElementWiseMaximum", False),
     _aten.minimum.default: ("ElementWiseMinimum", False),
 }
+
+
+# QNN types whose builder rows also take int32 / int64 tensors (the kernels compute in the
+# tensors' integer type; a number operand must then be an integer).
+INTEGER_OPS = ("ElementWiseFloorDiv", "ElementWiseMod", "ElementWiseFmod")
+_INT_DTYPES = {torch.int32: np.int32, torch.int64: np.int64}
+
+
+def qnn_binary_type(node: torch.fx.Node) -> str:
+    """The QNN type of a binary node (div.Tensor_mode: by its rounding mode)."""
+    if node.target == _aten.div.Tensor_mode and node.kwargs.get("rounding_mode") is None:
+        return "ElementWiseDivide"
+    return BINARY_OPS[node.target][0]
+
+
+def _integer_dtype(node: torch.fx.Node) -> Optional[torch.dtype]:
+    """int32 / int64 when the node's output is an integer tensor, else None."""
+    vals = tensor_vals(node)
+    return vals[0].dtype if vals and vals[0].dtype in _INT_DTYPES else None
+
+
+def _check_integer_io(node: torch.fx.Node, dtype: torch.dtype) -> SupportResult:
+    """Integer floor_divide / remainder / fmod: every tensor operand has the output's dtype,
+    numbers are integers."""
+    for i, arg in enumerate(node.args[:2]):
+        if isinstance(arg, torch.fx.Node):
+            vals = tensor_vals(arg)
+            if not vals or vals[0].dtype != dtype:
+                return False, f"input {i} has dtype {vals[0].dtype if vals else None}, the output {dtype}"
+        elif isinstance(arg, bool) or not (isinstance(arg, int) or (isinstance(arg, float) and arg.is_integer())):
+            return False, f"operand {arg!r} is not an integer but the tensors are {dtype}"
+        elif abs(arg) >= 2 ** 31:
+            return False, f"operand {arg!r} does not fit INT_32 (QNN's integer type)"
+    return SUPPORTED
+
+
+def _check_qnn_refusals(node: torch.fx.Node, int_dtype: Optional[torch.dtype]) -> SupportResult:
+    """Cases QNN 2.51 HTP refuses (measured), kept on the CPU with QNN's reason."""
+    qnn_type = qnn_binary_type(node)
+    if qnn_type == "ElementWiseFmod":
+        return False, "QNN 2.51 HTP has no ElementWiseFmod (validation 3110: 'OpValidator not found')"
+    if qnn_type == "ElementWiseFloorDiv" and int_dtype is not None:
+        return False, ("QNN 2.51 HTP refuses an INT_32 ElementWiseFloorDiv (3110: 'Unsupported input/output datatypes'; "
+                       "FLOAT_16 / FLOAT_32 / 16-bit fixed point only)")
+    if node.target == _aten.pow.Scalar and (is_quantized(node) or any(QCOM_QUANT_ATTRS in a.meta for a in node.all_input_nodes)):
+        return False, ("quantized scalar ^ tensor (pow.Scalar) is not supported: its 8-bit result was measured "
+                       "wrong (max 255 steps from the QDQ reference)")
+    if qnn_type == "ElementWiseMod" and int_dtype is None:
+        return False, ("QNN 2.51 HTP's ElementWiseMod takes INT_32 tensors only (3110: FLOAT_16 'Input[0] has "
+                       "incorrect data type'; 8/16-bit 'Unsupported input/output datatypes')")
+    return SUPPORTED
+
+
+def _check_rounding_mode(node: torch.fx.Node) -> SupportResult:
+    mode = node.kwargs.get("rounding_mode")
+    if node.target == _aten.div.Tensor_mode and mode not in (None, "floor"):
+        return False, f"div rounding_mode={mode!r} is not supported (None or 'floor')"
+    return SUPPORTED
 
 
 @register_builder
@@ -41,7 +110,14 @@ class BinaryElementwiseBuilder(NodeBuilder):
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        ok, reason = check_float_io(node)
+        ok, reason = _check_rounding_mode(node)
+        if not ok:
+            return ok, reason
+        int_dtype = _integer_dtype(node) if qnn_binary_type(node) in INTEGER_OPS else None
+        ok, reason = check_float_io(node) if int_dtype is None else _check_integer_io(node, int_dtype)
+        if not ok:
+            return ok, reason
+        ok, reason = _check_qnn_refusals(node, int_dtype)
         if not ok:
             return ok, reason
         if len(node.args) < 2:
@@ -57,8 +133,7 @@ class BinaryElementwiseBuilder(NodeBuilder):
         b = node.args[1]
         alpha = node.kwargs.get("alpha", 1)
         if not isinstance(b, torch.fx.Node):
-            return scalar_tensor(gb, f"{node.name}_b", float(b) * float(alpha), quantized=is_quantized(node),
-                                 like=output_encoding(node))
+            return number_operand(gb, node, float(b) * float(alpha), "b")
         tb = quantized_scalar_constant(gb, node, b, "b") or operand(gb, node, b, layout, rank, "b")
         if alpha == 1:
             return tb
@@ -71,14 +146,15 @@ class BinaryElementwiseBuilder(NodeBuilder):
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         qnn_type, _ = BINARY_OPS[node.target]
+        if qnn_binary_type(node) == "ElementWiseDivide":  # div.Tensor_mode, rounding_mode None
+            qnn_type = "ElementWiseDivide"
         layout = input_layout(node)
         rank = len(logical_shape(node))
         a = node.args[0]
         if isinstance(a, torch.fx.Node):
             ta = quantized_scalar_constant(gb, node, a, "a") or operand(gb, node, a, layout, rank, "a")
         else:
-            ta = scalar_tensor(gb, f"{node.name}_a", float(a), quantized=is_quantized(node),
-                               like=output_encoding(node))
+            ta = number_operand(gb, node, float(a), "a")
         tb = self._scaled_second(gb, node, layout, rank)
         if rank == 0:  # 0-d output: a [1] operand would broadcast it to [1]
             ta, tb = as_rank0(gb, node, ta, "a"), as_rank0(gb, node, tb, "b")
@@ -86,6 +162,15 @@ class BinaryElementwiseBuilder(NodeBuilder):
         if feeds_layer_norm(node):
             ta, tb = tiled_to(gb, node, ta, out.dims, "a"), tiled_to(gb, node, tb, out.dims, "b")
         gb.add_op(node, qnn_type, [ta, tb], [out])
+
+
+def number_operand(gb: GraphBuilder, node: torch.fx.Node, value: float, name: str) -> QnnTensor:
+    """A number operand: in the integer dtype of an integer node, else a float32 scalar
+    (quantized exactly in the output's data type when the node is quantized)."""
+    int_dtype = _integer_dtype(node)
+    if int_dtype is not None:
+        return scalar_tensor(gb, f"{node.name}_{name}", int(value), dtype=_INT_DTYPES[int_dtype])
+    return scalar_tensor(gb, f"{node.name}_{name}", value, quantized=is_quantized(node), like=output_encoding(node))
 
 
 def quantized_scalar_constant(gb: GraphBuilder, node: torch.fx.Node, arg: torch.fx.Node, name: str):

@@ -1,6 +1,7 @@
 """Comparisons (eq / ne / lt / le / gt / ge, Tensor and Scalar overloads) to BOOL_8, logic on
 BOOL_8 (logical_and / or / xor / not and their bitwise_ forms on bool tensors), and selection
-(where, masked_fill; threshold = Select(Greater(x, t), x, value)) as ElementWiseSelect. Tensors may be FLOAT_32, INT_32 / INT_64 (int64
+(where, masked_fill; threshold = Select(Greater(x, t), x, value)) as ElementWiseSelect; isnan /
+isinf -> IsNan / IsInf (float32 -> BOOL_8). Tensors may be FLOAT_32, INT_32 / INT_64 (int64
 stays INT_64 in the payload; the QNN side narrows it to INT_32) or BOOL_8.
 
 Quantized graphs: a comparison reads its quantized inputs as they are (QnnQuantizer annotates
@@ -22,7 +23,8 @@ from backends.qualcomm.builders.registry import (
     NodeBuilder, SUPPORTED, SupportResult, node_val, register_builder, table_quant_annotations, tensor_vals,
 )
 from backends.qualcomm.builders.utils import reshape, scalar_tensor
-from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType
+from backends.qualcomm.builders.quant_encoding import is_dequantize
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType, bool_scalar
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
 _aten = exir_ops.edge.aten
@@ -171,13 +173,42 @@ class LogicBuilder(NodeBuilder):
             if not isinstance(arg, torch.fx.Node):
                 return False, f"operand {i} ({arg!r}) is not a tensor"
             if _dtype(arg) != torch.bool:
-                return False, f"operand {i} has dtype {_dtype(arg)}; only bool tensors are supported"
+                return False, (f"operand {i} has dtype {_dtype(arg)}; only bool tensors are supported (QNN has no "
+                               "bitwise op on integers: its ElementWiseAnd / Or / Xor / Not are logical, BOOL_8)")
         return _output_dtype_is(node, (torch.bool,))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         arity = 1 if LOGIC_OPS[node.target] == "ElementWiseNot" else 2
         operands = _rank0(gb, node, [gb.tensor(a) for a in node.args[:arity]])
         gb.add_op(node, LOGIC_OPS[node.target], operands, [gb.define_output(node)])
+
+
+# edge op -> QNN classification op (FLOAT_32 -> BOOL_8)
+CLASSIFY_OPS = {_aten.isnan.default: "IsNan", _aten.isinf.default: "IsInf"}
+
+
+@register_builder
+class ClassifyBuilder(NodeBuilder):
+    """isnan / isinf -> IsNan / IsInf (float tensors only: a quantized tensor holds neither)."""
+
+    targets = list(CLASSIFY_OPS)
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        x = node.args[0]
+        if not isinstance(x, torch.fx.Node) or _dtype(x) != torch.float32:
+            return False, f"input dtype {_dtype(x) if isinstance(x, torch.fx.Node) else x!r} is not supported (float32)"
+        if node.target == _aten.isinf.default:
+            return False, ("QNN 2.51 HTP validates IsInf but its graphFinalize fails ('no properties registered for "
+                           "q::IsInf', error 1002)")
+        if QCOM_QUANT_ATTRS in x.meta or is_dequantize(x):
+            return False, f"{CLASSIFY_OPS[node.target]} of a quantized tensor (which holds no NaN / inf) stays on the CPU"
+        return _output_dtype_is(node, (torch.bool,))
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        qnn_type = CLASSIFY_OPS[node.target]
+        params = [bool_scalar("detect_negative", True), bool_scalar("detect_positive", True)] if qnn_type == "IsInf" else []
+        operands = _rank0(gb, node, [gb.tensor(node.args[0])])
+        gb.add_op(node, qnn_type, operands, [gb.define_output(node)], params)
 
 
 @register_builder

@@ -1,7 +1,15 @@
 """Math ops QNN has no single op for, decomposed into ops it has (and leaky_relu = Prelu with a
 one-element STATIC slope):
 clamp(x, min_tensor, max_tensor) = Minimum(Maximum(x, min), max); reciprocal(x) = Divide(1, x);
-log2 / log10(x) = Log(x) * (1 / ln 2 | 1 / ln 10); log1p(x) = Log(x + 1); expm1(x) = Exp(x) - 1.
+log2 / log10(x) = Log(x) * (1 / ln 2 | 1 / ln 10); log1p(x) = Log(x + 1); expm1(x) = Exp(x) - 1;
+prelu(x, weight) = Prelu with the weight as a slope along axis 1 (one element: all channels);
+trunc(x) = Select(x < 0, Ceil(x), Floor(x)) (float and quantized: Ceil / Floor in the output's
+encoding, a lane selects only the one in range). Float graphs only (_RECIPES):
+tan = Sin / Cos; sinh / cosh = (e -/+ 1 / e) / 2 with e = Exp(x);
+asinh = sign(x) * Log(|x| + Sqrt(x^2 + 1)); acosh = Log(x + Sqrt((x - 1)(x + 1)));
+atanh = Log((1 + x) / (1 - x)) / 2; acos = pi / 2 - Atan(x * Rsqrt((1 - x)(1 + x)));
+atan2(y, x) = Atan(y / x) + (x < 0 ? (y >= 0 ? pi : -pi) : 0) (atan2(0, 0) is NaN here, torch 0).
+fp16 overflows x^2 for |x| > 256 (asinh / acosh give inf there).
 
 Quantized graphs: clamp's intermediate takes the output's encoding (values above it saturate,
 then the Minimum bounds them); reciprocal's 1 is an exact quantized constant. log2 / log10 /
@@ -10,7 +18,7 @@ refused by QNN HTP (3110 'mismatching datatypes', measured on QNN 2.51)."""
 from __future__ import annotations
 
 import math
-from typing import Dict
+from typing import Callable, Dict
 
 import numpy as np
 import torch
@@ -18,11 +26,12 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, register_builder,
+    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, node_val, register_builder,
 )
-from backends.qualcomm.builders.op_logic import padded_rank
+from backends.qualcomm.builders.op_logic import number_operand, padded_rank
 from backends.qualcomm.builders.quant_encoding import is_dequantize
-from backends.qualcomm.serialization.qnn_graph import QnnTensor
+from backends.qualcomm.builders.utils import reshape
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
 _aten = exir_ops.edge.aten
@@ -35,9 +44,114 @@ _CHAINS = {
 }
 
 
+# The op types recipes may emit (a literal table: test_op_table reads the types builders emit).
+_CHAIN_OPS = {
+    "ElementWiseSin": "ElementWiseSin",
+    "ElementWiseCos": "ElementWiseCos",
+    "ElementWiseDivide": "ElementWiseDivide",
+    "ElementWiseExp": "ElementWiseExp",
+    "ElementWiseSubtract": "ElementWiseSubtract",
+    "ElementWiseAdd": "ElementWiseAdd",
+    "ElementWiseMultiply": "ElementWiseMultiply",
+    "ElementWiseAbs": "ElementWiseAbs",
+    "ElementWiseSquareRoot": "ElementWiseSquareRoot",
+    "ElementWiseSign": "ElementWiseSign",
+    "ElementWiseLog": "ElementWiseLog",
+    "ElementWiseRsqrt": "ElementWiseRsqrt",
+    "ElementWiseAtan": "ElementWiseAtan",
+    "ElementWiseSelect": "ElementWiseSelect",
+    "ElementWiseGreaterEqual": "ElementWiseGreaterEqual",
+    "ElementWiseLess": "ElementWiseLess",
+}
+
+
+class _Chain:
+    """Emits a float decomposition of `node`: op() adds one QNN op with a FLOAT_32 (or BOOL_8)
+    intermediate output; the last op of a recipe writes the node's output (last())."""
+
+    def __init__(self, gb: GraphBuilder, node: torch.fx.Node, out: QnnTensor):
+        self.gb, self.node, self.out, self._count = gb, node, out, 0
+        self.inputs = [gb.tensor(a) for a in node.args[:2] if isinstance(a, torch.fx.Node)]
+        self.x = self.inputs[0]
+
+    def const(self, value: float) -> QnnTensor:
+        self._count += 1
+        return self.gb.static_tensor(f"{self.node.name}_c{self._count}",
+                                     np.full([1] * len(self.out.dims), value, np.float32))
+
+    def op(self, qnn_type: str, *inputs: QnnTensor, boolean: bool = False) -> QnnTensor:
+        self._count += 1
+        dims = list(np.broadcast_shapes(*(tuple(t.dims) for t in inputs)))
+        result = self.gb.native_tensor(f"{self.node.name}_t{self._count}", dims,
+                                       DataType.BOOL_8 if boolean else DataType.FLOAT_32)
+        self.gb.add_op(self.node, _CHAIN_OPS[qnn_type], list(inputs), [result],
+                       suffix=f"{qnn_type[11:].lower()}{self._count}")
+        return result
+
+    def last(self, qnn_type: str, *inputs: QnnTensor) -> None:
+        self.gb.add_op(self.node, _CHAIN_OPS[qnn_type], list(inputs), [self.out])
+
+
+def _tan(c: _Chain) -> None:
+    c.last("ElementWiseDivide", c.op("ElementWiseSin", c.x), c.op("ElementWiseCos", c.x))
+
+
+def _hyperbolic(combine: str) -> Callable[[_Chain], None]:
+    def recipe(c: _Chain) -> None:
+        e = c.op("ElementWiseExp", c.x)
+        c.last("ElementWiseMultiply", c.op(combine, e, c.op("ElementWiseDivide", c.const(1.0), e)), c.const(0.5))
+    return recipe
+
+
+def _asinh(c: _Chain) -> None:
+    a = c.op("ElementWiseAbs", c.x)
+    root = c.op("ElementWiseSquareRoot", c.op("ElementWiseAdd", c.op("ElementWiseMultiply", a, a), c.const(1.0)))
+    c.last("ElementWiseMultiply", c.op("ElementWiseSign", c.x), c.op("ElementWiseLog", c.op("ElementWiseAdd", a, root)))
+
+
+def _one_minus_x_times_one_plus_x(c: _Chain, sign: float) -> QnnTensor:
+    """(1 - x)(1 + x) (sign 1) or (x - 1)(x + 1) (sign -1), without x^2's cancellation near 1."""
+    low = c.op("ElementWiseSubtract", c.const(1.0), c.x) if sign > 0 else c.op("ElementWiseSubtract", c.x, c.const(1.0))
+    return c.op("ElementWiseMultiply", low, c.op("ElementWiseAdd", c.x, c.const(1.0)))
+
+
+def _acosh(c: _Chain) -> None:
+    root = c.op("ElementWiseSquareRoot", _one_minus_x_times_one_plus_x(c, -1.0))
+    c.last("ElementWiseLog", c.op("ElementWiseAdd", c.x, root))
+
+
+def _atanh(c: _Chain) -> None:
+    ratio = c.op("ElementWiseDivide", c.op("ElementWiseAdd", c.const(1.0), c.x),
+                 c.op("ElementWiseSubtract", c.const(1.0), c.x))
+    c.last("ElementWiseMultiply", c.op("ElementWiseLog", ratio), c.const(0.5))
+
+
+def _acos(c: _Chain) -> None:
+    inv = c.op("ElementWiseRsqrt", _one_minus_x_times_one_plus_x(c, 1.0))
+    c.last("ElementWiseSubtract", c.const(math.pi / 2), c.op("ElementWiseAtan", c.op("ElementWiseMultiply", c.x, inv)))
+
+
+def _atan2(c: _Chain) -> None:
+    y, x = c.inputs
+    base = c.op("ElementWiseAtan", c.op("ElementWiseDivide", y, x))
+    turn = c.op("ElementWiseSelect", c.op("ElementWiseGreaterEqual", y, c.const(0.0), boolean=True),
+                c.const(math.pi), c.const(-math.pi))
+    offset = c.op("ElementWiseSelect", c.op("ElementWiseLess", x, c.const(0.0), boolean=True), turn, c.const(0.0))
+    c.last("ElementWiseAdd", base, offset)
+
+
+# Float-graph decompositions: edge op -> recipe.
+_RECIPES: Dict[object, Callable[[_Chain], None]] = {
+    _aten.tan.default: _tan, _aten.sinh.default: _hyperbolic("ElementWiseSubtract"),
+    _aten.cosh.default: _hyperbolic("ElementWiseAdd"), _aten.asinh.default: _asinh,
+    _aten.acosh.default: _acosh, _aten.atanh.default: _atanh, _aten.acos.default: _acos,
+    _aten.atan2.default: _atan2,
+}
+
 # Decompositions lowered in float graphs only (quantized: they stay on the CPU).
 _QUANT_REFUSED = {_aten.log2.default: "log2 = Log * c", _aten.log10.default: "log10 = Log * c",
                   _aten.expm1.default: "expm1 = Exp - 1", _aten.log1p.default: "log1p = Log(x + 1)"}
+_QUANT_REFUSED.update({op: f"{op._op.__name__.split('.')[0]}'s decomposition" for op in _RECIPES})
 
 
 def reads_quantized(node: torch.fx.Node) -> bool:
@@ -47,15 +161,20 @@ def reads_quantized(node: torch.fx.Node) -> bool:
 
 @register_builder
 class DecomposedMathBuilder(NodeBuilder):
-    targets = [_aten.clamp.Tensor, _aten.reciprocal.default, _aten.log1p.default, _aten.leaky_relu.default] + list(_CHAINS)
+    targets = [_aten.clamp.Tensor, _aten.reciprocal.default, _aten.log1p.default, _aten.leaky_relu.default,
+               _aten.prelu.default, _aten.trunc.default] + list(_CHAINS) + list(_RECIPES)
+    keep_whole = [_aten.prelu.default]
     quant_annotations: Dict[object, QuantFamily] = dict.fromkeys(
-        aten_ops("clamp.Tensor", "reciprocal.default", "leaky_relu.default"), QuantFamily.COMPUTE)
+        aten_ops("clamp.Tensor", "reciprocal.default", "leaky_relu.default", "prelu.default", "trunc.default"),
+        QuantFamily.COMPUTE)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)
         if ok and node.target in _QUANT_REFUSED and reads_quantized(node):
             return False, (f"{_QUANT_REFUSED[node.target]} needs a FLOAT_32 intermediate, which QNN HTP "
                            "refuses between quantized tensors (3110 'mismatching datatypes')")
+        if ok and node.target in (_aten.prelu.default, torch.ops.aten.prelu.default):
+            return self._prelu_supported(node)
         if not ok or node.target not in (_aten.clamp.Tensor, torch.ops.aten.clamp.Tensor):
             return ok, reason
         bounds = list(node.args[1:3]) + [node.kwargs.get("min"), node.kwargs.get("max")]
@@ -63,10 +182,33 @@ class DecomposedMathBuilder(NodeBuilder):
             return False, "clamp.Tensor without a tensor bound"
         return SUPPORTED
 
+    def _prelu_supported(self, node: torch.fx.Node) -> SupportResult:
+        x, weight = node.args[0], node.args[1]
+        if not isinstance(weight, torch.fx.Node):
+            return False, f"prelu weight {weight!r} is not a tensor"
+        x_shape, w_shape = tuple(node_val(x).shape), tuple(node_val(weight).shape)
+        for arg in node.all_input_nodes:
+            attrs = arg.meta.get(QCOM_QUANT_ATTRS)
+            qmax = attrs.qmax if attrs is not None else (arg.args[4] if is_dequantize(arg) and len(arg.args) > 4 else 0)
+            if isinstance(qmax, int) and qmax > 255:
+                return False, ("QNN 2.51 HTP cannot build a 16-bit Prelu with a weight tensor (graphFinalize: "
+                               "'could not create op q::prelu.opt', error 1002)")
+        channels = x_shape[1] if len(x_shape) > 1 else 1
+        if len(w_shape) > 1 or (w_shape and w_shape[0] not in (1, channels)):
+            return False, f"prelu weight of shape {list(w_shape)} is not one value or one per channel ({channels})"
+        return SUPPORTED
+
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        if node.target in _RECIPES:
+            _RECIPES[node.target](_Chain(gb, node, gb.define_output(node)))
+            return
         x = gb.tensor(node.args[0])
         out = gb.define_output(node)
-        if node.target == _aten.clamp.Tensor:
+        if node.target == _aten.prelu.default:
+            gb.add_op(node, "Prelu", [x, self._channel_slope(gb, node, len(x.dims))], [out])
+        elif node.target == _aten.trunc.default:
+            self._trunc(gb, node, x, out)
+        elif node.target == _aten.clamp.Tensor:
             self._clamp(gb, node, x, out)
         elif node.target == _aten.leaky_relu.default:
             slope = float(node.args[1]) if len(node.args) > 1 else float(node.kwargs.get("negative_slope", 0.01))
@@ -83,6 +225,30 @@ class DecomposedMathBuilder(NodeBuilder):
             inner = gb.native_tensor(f"{node.name}_{first.lower()}", x.dims)
             gb.add_op(node, first, [x], [inner], suffix="inner")
             gb.add_op(node, second, [inner, gb.static_tensor(f"{node.name}_c", np.array([constant], np.float32))], [out])
+
+    def _channel_slope(self, gb: GraphBuilder, node: torch.fx.Node, rank: int) -> QnnTensor:
+        """prelu's weight ([C] or [1]) shaped [1, C, 1, ...] to broadcast along axis 1."""
+        weight = gb.tensor(node.args[1])
+        count = int(np.prod(weight.dims)) if weight.dims else 1
+        dims = [1] * rank if count == 1 or rank < 2 else [1, count] + [1] * (rank - 2)
+        if list(weight.dims) == dims:
+            return weight
+        if weight.type == TensorType.STATIC:
+            return gb.add_tensor(f"{weight.name}_slope", TensorType.STATIC, weight.data_type, dims,
+                                 None if weight.data is None else weight.data.reshape(dims), weight.quant)
+        return reshape(gb, node, weight, dims, "slope")
+
+    def _trunc(self, gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, out: QnnTensor) -> None:
+        """Select(x < 0, Ceil(x), Floor(x)); quantized: Ceil / Floor in the output's encoding (a
+        lane's unselected value may saturate, its selected one is in range)."""
+        negative = gb.native_tensor(f"{node.name}_negative", x.dims, DataType.BOOL_8)
+        zero = number_operand(gb, node, 0, node.args[0], "zero")
+        gb.add_op(node, "ElementWiseLess", [x, padded_rank(gb, node, zero, len(x.dims), "zero")], [negative],
+                  suffix="negative")
+        ceil, floor = gb.like(out, f"{node.name}_ceil"), gb.like(out, f"{node.name}_floor")
+        gb.add_op(node, "ElementWiseCeil", [x], [ceil], suffix="ceil")
+        gb.add_op(node, "ElementWiseFloor", [x], [floor], suffix="floor")
+        gb.add_op(node, "ElementWiseSelect", [negative, ceil, floor], [out])
 
     def _constant(self, gb: GraphBuilder, node: torch.fx.Node, like: QnnTensor, value: float, name: str) -> QnnTensor:
         """A one-element operand in `like`'s data type: HTP wants both operands of a quantized

@@ -90,14 +90,19 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
         lambda x: torch.clamp(x, -0.5, 0.75)), inputs_of(_X)),
     "BinaryElementwiseBuilder": (lambda: _outputs(
         torch.add, torch.sub, torch.mul, lambda a, b: a / (b + 3.0), lambda a, b: 2.0 - a,
-        lambda a, b: a ** 3, lambda a, b: torch.add(a, b, alpha=0.5)), inputs_of((2, 3, 4), (4,))),
+        lambda a, b: a ** 3, lambda a, b: torch.add(a, b, alpha=0.5), lambda a, b: torch.remainder(a, b + 3.0),
+        lambda a, b: torch.fmod(a, 1.5), lambda a, b: a // (b - 3.0), lambda a, b: 2.0 ** a),
+        inputs_of((2, 3, 4), (4,))),
+    "ClassifyBuilder": (lambda: _outputs(lambda a: torch.isnan(a * 0.0), lambda a: torch.isinf(a / 0.0)),
+                        inputs_of((2, 3, 4))),
     "CompareBuilder": (lambda: _outputs(torch.eq, lambda a, b: a <= 0.5), inputs_of((2, 3, 4), (4,))),
     "LogicBuilder": (lambda: _outputs(lambda a, b: torch.logical_and(a > 0, b > 0),
                                       lambda a, b: torch.logical_not(a > b)), inputs_of((2, 3, 4), (4,))),
     "WhereBuilder": (lambda: _outputs(lambda a, b: torch.where(a > b, a, b), lambda a, b: a.masked_fill(b > 0, -2.0)),
                      inputs_of((2, 3, 4), (4,))),
     "DecomposedMathBuilder": (lambda: _outputs(lambda a, b: torch.clamp(a, b - 0.5, b + 0.5),
-                                               lambda a, b: torch.log2(a * a + 1.0)), inputs_of((2, 3, 4), (4,))),
+                                               lambda a, b: torch.log2(a * a + 1.0), lambda a, b: torch.trunc(a * 3.0),
+                                               lambda a, b: torch.atan2(a, b)), inputs_of((2, 3, 4), (4,))),
     "ReshapeBuilder": (lambda: _outputs(lambda x: x.view(8), lambda x: x.reshape(4, -1),
                                         lambda x: x.unsqueeze(0), lambda x: x.squeeze(1)),
                        inputs_of((2, 1, 4))),
@@ -386,13 +391,13 @@ class TestOpsKeptWhole:
         assert {str(op): by_builder[op] for op in ops} == {
             "aten.linear.default": "LinearBuilder", "aten.matmul.default": "MatMulBuilder",
             "aten.layer_norm.default": "LayerNormBuilder", "aten.gelu.default": "UnaryActivationBuilder",
-            "aten.silu.default": "UnaryActivationBuilder", "aten.hardswish.default": "UnaryActivationBuilder",
+            "aten.silu.default": "UnaryActivationBuilder", "aten.hardswish.default": "UnaryActivationBuilder", "aten.hardsigmoid.default": "UnaryActivationBuilder",
             "aten.scaled_dot_product_attention.default": "ScaledDotProductAttentionBuilder",
             "aten.where.ScalarOther": "WhereBuilder", "aten.where.ScalarSelf": "WhereBuilder",
             "aten.where.Scalar": "WhereBuilder", "aten.masked_fill.Scalar": "WhereBuilder",
             "aten.threshold.default": "WhereBuilder",
             "aten.roll.default": "RollBuilder", "aten.stack.default": "StackBuilder",
-            "aten.select_scatter.default": "SliceScatterBuilder"}
+            "aten.select_scatter.default": "SliceScatterBuilder", "aten.prelu.default": "DecomposedMathBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()

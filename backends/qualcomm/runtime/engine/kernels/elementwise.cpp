@@ -35,6 +35,58 @@ struct PowOp {
   template <typename T> static T apply(T a, T b) { return T(std::pow(a, b)); }
 };
 
+// floor_divide / remainder / fmod as PyTorch computes them. Integers: a zero divisor gives 0
+// (torch raises; no UB here), b == -1 wraps instead of overflowing.
+struct FloorDivOp {
+  template <typename T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value) {
+      if (b == T(0)) return a / b;
+      const T mod = std::fmod(a, b);
+      T div = (a - mod) / b;
+      if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div -= T(1);
+      if (div == T(0)) return std::copysign(T(0), a / b);
+      T floored = std::floor(div);
+      if (div - floored > T(0.5)) floored += T(1);
+      return floored;
+    } else {
+      if (b == 0) return T(0);
+      if (b == T(-1)) return T(Wide<T>(0) - Wide<T>(a));
+      T q = a / b;
+      if (a % b != 0 && ((a < 0) != (b < 0))) q -= 1;
+      return q;
+    }
+  }
+};
+// remainder: the sign of the divisor (Python's %).
+struct ModOp {
+  template <typename T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value) {
+      T r = std::fmod(a, b);
+      if (r != T(0) && ((b < T(0)) != (r < T(0)))) r += b;
+      return r;
+    } else {
+      if (b == 0 || b == T(-1)) return T(0);
+      T r = a % b;
+      if (r != 0 && ((r < 0) != (b < 0))) r += b;
+      return r;
+    }
+  }
+};
+// fmod: the sign of the dividend (C's fmod / %).
+struct FmodOp {
+  template <typename T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value) {
+      return std::fmod(a, b);
+    } else {
+      if (b == 0 || b == T(-1)) return T(0);
+      return a % b;
+    }
+  }
+};
+
 // maximum / minimum propagate NaN (as torch.maximum / minimum).
 struct MaxOp {
   template <typename T> static T apply(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
@@ -117,6 +169,7 @@ struct UnaryParams {
   float min_value = 0.f;
   float max_value = 0.f;
   float alpha = 1.f;
+  float beta = 0.f;
 };
 
 struct ReluFn { static float apply(float x, const UnaryParams&) { return x > 0.f ? x : 0.f; } };
@@ -145,6 +198,14 @@ struct NegFn { static float apply(float x, const UnaryParams&) { return -x; } };
 struct AbsFn { static float apply(float x, const UnaryParams&) { return std::fabs(x); } };
 struct EluFn {
   static float apply(float x, const UnaryParams& p) { return x > 0.f ? x : p.alpha * std::expm1(x); }
+};
+// ElementWiseNeuron with operation HARD_SIGMOID (2), the only one emitted: clamp(alpha * x + beta, 0, 1).
+constexpr int64_t kNeuronHardSigmoid = 2;
+struct HardSigmoidFn {
+  static float apply(float x, const UnaryParams& p) {
+    const float y = p.alpha * x + p.beta;
+    return y != y ? y : (y < 0.f ? 0.f : (y > 1.f ? 1.f : y));
+  }
 };
 struct ExpFn { static float apply(float x, const UnaryParams&) { return std::exp(x); } };
 struct LogFn { static float apply(float x, const UnaryParams&) { return std::log(x); } };
@@ -199,6 +260,17 @@ Status create_unary(const OpView& v, KernelEnv&, KernelPtr& out) {
     ParamReader params(v);
     QNN_RETURN_IF_ERROR(params.scalar_float("alpha", p.alpha));
   }
+  if (std::is_same<Fn, HardSigmoidFn>::value) {
+    ParamReader params(v);
+    int64_t operation = -1;
+    QNN_RETURN_IF_ERROR(params.scalar_int("operation", DType::UINT_32, operation));
+    if (operation != kNeuronHardSigmoid) {
+      return v.fail(ErrorKind::NotSupported, "ElementWiseNeuron operation %lld is not supported (2: HARD_SIGMOID)",
+                    static_cast<long long>(operation));
+    }
+    QNN_RETURN_IF_ERROR(params.scalar_float("alpha", p.alpha));
+    QNN_RETURN_IF_ERROR(params.scalar_float("beta", p.beta));
+  }
   return emplace_kernel<UnaryKernel<Fn>>(out, v, p);
 }
 
@@ -209,6 +281,9 @@ QNN_REGISTER_KERNEL(Float, ElementWiseSubtract, &create_binary<SubOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseMultiply, &create_binary<MulOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseDivide, &create_binary<DivOp>);
 QNN_REGISTER_KERNEL(Float, ElementWisePower, &create_binary<PowOp>);
+QNN_REGISTER_KERNEL(Float, ElementWiseFloorDiv, &create_binary<FloorDivOp>);
+QNN_REGISTER_KERNEL(Float, ElementWiseMod, &create_binary<ModOp>);
+QNN_REGISTER_KERNEL(Float, ElementWiseFmod, &create_binary<FmodOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseMaximum, &create_binary<MaxOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseMinimum, &create_binary<MinOp>);
 QNN_REGISTER_KERNEL(Float, Prelu, &create_binary<PreluOp>);
@@ -233,6 +308,7 @@ QNN_REGISTER_KERNEL(Float, ElementWiseFloor, &create_unary<FloorFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseRound, &create_unary<RoundFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseSign, &create_unary<SignFn>);
 QNN_REGISTER_KERNEL(Float, Elu, &create_unary<EluFn>);
+QNN_REGISTER_KERNEL(Float, ElementWiseNeuron, &create_unary<HardSigmoidFn>);
 
 } // namespace engine
 } // namespace qnn_delegate
