@@ -155,6 +155,7 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     "VarianceBuilder": (lambda: _outputs(lambda x: torch.var(x, 1), lambda x: torch.std(x, (1, 2), correction=0, keepdim=True)),
                         inputs_of((2, 4, 5))),
     "SortBuilder": (lambda: _outputs(lambda x: torch.sort(x)[0], lambda x: torch.sort(x, -1, True)[1]), inputs_of((2, 4, 5))),
+    "CumsumBuilder": (lambda: _outputs(lambda x: torch.cumsum(x, 1), lambda x: torch.cumsum(x, -1)), inputs_of((2, 4, 5))),
 }
 # Builders of quantized graphs only: covered by test_quantized_builders_lower_and_run.
 QUANT_ONLY_BUILDERS = {"QuantizeBuilder", "DequantizeBuilder"}
