@@ -160,6 +160,7 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     "VarianceBuilder": (lambda: _outputs(lambda x: torch.var(x, 1), lambda x: torch.std(x, (1, 2), correction=0, keepdim=True)),
                         inputs_of((2, 4, 5))),
     "SortBuilder": (lambda: _outputs(lambda x: torch.sort(x)[0], lambda x: torch.sort(x, -1, True)[1]), inputs_of((2, 4, 5))),
+    "CumsumBuilder": (lambda: _outputs(lambda x: torch.cumsum(x, 1), lambda x: torch.cumsum(x, -1)), inputs_of((2, 4, 5))),
 }
 # Builders of quantized graphs only: covered by test_quantized_builders_lower_and_run.
 QUANT_ONLY_BUILDERS = {"QuantizeBuilder", "DequantizeBuilder"}
@@ -420,8 +421,11 @@ class TestOpsKeptWhole:
 
 
 # ---- partition summary -------------------------------------------------------------------------
+SKIP_CUMSUM = {"aten.cumsum.default"}  # cumsum has a builder: kept on the CPU to split graphs
+
+
 class PartlyDelegated(torch.nn.Module):
-    """5 delegable nodes, 2 cumsum (no builder) and 1 sigmoid skipped by the test."""
+    """5 delegable nodes, 2 cumsum and 1 sigmoid skipped by the test (skip_node_op_set)."""
 
     def forward(self, x):
         y = torch.cumsum(torch.relu(x), dim=1)
@@ -434,18 +438,18 @@ class TestPartitionSummary:
         import logging
 
         caplog.set_level(logging.INFO, logger="backends.qualcomm")
-        tester = QnnTester(PartlyDelegated(), inputs_of((3, 4))).lower(skip_node_op_set={"aten.sigmoid.default"})
+        tester = QnnTester(PartlyDelegated(), inputs_of((3, 4))).lower(skip_node_op_set=SKIP_CUMSUM | {"aten.sigmoid.default"})
         summary = tester.partitioner.summary
         assert (summary.delegated_nodes, summary.delegates, summary.cpu_nodes) == (4, 3, 3)
         assert [(g.op, g.reason, g.count) for g in summary.cpu_ops] == [
-            ("aten.cumsum.default", "no QNN builder for aten.cumsum.default", 2),
+            ("aten.cumsum.default", "skipped by skip_node_op_set (aten.cumsum.default)", 2),
             ("aten.sigmoid.default", "skipped by skip_node_op_set (aten.sigmoid.default)", 1)]
         records = [r for r in caplog.records if r.name == "backends.qualcomm.partitioner.qnn_partitioner"
                    and r.getMessage().startswith("QnnPartitioner: ")]
         assert len(records) == 1 and records[0].levelname == "WARNING"
         assert records[0].getMessage() == (
             "QnnPartitioner: 4 of 7 nodes delegated in 3 delegate(s); 3 left on the CPU: "
-            "aten.cumsum.default x2 (no QNN builder for aten.cumsum.default); "
+            "aten.cumsum.default x2 (skipped by skip_node_op_set (aten.cumsum.default)); "
             "aten.sigmoid.default x1 (skipped by skip_node_op_set (aten.sigmoid.default))")
         tester.to_executorch().run().compare()
 
@@ -470,13 +474,13 @@ class TestPartitionSummary:
             "import torch\n"
             "from backends.qualcomm.tests.tester import QnnTester, inputs_of\n"
             "from backends.qualcomm.tests import models_float as m\n"
-            "QnnTester(m.WithCumsum(), inputs_of((2, 8))).lower()\n")
+            "QnnTester(m.WithCumsum(), inputs_of((2, 8))).lower(skip_node_op_set={'aten.cumsum.default'})\n")
         repo = Path(__file__).resolve().parents[3]
         result = subprocess.run([sys.executable, str(script)], cwd=repo, capture_output=True, text=True,
                                 timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(repo)})
         assert result.returncode == 0, result.stderr[-2000:]
         assert "QnnPartitioner: 3 of 4 nodes delegated in 2 delegate(s); 1 left on the CPU: " \
-               "aten.cumsum.default x1 (no QNN builder for aten.cumsum.default)" in result.stderr
+               "aten.cumsum.default x1 (skipped by skip_node_op_set (aten.cumsum.default))" in result.stderr
 
     def test_long_lists_are_truncated(self):
         from backends.qualcomm.partitioner.summary import MAX_LISTED_GROUPS, CpuOpGroup, PartitionSummary
@@ -493,10 +497,11 @@ class TestPartitionSummary:
         from backends.qualcomm.tests.tester import fp16_compile_specs
 
         caplog.set_level(logging.INFO, logger="backends.qualcomm")
-        to_edge_transform_and_lower_to_qnn(m.WithCumsum(), inputs_of((2, 8)), fp16_compile_specs())
+        to_edge_transform_and_lower_to_qnn(m.WithCumsum(), inputs_of((2, 8)), fp16_compile_specs(),
+                                           skip_node_op_set=SKIP_CUMSUM)
         messages = [r.getMessage() for r in caplog.records if r.getMessage().startswith("QnnPartitioner: ")]
         assert messages == ["QnnPartitioner: 3 of 4 nodes delegated in 2 delegate(s); 1 left on the CPU: "
-                            "aten.cumsum.default x1 (no QNN builder for aten.cumsum.default)"]
+                            "aten.cumsum.default x1 (skipped by skip_node_op_set (aten.cumsum.default))"]
 
 
 # ---- float graph with quantized precision ------------------------------------------------------
@@ -582,7 +587,7 @@ class TestPadBeforeCpuConv:
 
 # ---- weight sharing: graph names unique by construction ----------------------------------------
 class TwoPartitions(torch.nn.Module):
-    """linear -> cumsum (CPU) -> linear: two delegates."""
+    """linear -> cumsum (CPU: SKIP_CUMSUM) -> linear: two delegates."""
 
     def __init__(self, seed: int):
         super().__init__()
@@ -609,7 +614,7 @@ class TestWeightSharingGraphNames:
         inputs = {"dec": (randn(2, 8, seed=3),), "dec_1": (randn(2, 8, seed=4),)}
         specs = generate_qnn_executorch_compiler_spec(
             QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True, use_weight_sharing=True))
-        edge = to_edge_transform_and_lower_to_qnn(modules, inputs, specs)
+        edge = to_edge_transform_and_lower_to_qnn(modules, inputs, specs, skip_node_op_set=SKIP_CUMSUM)
         chosen = {}
         for method in ("dec", "dec_1"):
             lowered = [lw for _, lw, _ in get_lowered_submodules(edge.exported_program(method).graph_module)]
