@@ -9,13 +9,15 @@ of the channel-last graph (none between consecutive convolutions), and the suppo
 reasons for what stays on the CPU."""
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+import re
+from typing import List, Tuple
 
 import numpy as np
 import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
+from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.tests.quant_tester import QuantTester, StepStats, assert_pt2e_bounds, \
     output_encodings_with_range, step_stats
 from backends.qualcomm.tests.tester import QnnTester, randn
@@ -255,16 +257,32 @@ def _payload_on_both_engines(blob: bytes, inputs):
     return both(blob, inputs)
 
 
-def _output_scales(blob: bytes) -> List[Optional[float]]:
-    from backends.qualcomm.tests.test_ops_reduce import _output_scales as scales
-
-    return scales(blob)
+def _output_scales(blob: bytes) -> List[float]:
+    """Scale of each delegate output (in the delegate's output order): the encoding of the
+    Dequantize it comes from, through the layout changes (Transpose / Reshape) after it;
+    0.0 for a float graph."""
+    graph = describe_payload(blob)[0]
+    tensors = {t.name: t for t in graph.tensors}
+    producers = {out: op for op in graph.ops for out in op.outputs}
+    scales = []
+    for name in graph.outputs:
+        op = producers.get(name)
+        while op is not None and op.type in ("Transpose", "Reshape"):
+            op = producers.get(op.inputs[0])
+        quant = tensors[op.inputs[0]].quant if op is not None and op.type == "Dequantize" else ""
+        scales.append(float(re.search(r"scale=([0-9.e+-]+)", quant).group(1)) if quant else 0.0)
+    return scales
 
 
 @needs_qnn
 @pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8], ids=["fp16", "8a8w", "16a8w"])
 def test_real_qnn_matches_host(real_qnn, quant_dtype):
-    """QNN 2.51 HTP emulation vs the host engine, one delegate: see the bounds below."""
+    """QNN 2.51 HTP emulation vs the host engine, one delegate (so QNN validated and finalized
+    Conv2d / DepthWiseConv2d on a unit height, TransposeConv2d incl. grouped, Conv3d and
+    TransposeConv3d in each precision). Measured: fp16 max |qnn - host| 6e-8 on outputs up to
+    0.78; 8a8w max 1 step (55-98% exact) except conv3d -> relu -> conv_transpose3d, 2 steps on
+    2.8% (64.6% exact); 16a8w max 17 of 65535 steps (the host runs Conv3d / TransposeConv in
+    float on dequantized inputs, HTP in integers)."""
     inputs = real_inputs()
     module = RealConvFamily()
     tester = (QnnTester(module, inputs) if quant_dtype is None
@@ -272,11 +290,14 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     blob = _one_blob(tester)
     qnn, host = _payload_on_both_engines(blob, inputs)
     scales = _output_scales(blob)
+    stats: List[StepStats] = []
     for i, (q, h) in enumerate(zip(qnn, host)):
         assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape)
         if quant_dtype is None:
             err = float(np.abs(q - h).max())
             assert err <= 2e-2 * max(1.0, float(np.abs(h).max())), f"output {i}: max |qnn - host| = {err}"
         else:
-            stats = step_stats(q, h, scales[i])
-            assert stats.max_diff <= (2 if quant_dtype == A8W8 else 64), f"output {i}: {stats}"
+            assert scales[i] > 0, f"output {i} has no Dequantize"
+            stats.append(step_stats(q, h, scales[i]))
+    for i, s in enumerate(stats):
+        assert s.max_diff <= (2 if quant_dtype == A8W8 else 64), f"output {i}: {s}"

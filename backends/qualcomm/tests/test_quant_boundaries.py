@@ -43,7 +43,9 @@ MASK = torch.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])
 #   float) -> relu -> conv. 8a8w: 83.3% exact, max 2 (0.2% at 2); 16a8w (16-bit conv
 #   requantization: up to 3 steps per conv): 44.3% exact, max 3.
 # - shared: Quantize -> conv1 -> conv2 / ConvTranspose2d (CPU) -> add. 8a8w: 75.8% exact,
-#   max 1; 16a8w: 44.5% exact, max 2.
+#   max 1; 16a8w: 44.5% exact, max 2. Since QnnQuantizer annotates conv_transpose2d (issue 14)
+#   the CPU ConvTranspose2d reads a quantized weight and its output is quantized before the add:
+#   8a8w 74.2% exact, 1.2% at 2 steps.
 # - attention: Quantize -> 3 linears -> matmul -> mul -> add mask -> softmax -> matmul, twice.
 #   8a8w: 62.5% exact, max 2 (12.5% at 2). 16a8w: the -10000 additive mask sets the add's
 #   output step to 10003 / 65535 = 0.153 in score units, so a one-step difference at the add's
@@ -54,7 +56,7 @@ MASK = torch.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])
 #   vs PT2E max 8 steps; README "Known QNN limits").
 PT2E_BOUNDS = {
     ("conv_transpose", A8W8): (2, 0.80), ("conv_transpose", A16W8): (3, 0.40),
-    ("shared", A8W8): (1, 0.70), ("shared", A16W8): (2, 0.40),
+    ("shared", A8W8): (2, 0.70), ("shared", A16W8): (2, 0.40),
     ("attention", A8W8): (2, 0.55), ("attention", A16W8): (660, 0.0),
 }
 
