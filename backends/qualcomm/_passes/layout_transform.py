@@ -1,5 +1,6 @@
 """Decide the stored layout of every node: channel-last where layout-sensitive ops
-(Conv2d, pools, Batchnorm) need it, kept through layout-agnostic ops, channel-first
+(convolutions of rank 3 / 4 / 5, pools, Batchnorm) need it, kept through layout-agnostic
+ops (rank 4; rank 3 / 5 through elementwise ops), channel-first
 elsewhere. The GraphBuilder inserts one Transpose (or a Reshape when only unit dims
 move) per tensor and layout actually requested, so permutes appear only at boundaries."""
 from __future__ import annotations
@@ -11,7 +12,8 @@ import torch
 from backends.qualcomm.builders.graph_builder import io_dim_order
 from backends.qualcomm.builders.registry import LayoutPolicy, get_builder
 from backends.qualcomm.utils.constants import (
-    LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, QCOM_CONSTANT, QCOM_INPUT_LAYOUT, QCOM_LAYOUT,
+    CHANNEL_LAST_RANKS, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, QCOM_CONSTANT,
+    QCOM_INPUT_LAYOUT, QCOM_LAYOUT,
 )
 
 
@@ -34,14 +36,24 @@ def _layouts_for(node: torch.fx.Node) -> tuple:
         return layout, layout
     builder = get_builder(node.target)
     policy = builder.layout_policy if builder is not None else LayoutPolicy.CHANNEL_FIRST
-    if policy is LayoutPolicy.SENSITIVE and _rank(node.args[0]) == 4:
+    if policy is LayoutPolicy.SENSITIVE and _rank(node.args[0]) in builder.channel_last_ranks:
         return LAYOUT_CHANNEL_LAST, LAYOUT_CHANNEL_LAST
     if policy is LayoutPolicy.AGNOSTIC:
-        cl_input = any(_is_channel_last(a) and _rank(a) == 4 for a in node.all_input_nodes)
-        if cl_input and builder.supports_channel_last(node):
+        cl_inputs = [a for a in node.all_input_nodes if _is_channel_last(a)]
+        if any(_rank(a) == 4 for a in cl_inputs) and builder.supports_channel_last(node):
             out = LAYOUT_CHANNEL_LAST if _rank(node) == 4 else LAYOUT_CHANNEL_FIRST
             return LAYOUT_CHANNEL_LAST, out
+        if _keeps_other_rank_channel_last(node, builder, cl_inputs):
+            return LAYOUT_CHANNEL_LAST, LAYOUT_CHANNEL_LAST
     return LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_FIRST
+
+
+def _keeps_other_rank_channel_last(node: torch.fx.Node, builder, cl_inputs: list) -> bool:
+    """An elementwise op (channel_last_any_rank) reading channel-last rank-3 / rank-5 tensors
+    of its own output rank (conv1d / conv3d outputs) stays channel-last."""
+    rank = _rank(node)
+    return (bool(cl_inputs) and rank in CHANNEL_LAST_RANKS and rank != 4 and builder.channel_last_any_rank
+            and all(_rank(a) == rank for a in cl_inputs) and builder.supports_channel_last(node))
 
 
 def _graph_input_layout(node: torch.fx.Node) -> str:

@@ -15,8 +15,8 @@ from backends.qualcomm.serialization.qnn_graph import (
     DataType, QnnGraph, QnnOp, QnnParam, QnnTensor, QuantParams, TensorType, uint32_tensor,
 )
 from backends.qualcomm.utils.constants import (
-    DEBUG_HANDLE, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, NHWC_TO_NCHW, QCOM_LAYOUT,
-    QCOM_QUANT_ATTRS,
+    CHANNEL_LAST_RANKS, DEBUG_HANDLE, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, QCOM_LAYOUT,
+    QCOM_QUANT_ATTRS, channel_first_perm, channel_last_perm,
 )
 from backends.qualcomm.utils.errors import QnnLoweringError
 from backends.qualcomm.utils.tensor_dump import DEBUG_ID_MARKER, dump_tensor_name
@@ -80,8 +80,8 @@ def logical_shape(node: torch.fx.Node) -> List[int]:
 
 def stored_dims(shape: Sequence[int], layout: str) -> List[int]:
     """Dims as stored in the payload for a logical shape in `layout`."""
-    if layout == LAYOUT_CHANNEL_LAST and len(shape) == 4:
-        return permute_dims(shape, NCHW_TO_NHWC)
+    if layout == LAYOUT_CHANNEL_LAST and len(shape) in CHANNEL_LAST_RANKS:
+        return permute_dims(shape, channel_last_perm(len(shape)))
     return list(shape)
 
 
@@ -234,14 +234,15 @@ class GraphBuilder:
         data = self.constant_data(node)
         if data is None:
             raise QnnLoweringError("placeholder is neither a graph input nor a constant", node)
-        perm = NCHW_TO_NHWC if layout == LAYOUT_CHANNEL_LAST and data.dim() == 4 else None
+        perm = channel_last_perm(data.dim()) if layout == LAYOUT_CHANNEL_LAST and data.dim() in CHANNEL_LAST_RANKS \
+            else None
         tensor = self.static_from_constant(node, perm)
         self._tensors[(node, layout)] = tensor
         return tensor
 
     def tensor(self, node: torch.fx.Node, layout: Optional[str] = LAYOUT_CHANNEL_FIRST) -> QnnTensor:
         """The tensor of `node` in `layout` (default channel-first; None = the node's own
-        layout), converting once per layout when needed (rank-4 tensors only)."""
+        layout), converting once per layout when needed (tensors of CHANNEL_LAST_RANKS only)."""
         own = node_layout(node)  # placeholders: channel-first unless a channels_last graph input
         layout = layout or own
         if (node, layout) in self._tensors:
@@ -251,14 +252,15 @@ class GraphBuilder:
         if (node, own) not in self._tensors:
             raise QnnLoweringError("tensor used before it was defined (unsupported producer?)", node)
         base = self._tensors[(node, own)]
-        if len(base.dims) != 4 or layout == own:
+        if len(base.dims) not in CHANNEL_LAST_RANKS or layout == own:
             return base
         converted = self._convert_layout(node, base, layout)
         self._tensors[(node, layout)] = converted
         return converted
 
     def _convert_layout(self, node: torch.fx.Node, base: QnnTensor, layout: str) -> QnnTensor:
-        perm = NCHW_TO_NHWC if layout == LAYOUT_CHANNEL_LAST else NHWC_TO_NCHW
+        rank = len(base.dims)
+        perm = channel_last_perm(rank) if layout == LAYOUT_CHANNEL_LAST else channel_first_perm(rank)
         dims = permute_dims(base.dims, perm)
         out = self.like(base, f"{node.name}_{layout}", dims)
         if moves_only_unit_dims(base.dims, perm):

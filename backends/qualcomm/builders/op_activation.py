@@ -142,6 +142,7 @@ class UnaryActivationBuilder(NodeBuilder):
     quant_annotations = table_quant_annotations(qnn_type for qnn_type, _ in UNARY_OPS.values())
     keep_whole = [_aten.hardswish.default, _aten.hardsigmoid.default, _aten.gelu.default, _aten.silu.default]
     layout_policy = LayoutPolicy.AGNOSTIC
+    channel_last_any_rank = True
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)

@@ -1,4 +1,6 @@
-"""2D convolution -> Conv2d / DepthWiseConv2d (NHWC activations, HWIO weights)."""
+"""Convolutions -> Conv2d / DepthWiseConv2d / TransposeConv2d (conv1d and conv_transpose1d
+as their 2-D op on a unit height), Conv3d / TransposeConv3d. Activations channel-last (NWC /
+NHWC / NDHWC), weights spatial dims first: [k.., Cin/group, Cout]; transposed [k.., Cin, Cout/group]."""
 from __future__ import annotations
 
 from typing import List, Optional
@@ -13,19 +15,45 @@ from backends.qualcomm.builders.registry import (
     register_builder, tensor_vals,
 )
 from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs
-from backends.qualcomm.builders.utils import int_list, is_quantized
+from backends.qualcomm.builders.utils import int_list, is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
-from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_PAD_AMOUNT
+from backends.qualcomm.utils.constants import (
+    LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_PAD_AMOUNT, QCOM_QUANT_ATTRS,
+)
 
-OIHW_TO_HWIO = (2, 3, 1, 0)
+_QNN_TYPES = {(2, False): "Conv2d", (2, True): "TransposeConv2d", (3, False): "Conv3d", (3, True): "TransposeConv3d"}
+
+
+def weight_perm(rank: int, transposed: bool) -> tuple:
+    """torch weight [Cout, Cin/group, k..] (transposed: [Cin, Cout/group, k..]) -> QNN's
+    [k.., Cin/group, Cout] (transposed: [k.., Cin, Cout/group])."""
+    return tuple(range(2, rank)) + ((0, 1) if transposed else (1, 0))
+
+
+def spatial_dims(node: torch.fx.Node) -> int:
+    """Spatial dims of the QNN op: 2 for conv1d (unit height) and conv2d, 3 for conv3d."""
+    return max(2, len(logical_shape(node)) - 2)
+
+
+def unit_height(node: torch.fx.Node) -> bool:
+    """conv1d / conv_transpose1d: lowered as the 2-D op with a height of 1."""
+    return len(logical_shape(node)) == 3
+
+
+def spatial_args(node: torch.fx.Node, key: str, default: int) -> List[int]:
+    """stride / padding / dilation / output_padding per spatial dim of the QNN op (conv1d's
+    unit height: stride 1, padding 0, dilation 1, output_padding 0)."""
+    if unit_height(node):
+        return [1 if key in ("stride", "dilation") else 0] + int_list(conv_args(node).get(key), 1, default)
+    return int_list(conv_args(node).get(key), spatial_dims(node), default)
 
 
 def conv_pad_amount(node: torch.fx.Node) -> List[List[int]]:
-    """[[top, bottom], [left, right]]: conv padding plus any zero pad folded into it."""
+    """[[before, after]] per spatial dim ([[top, bottom], [left, right]] in 2-D): conv padding
+    plus any zero pad folded into it."""
     if QCOM_PAD_AMOUNT in node.meta:
         return [list(p) for p in node.meta[QCOM_PAD_AMOUNT]]
-    ph, pw = int_list(conv_args(node).get("padding"), 2, 0)
-    return [[ph, ph], [pw, pw]]
+    return [[p, p] for p in spatial_args(node, "padding", 0)]
 
 
 def zero_bias_attrs(x: QnnTensor, weight: QnnTensor, cout: int) -> Optional[QuantAttrs]:
@@ -52,33 +80,77 @@ def conv_args(node: torch.fx.Node) -> dict:
     return values
 
 
+def is_transposed(node: torch.fx.Node) -> bool:
+    return bool(conv_args(node).get("transposed", False))
+
+
+def _transposed_support(node: torch.fx.Node) -> SupportResult:
+    """What TransposeConv2d / TransposeConv3d take: no dilation param (QNN 2.51 op def)."""
+    args = conv_args(node)
+    dilation = int_list(args.get("dilation"), len(logical_shape(node)) - 2, 1)
+    if any(d != 1 for d in dilation):
+        return False, f"dilation {dilation} of a transposed convolution is not supported (QNN's TransposeConv has none)"
+    stride = int_list(args.get("stride"), len(dilation), 1)
+    output_padding = int_list(args.get("output_padding"), len(dilation), 0)
+    if any(p < 0 or p >= s for p, s in zip(output_padding, stride)):
+        return False, f"output_padding {output_padding} must be in [0, stride {stride})"
+    return SUPPORTED
+
+
+def _conv3d_support(node: torch.fx.Node) -> SupportResult:
+    """QNN 2.51's HTP Conv3d refuses a stride > 1 together with a dilation > 1 (on any axes:
+    op validation error 3110 'has incorrect Value 2, expected equal to 1')."""
+    args = conv_args(node)
+    stride, dilation = int_list(args.get("stride"), 3, 1), int_list(args.get("dilation"), 3, 1)
+    if any(s > 1 for s in stride) and any(d > 1 for d in dilation):
+        return False, (f"conv3d with stride {stride} and dilation {dilation}: QNN's Conv3d refuses a stride > 1 "
+                       "together with a dilation > 1")
+    return SUPPORTED
+
+
 @register_builder
 class ConvolutionBuilder(NodeBuilder):
     targets = [exir_ops.edge.aten.convolution.default]
-    quant_annotations = dict.fromkeys(aten_ops("conv2d.default", "conv2d.padding", "convolution.default"),
-                                      QuantFamily.WEIGHTED)
+    quant_annotations = dict.fromkeys(aten_ops(
+        "conv1d.default", "conv1d.padding", "conv2d.default", "conv2d.padding", "conv3d.default", "conv3d.padding",
+        "convolution.default", "conv_transpose1d.default", "conv_transpose2d.input", "conv_transpose3d.input"),
+        QuantFamily.WEIGHTED)
     layout_policy = LayoutPolicy.SENSITIVE
+    channel_last_ranks = (3, 4, 5)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)
         if not ok:
             return ok, reason
         args = conv_args(node)
-        if args.get("transposed", False):
-            return False, "transposed convolution is not supported"
-        if len(tensor_vals(node)[0].shape) != 4:
-            return False, "only 2D convolution (rank-4 input) is supported"
-        if any(int(p) < 0 for p in args.get("padding", [0])):
+        rank = len(tensor_vals(node)[0].shape)
+        if rank not in self.channel_last_ranks:
+            return False, f"rank-{rank} convolution is not supported (conv1d / conv2d / conv3d: rank 3 / 4 / 5)"
+        if any(int(p) < 0 for p in int_list(args.get("padding"), rank - 2, 0)):
             return False, "negative padding is not supported"
-        return SUPPORTED
+        if is_transposed(node):
+            return _transposed_support(node)
+        return _conv3d_support(node) if rank == 5 else SUPPORTED
 
     def _weight(self, gb: GraphBuilder, node: torch.fx.Node, weight: torch.fx.Node) -> QnnTensor:
-        if gb.constant_data(weight) is not None:
-            return gb.static_from_constant(weight, OIHW_TO_HWIO)
+        """The weight in QNN's layout: conv1d's [Cout, Cin/group, k] is viewed as
+        [Cout, Cin/group, 1, k] first."""
+        shape = logical_shape(weight)
+        if len(shape) == 3:
+            shape = shape[:2] + [1] + shape[2:]
+        perm = weight_perm(len(shape), is_transposed(node))
+        data = gb.constant_data(weight)
+        if data is not None:
+            array = data.detach().contiguous().numpy().reshape(shape).transpose(perm)
+            attrs = weight.meta.get(QCOM_QUANT_ATTRS)
+            if attrs is not None:
+                return gb.quantized_static(weight.name, np.ascontiguousarray(array), attrs, perm)
+            return gb.static_tensor(weight.name, array)
         source = gb.tensor(weight, LAYOUT_CHANNEL_FIRST)
-        dims = [source.dims[p] for p in OIHW_TO_HWIO]
-        out = gb.like(source, f"{weight.name}_hwio", dims)
-        gb.add_op(node, "Transpose", [source], [out], [uint32_tensor("perm", OIHW_TO_HWIO)], suffix="weight")
+        if len(source.dims) != len(shape):
+            source = reshape(gb, node, source, shape, "weight_view")
+        out = gb.like(source, f"{weight.name}_hwio", [shape[p] for p in perm])
+        gb.add_op(node, "Transpose", [source], [out], [uint32_tensor("perm", perm)], suffix="weight")
         return out
 
     def _bias(self, gb: GraphBuilder, node: torch.fx.Node, bias: object, cout: int, x: QnnTensor,
@@ -90,21 +162,40 @@ class ConvolutionBuilder(NodeBuilder):
             return gb.quantized_static(f"{node.name}_bias", np.zeros([cout], np.int64), attrs)
         return gb.static_tensor(f"{node.name}_bias", np.zeros([cout], dtype=np.float32))
 
+    def _params(self, node: torch.fx.Node, depthwise: bool) -> list:
+        spatial = spatial_dims(node)
+        params = [uint32_tensor("stride", spatial_args(node, "stride", 1)),
+                  uint32_tensor("pad_amount", conv_pad_amount(node), [spatial, 2])]
+        if is_transposed(node):
+            params.append(uint32_tensor("output_padding", spatial_args(node, "output_padding", 0)))
+        else:
+            params.append(uint32_tensor("dilation", spatial_args(node, "dilation", 1)))
+        if not depthwise:
+            params.append(uint32_scalar("group", int(conv_args(node).get("groups", 1))))
+        return params
+
+    def _is_depthwise(self, node: torch.fx.Node) -> bool:
+        args = conv_args(node)
+        groups = int(args.get("groups", 1))
+        cin_per_group = logical_shape(args["weight"])[1]
+        cin = logical_shape(args["input"])[1]
+        return (not is_transposed(node) and spatial_dims(node) == 2 and groups > 1 and groups == cin
+                and cin_per_group == 1)
+
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         args = conv_args(node)
         x = gb.tensor(args["input"], LAYOUT_CHANNEL_LAST)
-        cout, cin_per_group = logical_shape(args["weight"])[:2]
-        cin = logical_shape(args["input"])[1]
-        groups = int(args.get("groups", 1))
-        params = [
-            uint32_tensor("stride", int_list(args.get("stride"), 2, 1)),
-            uint32_tensor("pad_amount", conv_pad_amount(node), [2, 2]),
-            uint32_tensor("dilation", int_list(args.get("dilation"), 2, 1)),
-        ]
-        depthwise = groups > 1 and groups == cin and cin_per_group == 1
-        if not depthwise:
-            params.append(uint32_scalar("group", groups))
         weight = self._weight(gb, node, args["weight"])
+        cout = logical_shape(node)[1]
+        depthwise = self._is_depthwise(node)
+        if unit_height(node):  # [N, L, C] -> [N, 1, L, C]
+            x = reshape(gb, node, x, [x.dims[0], 1] + list(x.dims[1:]), "unit_height")
         inputs = [x, weight, self._bias(gb, node, args.get("bias"), cout, x, weight)]
-        qnn_type = "DepthWiseConv2d" if depthwise else "Conv2d"
-        gb.add_op(node, qnn_type, inputs, [gb.define_output(node)], params)
+        qnn_type = "DepthWiseConv2d" if depthwise else _QNN_TYPES[(spatial_dims(node), is_transposed(node))]
+        out = gb.define_output(node)
+        if not unit_height(node):
+            gb.add_op(node, qnn_type, inputs, [out], self._params(node, depthwise))
+            return
+        out_2d = gb.like(out, f"{node.name}_2d", [out.dims[0], 1] + list(out.dims[1:]))
+        gb.add_op(node, qnn_type, inputs, [out_2d], self._params(node, depthwise))
+        gb.add_op(node, "Reshape", [out_2d], [out], suffix="drop_unit_height")

@@ -108,6 +108,7 @@ class BinaryElementwiseBuilder(NodeBuilder):
     # The aten ops the op table lists for these QNN types (add_, mul_, rsub.Scalar included).
     quant_annotations = table_quant_annotations(qnn_type for qnn_type, _ in BINARY_OPS.values())
     layout_policy = LayoutPolicy.AGNOSTIC
+    channel_last_any_rank = True
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = _check_rounding_mode(node)

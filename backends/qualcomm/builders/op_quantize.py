@@ -19,6 +19,7 @@ from backends.qualcomm.utils.errors import QnnLoweringError
 class QuantizeBuilder(NodeBuilder):
     targets = sorted(QUANTIZE_OPS, key=str)
     layout_policy = LayoutPolicy.AGNOSTIC
+    channel_last_any_rank = True
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         source = tensor_vals(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else []
@@ -37,6 +38,7 @@ class QuantizeBuilder(NodeBuilder):
 class DequantizeBuilder(NodeBuilder):
     targets = sorted(DEQUANTIZE_OPS, key=str)
     layout_policy = LayoutPolicy.AGNOSTIC
+    channel_last_any_rank = True
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         source = node.args[0]

@@ -71,6 +71,11 @@ class NodeBuilder:
     # annotates each: the quantizer's op list and annotator choice are these and nothing else.
     quant_annotations: Dict[object, QuantFamily] = {}
     layout_policy: LayoutPolicy = LayoutPolicy.CHANNEL_FIRST
+    # SENSITIVE builders: the input ranks they read channel-last (4: NHWC; conv: also NWC / NDHWC).
+    channel_last_ranks: Tuple[int, ...] = (4,)
+    # AGNOSTIC builders that also keep rank-3 / rank-5 tensors channel-last (elementwise ops,
+    # whose every operand has the output's rank or broadcasts to it); others only rank 4.
+    channel_last_any_rank: bool = False
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         """(supported, reason). Default: every tensor in/out is float32."""

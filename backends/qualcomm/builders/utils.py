@@ -7,12 +7,12 @@ import numpy as np
 import torch
 
 from backends.qualcomm.builders.graph_builder import (
-    GraphBuilder, logical_shape, moves_only_unit_dims, permute_dims,
+    GraphBuilder, logical_shape, moves_only_unit_dims, node_layout, permute_dims,
 )
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_tensor
 from backends.qualcomm.utils.constants import (
-    LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, QCOM_CONSTANT, QCOM_INPUT_LAYOUT,
-    QCOM_QUANT_ATTRS,
+    CHANNEL_LAST_RANKS, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_CONSTANT, QCOM_INPUT_LAYOUT,
+    QCOM_QUANT_ATTRS, channel_last_perm,
 )
 from backends.qualcomm.builders.quant_encoding import QuantAttrs, exact_scalar_attrs
 
@@ -29,10 +29,10 @@ def normalize_axis(axis: int, rank: int) -> int:
 
 
 def stored_axis(axis: int, rank: int, layout: str) -> int:
-    """Position in stored dims of logical `axis` (remapped for channel-last rank 4)."""
+    """Position in stored dims of logical `axis` (remapped for channel-last tensors)."""
     axis = normalize_axis(axis, rank)
-    if layout == LAYOUT_CHANNEL_LAST and rank == 4:
-        return NCHW_TO_NHWC.index(axis)
+    if layout == LAYOUT_CHANNEL_LAST and rank in CHANNEL_LAST_RANKS:
+        return channel_last_perm(rank).index(axis)
     return axis
 
 
@@ -59,30 +59,33 @@ def is_quantized(node: torch.fx.Node) -> bool:
 def operand(gb: GraphBuilder, node: torch.fx.Node, arg: object, layout: str, out_rank: int,
             name: str) -> QnnTensor:
     """A binary-op operand in `layout`: scalars become STATIC scalars; in channel-last,
-    lower-rank operands are broadcast to rank 4 and permuted so they line up."""
+    lower-rank operands are broadcast to the output rank and permuted so they line up."""
     if not isinstance(arg, torch.fx.Node):
         return scalar_tensor(gb, f"{node.name}_{name}", float(arg))
     shape = logical_shape(arg)
-    if layout != LAYOUT_CHANNEL_LAST or out_rank != 4 or len(shape) == 4:
-        return gb.tensor(arg, layout if len(shape) == 4 else None)
-    shape4 = [1] * (4 - len(shape)) + shape
+    if node_layout(node) != LAYOUT_CHANNEL_LAST:  # e.g. a rank-4 channel-last input broadcast to rank 5
+        layout = LAYOUT_CHANNEL_FIRST
+    if layout != LAYOUT_CHANNEL_LAST or out_rank not in CHANNEL_LAST_RANKS or len(shape) == out_rank:
+        return gb.tensor(arg, layout if len(shape) == out_rank else LAYOUT_CHANNEL_FIRST)
+    perm = channel_last_perm(out_rank)
+    shape_n = [1] * (out_rank - len(shape)) + shape
     data = gb.constant_data(arg)
     if data is not None:
-        array = data.detach().contiguous().numpy().reshape(shape4).transpose(NCHW_TO_NHWC)
+        array = data.detach().contiguous().numpy().reshape(shape_n).transpose(perm)
         attrs = arg.meta.get(QCOM_QUANT_ATTRS)
         if attrs is not None and attrs.axis < 0:
             return gb.quantized_static(f"{arg.name}_channel_last", np.ascontiguousarray(array), attrs)
         return gb.static_tensor(f"{arg.name}_channel_last", array)
     source = gb.tensor(arg, LAYOUT_CHANNEL_FIRST)
-    nhwc = permute_dims(shape4, NCHW_TO_NHWC)
-    if moves_only_unit_dims(shape4, NCHW_TO_NHWC):
-        out = gb.like(source, f"{arg.name}_rank4_channel_last", nhwc)
+    stored = permute_dims(shape_n, perm)
+    if moves_only_unit_dims(shape_n, perm):
+        out = gb.like(source, f"{arg.name}_rank{out_rank}_channel_last", stored)
         gb.add_op(node, "Reshape", [source], [out], suffix=f"{name}_reshape")
         return out
-    rank4 = gb.like(source, f"{arg.name}_rank4", shape4)
-    gb.add_op(node, "Reshape", [source], [rank4], suffix=f"{name}_reshape")
-    out = gb.like(source, f"{arg.name}_rank4_channel_last", nhwc)
-    gb.add_op(node, "Transpose", [rank4], [out], [uint32_tensor("perm", NCHW_TO_NHWC)],
+    ranked = gb.like(source, f"{arg.name}_rank{out_rank}", shape_n)
+    gb.add_op(node, "Reshape", [source], [ranked], suffix=f"{name}_reshape")
+    out = gb.like(source, f"{arg.name}_rank{out_rank}_channel_last", stored)
+    gb.add_op(node, "Transpose", [ranked], [out], [uint32_tensor("perm", list(perm))],
               suffix=f"{name}_transpose")
     return out
 

@@ -18,7 +18,8 @@ from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners,
 from backends.qualcomm.serialization import qnn_payload_generated as gen
 from backends.qualcomm.serialization.payload_reader import deserialize
 from backends.qualcomm.utils.constants import (
-    LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NHWC_TO_NCHW, QCOM_LAYOUT, QNN_BACKEND_ID,
+    CHANNEL_LAST_RANKS, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_LAYOUT, QNN_BACKEND_ID,
+    channel_first_perm,
 )
 from backends.qualcomm.utils.tensor_dump import handle_from_tensor_name
 
@@ -56,8 +57,8 @@ class DumpedTensor:
         values = data.detach().to(torch.float64)
         if self.scale is not None and dequantize:
             values = (values - float(self.zero_point or 0)) * float(self.scale)
-        if self.layout == LAYOUT_CHANNEL_LAST and values.dim() == 4:
-            values = values.permute(*NHWC_TO_NCHW).contiguous()
+        if self.layout == LAYOUT_CHANNEL_LAST and values.dim() in CHANNEL_LAST_RANKS:
+            values = values.permute(*channel_first_perm(values.dim())).contiguous()
         return values
 
 

@@ -2,9 +2,11 @@
 
 Users write the aten op of their model (`"aten.conv2d.default"`, `torch.ops.aten.linear.default`,
 `"torch.ops.aten.conv2d.default"`, an OpOverloadPacket such as `torch.ops.aten.conv2d`) or the
-edge op the partitioner sees (`"aten.convolution.default"`, `exir_ops.edge.aten.convolution.default`).
+edge op the partitioner sees (`"aten.convolution.default"`, `exir_ops.edge.aten.convolution.default`:
+every convolution; `aten.conv2d` / `aten.conv_transpose2d` / ... name the convolutions of their
+rank and kind).
 Every entry resolves to canonical `namespace.name.overload` keys; ops that to_edge renames also
-resolve to their edge op (conv2d -> convolution, view -> view_copy, ...). A node matches when its own
+resolve to their edge op (view -> view_copy, batch_norm -> _native_batch_norm_legit_no_training, ...). A node matches when its own
 op or an op it was decomposed from (its `from_node` provenance: linear -> permute_copy + addmm)
 is named. An entry that names no op at all raises ValueError with close matches.
 """
@@ -12,17 +14,25 @@ from __future__ import annotations
 
 import difflib
 from functools import lru_cache
-from typing import Dict, FrozenSet, Iterable, List, Optional, Set
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import torch
 
 _CONV = "aten.convolution.default"
+# The aten conv ops an aten.convolution node of (input rank, transposed) was exported from:
+# "aten.conv2d.default" names the 2-D convolutions only, "aten.conv_transpose2d.input" the
+# transposed 2-D ones (an aten.convolution node matches them by its rank and transposed flag).
+CONV_KINDS: Dict[Tuple[int, bool], Tuple[str, ...]] = {
+    (3, False): ("aten.conv1d.default", "aten.conv1d.padding"),
+    (4, False): ("aten.conv2d.default", "aten.conv2d.padding"),
+    (5, False): ("aten.conv3d.default", "aten.conv3d.padding"),
+    (3, True): ("aten.conv_transpose1d.default",),
+    (4, True): ("aten.conv_transpose2d.input",),
+    (5, True): ("aten.conv_transpose3d.input",),
+}
 # aten op -> the edge op(s) it becomes (besides the generic X -> X_copy rule).
 DECOMPOSES_TO: Dict[str, List[str]] = {
-    **{f"aten.{name}": [_CONV] for name in (
-        "conv1d.default", "conv2d.default", "conv3d.default", "conv1d.padding", "conv2d.padding",
-        "conv3d.padding", "conv_transpose1d.default", "conv_transpose2d.input", "conv_transpose3d.input",
-        "_convolution.default", "convolution.default")},
+    **{f"aten.{name}": [_CONV] for name in ("_convolution.default", "convolution.default")},
     "aten.batch_norm.default": ["aten._native_batch_norm_legit_no_training.default"],
     "aten._native_batch_norm_legit_no_training.default": ["aten._native_batch_norm_legit_no_training.default"],
     "aten.max_pool2d.default": ["aten.max_pool2d_with_indices.default"],
@@ -46,6 +56,8 @@ def op_key(target: object) -> Optional[str]:
 def node_op_keys(node: torch.fx.Node, max_depth: int = 8) -> Set[str]:
     """The node's own op key and those of the ops it was decomposed from (meta "from_node")."""
     keys = {key for key in [op_key(node.target)] if key is not None}
+    if _CONV in keys:
+        keys.update(_conv_kind_keys(node))
     sources = list(node.meta.get("from_node") or [])
     for _ in range(max_depth):
         if not sources:
@@ -53,6 +65,13 @@ def node_op_keys(node: torch.fx.Node, max_depth: int = 8) -> Set[str]:
         keys.update(str(s.target) for s in sources if getattr(s, "target", None) is not None)
         sources = [p for s in sources for p in (getattr(s, "from_node", None) or [])]
     return keys
+
+
+def _conv_kind_keys(node: torch.fx.Node) -> Tuple[str, ...]:
+    """The aten conv ops (CONV_KINDS) an aten.convolution node stands for."""
+    val = node.meta.get("val")
+    transposed = bool(node.args[6]) if len(node.args) > 6 else False
+    return CONV_KINDS.get((val.dim(), transposed), ()) if isinstance(val, torch.Tensor) else ()
 
 
 @lru_cache(maxsize=1)

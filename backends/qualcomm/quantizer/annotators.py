@@ -2,8 +2,8 @@
 Which ops belong to which family is declared by the builders (NodeBuilder.quant_annotations).
 
 Families:
-- weighted (conv2d, linear): activation in, weight (per tensor / channel / block), derived
-  int32 bias, activation out.
+- weighted (conv1d/2d/3d, transposed convs, linear): activation in, weight (per tensor /
+  channel / block), derived int32 bias, activation out.
 - compute (elementwise, activations, softmax, norms, reductions, avg pools, matmul):
   every tensor input and the output get activation specs.
 - shared (reshape-like, max pool, cat, slice, embedding, split): the first input is observed,
@@ -29,7 +29,10 @@ Q_ANNOTATION_KEY = "quantization_annotation"
 
 # Ops with a rule of their own inside a family (which ops each family annotates, and which
 # builder lowers them, is the builders' quant_annotations: registry.quant_family).
-CONV_OPS = aten_ops("conv2d.default", "conv2d.padding", "convolution.default")
+CONV_OPS = aten_ops("conv1d.default", "conv1d.padding", "conv2d.default", "conv2d.padding", "conv3d.default",
+                    "conv3d.padding", "convolution.default")
+# Weight [Cin, Cout/group, k..]: per-channel encodings run along axis 1; no LPBQ.
+TRANSPOSED_CONV_OPS = aten_ops("conv_transpose1d.default", "conv_transpose2d.input", "conv_transpose3d.input")
 LINEAR_OPS = aten_ops("linear.default")
 BATCH_NORM_OPS = aten_ops("batch_norm.default", "_native_batch_norm_legit_no_training.default")
 # 16-bit: the second operand of a matmul is symmetric (HTP's MatMul refuses another offset).
@@ -45,7 +48,28 @@ def feeds_batch_norm(node: Node) -> bool:
 
 def _after_conv(node: Node) -> bool:
     return node.target in BATCH_NORM_OPS and isinstance(node.args[0], Node) \
-        and node.args[0].target in CONV_OPS and feeds_batch_norm(node.args[0])
+        and node.args[0].target in CONV_OPS + TRANSPOSED_CONV_OPS and feeds_batch_norm(node.args[0])
+
+
+def is_transposed_conv(node: Node) -> bool:
+    """conv_transpose1d/2d/3d, or aten.convolution with transposed=True."""
+    if node.target in TRANSPOSED_CONV_OPS:
+        return True
+    return node.target == torch.ops.aten.convolution.default and len(node.args) > 6 and bool(node.args[6])
+
+
+def _transposed_conv_groups(node: Node) -> int:
+    position = 8 if node.target == torch.ops.aten.convolution.default else 6
+    return int(node.args[position]) if len(node.args) > position else int(node.kwargs.get("groups", 1))
+
+
+def _transposed_weight_spec(node: Node, config: QuantConfig, per_channel: bool):
+    """(spec, per channel) of a transposed conv's weight [Cin, Cout/group, k..]: per output
+    channel (axis 1) with one group; per tensor when grouped (axis 1 holds Cout/group channels,
+    which cannot give the Cout bias scales)."""
+    if not per_channel or _transposed_conv_groups(node) != 1 or config.weight_per_channel_axis1 is None:
+        return config.weight, False
+    return config.weight_per_channel_axis1, True
 
 
 def is_annotated(node: Node) -> bool:
@@ -90,8 +114,11 @@ def annotate_weighted(node: Node, config: QuantConfig, block_size: Optional[Tupl
     bias (derived, own-range or float), output."""
     x, weight = node.args[0], node.args[1]
     bias = node.args[2] if len(node.args) > 2 else None
-    per_channel = config.is_conv_per_channel if node.target in CONV_OPS else config.is_linear_per_channel
-    w_spec, is_block = _weight_spec(node, config, per_channel, block_size)
+    if is_transposed_conv(node):
+        (w_spec, per_channel), is_block = _transposed_weight_spec(node, config, config.is_conv_per_channel), False
+    else:
+        per_channel = config.is_conv_per_channel if node.target in CONV_OPS else config.is_linear_per_channel
+        w_spec, is_block = _weight_spec(node, config, per_channel, block_size)
     # Order input, weight, bias: torchao's QAT conv-bn rewrite remaps the keys by position.
     inputs: Dict[Node, object] = {}
     if config.input_activation is not None:

@@ -87,6 +87,8 @@ class QuantConfig:
     block_size: Optional[Tuple[int, ...]] = None       # LPBQ block size of a recipe strategy
     norm_weight: Optional[QuantizationSpec] = None     # layer_norm gamma (HTP has no float gamma)
     norm_bias: Optional[QuantizationSpec] = None       # layer_norm beta (int32, own range)
+    # per output channel of a transposed conv's weight [Cin, Cout/group, k..] (axis 1)
+    weight_per_channel_axis1: Optional[QuantizationSpec] = None
 
 
 def act_range(bits: int) -> Tuple[torch.dtype, int, int]:
@@ -216,6 +218,7 @@ def make_quant_config(quant_dtype: QuantDtype, is_qat: bool = False, is_conv_per
         input_activation=act, output_activation=act,
         weight=_weight_spec(row.weight_bits, False, is_qat, eps),
         weight_per_channel=_weight_spec(row.weight_bits, True, is_qat, eps),
+        weight_per_channel_axis1=_weight_spec(row.weight_bits, True, is_qat, eps, ch_axis=1),
         weight_block=_block_spec_factory(row.weight_bits, is_qat) if row.block else None,
         is_conv_per_channel=is_conv_per_channel or row.block,
         is_linear_per_channel=is_linear_per_channel or row.block,

@@ -43,7 +43,9 @@ MASK = torch.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])
 #   float) -> relu -> conv. 8a8w: 83.3% exact, max 2 (0.2% at 2); 16a8w (16-bit conv
 #   requantization: up to 3 steps per conv): 44.3% exact, max 3.
 # - shared: Quantize -> conv1 -> conv2 / ConvTranspose2d (CPU) -> add. 8a8w: 75.8% exact,
-#   max 1; 16a8w: 44.5% exact, max 2.
+#   max 1; 16a8w: 44.5% exact, max 2. Since QnnQuantizer annotates conv_transpose2d (issue 14)
+#   the CPU ConvTranspose2d reads a quantized weight and its output is quantized before the add:
+#   8a8w 74.2% exact, 1.2% at 2 steps.
 # - attention: Quantize -> 3 linears -> matmul -> mul -> add mask -> softmax -> matmul, twice.
 #   8a8w: 62.5% exact, max 2 (12.5% at 2). 16a8w: the -10000 additive mask sets the add's
 #   output step to 10003 / 65535 = 0.153 in score units, so a one-step difference at the add's
@@ -54,12 +56,15 @@ MASK = torch.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])
 #   vs PT2E max 8 steps; README "Known QNN limits").
 PT2E_BOUNDS = {
     ("conv_transpose", A8W8): (2, 0.80), ("conv_transpose", A16W8): (3, 0.40),
-    ("shared", A8W8): (1, 0.70), ("shared", A16W8): (2, 0.40),
+    ("shared", A8W8): (2, 0.70), ("shared", A16W8): (2, 0.40),
     ("attention", A8W8): (2, 0.55), ("attention", A16W8): (660, 0.0),
 }
 
 
 SKIP_FLIP = {"aten.flip.default"}
+# ConvTranspose2d has a builder: kept on the CPU here, as the op that splits the conv models in
+# two (the name matches the transposed 2-D convolutions only, not the convs around them)
+SKIP_CONV_TRANSPOSE = {"aten.conv_transpose2d.input"}
 
 
 class MaskedAttention(torch.nn.Module):
@@ -86,7 +91,7 @@ class MaskedAttention(torch.nn.Module):
 
 
 class ConvTransposeBetween(torch.nn.Module):
-    """conv -> ConvTranspose2d (no QNN builder: CPU) -> conv."""
+    """conv -> ConvTranspose2d (CPU: SKIP_CONV_TRANSPOSE) -> conv."""
 
     def __init__(self):
         super().__init__()
@@ -99,8 +104,9 @@ class ConvTransposeBetween(torch.nn.Module):
 
 
 class SharedActivation(torch.nn.Module):
-    """conv1's quantized output feeds conv2 (delegated) and a ConvTranspose2d (CPU) whose
-    result joins conv2's again: the two consumer delegates read one quantize node."""
+    """conv1's quantized output feeds conv2 (delegated) and a ConvTranspose2d (CPU:
+    SKIP_CONV_TRANSPOSE) whose result joins conv2's again: the two consumer delegates read one
+    quantize node."""
 
     def __init__(self):
         super().__init__()
@@ -117,7 +123,7 @@ def _lowered(module: torch.nn.Module, inputs: tuple, dtype: QuantDtype, path: st
     torch.manual_seed(0)
     tester = QuantTester(module, inputs, dtype)
     # flip has a builder: kept on the CPU here, as the op that splits MaskedAttention in two
-    skip = dict(skip_node_op_set=SKIP_FLIP) if isinstance(module, MaskedAttention) else {}
+    skip = dict(skip_node_op_set=SKIP_FLIP if isinstance(module, MaskedAttention) else SKIP_CONV_TRANSPOSE)
     return tester.lower(**skip) if path == "plain" else tester.lower_to_qnn(**skip)
 
 

@@ -17,6 +17,18 @@ QNN_BACKEND_ID = "QnnDelegate"
 # Permutations between channel-first (NCHW) and channel-last (NHWC) for rank 4.
 NCHW_TO_NHWC = (0, 2, 3, 1)
 NHWC_TO_NCHW = (0, 3, 1, 2)
+# Ranks stored channel-last when a layout-sensitive op needs it: NWC (conv1d), NHWC, NDHWC (conv3d).
+CHANNEL_LAST_RANKS = (3, 4, 5)
+
+
+def channel_last_perm(rank: int) -> tuple:
+    """Channel-first (N, C, *spatial) -> channel-last (N, *spatial, C) of a `rank` tensor."""
+    return (0, *range(2, rank), 1)
+
+
+def channel_first_perm(rank: int) -> tuple:
+    """Channel-last (N, *spatial, C) -> channel-first (N, C, *spatial) of a `rank` tensor."""
+    return (0, rank - 1, *range(1, rank - 1))
 
 # Layout in which a node reads its rank-4 activation inputs (set by the layout pass).
 QCOM_INPUT_LAYOUT = "qcom_input_layout"
