@@ -30,10 +30,10 @@ def _run(module: torch.nn.Module, *shapes, **tolerance) -> QnnTester:
     return QnnTester(module, inputs_of(*shapes)).run_and_compare(**tolerance)
 
 
-def _with_trunc() -> torch.nn.Module:
-    """sigmoid -> trunc (no builder: stays on the CPU; cumsum was this op until it got one) ->
-    relu: two delegates."""
-    return m.Lambda(lambda x: torch.relu(torch.trunc(torch.sigmoid(x) * 4.0)) * 2.0)
+def _with_cpu_op() -> torch.nn.Module:
+    """sigmoid -> prod over a dim (no builder: stays on the CPU; cumsum and trunc were this op
+    until each got one: pick another op without a builder when prod gets one) -> relu, * 2."""
+    return m.Lambda(lambda x: torch.relu(torch.prod(torch.sigmoid(x) * 1.5, 1, keepdim=True)) * 2.0)
 
 
 class TestQNNFloatingPointOperator(unittest.TestCase):
@@ -203,9 +203,9 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
 
     # ---- partitioner ------------------------------------------------------------------------
     def test_unsupported_op_falls_back_to_cpu(self):
-        tester = QnnTester(_with_trunc(), inputs_of((2, 8))).lower()
-        self.assertEqual(tester.cpu_op_names(), ["aten.trunc.default"])
-        self.assertIn("no QNN builder", tester.partitioner.rejected_nodes["aten_trunc_default"])
+        tester = QnnTester(_with_cpu_op(), inputs_of((2, 8))).lower()
+        self.assertEqual(tester.cpu_op_names(), ["aten.prod.dim_int"])
+        self.assertIn("no QNN builder", tester.partitioner.rejected_nodes["aten_prod_dim_int"])
         tester.check_count(2).to_executorch().run().compare()
 
     def test_skip_node_op_set(self):
@@ -228,8 +228,8 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
         from backends.qualcomm import QnnDelegate, QnnLoweringError
         from backends.qualcomm.tests.tester import fp16_compile_specs
 
-        edge = to_edge(torch.export.export(_with_trunc(), inputs_of((2, 8)), strict=False))
-        with self.assertRaisesRegex(QnnLoweringError, "aten_trunc_default"):
+        edge = to_edge(torch.export.export(_with_cpu_op(), inputs_of((2, 8)), strict=False))
+        with self.assertRaisesRegex(QnnLoweringError, "aten_prod_dim_int"):
             QnnDelegate.preprocess(edge.exported_program(), fp16_compile_specs())
 
     def test_compile_spec_options(self):
