@@ -1,4 +1,6 @@
-"""pytest set-up for qnn-delegate tests: repo root on sys.path, offline HF, quiet logs."""
+"""pytest set-up for qnn-delegate tests: repo root on sys.path, offline HF, quiet logs, the
+real-QNN fixtures and the real models shared by the session."""
+import gc
 import os
 import sys
 from pathlib import Path
@@ -16,7 +18,10 @@ import torch  # noqa: E402
 
 from backends.qualcomm.tests.model_helpers import (  # noqa: E402
     LoweredModel, RunnerCase, SmallConvNet, lower_and_run, photo_samples)
+from backends.qualcomm.tests.utils_helpers import (  # noqa: E402
+    QNN_LOADED, QNN_STATUS, reset_runtime_options)
 from backends.qualcomm.utils.models import imagenet  # noqa: E402
+from backends.qualcomm.utils.qnn_context import AOT_ENV  # noqa: E402
 
 def _cache_torchao_pattern_exports() -> None:
     """torchao's convert_pt2e (any graph with a batch norm) and QAT prepare re-export the same
@@ -55,6 +60,31 @@ def _cache_torchao_pattern_exports() -> None:
 
 
 _cache_torchao_pattern_exports()
+
+
+def _context_binaries_at_lowering(monkeypatch, on: bool):
+    monkeypatch.setenv(AOT_ENV, "1" if on else "0")
+    reset_runtime_options()
+    yield
+    reset_runtime_options()
+    gc.collect()
+
+
+@pytest.fixture
+def real_qnn(monkeypatch):
+    """Context binaries at lowering (the suite's default is payload only, for speed): each
+    delegate also carries QNN's context binary and can run on QNN's HTP emulation. Skips the
+    test when QNN's libraries do not load."""
+    if not QNN_LOADED:
+        pytest.skip(f"QNN library not available: {QNN_STATUS}")
+    yield from _context_binaries_at_lowering(monkeypatch, True)
+
+
+@pytest.fixture
+def qnn_binary(monkeypatch):
+    """Context binaries at lowering when QNN's library loads (so that the test also runs its
+    delegate on QNN); host engine only, without skipping, otherwise."""
+    yield from _context_binaries_at_lowering(monkeypatch, QNN_LOADED)
 
 
 # Real models are exported and lowered once per session, then shared by the tests.

@@ -123,18 +123,14 @@ def test_fully_masked_row_gives_zeros_in_the_decomposition():
 
 # ---- real QNN ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("quant_dtype", [None, QuantDtype.use_16a8w])
-def test_attention_on_qnn_matches_host(quant_dtype, monkeypatch):
+def test_attention_on_qnn_matches_host(quant_dtype, real_qnn):
     """QNN finalizes the attention graph (bool mask, causal + GQA, float mask) and agrees with the
     host engine: fp16 within 5e-3; 16a8w as close to float as the host engine (16-bit MatMul and
     Softmax are not bit-exact with HTP's: measured up to 69 steps of 2^16 apart, SQNR vs float
     QNN 51-64 dB, host 51-63 dB)."""
-    from backends.qualcomm.tests.test_qnn_real import LOADED, STATUS, _payload_on_both_engines
+    from backends.qualcomm.tests.test_qnn_real import _payload_on_both_engines
     from backends.qualcomm.tests.tester import QnnTester
-    from backends.qualcomm.utils.qnn_context import AOT_ENV
 
-    if not LOADED:
-        pytest.skip(f"QNN library not available: {STATUS}")
-    monkeypatch.setenv(AOT_ENV, "1")
     module, inputs = (FloatAttention() if quant_dtype is None else Attention()).eval(), _inputs()
     tester = (QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype)).lower()
     assert tester.cpu_op_names() == [] and len(tester.delegate_blobs()) == 1

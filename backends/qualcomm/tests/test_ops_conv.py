@@ -21,8 +21,7 @@ from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.tests.quant_tester import QuantTester, StepStats, assert_pt2e_bounds, \
     output_encodings_with_range, step_stats
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import reset_runtime_options
-from backends.qualcomm.utils.qnn_context import AOT_ENV, qnn_library_status
+from backends.qualcomm.tests.utils_helpers import needs_qnn
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]
@@ -206,19 +205,6 @@ def test_skip_names_separate_conv_kinds():
 
 
 # ---- real QNN --------------------------------------------------------------------------
-
-LOADED, STATUS = qnn_library_status()
-needs_qnn = pytest.mark.skipif(not LOADED, reason=f"QNN library not available: {STATUS}")
-
-
-@pytest.fixture
-def real_qnn(monkeypatch):
-    """Context binaries at lowering (as test_qnn_real.real_qnn; not autouse here)."""
-    monkeypatch.setenv(AOT_ENV, "1")
-    reset_runtime_options()
-    yield
-    reset_runtime_options()
-
 
 class RealConvFamily(nn.Module):
     """One small model with every convolution kind of this file."""

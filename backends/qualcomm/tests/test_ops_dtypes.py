@@ -73,13 +73,9 @@ def test_mixed_dtypes_are_refused_with_a_reason():
     assert check_data_io(cat) == (False, "mixed dtypes ['torch.int32', 'torch.int64']")
 
 
-def test_int_and_bool_tensors_on_qnn_equal_the_host_engine(monkeypatch):
-    from backends.qualcomm.tests.test_qnn_real import LOADED, STATUS, _payload_on_both_engines
-    from backends.qualcomm.utils.qnn_context import AOT_ENV
+def test_int_and_bool_tensors_on_qnn_equal_the_host_engine(real_qnn):
+    from backends.qualcomm.tests.test_qnn_real import _payload_on_both_engines
 
-    if not LOADED:
-        pytest.skip(f"QNN library not available: {STATUS}")
-    monkeypatch.setenv(AOT_ENV, "1")
     module, inputs = MovesIdsAndMasks().eval(), _inputs()
     # QNN's validation keeps the bool slice on the CPU ("Unsupported input/output datatypes
     # requested for the HTP Op 'StridedSlice'": in[0] BOOL_8); the rest is one delegate

@@ -12,7 +12,6 @@ module per family, lowered once per precision.
 - Host-engine kernel edge cases: NaN / inf / int64 / broadcasting."""
 from __future__ import annotations
 
-import gc
 from typing import Callable, Dict, List
 
 import numpy as np
@@ -24,10 +23,9 @@ from backends.qualcomm.tests.quant_tester import (
     QuantTester, assert_pt2e_bounds, output_encodings_with_range, step_stats,
 )
 from backends.qualcomm.tests.tester import QnnTester
-from backends.qualcomm.tests.utils_helpers import native, reset_runtime_options
-from backends.qualcomm.utils.qnn_context import AOT_ENV, qnn_binary_of, qnn_library_status
+from backends.qualcomm.tests.utils_helpers import QNN_LOADED, QNN_STATUS, native
+from backends.qualcomm.utils.qnn_context import qnn_binary_of
 
-QNN_LOADED, QNN_STATUS = qnn_library_status()
 QUANT_DTYPES = [QuantDtype.use_8a8w, QuantDtype.use_16a8w]
 # Share of bool outputs allowed to differ from the QDQ reference in quantized graphs: an input
 # one step from the threshold, quantized by the graph's Quantize (x * fp16(1 / scale)), may get
@@ -134,17 +132,6 @@ def _int_bool_inputs():
 
 
 # ---- helpers ------------------------------------------------------------------------------
-@pytest.fixture
-def qnn_binary(monkeypatch):
-    """Context binaries at lowering when QNN's library loads (as test_qnn_real.py's real_qnn
-    fixture), so that each test also runs its delegate on QNN; host engine only otherwise."""
-    monkeypatch.setenv(AOT_ENV, "1" if QNN_LOADED else "0")
-    reset_runtime_options()
-    yield
-    reset_runtime_options()
-    gc.collect()
-
-
 # Outputs whose bounds against PT2E differ from quant_tester's defaults, with QNN's tables (the
 # host engine runs QNN-measured lookup tables when QNN's library is present), measured:
 # - ceil 8a8w: 49% exact, max 1 (QNN's table rounds integer outputs to the other neighbouring code);

@@ -13,7 +13,7 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.quant_tester import QuantTester, step_stats
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.test_ops_indexing import _both_engines, _delegate_output_scales, real_qnn  # noqa: F401
+from backends.qualcomm.tests.test_ops_indexing import _both_engines, _delegate_output_scales
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 
@@ -84,7 +84,7 @@ def test_engine_cumsum_nan_inf_and_int64_wrap():
 
 # ---- real QNN -------------------------------------------------------------------------------
 @pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8], ids=["fp16", "8a8w", "16a8w"])
-def test_cumsum_family_on_real_qnn(real_qnn, quant_dtype):  # noqa: F811
+def test_cumsum_family_on_real_qnn(real_qnn, quant_dtype):
     """Measured (QNN 2.51 HTP emulation vs host engine): fp16 max abs diff 2.0e-3 (values up to
     ~8); 8a8w cumsums within 2 steps (54-98% exact), 16a8w cumsums within 17-24 steps (13-22%
     exact), index_copy bit-exact."""
@@ -108,7 +108,7 @@ def test_cumsum_family_on_real_qnn(real_qnn, quant_dtype):  # noqa: F811
     assert all(st.max_diff <= limit for st in stats), [str(st) for st in stats]
 
 
-def test_int_cumsum_on_real_qnn(real_qnn):  # noqa: F811
+def test_int_cumsum_on_real_qnn(real_qnn):
     inputs = _int_inputs()
     tester = QnnTester(IntCumsums(), inputs).lower().check_fully_delegated().check_count(1)
     qnn, host = _both_engines(tester.delegate_blobs()[0], inputs)

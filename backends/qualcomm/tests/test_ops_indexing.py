@@ -9,7 +9,6 @@ engine's of the same blob; host-engine edge cases (int dtypes, NaN / inf, out-of
 from __future__ import annotations
 
 import functools
-import gc
 
 import numpy as np
 import pytest
@@ -21,12 +20,11 @@ from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.tests.payload_builder import NP_TO_QNN, U32, GraphBuilder, randn, scalar, u32
 from backends.qualcomm.tests.quant_tester import QuantTester, output_encodings, step_stats
 from backends.qualcomm.tests.tester import QnnTester, inputs_of
-from backends.qualcomm.tests.utils_helpers import native, reset_runtime_options
-from backends.qualcomm.utils.qnn_context import AOT_ENV, qnn_binary_of, qnn_library_status
+from backends.qualcomm.tests.utils_helpers import native
+from backends.qualcomm.utils.qnn_context import qnn_binary_of
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]
-QNN_LOADED, QNN_STATUS = qnn_library_status()
 
 
 _index_put = torch.ops.aten.index_put.default  # takes None entries (torch.index_put does not)
@@ -227,17 +225,6 @@ def test_unsupported_scatters_stay_on_cpu_with_reasons():
 
 
 # ---- real QNN ------------------------------------------------------------------------------
-@pytest.fixture
-def real_qnn(monkeypatch):
-    if not QNN_LOADED:
-        pytest.skip(f"QNN library not available: {QNN_STATUS}")
-    monkeypatch.setenv(AOT_ENV, "1")
-    reset_runtime_options()
-    yield
-    reset_runtime_options()
-    gc.collect()
-
-
 def _both_engines(blob: bytes, inputs):
     assert qnn_binary_of(blob) is not None, "the delegate has no QNN context binary"
     feeds = [t.detach().numpy() for t in inputs]

@@ -27,7 +27,7 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.quant_tester import (
     QuantTester, assert_pt2e_bounds, output_encodings_with_range, step_stats,
 )
-from backends.qualcomm.tests.test_ops_elementwise import check_on_qnn, qnn_binary  # noqa: F401 (fixture)
+from backends.qualcomm.tests.test_ops_elementwise import check_on_qnn
 from backends.qualcomm.tests.tester import QnnTester
 
 F = torch.nn.functional

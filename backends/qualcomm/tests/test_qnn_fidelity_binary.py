@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 from backends.qualcomm.tests.test_engine_quant_elementwise import expected, graph, random_cases, run_host
-from backends.qualcomm.tests.test_qnn_real import real_qnn  # noqa: F401  (autouse fixture)
-from backends.qualcomm.utils.qnn_context import payload_of, qnn_library_status
+from backends.qualcomm.tests.utils_helpers import needs_qnn
+from backends.qualcomm.utils.qnn_context import payload_of
 from backends.qualcomm.utils.runtime_options import require_extension
 from backends.qualcomm.serialization.payload_writer import QnnHtpSection, wrap_context_binary
 
-LOADED, STATUS = qnn_library_status()
-pytestmark = pytest.mark.skipif(not LOADED, reason=f"QNN library not available: {STATUS}")
+pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]  # real_qnn: conftest.py
 SM8650 = 57
 
 

@@ -16,12 +16,12 @@ from backends.qualcomm.serialization.qnn_graph import (
     DataType, QnnGraph, QnnOp, QnnTensor, QuantEncoding, QuantParams, TensorType)
 from backends.qualcomm.tests.models_quant import Family
 from backends.qualcomm.tests.quant_tester import QuantTester, output_encodings, step_stats
-from backends.qualcomm.tests.test_qnn_real import real_qnn  # noqa: F401  (context binaries at lowering)
-from backends.qualcomm.utils.qnn_context import AOT_ENV, payload_of, qnn_library_status
+from backends.qualcomm.tests.utils_helpers import needs_qnn
+from backends.qualcomm.utils.qnn_context import AOT_ENV, payload_of
 from backends.qualcomm.utils.qnn_tables import TABLE_OP_TYPES
 from backends.qualcomm.utils.runtime_options import require_extension
 
-pytestmark = pytest.mark.skipif(not qnn_library_status()[0], reason="QNN libraries not available")
+pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]  # real_qnn: conftest.py
 
 # Ops QNN computes as a pure function of the input code (no producer to fuse into: the input
 # is the graph's Quantize). relu / relu6 / hardtanh after another op are fused by HTP into that

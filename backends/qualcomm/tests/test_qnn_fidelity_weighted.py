@@ -23,12 +23,11 @@ from backends.qualcomm.serialization.payload_writer import QnnHtpSection, wrap_c
 from backends.qualcomm.tests.htp_requant_reference import htp_requantize
 from backends.qualcomm.tests.quant_reference import E, S8, S32, U8, U16
 from backends.qualcomm.tests.test_engine_kernels import U32, GraphBuilder, scalar, u32
-from backends.qualcomm.tests.test_qnn_real import real_qnn  # noqa: F401  (autouse fixture)
-from backends.qualcomm.utils.qnn_context import payload_of, qnn_library_status
+from backends.qualcomm.tests.utils_helpers import needs_qnn
+from backends.qualcomm.utils.qnn_context import payload_of
 from backends.qualcomm.utils.runtime_options import require_extension
 
-LOADED, STATUS = qnn_library_status()
-pytestmark = pytest.mark.skipif(not LOADED, reason=f"QNN library not available: {STATUS}")
+pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]  # real_qnn: conftest.py
 SM8650 = 57
 T = gen.QnnTensorType
 F32 = gen.QnnDataType.FLOAT_32

@@ -21,26 +21,17 @@ from backends.qualcomm.tests.quant_tester import QuantTester, output_encodings, 
 from backends.qualcomm.tests.tester import QnnTester, inputs_of
 from backends.qualcomm.tests.utils_helpers import (
     delegate_blobs, delegate_events, fp16_specs, load_method, native, parse_metadata,
-    reset_runtime_options, run, run_runner, shared_mlp_methods, write_etdump)
+    QNN_LOADED, QNN_STATUS, needs_qnn, run, run_runner, shared_mlp_methods,
+    write_etdump)
 from backends.qualcomm.utils.qnn_context import (
-    AOT_ENV, compile_qnn_section, payload_of, qnn_binary_of, qnn_library_status)
+    AOT_ENV, compile_qnn_section, payload_of, qnn_binary_of)
 
-LOADED, STATUS = qnn_library_status()
-pytestmark = pytest.mark.skipif(not LOADED, reason=f"QNN library not available: {STATUS}")
+# real_qnn (conftest.py): context binaries at lowering, runtime options reset around each test.
+pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]
 
 # First 16 bytes of a QNN context binary written by QNN 2.51 (PLATFORM.md).
 CONTEXT_BINARY_MAGIC = bytes.fromhex("00000002000000030000000000000001")
 SM8650, SM8750 = 57, 69
-
-
-@pytest.fixture(autouse=True)
-def real_qnn(monkeypatch):
-    """Context binaries at lowering (the suite's default is payload only, for speed)."""
-    monkeypatch.setenv(AOT_ENV, "1")
-    reset_runtime_options()
-    yield
-    reset_runtime_options()
-    gc.collect()
 
 
 class ConvAddRelu(torch.nn.Module):
@@ -106,8 +97,8 @@ def _rewrite_section(blob: bytes, binary: bytes = None, soc_model: int = None) -
 
 # ---- ABI --------------------------------------------------------------------------------
 def test_library_loads_with_checked_versions():
-    assert LOADED
-    assert "QNN core API 2." in STATUS and "HTP API 5." in STATUS and "libQnnHtp.so" in STATUS
+    assert QNN_LOADED
+    assert "QNN core API 2." in QNN_STATUS and "HTP API 5." in QNN_STATUS and "libQnnHtp.so" in QNN_STATUS
 
 
 def test_missing_library_is_a_clear_message_and_lowering_still_works(tmp_path):

@@ -10,16 +10,14 @@ import pytest
 import torch
 
 from backends.qualcomm.tests.test_qnn_debugger import _quantize, _specs
-from backends.qualcomm.tests.test_qnn_real import real_qnn  # noqa: F401  (autouse fixture)
 from backends.qualcomm.tests.tester import QnnTester, inputs_of
-from backends.qualcomm.tests.utils_helpers import load_method, native, run
-from backends.qualcomm.utils.qnn_context import AOT_ENV, qnn_library_status
+from backends.qualcomm.tests.utils_helpers import load_method, native, needs_qnn, run
+from backends.qualcomm.utils.qnn_context import AOT_ENV
 
-LOADED, STATUS = qnn_library_status()
-pytestmark = pytest.mark.skipif(not LOADED, reason=f"QNN library not available: {STATUS}")
+pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]  # real_qnn: conftest.py
 
 
-# real_qnn (autouse): context binaries at lowering, runtime options reset around each test.
+# real_qnn: context binaries at lowering, runtime options reset around each test.
 
 
 class TinyConv(torch.nn.Module):

@@ -19,19 +19,17 @@ from backends.qualcomm.tests.quant_tester import QuantTester
 from backends.qualcomm.tests.tester import QnnTester
 from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.serialization.payload_writer import wrap_context_binary
-from backends.qualcomm.tests.utils_helpers import native
+from backends.qualcomm.tests.utils_helpers import native, needs_qnn
 from backends.qualcomm.utils.qnn_context import (
-    AOT_ENV, payload_of, qnn_binary_of, qnn_library_status)
+    AOT_ENV, payload_of, qnn_binary_of)
 
-from backends.qualcomm.tests.test_qnn_real import real_qnn  # noqa: E402,F401  (autouse fixture)
 
-LOADED, STATUS = qnn_library_status()
-pytestmark = pytest.mark.skipif(not LOADED, reason=f"QNN library not available: {STATUS}")
+pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]  # real_qnn: conftest.py
 
 BMM = "aten.bmm.default"
 
 
-# real_qnn (autouse, from test_qnn_real): context binaries at lowering, runtime options reset.
+# real_qnn (conftest.py): context binaries at lowering, runtime options reset.
 
 
 class LinearBmm(torch.nn.Module):

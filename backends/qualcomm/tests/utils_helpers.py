@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import pytest
 import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
 
@@ -15,9 +16,15 @@ from backends.qualcomm import (
     to_edge_transform_and_lower_to_qnn,
 )
 from backends.qualcomm.utils.pte_tools import delegate_blobs  # noqa: F401  (the tests import it from here)
+from backends.qualcomm.utils.qnn_context import qnn_library_status
 from backends.qualcomm.utils.runtime_options import require_extension
 
 BACKEND = "QnnDelegate"
+# Whether Qualcomm's QNN libraries load here (tests of the real QNN engine skip otherwise);
+# the fixtures `real_qnn` / `qnn_binary` are in conftest.py.
+QNN_LOADED, QNN_STATUS = qnn_library_status()
+needs_qnn = pytest.mark.skipif(not QNN_LOADED, reason=f"QNN library not available: {QNN_STATUS}")
+
 RUNTIME_KEYS = ("qnn_runtime_log_level", "qnn_runtime_profile_level",
                 "qnn_runtime_htp_performance_mode", "qnn_runtime_heap_profiling_path")
 
