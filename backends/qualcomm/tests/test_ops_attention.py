@@ -128,13 +128,13 @@ def test_attention_on_qnn_matches_host(quant_dtype, real_qnn):
     host engine: fp16 within 5e-3; 16a8w as close to float as the host engine (16-bit MatMul and
     Softmax are not bit-exact with HTP's: measured up to 69 steps of 2^16 apart, SQNR vs float
     QNN 51-64 dB, host 51-63 dB)."""
-    from backends.qualcomm.tests.test_qnn_real import _payload_on_both_engines
+    from backends.qualcomm.tests.utils_helpers import payload_on_both_engines
     from backends.qualcomm.tests.tester import QnnTester
 
     module, inputs = (FloatAttention() if quant_dtype is None else Attention()).eval(), _inputs()
     tester = (QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype)).lower()
     assert tester.cpu_op_names() == [] and len(tester.delegate_blobs()) == 1
-    qnn, host = _payload_on_both_engines(tester.delegate_blobs()[0], inputs)
+    qnn, host = payload_on_both_engines(tester.delegate_blobs()[0], inputs, module)
     expected = float_outputs(module, inputs)
     for i, (a, b, want) in enumerate(zip(qnn, host, expected)):
         if quant_dtype is None:

@@ -21,7 +21,7 @@ from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.tests.quant_tester import QuantTester, StepStats, assert_pt2e_bounds, \
     output_encodings_with_range, step_stats
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import needs_qnn
+from backends.qualcomm.tests.utils_helpers import needs_qnn, payload_on_both_engines
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]
@@ -237,12 +237,6 @@ def _one_blob(tester: QnnTester) -> bytes:
     return blobs[0]
 
 
-def _payload_on_both_engines(blob: bytes, inputs):
-    from backends.qualcomm.tests.test_qnn_real import _payload_on_both_engines as both
-
-    return both(blob, inputs)
-
-
 def _output_scales(blob: bytes) -> List[float]:
     """Scale of each delegate output (in the delegate's output order): the encoding of the
     Dequantize it comes from, through the layout changes (Transpose / Reshape) after it;
@@ -274,7 +268,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     tester = (QnnTester(module, inputs) if quant_dtype is None
               else QuantTester(module, inputs, quant_dtype, per_channel=True)).lower()
     blob = _one_blob(tester)
-    qnn, host = _payload_on_both_engines(blob, inputs)
+    qnn, host = payload_on_both_engines(blob, inputs, module)
     scales = _output_scales(blob)
     stats: List[StepStats] = []
     for i, (q, h) in enumerate(zip(qnn, host)):

@@ -4,7 +4,6 @@ cast, on the host engine and on QNN (INT_64 is INT_32 there), in fp16 and quanti
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
@@ -74,7 +73,7 @@ def test_mixed_dtypes_are_refused_with_a_reason():
 
 
 def test_int_and_bool_tensors_on_qnn_equal_the_host_engine(real_qnn):
-    from backends.qualcomm.tests.test_qnn_real import _payload_on_both_engines
+    from backends.qualcomm.tests.utils_helpers import payload_on_both_engines
 
     module, inputs = MovesIdsAndMasks().eval(), _inputs()
     # QNN's validation keeps the bool slice on the CPU ("Unsupported input/output datatypes
@@ -83,7 +82,7 @@ def test_int_and_bool_tensors_on_qnn_equal_the_host_engine(real_qnn):
     module = MovesIdsAndMasks(bool_slice=False).eval()
     tester = QnnTester(module, inputs).lower()
     assert tester.cpu_op_names() == [] and len(tester.delegate_blobs()) == 1
-    qnn, host = _payload_on_both_engines(tester.delegate_blobs()[0], inputs)
+    qnn, host = payload_on_both_engines(tester.delegate_blobs()[0], inputs, module)
     expected = _expected(module, inputs)
     _assert_exact(host, expected)
     _assert_exact(qnn, expected)

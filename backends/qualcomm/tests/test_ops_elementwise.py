@@ -23,8 +23,7 @@ from backends.qualcomm.tests.quant_tester import (
     QuantTester, assert_pt2e_bounds, output_encodings_with_range, step_stats,
 )
 from backends.qualcomm.tests.tester import QnnTester
-from backends.qualcomm.tests.utils_helpers import QNN_LOADED, QNN_STATUS, native
-from backends.qualcomm.utils.qnn_context import qnn_binary_of
+from backends.qualcomm.tests.utils_helpers import QNN_LOADED, QNN_STATUS, payload_on_both_engines
 
 QUANT_DTYPES = [QuantDtype.use_8a8w, QuantDtype.use_16a8w]
 # Share of bool outputs allowed to differ from the QDQ reference in quantized graphs: an input
@@ -179,15 +178,6 @@ def check_quantized_outputs(tester: QuantTester, by_condition: bool = False) -> 
     return report
 
 
-def payload_on_both_engines(blob: bytes, inputs):
-    """(QNN outputs, host outputs) of one delegate blob that carries a context binary."""
-    assert qnn_binary_of(blob) is not None, "the delegate has no QNN context binary"
-    arrays = [x.numpy() for x in inputs]  # noqa: E501
-    qnn, _ = native().run_payload_qnn(blob, arrays)
-    host = native().run_payload(blob, arrays)
-    return [np.asarray(q) for q in qnn], [np.asarray(h) for h in host]
-
-
 def compare_engines(qnn: List[np.ndarray], host: List[np.ndarray], scales: List[float], max_steps: float,
                     fp16: bool) -> List[str]:
     report = []
@@ -220,7 +210,7 @@ def check_on_qnn(tester: QnnTester, inputs, quant_dtype) -> List[str]:
     scales = [1.0] * len(tester.outputs)
     if quant_dtype is not None:
         scales = [e[0] if e is not None else 1.0 for e in output_encodings_with_range(tester.module)]
-    qnn, host = payload_on_both_engines(tester.delegate_blobs()[0], inputs)
+    qnn, host = payload_on_both_engines(tester.delegate_blobs()[0], inputs, tester.module)
     max_steps = 1 if quant_dtype != QuantDtype.use_16a8w else MAX_STEPS_16
     return compare_engines(qnn, host, scales, max_steps, quant_dtype is None)
 

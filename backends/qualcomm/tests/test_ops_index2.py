@@ -13,7 +13,8 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.quant_tester import QuantTester, step_stats
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.test_ops_indexing import _both_engines, _delegate_output_scales
+from backends.qualcomm.tests.test_ops_indexing import _delegate_output_scales
+from backends.qualcomm.tests.utils_helpers import payload_on_both_engines
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 
@@ -92,7 +93,7 @@ def test_cumsum_family_on_real_qnn(real_qnn, quant_dtype):
     module = Cumsums()
     tester = (QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype)).lower()
     tester.check_fully_delegated().check_count(1)
-    qnn, host = _both_engines(tester.delegate_blobs()[0], inputs)
+    qnn, host = payload_on_both_engines(tester.delegate_blobs()[0], inputs, tester.module)
     if quant_dtype is None:
         for i, (q, h) in enumerate(zip(qnn, host)):
             err = float(np.abs(q - h).max())
@@ -111,6 +112,6 @@ def test_cumsum_family_on_real_qnn(real_qnn, quant_dtype):
 def test_int_cumsum_on_real_qnn(real_qnn):
     inputs = _int_inputs()
     tester = QnnTester(IntCumsums(), inputs).lower().check_fully_delegated().check_count(1)
-    qnn, host = _both_engines(tester.delegate_blobs()[0], inputs)
+    qnn, host = payload_on_both_engines(tester.delegate_blobs()[0], inputs, tester.module)
     for i, (q, h) in enumerate(zip(qnn, host)):
         np.testing.assert_array_equal(q, h, err_msg=f"output {i}")

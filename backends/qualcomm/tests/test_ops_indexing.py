@@ -20,8 +20,7 @@ from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.tests.payload_builder import NP_TO_QNN, U32, GraphBuilder, randn, scalar, u32
 from backends.qualcomm.tests.quant_tester import QuantTester, output_encodings, step_stats
 from backends.qualcomm.tests.tester import QnnTester, inputs_of
-from backends.qualcomm.tests.utils_helpers import native
-from backends.qualcomm.utils.qnn_context import qnn_binary_of
+from backends.qualcomm.tests.utils_helpers import payload_on_both_engines
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]
@@ -225,14 +224,6 @@ def test_unsupported_scatters_stay_on_cpu_with_reasons():
 
 
 # ---- real QNN ------------------------------------------------------------------------------
-def _both_engines(blob: bytes, inputs):
-    assert qnn_binary_of(blob) is not None, "the delegate has no QNN context binary"
-    feeds = [t.detach().numpy() for t in inputs]
-    qnn, _ = native().run_payload_qnn(blob, feeds)
-    host = native().run_payload(blob, feeds)
-    return [np.asarray(q) for q in qnn], [np.asarray(h) for h in host]
-
-
 @pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8])
 def test_indexing_family_on_real_qnn(real_qnn, quant_dtype):
     inputs = _inputs()
@@ -241,7 +232,7 @@ def test_indexing_family_on_real_qnn(real_qnn, quant_dtype):
     blob = tester.delegate_blobs()[0]
     ops = {op.type for graph in describe_payload(blob) for op in graph.ops}
     assert {"Split", "ScatterNd", "Gather", "GatherElements", "Tile", "ScatterElements"} <= ops, ops
-    qnn, host = _both_engines(blob, inputs)
+    qnn, host = payload_on_both_engines(blob, inputs, tester.module)
     if quant_dtype is None:
         for i, (q, h) in enumerate(zip(qnn, host)):
             assert float(np.abs(q - h).max()) < 1e-2, f"output {i}"

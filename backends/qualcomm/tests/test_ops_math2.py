@@ -200,8 +200,9 @@ def test_host_engine_integer_zero_divisor_gives_zero():
     b = torch.tensor([0, 0, -1, -1, 2], dtype=torch.int32)  # a[4] % 2 == 0, a[4] % -2 == 0
     tester = QnnTester(IntegerZeroDivisor(), (a, torch.tensor([1, 1, -1, -1, 2], dtype=torch.int32)))
     tester.lower().check_fully_delegated().to_executorch()
-    from backends.qualcomm.tests.utils_helpers import native  # the delegate's host engine
+    from backends.qualcomm.tests.utils_helpers import feeds_in_payload_order, native  # host engine
 
-    outs = [np.asarray(o) for o in native().run_payload(tester.delegate_blobs()[0], [a.numpy(), b.numpy()])]
+    blob = tester.delegate_blobs()[0]
+    outs = [np.asarray(o) for o in native().run_payload(blob, feeds_in_payload_order(blob, (a, b), tester.module))]
     np.testing.assert_array_equal(outs[0], [0, 0, 0, 0, 0])
     np.testing.assert_array_equal(outs[1], [0, 0, 4, -1, -2 ** 31 + 2])

@@ -8,7 +8,7 @@ host-engine kernels' edge values (NaN, inf, ties, bool)."""
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import numpy as np
 import pytest
@@ -21,7 +21,7 @@ from backends.qualcomm.tests.quant_tester import (
 )
 from backends.qualcomm.tests.models_float import Lambda as L
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import needs_qnn
+from backends.qualcomm.tests.utils_helpers import needs_qnn, payload_on_both_engines
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]
@@ -138,12 +138,6 @@ class RealFamily(torch.nn.Module):
                 *torch.sort(y), torch.sort(y, -1, True)[0])
 
 
-def _payload_on_both_engines(blob: bytes, inputs) -> Tuple[list, list]:
-    from backends.qualcomm.tests.test_qnn_real import _payload_on_both_engines as both
-
-    return both(blob, inputs)
-
-
 def _output_scales(blob: bytes) -> List[Optional[float]]:
     """Scale of each delegate output that a Dequantize produces (its input's encoding)."""
     graph = describe_payload(blob)[0]
@@ -175,7 +169,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     module = RealFamily()
     tester = (QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype)).lower()
     blob = _one_blob(tester)
-    qnn, host = _payload_on_both_engines(blob, inputs)
+    qnn, host = payload_on_both_engines(blob, inputs)
     scales = _output_scales(blob)
     for i, (q, h) in enumerate(zip(qnn, host)):
         assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape, q.dtype, h.dtype)
@@ -194,7 +188,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
 def test_real_qnn_any_matches_host(real_qnn):
     inputs = (bool_mask(2, 3, 4, 5),)
     tester = QnnTester(BoolReductions(), inputs).lower()
-    qnn, host = _payload_on_both_engines(_one_blob(tester), inputs)
+    qnn, host = payload_on_both_engines(_one_blob(tester), inputs)
     for i, (q, h) in enumerate(zip(qnn, host)):
         np.testing.assert_array_equal(q, h, err_msg=f"output {i}")
 

@@ -21,10 +21,10 @@ from backends.qualcomm.tests.quant_tester import QuantTester, output_encodings, 
 from backends.qualcomm.tests.tester import QnnTester, inputs_of
 from backends.qualcomm.tests.utils_helpers import (
     delegate_blobs, delegate_events, fp16_specs, load_method, native, parse_metadata,
-    QNN_LOADED, QNN_STATUS, needs_qnn, run, run_runner, shared_mlp_methods,
+    QNN_LOADED, QNN_STATUS, needs_qnn, payload_on_both_engines, run, run_runner, shared_mlp_methods,
     write_etdump)
 from backends.qualcomm.utils.qnn_context import (
-    AOT_ENV, compile_qnn_section, payload_of, qnn_binary_of)
+    AOT_ENV, payload_of, qnn_binary_of)
 
 # real_qnn (conftest.py): context binaries at lowering, runtime options reset around each test.
 pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]
@@ -403,14 +403,6 @@ class BroadcastAddLayerNorm(torch.nn.Module):
         return self.norm(x + self.position)
 
 
-def _payload_on_both_engines(blob: bytes, inputs):
-    """(QNN outputs, host outputs) of one delegate blob that carries a context binary."""
-    assert qnn_binary_of(blob) is not None, "the delegate has no QNN context binary"
-    qnn, _ = native().run_payload_qnn(blob, _numpy(inputs))
-    host = native().run_payload(blob, _numpy(inputs))
-    return [np.asarray(q) for q in qnn], [np.asarray(h) for h in host]
-
-
 def test_broadcast_add_before_layer_norm_is_tiled_and_exact_per_batch_row():
     """QNN 2.51 fuses a broadcasting add into the LayerNorm after it and then gets every batch
     row but the first wrong (measured: errors of 2.7 on outputs of magnitude 3.4 in fp16). The
@@ -421,7 +413,7 @@ def test_broadcast_add_before_layer_norm_is_tiled_and_exact_per_batch_row():
     blob = tester.delegate_blobs()[0]
     ops = [op.type for graph in describe_payload(blob) for op in graph.ops]
     assert ops.count("Tile") == 1, ops
-    qnn, host = _payload_on_both_engines(blob, inputs)
+    qnn, host = payload_on_both_engines(blob, inputs)
     for row in range(4):
         assert float(np.abs(qnn[0][row] - host[0][row]).max()) < 1e-2, f"batch row {row}"
 
@@ -436,7 +428,7 @@ def test_quantized_layer_norm_finalizes_and_matches_host(quant_dtype, affine):
     inputs = inputs_of((4, 32, 32))
     tester = QuantTester(BroadcastAddLayerNorm(affine), inputs, quant_dtype).lower()
     blob = tester.delegate_blobs()[0]
-    qnn, host = _payload_on_both_engines(blob, inputs)
+    qnn, host = payload_on_both_engines(blob, inputs)
     scale = output_encodings(tester.module)[0][0]
     stats = step_stats(qnn[0], host[0], scale)
     max_steps = 2 if quant_dtype == QuantDtype.use_8a8w else 16
@@ -462,7 +454,7 @@ def test_quantized_embedding_is_a_quantized_gather_on_qnn(quant_dtype):
     gather = next(op for graph in describe_payload(blob) for op in graph.ops if op.type == "Gather")
     tensors = {t.name: t for graph in describe_payload(blob) for t in graph.tensors}
     assert tensors[gather.outputs[0]].quant, "Gather output is not quantized"
-    qnn, host = _payload_on_both_engines(blob, (ids,))
+    qnn, host = payload_on_both_engines(blob, (ids,))
     scale = output_encodings(tester.module)[0][0]
     assert step_stats(qnn[0], host[0], scale).max_diff <= 1
 
@@ -492,7 +484,7 @@ def test_bias_free_conv_and_middle_axis_softmax_are_delegated_on_qnn(quant_dtype
     assert tester.partitioner.summary.cpu_op_counts() == {}
     blobs = tester.delegate_blobs()
     assert len(blobs) == 1
-    qnn, host = _payload_on_both_engines(blobs[0], inputs)
+    qnn, host = payload_on_both_engines(blobs[0], inputs)
     if quant_dtype is None:
         assert float(np.abs(qnn[0] - host[0]).max()) < 2e-3
     else:

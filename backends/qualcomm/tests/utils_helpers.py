@@ -3,10 +3,12 @@ ETDump, reading the Inspector's delegate events, counting delegate blobs."""
 from __future__ import annotations
 
 import gc
+import inspect
 import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import pytest
 import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
@@ -174,3 +176,46 @@ def quantize(module: torch.nn.Module, example: Tuple, calibration: Sequence[Tupl
 def quantized_specs(**htp_kwargs) -> list:
     return generate_qnn_executorch_compiler_spec(
         QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=False, **htp_kwargs))
+
+
+def feeds_in_payload_order(blob: bytes, inputs: Sequence[torch.Tensor],
+                           module: Optional[torch.nn.Module] = None) -> List[np.ndarray]:
+    """`inputs` (in `module.forward`'s argument order) as the payload's graph takes them: a
+    delegate orders its inputs by first use, which need not be the model's order. A payload
+    input is matched by name with `module.forward`'s argument of that name."""
+    from backends.qualcomm.serialization.payload_reader import describe_payload
+
+    arrays = [x.detach().numpy() for x in inputs]
+    names = describe_payload(blob)[0].inputs
+    if len(arrays) == 1 and len(names) == 1:
+        return arrays
+    assert module is not None, f"pass the module to map inputs to the payload's inputs {names}"
+    params = _argument_names(module, len(arrays))
+    missing = [n for n in names if n not in params]
+    assert not missing, f"payload inputs {missing} are not parameters of forward{tuple(params)}"
+    return [arrays[params.index(n)] for n in names]
+
+
+def _argument_names(module: torch.nn.Module, count: int) -> List[str]:
+    """The names export gives `count` positional inputs of `module.forward`: its parameter
+    names, and `<name>_<i>` for the i-th input of a `*<name>` parameter."""
+    names: List[str] = []
+    for param in inspect.signature(module.forward).parameters.values():
+        if param.kind == param.VAR_POSITIONAL:
+            names += [f"{param.name}_{i}" for i in range(count - len(names))]
+        else:
+            names.append(param.name)
+    return names[:count]
+
+
+def payload_on_both_engines(blob: bytes, inputs: Sequence[torch.Tensor],
+                            module: Optional[torch.nn.Module] = None) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+    """(QNN outputs, host-engine outputs) of one delegate blob that carries a QNN context
+    binary; `module` maps several inputs to the payload's order (feeds_in_payload_order)."""
+    from backends.qualcomm.utils.qnn_context import qnn_binary_of
+
+    assert qnn_binary_of(blob) is not None, "the delegate has no QNN context binary"
+    feeds = feeds_in_payload_order(blob, inputs, module)
+    qnn, _ = native().run_payload_qnn(blob, feeds)
+    host = native().run_payload(blob, feeds)
+    return [np.asarray(q) for q in qnn], [np.asarray(h) for h in host]
