@@ -9,6 +9,9 @@
    integers; so the op stays quantized instead of running in float.
 3. A dequantize of a quantized tensor is bypassed for consumers that are quantized ops
    (and for comparisons of quantized inputs, whose bool output has no encoding); it stays (QNN `Dequantize`) for float consumers and delegate outputs.
+0. A dequantize -> data-movement chain -> quantize of one encoding (a reshape of a transposed
+   tensor is annotated as one op, but export makes it clone + view) runs on the quantized
+   tensor: the chain's nodes get the encoding and the quantize goes.
 Quantize nodes left over are graph-input `Quantize`s or requantizations (InsertRequantize)."""
 from __future__ import annotations
 
@@ -18,9 +21,23 @@ from typing import List
 import torch
 from torch.export import ExportedProgram
 
+from executorch.exir.dialects._ops import ops as exir_ops
+
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.builders.utils import is_constant
 from backends.qualcomm.utils.constants import QCOM_DEQUANT_ATTRS, QCOM_QUANT_ATTRS
+
+
+def _data_movement_targets() -> set:
+    """Edge ops that only move or alias their one tensor input's values."""
+    aten, dim_order = exir_ops.edge.aten, exir_ops.edge.dim_order_ops
+    targets = {aten.view_copy.default, aten.clone.default, aten.alias_copy.default,
+               aten.permute_copy.default, aten.unsqueeze_copy.default, aten.squeeze_copy.dims,
+               aten.squeeze_copy.dim, aten.squeeze_copy.default, aten.expand_copy.default}
+    clone_dim_order = getattr(dim_order, "_clone_dim_order", None)
+    if clone_dim_order is not None:
+        targets.add(clone_dim_order.default)
+    return targets
 
 
 def compute_source(node: torch.fx.Node) -> torch.fx.Node:
@@ -53,6 +70,35 @@ def is_quantized_op(node: torch.fx.Node) -> bool:
     if inputs:
         return all(_is_quantized_input(a) for a in inputs)
     return any(is_constant(a) and QCOM_QUANT_ATTRS in a.meta for a in node.all_input_nodes)
+
+
+def _data_movement_chain(q: torch.fx.Node, targets: set) -> List[torch.fx.Node]:
+    """The data-movement nodes between `q` and the dequantize they start from (first first),
+    each read by the next only; [] when `q` is not at the end of such a chain."""
+    chain: List[torch.fx.Node] = []
+    node = q.args[0]
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in targets \
+            and len(node.users) == 1 and QCOM_QUANT_ATTRS not in node.meta:
+        chain.append(node)
+        node = node.args[0]
+    if not chain or not isinstance(node, torch.fx.Node) or not is_dequantize(node):
+        return []
+    return chain[::-1]
+
+
+def _fold_data_movement_chains(graph: torch.fx.Graph) -> None:
+    targets = _data_movement_targets()
+    for q in [n for n in graph.nodes if is_quantize(n)]:
+        chain = _data_movement_chain(q, targets)
+        if not chain:
+            continue
+        attrs, dq = q.meta[QCOM_QUANT_ATTRS], chain[0].args[0]
+        if not dq.meta[QCOM_DEQUANT_ATTRS].same_encoding(attrs):
+            continue  # a requantization: the chain runs in float between the two
+        for node in chain:
+            node.meta[QCOM_QUANT_ATTRS] = attrs
+        q.replace_all_uses_with(chain[-1])
+        graph.erase_node(q)
 
 
 def _fold_constant_dequantizes(graph: torch.fx.Graph) -> None:
@@ -114,6 +160,7 @@ def _bypass_activation_dequantizes(graph: torch.fx.Graph) -> None:
 
 def fold_qdq(ep: ExportedProgram) -> ExportedProgram:
     graph = ep.graph_module.graph
+    _fold_data_movement_chains(graph)
     _fold_constant_dequantizes(graph)
     _fold_output_quantizes(graph)
     _bypass_activation_dequantizes(graph)

@@ -32,6 +32,12 @@ WEIGHT_DTYPES = [("8a8w", A8W8), ("16a8w", A16W8), ("16a4w", QuantDtype.use_16a4
                  ("16a2w", QuantDtype.use_16a2w), ("16a16w", QuantDtype.use_16a16w)]
 
 
+class TransposedMatMulReshape(torch.nn.Module):
+    def forward(self, q, k):
+        attn = q @ k.transpose(-1, -2)
+        return attn.transpose(1, 2).reshape(1, 3, -1) * 2.0
+
+
 def _check(module: torch.nn.Module, inputs, dtype: QuantDtype, **kwargs) -> QuantTester:
     if not isinstance(inputs, tuple):
         inputs = inputs_of(*inputs)
@@ -129,6 +135,22 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         self.assertEqual(quant[conv.inputs[1]], "AXIS_SCALE_OFFSET(bw=8, axis=3, channels=8)")
         self.assertTrue(quant[conv.inputs[0]].startswith("SCALE_OFFSET(bw=8, scale="))
         self.assertEqual([types[n] for n in summary.inputs + summary.outputs], ["FLOAT_32", "FLOAT_32"])
+
+    @parameterized.expand(ACT_DTYPES)
+    def test_reshape_of_transposed_matmul_stays_quantized(self, _, dtype):
+        """`attn.transpose(1, 2).reshape(...)` is annotated as one op with a shared encoding,
+        but export makes it clone + view between one Dequantize and one Quantize: both run on
+        the quantized tensor (they ran in float before: 2 float Reshapes)."""
+        tester = QuantTester(TransposedMatMulReshape(), inputs_of((1, 2, 3, 4), (1, 2, 3, 4)), dtype).lower()
+        tester.check_fully_delegated().check_count(1)
+        summary = tester.payload()
+        types = {t.name: t.data_type for t in summary.tensors}
+        reshapes = [op for op in summary.ops if op.type == "Reshape"]
+        self.assertEqual(len(reshapes), 2)
+        self.assertTrue(all(types[n] != "FLOAT_32" for op in reshapes for n in op.inputs + op.outputs),
+                        [(op.inputs, op.outputs) for op in reshapes])
+        self.assertEqual((summary.op_types()["Quantize"], summary.op_types()["Dequantize"]), (2, 1))
+        tester.to_executorch().run().compare_steps()
 
     def test_payload_int4_packing_and_lpbq(self):
         from backends.qualcomm import deserialize
