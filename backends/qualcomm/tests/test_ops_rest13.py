@@ -18,11 +18,9 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.quant_tester import QuantTester, assert_pt2e_bounds, output_encodings, step_stats
 from backends.qualcomm.tests.tester import QnnTester
-from backends.qualcomm.tests.test_ops_indexing import _both_engines, _delegate_output_scales
-from backends.qualcomm.utils.qnn_context import qnn_library_status
+from backends.qualcomm.tests.utils_helpers import QNN_LOADED, payload_on_both_engines
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
-QNN_LOADED, _ = qnn_library_status()
 
 
 def views(x: torch.Tensor) -> tuple:
@@ -99,7 +97,7 @@ def _qnn_vs_host(tester: QnnTester, inputs, scales: Optional[List[Optional[float
     magnitude; quantized outputs in steps (returned, the caller bounds them)."""
     if not QNN_LOADED:
         return []
-    qnn, host = _both_engines(tester.delegate_blobs()[0], inputs)
+    qnn, host = payload_on_both_engines(tester.delegate_blobs()[0], inputs, tester.module)
     report = []
     for i, (q, h) in enumerate(zip(qnn, host)):
         assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape, q.dtype, h.dtype)
@@ -107,10 +105,21 @@ def _qnn_vs_host(tester: QnnTester, inputs, scales: Optional[List[Optional[float
             np.testing.assert_array_equal(q, h, err_msg=f"QNN vs host, output {i}")
         elif scales is None or scales[i] is None:
             err = float(np.abs(q - h).max())
+            print(f"QNN vs host, output {i}: max abs diff {err:.3g}")
             assert err <= 2e-3 * max(1.0, float(np.abs(h).max())), f"QNN vs host, output {i}: {err}"
         else:
             report.append(step_stats(q, h, scales[i]))
     return report
+
+
+def delegate_output_scales(tester: QuantTester) -> List[Optional[float]]:
+    """The output encodings' scales (None: a bool output) in the delegate's output order."""
+    encodings = output_encodings(tester.module)
+    outputs = next(n for n in tester.graph_module().graph.nodes if n.op == "output").args[0]
+    scales: List[Optional[float]] = [None] * len(outputs)
+    for position, node in enumerate(outputs):
+        scales[node.args[1]] = None if encodings[position] is None else encodings[position][0]
+    return scales
 
 
 # ---- fp16 and int / bool ----------------------------------------------------------------------
@@ -120,7 +129,7 @@ def test_float_family_fp16_matches_eager_and_qnn(qnn_binary):
     inputs = (float_input(),)
     tester = _lower(FloatFamily(), inputs, None).compare(atol=1e-3, rtol=1e-3)
     ops = tester.payload().op_types()
-    assert ops.get("ReduceMin") == 4 and ops.get("ElementWiseSelect") == 4 and ops.get("Gather") == 6, ops
+    assert ops.get("ReduceMax") == 4 and ops.get("ElementWiseSelect") == 4 and ops.get("Gather") == 6, ops
     assert "ReduceProd" not in ops and ops.get("ElementWiseMultiply", 0) >= 10, ops
     outputs = tester.outputs
     assert outputs[2].shape == () and outputs[2] == 0.0 and outputs[6].shape == () and not outputs[6]
@@ -141,16 +150,18 @@ def test_int_bool_family_is_exact_on_both_engines(qnn_binary):
 
 # ---- quantized ------------------------------------------------------------------------------
 PROD_OUTPUTS = 3  # QuantFamily's first outputs
+PROD_STEPS_16 = 96  # 16-bit prod: 0.15% of the output's range (measured max 53 vs PT2E, 60 QNN vs host)
 
 
 @pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
 def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
     """Views: within quant_tester's PT2E bounds (they move codes of the input's encoding; 16-bit:
     the graph input's Quantize rounds x / scale through fp16). prod: 8-bit within 1 step (the
-    product runs in float: ~1 rounding of the output code in 10), 16-bit within 64 steps (measured
-    max 33: a product of five inputs each off by up to 16 steps of the input's fp16-rounded
-    Quantize, a relative error of ~1e-3). all: exact. QNN vs host: 8a8w views bit-exact, prod
-    within 1 step; 16a8w within 64 steps."""
+    product runs in float: measured 96-98% exact), 16-bit within PROD_STEPS_16 (measured max 53,
+    13% exact: the input codes of the graph input's fp16-rounded Quantize are off by up to 16
+    steps, and the product runs in fp16 on HTP; a relative error of ~1e-3). all: exact. QNN vs
+    host: views and all bit-exact in both; prod 8a8w within 1 step (96-98% exact), 16a8w
+    within PROD_STEPS_16 (measured max 60)."""
     inputs = (grid_input(),)
     tester = _lower(QuantFamily(), inputs, quant_dtype)
     encodings = output_encodings(tester.module)
@@ -162,14 +173,18 @@ def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
             continue
         stats = step_stats(out, ref, enc[0])
         label = f"output {i} ({quant_dtype.name}): {stats}"
+        print(label)
         if i < PROD_OUTPUTS:
-            assert stats.max_diff <= (64 if sixteen else 1), label
+            assert stats.max_diff <= (PROD_STEPS_16 if sixteen else 1), label
         else:
             assert_pt2e_bounds(stats, 65535 if sixteen else 255, label)
     ops = tester.payload().op_types()
     assert ops.get("Dequantize", 0) >= PROD_OUTPUTS and ops.get("Gather") == 6, ops
-    for i, stats in enumerate(_qnn_vs_host(tester, inputs, _delegate_output_scales(tester))):
-        assert stats.max_diff <= (64 if sixteen else 1), f"QNN vs host, delegate output {i}: {stats}"
+    scales = delegate_output_scales(tester)
+    for i, stats in enumerate(_qnn_vs_host(tester, inputs, scales)):
+        print(f"QNN vs host, delegate output {i}: {stats}")
+        assert stats.max_diff <= (PROD_STEPS_16 if sixteen else 1), f"QNN vs host, delegate output {i}: {stats}"
+    assert not QNN_LOADED or sum(s is not None for s in scales) == 13, scales
 
 
 # ---- rejected cases and host-engine edge values --------------------------------------------------
@@ -189,10 +204,9 @@ def test_prod_nan_inf_and_zero_follow_pytorch_on_the_host_engine():
 def test_unsupported_cases_stay_on_cpu_with_a_reason():
     class Unsupported(torch.nn.Module):
         def forward(self, x, i):
-            return torch.prod(i, 1), torch.prod(x, 1, dtype=torch.float64).float(), x.as_strided((2, 2), (1, 2), 20) * 2.0
+            return torch.prod(i, 1), torch.prod(x, 1, dtype=torch.float64).float() * 2.0
 
     tester = QnnTester(Unsupported(), (torch.randn(3, 4), torch.ones(3, 4, dtype=torch.int32))).lower()
     reasons = tester.partitioner.rejected_nodes
     assert "float32" in reasons["aten_prod_dim_int"] and "dtype" in reasons["aten_prod_dim_int_1"], reasons
-    assert "reads position 21 of a 12-element input" in reasons["aten_as_strided_copy_default"], reasons
     tester.to_executorch().run().compare()
