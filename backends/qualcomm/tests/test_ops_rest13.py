@@ -49,12 +49,22 @@ class IntBoolFamily(torch.nn.Module):
                 i.unfold(0, 2, 1), i.as_strided((2, 2), (4, 1), 1))
 
 
+def float_chains(x: torch.Tensor) -> tuple:
+    """op_math.py's float decompositions, of x in [0.5, 1.5] and u = x - 1 in [-0.5, 0.5]."""
+    u = x - 1.0
+    return (torch.tan(u * 2), torch.acos(u), torch.sinh(u * 4), torch.cosh(u * 4), torch.asinh(u * 6),
+            torch.acosh(x + 1.0), torch.atanh(u * 1.8), torch.atan2(u, x - 1.2), torch.log2(x), torch.log10(x),
+            torch.expm1(u * 2), torch.log1p(x))
+
+
 class QuantFamily(torch.nn.Module):
-    """The quantized family: prod runs in float between Dequantize and Quantize; views share
-    the input's encoding; all(x) compares the quantized x with 0."""
+    """The quantized family: prod and the float decompositions (tan, acos, sinh, cosh, asinh,
+    acosh, atanh, atan2, log2, log10, expm1, log1p) run in float between Dequantize and
+    Quantize; views share the input's encoding; all(x) compares the quantized x with 0."""
 
     def forward(self, x):
-        return (torch.prod(x, 1), torch.prod(x, -1, keepdim=True), torch.prod(x), *views(x), x.all(-1), x.all())
+        return (torch.prod(x, 1), torch.prod(x, -1, keepdim=True), torch.prod(x), *views(x), x.all(-1), x.all(),
+                *float_chains(x))
 
 
 def float_input() -> torch.Tensor:
@@ -150,22 +160,27 @@ def test_int_bool_family_is_exact_on_both_engines(qnn_binary):
 
 # ---- quantized ------------------------------------------------------------------------------
 PROD_OUTPUTS = 3  # QuantFamily's first outputs
-PROD_STEPS_16 = 96  # 16-bit prod: 0.15% of the output's range (measured max 53 vs PT2E, 60 QNN vs host)
+FIRST_CHAIN = 15  # QuantFamily's float_chains outputs: from here on
+# prod / float chains on QNN (fp16) vs PT2E or vs the host engine, 8-bit / 16-bit (quant_tester's
+# MAX_STEP_DIFF_8; 16-bit: 0.15% of the range)
+QUANT_STEPS = {False: 4, True: 96}
 
 
 @pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
 def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
-    """Views: within quant_tester's PT2E bounds (they move codes of the input's encoding; 16-bit:
-    the graph input's Quantize rounds x / scale through fp16). prod: 8-bit within 1 step (the
-    product runs in float: measured 96-98% exact), 16-bit within PROD_STEPS_16 (measured max 53,
-    13% exact: the input codes of the graph input's fp16-rounded Quantize are off by up to 16
-    steps, and the product runs in fp16 on HTP; a relative error of ~1e-3). all: exact. QNN vs
-    host: views and all bit-exact in both; prod 8a8w within 1 step (96-98% exact), 16a8w
-    within PROD_STEPS_16 (measured max 60)."""
+    """prod and the float chains run in float between Dequantize and Quantize. The program runs
+    on QNN when its library loads (context binary), else on the host engine, which computes the
+    chain in fp16 as HTP does: measured the same numbers on both against PT2E (float32): views
+    and all exact; prod / chains 8-bit within 2 steps (acos / cosh / acosh 48-51% exact: the
+    fp16 chain is biased by about half a step; the others 87-98%), 16-bit within 22-61 steps
+    (0.1% of the range: fp16's 2^-11 relative precision). QNN vs the payload run on the host
+    engine by the extension (run_payload, float32 chains: bit-exact with PT2E in 16-bit): the
+    same in 16-bit; 8-bit within 4 steps (sinh / cosh of u * 4: a one-step difference of the
+    requantized u * 4, times their slope)."""
     inputs = (grid_input(),)
     tester = _lower(QuantFamily(), inputs, quant_dtype)
     encodings = output_encodings(tester.module)
-    sixteen = quant_dtype == A16W8
+    limit = QUANT_STEPS[quant_dtype == A16W8]
     for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(), encodings)):
         assert out.shape == ref.shape, (i, out.shape, ref.shape)
         if enc is None:
@@ -174,17 +189,17 @@ def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
         stats = step_stats(out, ref, enc[0])
         label = f"output {i} ({quant_dtype.name}): {stats}"
         print(label)
-        if i < PROD_OUTPUTS:
-            assert stats.max_diff <= (PROD_STEPS_16 if sixteen else 1), label
+        if i < PROD_OUTPUTS or i >= FIRST_CHAIN:
+            assert stats.max_diff <= limit, label
         else:
-            assert_pt2e_bounds(stats, 65535 if sixteen else 255, label)
+            assert_pt2e_bounds(stats, 65535 if quant_dtype == A16W8 else 255, label)
     ops = tester.payload().op_types()
-    assert ops.get("Dequantize", 0) >= PROD_OUTPUTS and ops.get("Gather") == 6, ops
+    assert ops.get("Dequantize", 0) >= PROD_OUTPUTS + 12 and ops.get("Gather") == 6, ops
     scales = delegate_output_scales(tester)
+    assert sum(s is not None for s in scales) == 25, scales
     for i, stats in enumerate(_qnn_vs_host(tester, inputs, scales)):
         print(f"QNN vs host, delegate output {i}: {stats}")
-        assert stats.max_diff <= (PROD_STEPS_16 if sixteen else 1), f"QNN vs host, delegate output {i}: {stats}"
-    assert not QNN_LOADED or sum(s is not None for s in scales) == 13, scales
+        assert stats.max_diff <= limit, f"QNN vs host, delegate output {i}: {stats}"
 
 
 # ---- rejected cases and host-engine edge values --------------------------------------------------
