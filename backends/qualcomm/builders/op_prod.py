@@ -15,7 +15,7 @@ between a Dequantize of the input and a Quantize to the node's encoding, which i
 PT2E reference computes (a product of requantized partial products would not be)."""
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List
 
 import numpy as np
 import torch
@@ -33,13 +33,11 @@ _aten = exir_ops.edge.aten
 PROD_OPS = (_aten.prod.dim_int, _aten.prod.default)
 
 
-def _axis_and_keep(node: torch.fx.Node) -> Tuple[int, bool]:
-    """(axis, keepdim) of prod.dim_int; (0, False) for prod.default (of the flattened input)."""
+def _prod_axis(node: torch.fx.Node) -> int:
+    """The reduced axis of prod.dim_int; 0 for prod.default (of the flattened input)."""
     if node.target == _aten.prod.default:
-        return 0, False
-    rank = max(len(logical_shape(node.args[0])), 1)
-    keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    return normalize_axis(int(node.args[1]), rank), bool(keep)
+        return 0
+    return normalize_axis(int(node.args[1]), max(len(logical_shape(node.args[0])), 1))
 
 
 def _check_prod(node: torch.fx.Node) -> SupportResult:
@@ -48,7 +46,7 @@ def _check_prod(node: torch.fx.Node) -> SupportResult:
     shape = logical_shape(node.args[0])
     if not shape:
         return False, "0-d input is not supported (QNN refuses rank-0 tensors)"
-    axis, _ = _axis_and_keep(node)
+    axis = _prod_axis(node)
     length = int(np.prod(shape)) if node.target == _aten.prod.default else shape[axis]
     if length == 0:
         return False, "prod over an empty axis (the result 1 is a constant) is not supported"
@@ -111,7 +109,7 @@ class ProdBuilder(NodeBuilder):
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = _float_input(gb, node)
-        axis, _ = _axis_and_keep(node)
+        axis = _prod_axis(node)
         if node.target == _aten.prod.default and len(x.dims) != 1:
             x = reshape(gb, node, x, [int(np.prod(x.dims))], "flat")
         product = product_tree(gb, node, x, axis)

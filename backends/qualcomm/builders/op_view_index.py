@@ -13,8 +13,6 @@ Quantized graphs: both only move or zero values, so the output shares the input'
 exactly). Data types: float32, int32, int64 (int64 is INT_32 on QNN)."""
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -135,6 +133,6 @@ def _zero(gb: GraphBuilder, node: torch.fx.Node) -> QnnTensor:
     """0 in the output's data type: its zero point's code when quantized."""
     attrs = node.meta.get(QCOM_QUANT_ATTRS)
     if attrs is not None:
-        code: Optional[int] = int(np.clip(int(attrs.zero_point), attrs.qmin, attrs.qmax))
+        code = int(np.clip(int(attrs.zero_point), attrs.qmin, attrs.qmax))
         return gb.quantized_static(f"{node.name}_zero", np.array([code], np.int64), attrs)
     return gb.static_tensor(f"{node.name}_zero", np.zeros([1], _NUMPY[tensor_vals(node)[0].dtype]))
