@@ -4,8 +4,9 @@ amax / amin, any / all on bool tensors, and max.dim / min.dim: values by ReduceM
 ReduceMin, the indices output (getitem 1, when used) by Argmax / Argmin INT_32 + Cast to
 INT_64. argmax / argmin: Argmax / Argmin + Cast.
 
-max() / min() / any() of every element (0-d outputs, which QNN refuses: 3110 'Output[0] has
-incorrect Rank 0') have no builder.
+max() / min() of every element (0-d outputs, which QNN refuses: 3110 'Output[0] has incorrect
+Rank 0') have no builder; any() / all() of every element reduce the flattened input to [1], which
+stands for the 0-d output (utils.one_element_dims).
 
 Quantized graphs: amax / amin select one input value, so the output shares the
 input's encoding (QuantFamily.SHARED). max.dim / min.dim return a tuple, which QnnQuantizer
@@ -15,6 +16,7 @@ from __future__ import annotations
 import operator
 from typing import Optional
 
+import numpy as np
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
@@ -24,7 +26,7 @@ from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
     first_failure, node_val, register_builder, tensor_vals,
 )
-from backends.qualcomm.builders.utils import input_layout, normalize_axis, stored_axis
+from backends.qualcomm.builders.utils import input_layout, normalize_axis, one_element_dims, reshape, stored_axis
 from backends.qualcomm.serialization.qnn_graph import (
     DataType, QnnTensor, bool_scalar, uint32_scalar, uint32_tensor,
 )
@@ -38,8 +40,9 @@ EXTREME_OPS = {
     _aten.any.dim: ("ReduceMax", "Argmax"), _aten.any.dims: ("ReduceMax", "Argmax"),
     _aten.amin.default: ("ReduceMin", "Argmin"), _aten.min.dim: ("ReduceMin", "Argmin"),
     _aten.all.dim: ("ReduceMin", "Argmin"), _aten.all.dims: ("ReduceMin", "Argmin"),
+    _aten.any.default: ("ReduceMax", "Argmax"), _aten.all.default: ("ReduceMin", "Argmin"),
 }
-BOOL_OPS = (_aten.any.dim, _aten.any.dims, _aten.all.dim, _aten.all.dims)
+BOOL_OPS = (_aten.any.dim, _aten.any.dims, _aten.all.dim, _aten.all.dims, _aten.any.default, _aten.all.default)
 TUPLE_OPS = (_aten.max.dim, _aten.min.dim)
 ARG_OPS = {_aten.argmax.default: "Argmax", _aten.argmin.default: "Argmin"}
 
@@ -52,7 +55,7 @@ def _input_dtype(node: torch.fx.Node) -> Optional[torch.dtype]:
 def _check_rank(node: torch.fx.Node) -> SupportResult:
     if len(logical_shape(node.args[0])) == 0:
         return False, "0-d input is not supported"
-    if len(logical_shape(node)) == 0:
+    if len(logical_shape(node)) == 0 and node.target not in BOOL_OPS:
         return False, ("0-d output (every dim reduced, keepdim=False): QNN refuses rank-0 tensors "
                        "(error 3110 'Output[0] has incorrect Rank 0')")
     if any(logical_shape(node.args[0])[a] == 0 for a in reduce_axes(node)):
@@ -117,7 +120,10 @@ class ExtremeBuilder(NodeBuilder):
         rank = len(logical_shape(node.args[0]))
         axes = sorted(stored_axis(a, rank, layout) for a in reduce_axes(node))
         params = [uint32_tensor("axes", axes), bool_scalar("keep_dims", keep_dims(node))]
-        values = gb.define_output(node)
+        if node.target in BOOL_OPS and not logical_shape(node):  # every element: the flat input, output [1]
+            x = reshape(gb, node, x, [int(np.prod(x.dims))], "flat")
+            params = [uint32_tensor("axes", [0]), bool_scalar("keep_dims", True)]
+        values = gb.define_output(node, dims=one_element_dims(node))
         if node.target in BOOL_OPS:
             _bool_reduce(gb, node, x, values, params)
             return

@@ -1,5 +1,6 @@
 """Comparisons (eq / ne / lt / le / gt / ge, Tensor and Scalar overloads) to BOOL_8, logic on
-BOOL_8 (logical_and / or / xor / not and their bitwise_ forms on bool tensors), and selection
+BOOL_8 (logical_and / or / xor / not and their bitwise_ forms on bool tensors; logical_not of a
+float32 / int tensor as ElementWiseEqual(x, 0)), and selection
 (where, masked_fill; threshold = Select(Greater(x, t), x, value)) as ElementWiseSelect; isnan /
 isinf -> IsNan / IsInf (float32 -> BOOL_8). Tensors may be FLOAT_32, INT_32 / INT_64 (int64
 stays INT_64 in the payload; the QNN side narrows it to INT_32) or BOOL_8.
@@ -169,6 +170,8 @@ class LogicBuilder(NodeBuilder):
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         arity = 1 if LOGIC_OPS[node.target] == "ElementWiseNot" else 2
+        if _is_value_not(node):
+            return _output_dtype_is(node, (torch.bool,))
         for i, arg in enumerate(node.args[:arity]):
             if not isinstance(arg, torch.fx.Node):
                 return False, f"operand {i} ({arg!r}) is not a tensor"
@@ -179,8 +182,28 @@ class LogicBuilder(NodeBuilder):
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         arity = 1 if LOGIC_OPS[node.target] == "ElementWiseNot" else 2
-        operands = _rank0(gb, node, [gb.tensor(a) for a in node.args[:arity]])
-        gb.add_op(node, LOGIC_OPS[node.target], operands, [gb.define_output(node)])
+        operands = [gb.tensor(a) for a in node.args[:arity]]
+        if _is_value_not(node):  # logical_not of numbers: x == 0
+            operands.append(number_operand(gb, node, 0, node.args[0], "zero"))
+        if one_element_operands(node, operands):
+            out = gb.define_output(node, dims=[1])
+        else:
+            operands, out = _rank0(gb, node, operands), gb.define_output(node)
+        gb.add_op(node, "ElementWiseEqual" if _is_value_not(node) else LOGIC_OPS[node.target], operands, [out])
+
+
+def _is_value_not(node: torch.fx.Node) -> bool:
+    """logical_not of a float32 / int32 / int64 tensor (all(x) of a float x exports as
+    logical_not -> any -> logical_not): lowered as x == 0."""
+    x = node.args[0]
+    return node.target == _aten.logical_not.default and isinstance(x, torch.fx.Node) and \
+        _dtype(x) in (torch.float32, torch.int32, torch.int64)
+
+
+def one_element_operands(node: torch.fx.Node, operands: List[QnnTensor]) -> bool:
+    """A 0-d node whose operands are all stored as [1] (0-d results of builders that store them
+    so, QNN refusing rank 0): its output is [1] too."""
+    return not logical_shape(node) and all(list(t.dims) == [1] for t in operands)
 
 
 # edge op -> QNN classification op (FLOAT_32 -> BOOL_8)

@@ -4,7 +4,8 @@ clamp(x, min_tensor, max_tensor) = Minimum(Maximum(x, min), max); reciprocal(x) 
 log2 / log10(x) = Log(x) * (1 / ln 2 | 1 / ln 10); log1p(x) = Log(x + 1); expm1(x) = Exp(x) - 1;
 prelu(x, weight) = Prelu with the weight as a slope along axis 1 (one element: all channels);
 trunc(x) = Select(x < 0, Ceil(x), Floor(x)) (float and quantized: Ceil / Floor in the output's
-encoding, a lane selects only the one in range). Float graphs only (_RECIPES):
+encoding, a lane selects only the one in range). Float chains (_RECIPES, with log2 / log10 / log1p /
+expm1 above):
 tan = Sin / Cos; sinh / cosh = (e -/+ 1 / e) / 2 with e = Exp(x);
 asinh = sign(x) * Log(|x| + Sqrt(x^2 + 1)); acosh = Log(x + Sqrt((x - 1)(x + 1)));
 atanh = Log((1 + x) / (1 - x)) / 2; acos = pi / 2 - Atan(x * Rsqrt((1 - x)(1 + x)));
@@ -12,13 +13,14 @@ atan2(y, x) = Atan(y / x) + (x < 0 ? (y >= 0 ? pi : -pi) : 0) (atan2(0, 0) is Na
 fp16 overflows x^2 for |x| > 256 (asinh / acosh give inf there).
 
 Quantized graphs: clamp's intermediate takes the output's encoding (values above it saturate,
-then the Minimum bounds them); reciprocal's 1 is an exact quantized constant. log2 / log10 /
-log1p / expm1 stay on the CPU there: a FLOAT_32 intermediate between quantized tensors is
-refused by QNN HTP (3110 'mismatching datatypes', measured on QNN 2.51)."""
+then the Minimum bounds them); reciprocal's 1 is an exact quantized constant. The float chains
+run between a Dequantize of each input and a Quantize to the output's encoding (QNN HTP refuses
+a FLOAT_32 operand of a quantized op, 3110 'mismatching datatypes', measured on QNN 2.51, but
+takes float ops between Dequantize and Quantize); HTP runs them in fp16."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict
+from typing import Callable, Dict, List
 
 import numpy as np
 import torch
@@ -29,20 +31,12 @@ from backends.qualcomm.builders.registry import (
     NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, node_val, register_builder,
 )
 from backends.qualcomm.builders.op_logic import number_operand, padded_rank
-from backends.qualcomm.builders.quant_encoding import is_dequantize
-from backends.qualcomm.builders.utils import reshape
+from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
+from backends.qualcomm.builders.utils import is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
 _aten = exir_ops.edge.aten
-
-# edge op -> (first op, constant operand or None, second op)
-_CHAINS = {
-    _aten.log2.default: ("ElementWiseLog", 1.0 / math.log(2.0), "ElementWiseMultiply"),
-    _aten.log10.default: ("ElementWiseLog", 1.0 / math.log(10.0), "ElementWiseMultiply"),
-    _aten.expm1.default: ("ElementWiseExp", 1.0, "ElementWiseSubtract"),
-}
-
 
 # The op types recipes may emit (a literal table: test_op_table reads the types builders emit).
 _CHAIN_OPS = {
@@ -69,9 +63,9 @@ class _Chain:
     """Emits a float decomposition of `node`: op() adds one QNN op with a FLOAT_32 (or BOOL_8)
     intermediate output; the last op of a recipe writes the node's output (last())."""
 
-    def __init__(self, gb: GraphBuilder, node: torch.fx.Node, out: QnnTensor):
+    def __init__(self, gb: GraphBuilder, node: torch.fx.Node, out: QnnTensor, inputs: List[QnnTensor]):
         self.gb, self.node, self.out, self._count = gb, node, out, 0
-        self.inputs = [gb.tensor(a) for a in node.args[:2] if isinstance(a, torch.fx.Node)]
+        self.inputs = inputs
         self.x = self.inputs[0]
 
     def const(self, value: float) -> QnnTensor:
@@ -140,39 +134,56 @@ def _atan2(c: _Chain) -> None:
     c.last("ElementWiseAdd", base, offset)
 
 
-# Float-graph decompositions: edge op -> recipe.
+def _scaled_log(factor: float) -> Callable[[_Chain], None]:
+    def recipe(c: _Chain) -> None:
+        c.last("ElementWiseMultiply", c.op("ElementWiseLog", c.x), c.const(factor))
+    return recipe
+
+
+def _expm1(c: _Chain) -> None:
+    c.last("ElementWiseSubtract", c.op("ElementWiseExp", c.x), c.const(1.0))
+
+
+def _log1p(c: _Chain) -> None:
+    c.last("ElementWiseLog", c.op("ElementWiseAdd", c.x, c.const(1.0)))
+
+
+# Decompositions: edge op -> recipe (in float; quantized graphs run them between Dequantize and Quantize).
 _RECIPES: Dict[object, Callable[[_Chain], None]] = {
+    _aten.log2.default: _scaled_log(1.0 / math.log(2.0)), _aten.log10.default: _scaled_log(1.0 / math.log(10.0)),
+    _aten.expm1.default: _expm1, _aten.log1p.default: _log1p,
     _aten.tan.default: _tan, _aten.sinh.default: _hyperbolic("ElementWiseSubtract"),
     _aten.cosh.default: _hyperbolic("ElementWiseAdd"), _aten.asinh.default: _asinh,
     _aten.acosh.default: _acosh, _aten.atanh.default: _atanh, _aten.acos.default: _acos,
     _aten.atan2.default: _atan2,
 }
 
-# Decompositions lowered in float graphs only (quantized: they stay on the CPU).
-_QUANT_REFUSED = {_aten.log2.default: "log2 = Log * c", _aten.log10.default: "log10 = Log * c",
-                  _aten.expm1.default: "expm1 = Exp - 1", _aten.log1p.default: "log1p = Log(x + 1)"}
-_QUANT_REFUSED.update({op: f"{op._op.__name__.split('.')[0]}'s decomposition" for op in _RECIPES})
-
-
 def reads_quantized(node: torch.fx.Node) -> bool:
     """A tensor input of `node` is quantized (a dequantize in the QDQ graph, or folded)."""
     return any(is_dequantize(a) or QCOM_QUANT_ATTRS in a.meta for a in node.all_input_nodes)
 
 
+def writes_quantized(node: torch.fx.Node) -> bool:
+    """The output gets an encoding: folded (lowering), or every user a quantize (partitioning)."""
+    return is_quantized(node) or (bool(node.users) and all(is_quantize(u) for u in node.users))
+
+
 @register_builder
 class DecomposedMathBuilder(NodeBuilder):
-    targets = [_aten.clamp.Tensor, _aten.reciprocal.default, _aten.log1p.default, _aten.leaky_relu.default,
-               _aten.prelu.default, _aten.trunc.default] + list(_CHAINS) + list(_RECIPES)
+    targets = [_aten.clamp.Tensor, _aten.reciprocal.default, _aten.leaky_relu.default,
+               _aten.prelu.default, _aten.trunc.default] + list(_RECIPES)
     keep_whole = [_aten.prelu.default]
     quant_annotations: Dict[object, QuantFamily] = dict.fromkeys(
-        aten_ops("clamp.Tensor", "reciprocal.default", "leaky_relu.default", "prelu.default", "trunc.default"),
+        aten_ops("clamp.Tensor", "reciprocal.default", "leaky_relu.default", "prelu.default", "trunc.default",
+                 "log2.default", "log10.default", "expm1.default", "log1p.default", "tan.default", "sinh.default",
+                 "cosh.default", "asinh.default", "acosh.default", "atanh.default", "acos.default", "atan2.default"),
         QuantFamily.COMPUTE)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)
-        if ok and node.target in _QUANT_REFUSED and reads_quantized(node):
-            return False, (f"{_QUANT_REFUSED[node.target]} needs a FLOAT_32 intermediate, which QNN HTP "
-                           "refuses between quantized tensors (3110 'mismatching datatypes')")
+        if ok and node.target in _RECIPES and reads_quantized(node) and not writes_quantized(node):
+            return False, ("a decomposition that reads quantized inputs needs its output quantized too (its "
+                           "float chain runs between Dequantize and Quantize)")
         if ok and node.target in (_aten.prelu.default, torch.ops.aten.prelu.default):
             return self._prelu_supported(node)
         if not ok or node.target not in (_aten.clamp.Tensor, torch.ops.aten.clamp.Tensor):
@@ -200,7 +211,7 @@ class DecomposedMathBuilder(NodeBuilder):
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         if node.target in _RECIPES:
-            _RECIPES[node.target](_Chain(gb, node, gb.define_output(node)))
+            self._decomposition(gb, node)
             return
         x = gb.tensor(node.args[0])
         out = gb.define_output(node)
@@ -214,17 +225,22 @@ class DecomposedMathBuilder(NodeBuilder):
             slope = float(node.args[1]) if len(node.args) > 1 else float(node.kwargs.get("negative_slope", 0.01))
             slope_t = padded_rank(gb, node, self._constant(gb, node, x, slope, "slope"), len(x.dims), "slope")
             gb.add_op(node, "Prelu", [x, slope_t], [out])
-        elif node.target == _aten.reciprocal.default:
+        else:  # reciprocal
             gb.add_op(node, "ElementWiseDivide", [self._constant(gb, node, x, 1.0, "one"), x], [out])
-        elif node.target == _aten.log1p.default:
-            shifted = gb.native_tensor(f"{node.name}_plus_one", x.dims)
-            gb.add_op(node, "ElementWiseAdd", [x, self._constant(gb, node, x, 1.0, "one")], [shifted], suffix="add")
-            gb.add_op(node, "ElementWiseLog", [shifted], [out])
-        else:
-            first, constant, second = _CHAINS[node.target]
-            inner = gb.native_tensor(f"{node.name}_{first.lower()}", x.dims)
-            gb.add_op(node, first, [x], [inner], suffix="inner")
-            gb.add_op(node, second, [inner, gb.static_tensor(f"{node.name}_c", np.array([constant], np.float32))], [out])
+
+    def _decomposition(self, gb: GraphBuilder, node: torch.fx.Node) -> None:
+        """The recipe in float; quantized: on Dequantized inputs, its result Quantized to the
+        output's encoding (HTP refuses a FLOAT_32 operand of a quantized op, 3110 'mismatching
+        datatypes', but takes float ops between Dequantize and Quantize), as PT2E computes it."""
+        inputs = [gb.tensor(a) for a in node.args[:2] if isinstance(a, torch.fx.Node)]
+        out = gb.define_output(node)
+        if not is_quantized(node):
+            _RECIPES[node.target](_Chain(gb, node, out, inputs))
+            return
+        floats = [_dequantized(gb, node, t, i) for i, t in enumerate(inputs)]
+        result = gb.native_tensor(f"{node.name}_float", out.dims)
+        _RECIPES[node.target](_Chain(gb, node, result, floats))
+        gb.add_op(node, "Quantize", [result], [out], suffix="quantize")
 
     def _channel_slope(self, gb: GraphBuilder, node: torch.fx.Node, rank: int) -> QnnTensor:
         """prelu's weight ([C] or [1]) shaped [1, C, 1, ...] to broadcast along axis 1."""
@@ -277,3 +293,11 @@ class DecomposedMathBuilder(NodeBuilder):
         if isinstance(bound, torch.fx.Node):
             return gb.tensor(bound)
         return self._constant(gb, node, x, float(bound), name)
+
+
+def _dequantized(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, index: int) -> QnnTensor:
+    if tensor.quant is None:
+        return tensor
+    result = gb.native_tensor(f"{node.name}_in{index}_float", tensor.dims)
+    gb.add_op(node, "Dequantize", [tensor], [result], suffix=f"dequantize{index}")
+    return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from backends.qualcomm.builders.graph_builder import GraphBuilder
+from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.quant_encoding import DEQUANTIZE_OPS, QUANTIZE_OPS
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, register_builder, tensor_vals,
@@ -31,7 +31,7 @@ class QuantizeBuilder(NodeBuilder):
         x_node = node.args[0]
         x = gb.tensor(x_node, input_layout(node))
         op_type = "Convert" if x.quant is not None or is_quantized(x_node) else "Quantize"
-        gb.add_op(node, op_type, [x], [gb.define_output(node)])
+        gb.add_op(node, op_type, [x], [gb.define_output(node, dims=_rank0_dims(node, x))])
 
 
 @register_builder
@@ -54,7 +54,13 @@ class DequantizeBuilder(NodeBuilder):
             gb.bind(node, dequantized_constant(node, gb))
             return
         x = gb.tensor(node.args[0], input_layout(node))
-        gb.add_op(node, "Dequantize", [x], [gb.define_output(node, dtype=torch.float32)])
+        gb.add_op(node, "Dequantize", [x], [gb.define_output(node, dims=_rank0_dims(node, x), dtype=torch.float32)])
+
+
+def _rank0_dims(node: torch.fx.Node, x: QnnTensor):
+    """A 0-d node keeps its input's dims ([1] when the producer stored the 0-d tensor as [1]:
+    QNN refuses rank 0); other nodes take their dims from meta."""
+    return list(x.dims) if not logical_shape(node) else None
 
 
 def dequantized_constant(node: torch.fx.Node, gb: GraphBuilder) -> QnnTensor:

@@ -1,6 +1,7 @@
 """mean.dim / sum.dim_IntList -> ReduceMean / ReduceSum (axes remapped to the stored layout).
 
-prod has no builder: QNN 2.51's HTP has no ReduceProd (validation: 3110 'OpValidator not found')."""
+prod: QNN 2.51's HTP has no ReduceProd (validation: 3110 'OpValidator not found'); op_prod.py
+lowers it as a tree of ElementWiseMultiply."""
 from __future__ import annotations
 
 from typing import List

@@ -100,6 +100,13 @@ def int_list(value: Optional[Sequence[int]], length: int, default: int) -> List[
     return values * length if len(values) == 1 else values
 
 
+def one_element_dims(node: torch.fx.Node) -> Optional[List[int]]:
+    """[1] for a 0-d node, else None (its dims from meta): QNN refuses rank-0 tensors (op
+    validation 3110 'incorrect Rank 0'), so a 0-d result is stored as [1]; the delegate's
+    output checks only the element count."""
+    return [1] if not logical_shape(node) else None
+
+
 def reshape(gb: GraphBuilder, node: torch.fx.Node, source: QnnTensor, dims: Sequence[int],
             suffix: str) -> QnnTensor:
     out = gb.like(source, f"{node.name}_{suffix}", dims)

@@ -161,6 +161,11 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
                         inputs_of((2, 4, 5))),
     "SortBuilder": (lambda: _outputs(lambda x: torch.sort(x)[0], lambda x: torch.sort(x, -1, True)[1]), inputs_of((2, 4, 5))),
     "CumsumBuilder": (lambda: _outputs(lambda x: torch.cumsum(x, 1), lambda x: torch.cumsum(x, -1)), inputs_of((2, 4, 5))),
+    "ProdBuilder": (lambda: _outputs(lambda x: torch.prod(x, 1), lambda x: torch.prod(x, -1, keepdim=True),
+                                     lambda x: torch.prod(x)), inputs_of((2, 3, 5))),
+    "TriangleBuilder": (lambda: _outputs(lambda x: torch.triu(x, 1), lambda x: torch.tril(x, -2)), inputs_of((2, 4, 5))),
+    "PositionGatherBuilder": (lambda: _outputs(lambda x: torch.diagonal(x, 1, 1, 2), lambda x: x.unfold(2, 3, 2),
+                                               lambda x: x.as_strided((3, 2), (2, 5), 1)), inputs_of((2, 4, 5))),
 }
 # Builders of quantized graphs only: covered by test_quantized_builders_lower_and_run.
 QUANT_ONLY_BUILDERS = {"QuantizeBuilder", "DequantizeBuilder"}
@@ -398,7 +403,8 @@ class TestOpsKeptWhole:
             "aten.where.Scalar": "WhereBuilder", "aten.masked_fill.Scalar": "WhereBuilder",
             "aten.threshold.default": "WhereBuilder",
             "aten.roll.default": "RollBuilder", "aten.stack.default": "StackBuilder",
-            "aten.select_scatter.default": "SliceScatterBuilder", "aten.prelu.default": "DecomposedMathBuilder"}
+            "aten.select_scatter.default": "SliceScatterBuilder", "aten.prelu.default": "DecomposedMathBuilder",
+            "aten.triu.default": "TriangleBuilder", "aten.tril.default": "TriangleBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()

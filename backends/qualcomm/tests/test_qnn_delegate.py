@@ -31,9 +31,10 @@ def _run(module: torch.nn.Module, *shapes, **tolerance) -> QnnTester:
 
 
 def _with_cpu_op() -> torch.nn.Module:
-    """sigmoid -> prod over a dim (no builder: stays on the CPU; cumsum and trunc were this op
-    until each got one: pick another op without a builder when prod gets one) -> relu, * 2."""
-    return m.Lambda(lambda x: torch.relu(torch.prod(torch.sigmoid(x) * 1.5, 1, keepdim=True)) * 2.0)
+    """sigmoid -> erf (no builder: stays on the CPU, ExecuTorch's portable kernels run it; cumsum,
+    trunc and prod were this op until each got one: pick another op without a builder when erf
+    gets one) -> relu, * 2."""
+    return m.Lambda(lambda x: torch.relu(torch.erf(torch.sigmoid(x) * 1.5)) * 2.0)
 
 
 class TestQNNFloatingPointOperator(unittest.TestCase):
@@ -204,8 +205,8 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
     # ---- partitioner ------------------------------------------------------------------------
     def test_unsupported_op_falls_back_to_cpu(self):
         tester = QnnTester(_with_cpu_op(), inputs_of((2, 8))).lower()
-        self.assertEqual(tester.cpu_op_names(), ["aten.prod.dim_int"])
-        self.assertIn("no QNN builder", tester.partitioner.rejected_nodes["aten_prod_dim_int"])
+        self.assertEqual(tester.cpu_op_names(), ["aten.erf.default"])
+        self.assertIn("no QNN builder", tester.partitioner.rejected_nodes["aten_erf_default"])
         tester.check_count(2).to_executorch().run().compare()
 
     def test_skip_node_op_set(self):
@@ -229,7 +230,7 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
         from backends.qualcomm.tests.tester import fp16_compile_specs
 
         edge = to_edge(torch.export.export(_with_cpu_op(), inputs_of((2, 8)), strict=False))
-        with self.assertRaisesRegex(QnnLoweringError, "aten_prod_dim_int"):
+        with self.assertRaisesRegex(QnnLoweringError, "aten_erf_default"):
             QnnDelegate.preprocess(edge.exported_program(), fp16_compile_specs())
 
     def test_compile_spec_options(self):
