@@ -1,7 +1,7 @@
 """Helpers shared by builders: axis remapping, operand layout, static scalars."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -112,3 +112,22 @@ def reshape(gb: GraphBuilder, node: torch.fx.Node, source: QnnTensor, dims: Sequ
     out = gb.like(source, f"{node.name}_{suffix}", dims)
     gb.add_op(node, "Reshape", [source], [out], suffix=suffix)
     return out
+
+
+
+def view_as(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, dims: Sequence[int],
+            out_dims: Optional[Sequence[int]] = None) -> Tuple[QnnTensor, QnnTensor, QnnTensor]:
+    """(input, output, node output) of an op lowering `node` on a view of x: x as `dims` (a
+    Reshape unless x has those dims), the op's output in `out_dims` (default: dims), and the
+    node's own output, into which view_back reshapes the op's output."""
+    out = gb.define_output(node)
+    if list(x.dims) == list(dims):
+        return x, out, out
+    viewed = reshape(gb, node, x, dims, "view")
+    return viewed, gb.like(out, f"{node.name}_view", list(out_dims or dims)), out
+
+
+def view_back(gb: GraphBuilder, node: torch.fx.Node, out_view: QnnTensor, out: QnnTensor) -> None:
+    """Reshape the op's output into the node's output (nothing when they are one)."""
+    if out_view is not out:
+        gb.add_op(node, "Reshape", [out_view], [out], suffix="view_back")

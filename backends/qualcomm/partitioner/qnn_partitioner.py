@@ -234,6 +234,8 @@ class QnnPartitioner(Partitioner):
 
     def ops_to_not_decompose(self, ep: ExportedProgram
                              ) -> Tuple[List[torch._ops.OpOverload], Optional[Callable[[torch.fx.Node], bool]]]:
+        if ep is not None:
+            mark_constants(ep)  # support checks that need constant weights read the flag
         support = self._operator_support()
 
         def keep_whole(node: torch.fx.Node) -> bool:

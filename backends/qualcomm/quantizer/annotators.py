@@ -177,14 +177,21 @@ def fixed_output_spec(node: Node, config: QuantConfig) -> Optional[FixedQParamsQ
                                         quant_min=0, quant_max=65535, qscheme=torch.per_tensor_affine)
 
 
+# Positions of gamma and beta in the norms' args: layer_norm(x, shape, gamma, beta),
+# group_norm(x, groups, gamma, beta), rms_norm(x, shape, gamma, eps); instance_norm(x, gamma, beta, ..).
+_NORM_AFFINE_ARGS = {op: (1, 2) for op in aten_ops("instance_norm.default")}
+
+
 def annotate_layer_norm(node: Node, config: QuantConfig) -> None:
-    """layer_norm(x, shape, gamma, beta): activation in and out, gamma and beta quantized
-    (QNN's HTP LayerNorm refuses float gamma / beta in a quantized graph)."""
+    """Norms with gamma / beta (layer_norm, group_norm, instance_norm, rms_norm): activation in
+    and out, gamma and beta quantized (QNN's HTP norms refuse float gamma / beta in a quantized
+    graph)."""
     if config.input_activation is None:
         return
     x = node.args[0]
-    gamma = node.args[2] if len(node.args) > 2 else None
-    beta = node.args[3] if len(node.args) > 3 else None
+    g_at, b_at = _NORM_AFFINE_ARGS.get(node.target, (2, 3))
+    gamma = node.args[g_at] if len(node.args) > g_at else None
+    beta = node.args[b_at] if len(node.args) > b_at else None
     inputs: Dict[Node, object] = {x: config.input_activation}
     if isinstance(gamma, Node) and _float_output(gamma):
         inputs[gamma] = config.norm_weight or config.input_activation

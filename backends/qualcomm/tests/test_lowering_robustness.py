@@ -166,6 +166,14 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     "TriangleBuilder": (lambda: _outputs(lambda x: torch.triu(x, 1), lambda x: torch.tril(x, -2)), inputs_of((2, 4, 5))),
     "PositionGatherBuilder": (lambda: _outputs(lambda x: torch.diagonal(x, 1, 1, 2), lambda x: x.unfold(2, 3, 2),
                                                lambda x: x.as_strided((3, 2), (2, 5), 1)), inputs_of((2, 4, 5))),
+    "ResizeBuilder": (lambda: _outputs(lambda x: torch.nn.functional.interpolate(x, scale_factor=2),
+                                       lambda x: torch.nn.functional.interpolate(x, size=(5, 3), mode="bilinear")),
+                      inputs_of((1, 4, 3, 4))),
+    "ShuffleBuilder": (lambda: _outputs(lambda x: torch.nn.functional.pixel_shuffle(x, 2),
+                                        lambda x: torch.nn.functional.channel_shuffle(x, 2)), inputs_of((1, 4, 3, 4))),
+    "GroupNormBuilder": (lambda: torch.nn.GroupNorm(2, 4), inputs_of((2, 4, 3, 5))),
+    "InstanceNormBuilder": (lambda: torch.nn.InstanceNorm2d(4, affine=True), inputs_of((2, 4, 3, 5))),
+    "RmsNormBuilder": (lambda: torch.nn.RMSNorm([5]), inputs_of((2, 3, 5))),
 }
 # Builders of quantized graphs only: covered by test_quantized_builders_lower_and_run.
 QUANT_ONLY_BUILDERS = {"QuantizeBuilder", "DequantizeBuilder"}
@@ -404,7 +412,12 @@ class TestOpsKeptWhole:
             "aten.threshold.default": "WhereBuilder",
             "aten.roll.default": "RollBuilder", "aten.stack.default": "StackBuilder",
             "aten.select_scatter.default": "SliceScatterBuilder", "aten.prelu.default": "DecomposedMathBuilder",
-            "aten.triu.default": "TriangleBuilder", "aten.tril.default": "TriangleBuilder"}
+            "aten.triu.default": "TriangleBuilder", "aten.tril.default": "TriangleBuilder",
+            "aten.instance_norm.default": "InstanceNormBuilder", "aten.rms_norm.default": "RmsNormBuilder",
+            "aten.upsample_bicubic2d.vec": "ResizeBuilder", "aten.upsample_bicubic2d.default": "ResizeBuilder",
+            "aten.upsample_nearest1d.vec": "ResizeBuilder", "aten.upsample_nearest1d.default": "ResizeBuilder",
+            "aten.pixel_shuffle.default": "ShuffleBuilder", "aten.pixel_unshuffle.default": "ShuffleBuilder",
+            "aten.channel_shuffle.default": "ShuffleBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()

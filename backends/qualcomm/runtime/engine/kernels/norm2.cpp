@@ -1,0 +1,177 @@
+// GroupNorm and InstanceNorm on channel-last [N, ..., C] (statistics per image and channel
+// group, over every spatial position; InstanceNorm: one group per channel), RmsNorm over the
+// last axes. float32 (quantized: the dispatcher's dequantize / requantize wrapper).
+#include <cmath>
+#include <vector>
+
+#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+
+namespace qnn_delegate {
+namespace engine {
+namespace {
+
+// ---- GroupNorm / InstanceNorm -------------------------------------------------------------
+class GroupNormKernel final : public Kernel {
+ public:
+  GroupNormKernel(uint32_t x, uint32_t gamma, int64_t beta, uint32_t out, size_t n, size_t pixels,
+                  size_t c, size_t groups, float eps)
+      : x_(x), g_(gamma), b_(beta), out_(out), n_(n), pixels_(pixels), c_(c), groups_(groups), eps_(eps) {}
+  Status run(const RunContext& ctx) const override {
+    const float* x = ctx.at<const float>(x_);
+    const float* gamma = ctx.at<const float>(g_);
+    const float* beta = b_ >= 0 ? ctx.at<const float>(uint32_t(b_)) : nullptr;
+    float* y = ctx.at<float>(out_);
+    const size_t per_group = c_ / groups_;
+    const double count = double(pixels_ * per_group);
+    for (size_t n = 0; n < n_; ++n) {
+      const float* xi = x + n * pixels_ * c_;
+      float* yi = y + n * pixels_ * c_;
+      for (size_t g = 0; g < groups_; ++g) {
+        const size_t c0 = g * per_group;
+        double mean = 0.0;
+        for (size_t p = 0; p < pixels_; ++p)
+          for (size_t c = c0; c < c0 + per_group; ++c) mean += xi[p * c_ + c];
+        mean /= count;
+        double var = 0.0;
+        for (size_t p = 0; p < pixels_; ++p)
+          for (size_t c = c0; c < c0 + per_group; ++c) {
+            const double d = xi[p * c_ + c] - mean;
+            var += d * d;
+          }
+        var /= count;
+        const float m = float(mean);
+        const float inv = float(1.0 / std::sqrt(var + double(eps_)));
+        for (size_t p = 0; p < pixels_; ++p)
+          for (size_t c = c0; c < c0 + per_group; ++c)
+            yi[p * c_ + c] = (xi[p * c_ + c] - m) * inv * gamma[c] + (beta ? beta[c] : 0.f);
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  uint32_t x_, g_;
+  int64_t b_;  // -1: no beta
+  uint32_t out_;
+  size_t n_, pixels_, c_, groups_;
+  float eps_;
+};
+
+Status make_group_norm(const OpView& v, size_t groups, float eps, KernelPtr& out) {
+  const TensorInfo& x = *v.inputs[0];
+  const TensorInfo& gamma = *v.inputs[1];
+  const TensorInfo* beta = v.inputs.size() > 2 ? v.inputs[2] : nullptr;
+  for (const TensorInfo* t : {&x, &gamma}) QNN_RETURN_IF_ERROR(v.expect_float(*t));
+  if (beta) QNN_RETURN_IF_ERROR(v.expect_float(*beta));
+  if (x.rank() < 2) return v.fail(ErrorKind::InvalidProgram, "input '%s' must have rank >= 2", x.name.c_str());
+  const size_t c = size_t(x.dims.back());
+  if (gamma.numel != c || (beta && beta->numel != c)) {
+    return v.fail(ErrorKind::InvalidProgram, "gamma / beta must have C = %zu elements", c);
+  }
+  if (groups == 0 || c % groups) {
+    return v.fail(ErrorKind::InvalidProgram, "group %zu must divide the %zu channels", groups, c);
+  }
+  QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, DType::FLOAT_32));
+  const size_t n = size_t(x.dims[0]);
+  const size_t pixels = (n && c) ? x.numel / (n * c) : 0;
+  return emplace_kernel<GroupNormKernel>(out, x.id, gamma.id, beta ? int64_t(beta->id) : int64_t(-1),
+                                         v.outputs[0]->id, n, pixels, c, groups, eps);
+}
+
+Status create_group_norm(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(3, 3, 1));
+  ParamReader params(v);
+  float eps = 1e-5f;
+  int64_t group = 1;
+  QNN_RETURN_IF_ERROR(params.optional_float("epsilon", eps));
+  if (params.has("group")) QNN_RETURN_IF_ERROR(params.scalar_int("group", DType::UINT_32, group));
+  return make_group_norm(v, size_t(group), eps, out);
+}
+
+// InstanceNorm: mode 0 (mu_sigma), normalize_variance true, region 0 (across spatial) only.
+Status create_instance_norm(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(2, 3, 1));
+  ParamReader params(v);
+  float eps = 1e-12f;
+  int64_t mode = 0, region = 0;
+  bool normalize_variance = true;
+  QNN_RETURN_IF_ERROR(params.optional_float("epsilon", eps));
+  if (params.has("mode")) QNN_RETURN_IF_ERROR(params.scalar_int("mode", DType::UINT_32, mode));
+  if (params.has("region")) QNN_RETURN_IF_ERROR(params.scalar_int("region", DType::UINT_32, region));
+  QNN_RETURN_IF_ERROR(params.optional_bool("normalize_variance", normalize_variance));
+  if (mode != 0 || region != 0 || !normalize_variance) {
+    return v.fail(ErrorKind::NotSupported,
+                  "only mode 0 (mu_sigma), region 0 (across spatial), normalize_variance = true are "
+                  "supported, got mode %lld, region %lld, normalize_variance %d",
+                  static_cast<long long>(mode), static_cast<long long>(region), int(normalize_variance));
+  }
+  const TensorInfo& x = *v.inputs[0];
+  return make_group_norm(v, x.rank() ? size_t(x.dims.back()) : 0, eps, out);
+}
+
+// ---- RmsNorm ------------------------------------------------------------------------------
+class RmsNormKernel final : public Kernel {
+ public:
+  RmsNormKernel(uint32_t x, uint32_t gamma, uint32_t beta, uint32_t out, size_t rows, size_t cols, float eps)
+      : x_(x), g_(gamma), b_(beta), out_(out), rows_(rows), cols_(cols), eps_(eps) {}
+  Status run(const RunContext& c) const override {
+    const float* x = c.at<const float>(x_);
+    const float* gamma = c.at<const float>(g_);
+    const float* beta = c.at<const float>(b_);
+    float* y = c.at<float>(out_);
+    for (size_t r = 0; r < rows_; ++r) {
+      const float* px = x + r * cols_;
+      float* py = y + r * cols_;
+      double sq = 0.0;
+      for (size_t i = 0; i < cols_; ++i) sq += double(px[i]) * double(px[i]);
+      const float inv = float(1.0 / std::sqrt(sq / double(cols_) + double(eps_)));
+      for (size_t i = 0; i < cols_; ++i) py[i] = px[i] * inv * gamma[i] + beta[i];
+    }
+    return Status::Ok();
+  }
+
+ private:
+  uint32_t x_, g_, b_, out_;
+  size_t rows_, cols_;
+  float eps_;
+};
+
+Status create_rms_norm(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(3, 3, 1));
+  const TensorInfo& x = *v.inputs[0];
+  const TensorInfo& gamma = *v.inputs[1];
+  const TensorInfo& beta = *v.inputs[2];
+  for (const TensorInfo* t : {&x, &gamma, &beta}) QNN_RETURN_IF_ERROR(v.expect_float(*t));
+  ParamReader params(v);
+  float eps = 0.f;
+  std::vector<int64_t> axes;
+  QNN_RETURN_IF_ERROR(params.scalar_float("epsilon", eps));
+  QNN_RETURN_IF_ERROR(params.tensor_int("axes", DType::UINT_32, {}, axes));
+  const size_t k = axes.size();
+  if (k == 0 || k > x.rank()) {
+    return v.fail(ErrorKind::InvalidProgram, "'axes' must name 1..%zu axes, got %zu", x.rank(), k);
+  }
+  for (size_t i = 0; i < k; ++i) {
+    if (size_t(axes[i]) != x.rank() - k + i) {
+      return v.fail(ErrorKind::NotSupported, "'axes' must be the last %zu axes of input '%s' %s", k,
+                    x.name.c_str(), dims_to_string(x.dims).c_str());
+    }
+  }
+  const size_t cols = product(x.dims, x.rank() - k);
+  if (gamma.numel != cols || beta.numel != cols) {
+    return v.fail(ErrorKind::InvalidProgram, "gamma '%s' / beta '%s' must have the %zu normalized elements",
+                  gamma.name.c_str(), beta.name.c_str(), cols);
+  }
+  QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, DType::FLOAT_32));
+  return emplace_kernel<RmsNormKernel>(out, x.id, gamma.id, beta.id, v.outputs[0]->id, cols ? x.numel / cols : 0,
+                                       cols, eps);
+}
+
+} // namespace
+
+QNN_REGISTER_KERNEL(Float, GroupNorm, &create_group_norm);
+QNN_REGISTER_KERNEL(Float, InstanceNorm, &create_instance_norm);
+QNN_REGISTER_KERNEL(Float, RmsNorm, &create_rms_norm);
+
+} // namespace engine
+} // namespace qnn_delegate
