@@ -398,7 +398,9 @@ class TestOpsKeptWhole:
             "aten.where.Scalar": "WhereBuilder", "aten.masked_fill.Scalar": "WhereBuilder",
             "aten.threshold.default": "WhereBuilder",
             "aten.roll.default": "RollBuilder", "aten.stack.default": "StackBuilder",
-            "aten.select_scatter.default": "SliceScatterBuilder", "aten.prelu.default": "DecomposedMathBuilder"}
+            "aten.select_scatter.default": "SliceScatterBuilder", "aten.prelu.default": "DecomposedMathBuilder",
+            "aten.max_pool1d.default": "MaxPoolBuilder", "aten.avg_pool1d.default": "AvgPoolBuilder",
+            "aten.adaptive_avg_pool1d.default": "AdaptivePoolBuilder", "aten.pad.default": "PadBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()
