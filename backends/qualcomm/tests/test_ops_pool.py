@@ -22,7 +22,7 @@ from backends.qualcomm.tests.quant_tester import QuantTester, StepStats, assert_
     output_encodings_with_range, step_stats
 from backends.qualcomm.tests.test_ops_conv import _output_scales
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import needs_qnn
+from backends.qualcomm.tests.utils_helpers import needs_qnn, payload_on_both_engines
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 nn = torch.nn
@@ -263,8 +263,6 @@ def real_inputs() -> Tuple[torch.Tensor, ...]:
 def test_real_qnn_matches_host(real_qnn, quant_dtype):
     """QNN 2.51 HTP emulation vs the host engine, one delegate (so QNN validated and finalized
     every pool and Pad op above in each precision)."""
-    from backends.qualcomm.tests.test_qnn_real import _payload_on_both_engines
-
     inputs = real_inputs()
     module = RealPoolPadFamily(replicate=quant_dtype is not None)  # fp16 EDGE: rejected
     tester = (QnnTester(module, inputs) if quant_dtype is None
@@ -272,7 +270,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     assert tester.cpu_nodes() == [], tester.partitioner.rejected_nodes
     blobs = tester.delegate_blobs()
     assert len(blobs) == 1
-    qnn, host = _payload_on_both_engines(blobs[0], inputs)
+    qnn, host = payload_on_both_engines(blobs[0], inputs, module)
     scales = _output_scales(blobs[0])
     for i, (q, h) in enumerate(zip(qnn, host)):
         assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape)
