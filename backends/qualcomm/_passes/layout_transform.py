@@ -31,7 +31,7 @@ def _is_channel_last(node: object) -> bool:
 def _layouts_for(node: torch.fx.Node) -> tuple:
     """(input layout, output layout) of a call_function node."""
     if node.target is operator.getitem:
-        source_cl = _is_channel_last(node.args[0]) and _rank(node) in CHANNEL_LAST_RANKS
+        source_cl = _is_channel_last(node.args[0]) and _rank(node) in CHANNEL_LAST_RANKS  # pools' values
         layout = LAYOUT_CHANNEL_LAST if source_cl else LAYOUT_CHANNEL_FIRST
         return layout, layout
     builder = get_builder(node.target)

@@ -1,122 +1,229 @@
-"""avg_pool2d / max_pool2d(_with_indices) / _adaptive_avg_pool2d -> PoolAvg2d / PoolMax2d / ReduceMean."""
+"""Window pools -> PoolMax2d / PoolAvg2d (1-D pools on a unit height, 2-D) and
+PoolAvg3d (QNN 2.51's HTP has no PoolMax3d: 3-D max pools stay on the CPU). Activations channel-last (NWC / NHWC / NDHWC). torch's ceil_mode becomes explicit
+extra bottom / right padding (QNN pads never win a max and are not counted by an average without
+count_pad_for_edges), so torch's "last window must start inside the input" rule holds exactly."""
 from __future__ import annotations
 
-from typing import List
+import operator
+from dataclasses import dataclass, replace
+from typing import List, Optional
 
+import numpy as np
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
-from backends.qualcomm.builders.op_norm import only_output_zero_used
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
     first_failure, register_builder,
 )
-from backends.qualcomm.builders.utils import int_list
-from backends.qualcomm.serialization.qnn_graph import QnnParam, bool_scalar, uint32_tensor
-from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST
+from backends.qualcomm.builders.utils import int_list, is_quantized, reshape, scalar_tensor
+from backends.qualcomm.serialization.qnn_graph import QnnParam, QnnTensor, bool_scalar, uint32_tensor
+from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST, QCOM_QUANT_ATTRS
 
 _aten = exir_ops.edge.aten
 
+# Spatial dims of each op's input (1: rank 3, 2: rank 4, 3: rank 5).
+POOL_SPATIAL = {
+    _aten.max_pool1d.default: 1, _aten.max_pool2d.default: 2, _aten.max_pool2d_with_indices.default: 2,
+    _aten.max_pool3d_with_indices.default: 3,  # rejected: NO_POOL_MAX_3D
+    _aten.avg_pool1d.default: 1, _aten.avg_pool2d.default: 2, _aten.avg_pool3d.default: 3,
+}
+_AVG = (_aten.avg_pool1d.default, _aten.avg_pool2d.default, _aten.avg_pool3d.default)
+_WITH_INDICES = (_aten.max_pool2d_with_indices.default, _aten.max_pool3d_with_indices.default)
 
-def _arg(node: torch.fx.Node, index: int, name: str, default=None):
+
+def arg(node: torch.fx.Node, index: int, name: str, default=None):
     if len(node.args) > index:
         return node.args[index]
     return node.kwargs.get(name, default)
 
 
-def _window_params(kernel: List[int], stride: List[int], padding: List[int]) -> List[QnnParam]:
-    return [
-        uint32_tensor("filter_size", kernel),
-        uint32_tensor("stride", stride),
-        uint32_tensor("pad_amount", [[padding[0], padding[0]], [padding[1], padding[1]]], [2, 2]),
-    ]
+def spatial_of(node: torch.fx.Node) -> int:
+    """Spatial dims of a pool node (edge or export-level op)."""
+    for op, spatial in POOL_SPATIAL.items():
+        if node.target is op or node.target is op._op:  # edge or export-level op
+            return spatial
+    return len(logical_shape(node.args[0])) - 2
 
 
-def _rank4(node: torch.fx.Node) -> SupportResult:
-    if len(logical_shape(node.args[0])) != 4:
-        return False, "only rank-4 (N,C,H,W) input is supported"
+# QNN op of each (kind, spatial dims): 1-D pools run as 2-D ones on a unit height.
+POOL_TYPES = {("Max", 1): "PoolMax2d", ("Max", 2): "PoolMax2d",
+              ("Avg", 1): "PoolAvg2d", ("Avg", 2): "PoolAvg2d", ("Avg", 3): "PoolAvg3d"}
+
+
+def check_rank(node: torch.fx.Node, spatial: int) -> SupportResult:
+    rank = len(logical_shape(node.args[0]))
+    if rank != spatial + 2:
+        return False, (f"only batched input of rank {spatial + 2} is supported for a {spatial}-D pool "
+                       f"(got rank {rank})")
     return SUPPORTED
 
 
+def only_values_used(node: torch.fx.Node) -> SupportResult:
+    """Ops returning (values, indices): the indices may not be used."""
+    for user in node.users:
+        if user.target is operator.getitem and user.args[1] != 0 and not user.users:
+            continue  # export's unused getitem of the indices
+        if user.target is not operator.getitem or user.args[1] != 0:
+            return False, (f"the indices output is used by '{user.name}': QNN's PoolMax returns the "
+                           "values only")
+    return SUPPORTED
+
+
+@dataclass
+class Window:
+    """One QNN pool window in QNN's spatial order (1-D pools: a unit height first)."""
+
+    kernel: List[int]
+    stride: List[int]
+    pads: List[List[int]]  # [[before, after]] per spatial dim, incl. ceil_mode's extra after
+
+    def params(self) -> List[QnnParam]:
+        return [uint32_tensor("filter_size", self.kernel), uint32_tensor("stride", self.stride),
+                uint32_tensor("pad_amount", self.pads, [len(self.kernel), 2])]
+
+
+def unit_height(values: List[int], fill: int, spatial: int) -> List[int]:
+    return [fill] + values if spatial == 1 else values
+
+
+def window_of(node: torch.fx.Node, spatial: int) -> Window:
+    """kernel / stride / padding of a window pool; the after-padding grows until QNN's floor
+    rounding gives torch's output size (ceil_mode adds at most stride - 1)."""
+    kernel = int_list(arg(node, 1, "kernel_size"), spatial, 1)
+    stride_arg = arg(node, 2, "stride")
+    stride = int_list(stride_arg, spatial, 1) if stride_arg else list(kernel)
+    padding = int_list(arg(node, 3, "padding", 0), spatial, 0)
+    lengths = logical_shape(node.args[0])[2:]
+    outs = logical_shape(node)[2:]
+    pads = [[p, max(p, (o - 1) * s + k - n - p)] for p, s, k, n, o in zip(padding, stride, kernel, lengths, outs)]
+    return Window(unit_height(kernel, 1, spatial), unit_height(stride, 1, spatial),
+                  [[0, 0]] + pads if spatial == 1 else pads)
+
+
+def _overhangs(node: torch.fx.Node, spatial: int) -> bool:
+    """A window reaches past the right padding (ceil_mode): torch does not count that part."""
+    window = window_of(node, spatial)
+    return any(after > before for before, after in window.pads)
+
+
+# Measured on QNN 2.51's HTP (x86 emulation, fp16): op validation of PoolMax3d fails with 3110
+# "OpValidator not found"; PoolAvg3d with count_pad_for_edges and padding differs from torch by
+# up to 0.37 on N(0,1) inputs (without padding, or without count_pad_for_edges: 2.4e-7).
+NO_POOL_MAX_3D = "3-D max pooling: QNN 2.51's HTP has no PoolMax3d (op validation 3110 'OpValidator not found')"
+AVG_3D_COUNT_PAD = ("3-D average pooling counting padding (count_include_pad / divisor_override with padding): "
+                    "QNN 2.51's PoolAvg3d gets it wrong (max error 0.37 measured)")
+
+
+def avg_options(node: torch.fx.Node, spatial: int) -> SupportResult:
+    """count_include_pad with ceil_mode: torch counts the padding but not the overhang of the
+    last window; QNN counts the whole window or only the input. Equal when the padding is 0."""
+    count_pad = bool(arg(node, 5, "count_include_pad", True))
+    padding = int_list(arg(node, 3, "padding", 0), spatial, 0)
+    divisor = arg(node, 6, "divisor_override") if spatial > 1 else None
+    if divisor is None and count_pad and any(padding) and _overhangs(node, spatial):
+        return False, ("ceil_mode with count_include_pad and padding > 0: the last window's divisor "
+                       "counts the padding but not its overhang, which QNN's PoolAvg cannot express")
+    if divisor is not None and int(divisor) <= 0:
+        return False, f"divisor_override {divisor} must be positive"
+    padded = any(p for pair in window_of(node, spatial).pads for p in pair)
+    if spatial == 3 and padded and (divisor is not None or (count_pad and not _overhangs(node, spatial))):
+        return False, AVG_3D_COUNT_PAD
+    return SUPPORTED
+
+
+def max_options(node: torch.fx.Node, spatial: int) -> SupportResult:
+    if spatial == 3:
+        return False, NO_POOL_MAX_3D
+    dilation = int_list(arg(node, 4, "dilation", 1), spatial, 1)
+    if any(d != 1 for d in dilation):
+        return False, f"dilation {dilation} is not supported (QNN's PoolMax has no dilation parameter)"
+    if node.target in _WITH_INDICES or node.target in [t._op for t in _WITH_INDICES]:
+        return only_values_used(node)
+    return SUPPORTED
+
+
+def to_qnn_view(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, spatial: int) -> QnnTensor:
+    """1-D: [N, L, C] -> [N, 1, L, C] (a unit height); otherwise x."""
+    if spatial != 1:
+        return x
+    return reshape(gb, node, x, [x.dims[0], 1] + list(x.dims[1:]), "unit_height")
+
+
+def add_pool(gb: GraphBuilder, node: torch.fx.Node, kind: str, spatial: int, x: QnnTensor,
+             params: List[QnnParam], out: Optional[QnnTensor] = None) -> None:
+    """The QNN pool of x (in the QNN view) writing `out` (default: the node's output; 1-D: through
+    a unit-height tensor and a Reshape)."""
+    out = out if out is not None else gb.define_output(node)
+    written = gb.like(out, f"{node.name}_2d", [out.dims[0], 1] + list(out.dims[1:])) if spatial == 1 else out
+    gb.add_op(node, POOL_TYPES[(kind, spatial)], [x], [written], params)
+    if spatial == 1:
+        gb.add_op(node, "Reshape", [written], [out], suffix="drop_unit_height")
+
+
+class _PoolBuilder(NodeBuilder):
+    layout_policy = LayoutPolicy.SENSITIVE
+    channel_last_ranks = (3, 4, 5)
+
+
 @register_builder
-class AvgPoolBuilder(NodeBuilder):
-    targets = [_aten.avg_pool2d.default]
-    quant_annotations = dict.fromkeys(aten_ops("avg_pool2d.default"),
+class MaxPoolBuilder(_PoolBuilder):
+    targets = [_aten.max_pool1d.default, _aten.max_pool2d.default, _aten.max_pool2d_with_indices.default,
+               _aten.max_pool3d_with_indices.default]
+    keep_whole = [_aten.max_pool1d.default]
+    quant_annotations = dict.fromkeys(aten_ops(
+        "max_pool1d.default", "max_pool2d.default", "max_pool2d_with_indices.default"), QuantFamily.SHARED)
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        spatial = spatial_of(node)
+        return first_failure(lambda: check_float_io(node), lambda: check_rank(node, spatial),
+                             lambda: max_options(node, spatial))
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        spatial = spatial_of(node)
+        x = to_qnn_view(gb, node, gb.tensor(node.args[0], LAYOUT_CHANNEL_LAST), spatial)
+        add_pool(gb, node, "Max", spatial, x, window_of(node, spatial).params())
+
+
+@register_builder
+class AvgPoolBuilder(_PoolBuilder):
+    targets = [_aten.avg_pool1d.default, _aten.avg_pool2d.default, _aten.avg_pool3d.default]
+    keep_whole = [_aten.avg_pool1d.default]
+    quant_annotations = dict.fromkeys(aten_ops("avg_pool1d.default", "avg_pool2d.default", "avg_pool3d.default"),
                                       QuantFamily.COMPUTE)
-    layout_policy = LayoutPolicy.SENSITIVE
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        def options() -> SupportResult:
-            if _arg(node, 4, "ceil_mode", False):
-                return False, "ceil_mode=True is not supported"
-            if _arg(node, 6, "divisor_override") is not None:
-                return False, "divisor_override is not supported"
-            return SUPPORTED
-        return first_failure(lambda: check_float_io(node), lambda: _rank4(node), options)
+        spatial = spatial_of(node)
+        return first_failure(lambda: check_float_io(node), lambda: check_rank(node, spatial),
+                             lambda: avg_options(node, spatial))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        kernel = int_list(_arg(node, 1, "kernel_size"), 2, 1)
-        stride = int_list(_arg(node, 2, "stride"), 2, 0) if _arg(node, 2, "stride") else kernel
-        padding = int_list(_arg(node, 3, "padding", 0), 2, 0)
-        params = _window_params(kernel, stride, padding)
-        params.append(bool_scalar("count_pad_for_edges", _arg(node, 5, "count_include_pad", True)))
-        x = gb.tensor(node.args[0], LAYOUT_CHANNEL_LAST)
-        gb.add_op(node, "PoolAvg2d", [x], [gb.define_output(node)], params)
-
-
-@register_builder
-class MaxPoolBuilder(NodeBuilder):
-    targets = [_aten.max_pool2d_with_indices.default, _aten.max_pool2d.default]
-    quant_annotations = dict.fromkeys(aten_ops("max_pool2d.default"),
-                                      QuantFamily.SHARED)
-    layout_policy = LayoutPolicy.SENSITIVE
-
-    def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        def options() -> SupportResult:
-            if any(d != 1 for d in int_list(_arg(node, 4, "dilation", 1), 2, 1)):
-                return False, "dilation != 1 is not supported"
-            if _arg(node, 5, "ceil_mode", False):
-                return False, "ceil_mode=True is not supported"
-            if node.target == _aten.max_pool2d_with_indices.default:
-                return only_output_zero_used(node)
-            return SUPPORTED
-        return first_failure(lambda: check_float_io(node), lambda: _rank4(node), options)
-
-    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        kernel = int_list(_arg(node, 1, "kernel_size"), 2, 1)
-        stride = int_list(_arg(node, 2, "stride"), 2, 0) if _arg(node, 2, "stride") else kernel
-        padding = int_list(_arg(node, 3, "padding", 0), 2, 0)
-        x = gb.tensor(node.args[0], LAYOUT_CHANNEL_LAST)
-        gb.add_op(node, "PoolMax2d", [x], [gb.define_output(node)], _window_params(kernel, stride, padding))
-
-
-@register_builder
-class AdaptiveAvgPoolBuilder(NodeBuilder):
-    targets = [_aten._adaptive_avg_pool2d.default]
-    quant_annotations = dict.fromkeys(aten_ops("adaptive_avg_pool2d.default"),
-                                      QuantFamily.COMPUTE)
-    layout_policy = LayoutPolicy.SENSITIVE
-
-    def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        def divisible() -> SupportResult:
-            h, w = logical_shape(node.args[0])[2:]
-            oh, ow = logical_shape(node)[2:]
-            if h % oh or w % ow:
-                return False, f"input {h}x{w} is not divisible by output {oh}x{ow}"
-            return SUPPORTED
-        return first_failure(lambda: check_float_io(node), lambda: _rank4(node), divisible)
-
-    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        h, w = logical_shape(node.args[0])[2:]
-        oh, ow = logical_shape(node)[2:]
-        x = gb.tensor(node.args[0], LAYOUT_CHANNEL_LAST)
-        out = gb.define_output(node)
-        if oh == 1 and ow == 1:
-            gb.add_op(node, "ReduceMean", [x], [out],
-                      [uint32_tensor("axes", [1, 2]), bool_scalar("keep_dims", True)])
+        spatial = spatial_of(node)
+        window = window_of(node, spatial)
+        divisor = arg(node, 6, "divisor_override") if spatial > 1 else None
+        count_pad = bool(arg(node, 5, "count_include_pad", True))
+        if count_pad and _overhangs(node, spatial):
+            count_pad = False  # no padding (avg_options): torch's divisor is the in-bounds count
+        params = window.params() + [bool_scalar("count_pad_for_edges", count_pad or divisor is not None)]
+        x = to_qnn_view(gb, node, gb.tensor(node.args[0], LAYOUT_CHANNEL_LAST), spatial)
+        if divisor is None:
+            add_pool(gb, node, "Avg", spatial, x, params)
             return
-        kernel = [h // oh, w // ow]
-        params = _window_params(kernel, kernel, [0, 0])
-        params.append(bool_scalar("count_pad_for_edges", False))
-        gb.add_op(node, "PoolAvg2d", [x], [out], params)
+        self._divisor_override(gb, node, spatial, x, params, int(divisor), int(np.prod(window.kernel)))
+
+    def _divisor_override(self, gb: GraphBuilder, node: torch.fx.Node, spatial: int, x: QnnTensor,
+                          params: List[QnnParam], divisor: int, window_size: int) -> None:
+        """sum / divisor = PoolAvg (every window divided by its full size) x (size / divisor)
+        (2-D / 3-D only: avg_pool1d has no divisor_override). Quantized: the mean carries the
+        output's encoding scaled by divisor / size (the output's resolution at its own range);
+        the factor is an exact quantized scalar."""
+        factor = window_size / divisor
+        out = gb.define_output(node)
+        mean = gb.like(out, f"{node.name}_mean")
+        if out.quant is not None:
+            mean.quant = replace(out.quant, scale=float(np.float32(out.quant.scale / factor)))
+        gb.add_op(node, POOL_TYPES[("Avg", spatial)], [x], [mean], params)
+        attrs = node.meta.get(QCOM_QUANT_ATTRS)
+        scale = scalar_tensor(gb, f"{node.name}_divisor", factor, quantized=is_quantized(node), like=attrs)
+        gb.add_op(node, "ElementWiseMultiply", [mean, scale], [out], suffix="divisor")

@@ -230,17 +230,20 @@ def annotate_shared(node: Node, config: QuantConfig) -> None:
 
 
 def _tensor_list_output(node: Node) -> bool:
+    """A tuple / list of tensors, the first floating: split, chunk, unbind; (values, indices)
+    of a max pool."""
     val = node.meta.get("val")
-    return isinstance(val, (list, tuple)) and bool(val) and all(
-        isinstance(v, torch.Tensor) and v.is_floating_point() for v in val)
+    return isinstance(val, (list, tuple)) and bool(val) and all(isinstance(v, torch.Tensor) for v in val) \
+        and val[0].is_floating_point()
 
 
 def _set_multi_output(node: Node, inputs: Dict[Node, object], shared: object) -> None:
-    """A tensor-list op (split, chunk, unbind): the inputs on the node, each getitem user's
-    output sharing the first input's encoding."""
+    """A tensor-list op (split, chunk, unbind; a max pool's values): the inputs on the node,
+    each floating getitem user's output sharing the first input's encoding."""
     node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=inputs, _annotated=True)
+    val = node.meta.get("val")
     for user in node.users:
-        if user.target is operator.getitem:
+        if user.target is operator.getitem and val[user.args[1]].is_floating_point():
             user.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(output_qspec=shared, _annotated=True)
 
 

@@ -113,7 +113,7 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
                       inputs_of((3, 1))),
     "CastBuilder": (lambda: m.CastRoundTrip(), inputs_of((2, 3, 4))),
     "ConvolutionBuilder": (lambda: m.Conv2d(4, 8, 3, stride=2, padding=1, groups=2), inputs_of((1, 4, 9, 9))),
-    "ConstantPadBuilder": (lambda: m.PadConv(), inputs_of((1, 3, 9, 9))),
+    "PadBuilder": (lambda: m.PadConv(), inputs_of((1, 3, 9, 9))),
     "ConcatBuilder": (lambda: m.Cat(1), inputs_of((2, 3, 4), (2, 3, 4))),
     "SliceBuilder": (lambda: m.Slice(2, 0, None, 2), inputs_of((4, 5, 6))),
     "SelectBuilder": (lambda: m.Shape("select_neg"), inputs_of((2, 3, 4))),
@@ -145,7 +145,7 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     "BatchNormBuilder": (lambda: m.BatchNorm(6), inputs_of((2, 6, 5, 5))),
     "AvgPoolBuilder": (lambda: m.AvgPool(3, 2, 1, False), inputs_of((1, 4, 9, 9))),
     "MaxPoolBuilder": (lambda: m.MaxPool(3, 2, 1), inputs_of((1, 4, 9, 9))),
-    "AdaptiveAvgPoolBuilder": (lambda: m.AdaptiveAvgPool((2, 3)), inputs_of((1, 4, 8, 9))),
+    "AdaptivePoolBuilder": (lambda: m.AdaptiveAvgPool((2, 3)), inputs_of((1, 4, 8, 9))),
     "ReduceBuilder": (lambda: _outputs(lambda x: x.mean([2, 3], keepdim=True), lambda x: x.sum([1, 2])),
                       inputs_of((2, 4, 5, 6))),
     "SoftmaxBuilder": (lambda: m.Softmax(1), inputs_of((3, 4, 5))),
@@ -417,7 +417,9 @@ class TestOpsKeptWhole:
             "aten.upsample_bicubic2d.vec": "ResizeBuilder", "aten.upsample_bicubic2d.default": "ResizeBuilder",
             "aten.upsample_nearest1d.vec": "ResizeBuilder", "aten.upsample_nearest1d.default": "ResizeBuilder",
             "aten.pixel_shuffle.default": "ShuffleBuilder", "aten.pixel_unshuffle.default": "ShuffleBuilder",
-            "aten.channel_shuffle.default": "ShuffleBuilder"}
+            "aten.channel_shuffle.default": "ShuffleBuilder",
+            "aten.max_pool1d.default": "MaxPoolBuilder", "aten.avg_pool1d.default": "AvgPoolBuilder",
+            "aten.adaptive_avg_pool1d.default": "AdaptivePoolBuilder", "aten.pad.default": "PadBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()
