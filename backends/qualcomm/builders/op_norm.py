@@ -3,6 +3,8 @@ GroupNorm; instance_norm and batch norm with batch statistics -> InstanceNorm; r
 from __future__ import annotations
 
 import operator
+from typing import List
+
 import numpy as np
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
