@@ -5,7 +5,7 @@ steps of each output's encoding (bounds below: MAX_STEP_DIFF / MIN_EXACT_FRACTIO
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -204,6 +204,35 @@ def assert_pt2e_bounds(stats: "StepStats", quant_max: int, label: str) -> None:
         f"{label}: more than {allowed(MAX_BEYOND_ONE_FRACTION)} elements beyond 1 step"
     assert stats.total - stats.exact <= allowed(MAX_NOT_EXACT_FRACTION), \
         f"{label}: more than {allowed(MAX_NOT_EXACT_FRACTION)} elements not exact"
+
+
+# (max steps, min exact share) of an 8-bit output against the QDQ reference
+Bounds8 = Tuple[int, float]
+
+
+def compare_with_qdq(tester: "QuantTester",
+                     bounds_8bit: Union[None, Bounds8, Dict[int, Bounds8]] = None) -> List[Optional[StepStats]]:
+    """Every output of `tester` against the QDQ reference, in steps of its encoding: 8-bit
+    outputs within `bounds_8bit` (one pair for all outputs, or per output index) where given,
+    else, like 16-bit outputs, within the default PT2E bounds (assert_pt2e_bounds); an output
+    without an encoding (int / bool) equal. Returns the step statistics (None: exact outputs)."""
+    stats: List[Optional[StepStats]] = []
+    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
+                                            output_encodings_with_range(tester.module))):
+        assert out.shape == ref.shape, f"output {i}: shape {out.shape} != {ref.shape}"
+        if enc is None:
+            assert out.dtype == ref.dtype and out.dtype.kind in "biu", f"output {i}: unquantized {out.dtype}"
+            np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
+            stats.append(None)
+            continue
+        stats.append(step_stats(out, ref, enc[0]))
+        label = f"output {i} ({tester.quant_dtype.name}): {stats[-1]}"
+        bounds = bounds_8bit.get(i) if isinstance(bounds_8bit, dict) else bounds_8bit
+        if bounds is not None and enc[2] <= 255:
+            assert stats[-1].max_diff <= bounds[0] and stats[-1].exact_fraction >= bounds[1], label
+        else:
+            assert_pt2e_bounds(stats[-1], enc[2], label)
+    return stats
 
 
 def float_outputs(module: torch.nn.Module, inputs: Tuple) -> List[np.ndarray]:

@@ -9,7 +9,6 @@ of the channel-last graph (none between consecutive convolutions), and the suppo
 reasons for what stays on the CPU."""
 from __future__ import annotations
 
-import re
 from typing import List, Tuple
 
 import numpy as np
@@ -17,11 +16,13 @@ import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
-from backends.qualcomm.serialization.payload_reader import describe_payload
-from backends.qualcomm.tests.quant_tester import QuantTester, StepStats, assert_pt2e_bounds, \
-    output_encodings_with_range, step_stats
+from backends.qualcomm.tests.quant_tester import (
+    QuantTester, StepStats, compare_with_qdq, step_stats,
+)
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import needs_qnn, payload_on_both_engines
+from backends.qualcomm.tests.utils_helpers import (
+    delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
+)
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]
@@ -108,10 +109,6 @@ FAMILY_OPS = {
 FAMILY_TRANSPOSES = {"conv1d": 1 + 3, "transposed": 2 + 4, "conv3d": 1 + 2}
 
 
-def _op_counts(tester: QnnTester) -> dict:
-    return tester.payload().op_types()
-
-
 # ---- fp16 ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -119,7 +116,7 @@ def test_fp16_family_matches_eager(family):
     make, inputs = FAMILIES[family]
     tester = QnnTester(make(), inputs()).run_and_compare(atol=1e-2, rtol=1e-2)
     assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
-    types = _op_counts(tester)
+    types = tester.payload().op_types()
     for op_type, count in FAMILY_OPS[family].items():
         assert types.get(op_type) == count, types
     assert types.get("Transpose") == FAMILY_TRANSPOSES[family], types
@@ -132,24 +129,7 @@ def test_fp16_family_matches_eager(family):
 # Conv2d / DepthWiseConv2d with HTP's requantization, integer add), and a 1-step difference at
 # an intermediate output moves the next conv's output by its gain: measured 75.0% exact, 1.4% at
 # 2 steps (the single convs of the same family: 90.3% and 95.8% exact, max 1).
-CHAIN_BOUNDS_8BIT = {("conv1d", 1): (2, 0.70)}
-
-
-def compare_with_qdq(tester: QuantTester, family: str) -> List[StepStats]:
-    """Every output within the default PT2E step bounds of its encoding (8-bit chains:
-    CHAIN_BOUNDS_8BIT)."""
-    stats = []
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings_with_range(tester.module))):
-        assert out.shape == ref.shape and enc is not None, (i, out.shape, ref.shape)
-        stats.append(step_stats(out, ref, enc[0]))
-        label = f"output {i} ({tester.quant_dtype.name}): {stats[-1]}"
-        bounds = CHAIN_BOUNDS_8BIT.get((family, i)) if enc[2] <= 255 else None
-        if bounds is not None:
-            assert stats[-1].max_diff <= bounds[0] and stats[-1].exact_fraction >= bounds[1], label
-        else:
-            assert_pt2e_bounds(stats[-1], enc[2], label)
-    return stats
+CHAIN_BOUNDS_8BIT = {"conv1d": {1: (2, 0.70)}}
 
 
 @pytest.mark.parametrize("quant_dtype", QUANT_DTYPES, ids=["8a8w", "16a8w"])
@@ -158,8 +138,8 @@ def test_quantized_family_matches_qdq_reference(family, quant_dtype):
     make, inputs = FAMILIES[family]
     tester = QuantTester(make(), inputs(), quant_dtype, per_channel=True)
     tester.lower().check_fully_delegated().to_executorch().run()
-    compare_with_qdq(tester, family)
-    types = _op_counts(tester)
+    compare_with_qdq(tester, CHAIN_BOUNDS_8BIT.get(family))
+    types = tester.payload().op_types()
     for op_type, count in FAMILY_OPS[family].items():
         assert types.get(op_type) == count, types
 
@@ -200,7 +180,7 @@ def test_skip_names_separate_conv_kinds():
     tester = QnnTester(TransposedConvFamily(), transposed_inputs()).lower(
         skip_node_op_set={"aten.conv_transpose1d.default"})
     assert tester.cpu_op_names() == ["aten.convolution.default"] * 2
-    assert _op_counts(tester).get("TransposeConv2d") == 2
+    assert tester.payload().op_types().get("TransposeConv2d") == 2
     tester.to_executorch().run().compare(atol=1e-2, rtol=1e-2)
 
 
@@ -230,30 +210,6 @@ def real_inputs() -> Tuple[torch.Tensor, ...]:
     return randn(1, 3, 8, seed=5), randn(1, 3, 3, 4, seed=6), randn(1, 3, 2, 3, 3, seed=7)
 
 
-def _one_blob(tester: QnnTester) -> bytes:
-    assert tester.cpu_nodes() == [], tester.partitioner.rejected_nodes
-    blobs = tester.delegate_blobs()
-    assert len(blobs) == 1
-    return blobs[0]
-
-
-def _output_scales(blob: bytes) -> List[float]:
-    """Scale of each delegate output (in the delegate's output order): the encoding of the
-    Dequantize it comes from, through the layout changes (Transpose / Reshape) after it;
-    0.0 for a float graph."""
-    graph = describe_payload(blob)[0]
-    tensors = {t.name: t for t in graph.tensors}
-    producers = {out: op for op in graph.ops for out in op.outputs}
-    scales = []
-    for name in graph.outputs:
-        op = producers.get(name)
-        while op is not None and op.type in ("Transpose", "Reshape"):
-            op = producers.get(op.inputs[0])
-        quant = tensors[op.inputs[0]].quant if op is not None and op.type == "Dequantize" else ""
-        scales.append(float(re.search(r"scale=([0-9.e+-]+)", quant).group(1)) if quant else 0.0)
-    return scales
-
-
 @needs_qnn
 @pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8], ids=["fp16", "8a8w", "16a8w"])
 def test_real_qnn_matches_host(real_qnn, quant_dtype):
@@ -267,9 +223,9 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     module = RealConvFamily()
     tester = (QnnTester(module, inputs) if quant_dtype is None
               else QuantTester(module, inputs, quant_dtype, per_channel=True)).lower()
-    blob = _one_blob(tester)
+    blob = one_delegate_blob(tester)
     qnn, host = payload_on_both_engines(blob, inputs, module)
-    scales = _output_scales(blob)
+    scales = delegate_output_scales(blob)
     stats: List[StepStats] = []
     for i, (q, h) in enumerate(zip(qnn, host)):
         assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape)
@@ -277,7 +233,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
             err = float(np.abs(q - h).max())
             assert err <= 2e-2 * max(1.0, float(np.abs(h).max())), f"output {i}: max |qnn - host| = {err}"
         else:
-            assert scales[i] > 0, f"output {i} has no Dequantize"
+            assert scales[i] is not None, f"output {i} has no Dequantize"
             stats.append(step_stats(q, h, scales[i]))
     for i, s in enumerate(stats):
         assert s.max_diff <= (2 if quant_dtype == A8W8 else 64), f"output {i}: {s}"

@@ -13,8 +13,7 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.quant_tester import QuantTester, step_stats
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.test_ops_indexing import _delegate_output_scales
-from backends.qualcomm.tests.utils_helpers import payload_on_both_engines
+from backends.qualcomm.tests.utils_helpers import delegate_output_scales, payload_on_both_engines
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 
@@ -103,7 +102,7 @@ def test_cumsum_family_on_real_qnn(real_qnn, quant_dtype):
     # the quantized cumsum runs in float between Dequantize and Quantize: in fp16 on HTP, in fp32
     # on the host engine, so outputs differ by up to 2^-11 of their range (8-bit: 2 steps on a few
     # %; 16-bit: 32 steps), as test_ops_reduce's var / std
-    stats = [step_stats(q, h, scale) for scale, q, h in zip(_delegate_output_scales(tester), qnn, host)]
+    stats = [step_stats(q, h, scale) for scale, q, h in zip(delegate_output_scales(tester.delegate_blobs()[0]), qnn, host)]
     print("\n".join(f"{quant_dtype.name} delegate output {i}: {st}" for i, st in enumerate(stats)))
     limit = 2 if quant_dtype == A8W8 else 32
     assert all(st.max_diff <= limit for st in stats), [str(st) for st in stats]

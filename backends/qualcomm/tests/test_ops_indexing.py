@@ -18,9 +18,9 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.tests.payload_builder import NP_TO_QNN, U32, GraphBuilder, randn, scalar, u32
-from backends.qualcomm.tests.quant_tester import QuantTester, output_encodings, step_stats
+from backends.qualcomm.tests.quant_tester import QuantTester, step_stats
 from backends.qualcomm.tests.tester import QnnTester, inputs_of
-from backends.qualcomm.tests.utils_helpers import payload_on_both_engines
+from backends.qualcomm.tests.utils_helpers import delegate_output_scales, payload_on_both_engines
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]
@@ -242,17 +242,6 @@ def test_indexing_family_on_real_qnn(real_qnn, quant_dtype):
     # (84% / 86% exact); 16a8w 23 bit-exact, 4 within 1-6 steps (19-91% exact: among them the adds /
     # subtract of 16-bit static constants, QNN's requantizing elementwise ops)
     limit = 1 if quant_dtype == A8W8 else 16
-    scales = _delegate_output_scales(tester)
+    scales = delegate_output_scales(blob)
     for i, (scale, q, h) in enumerate(zip(scales, qnn, host)):
         assert step_stats(q, h, scale).max_diff <= limit, f"delegate output {i}: {step_stats(q, h, scale)}"
-
-
-def _delegate_output_scales(tester: QuantTester) -> list:
-    """The output encodings' scales in the delegate's output order (the program's outputs are
-    getitems of the one delegate call, in another order)."""
-    encodings = output_encodings(tester.module)
-    outputs = next(n for n in tester.graph_module().graph.nodes if n.op == "output").args[0]
-    scales = [None] * len(outputs)
-    for position, node in enumerate(outputs):
-        scales[node.args[1]] = encodings[position][0]
-    return scales

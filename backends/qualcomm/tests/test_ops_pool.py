@@ -10,7 +10,7 @@ between a conv, the pool / pad after it and the conv after that), and the suppor
 reasons for what stays on the CPU."""
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Tuple
 
 import numpy as np
 import pytest
@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype
-from backends.qualcomm.tests.quant_tester import QuantTester, StepStats, assert_pt2e_bounds, \
-    output_encodings_with_range, step_stats
-from backends.qualcomm.tests.test_ops_conv import _output_scales
+from backends.qualcomm.tests.quant_tester import QuantTester, compare_with_qdq, step_stats
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import needs_qnn, payload_on_both_engines
+from backends.qualcomm.tests.utils_helpers import (
+    delegate_output_scales, needs_qnn, payload_on_both_engines,
+)
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 nn = torch.nn
@@ -132,10 +132,6 @@ FAMILY_OPS = {
 FAMILY_TRANSPOSES = {"pool2d": 1 + 9, "pool1d": 1 + 5 + 2, "pool3d": 1 + 5, "pad": 1 + 1}
 
 
-def _op_counts(tester: QnnTester) -> dict:
-    return tester.payload().op_types()
-
-
 # ---- fp16 ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -144,7 +140,7 @@ def test_fp16_family_matches_eager(family):
     module = make(replicate=False) if family == "pad" else make()  # fp16 EDGE: rejected
     tester = QnnTester(module, inputs()).run_and_compare(atol=1e-2, rtol=1e-2)
     assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
-    types = _op_counts(tester)
+    types = tester.payload().op_types()
     for op_type, count in FAMILY_OPS[family].items():
         assert types.get(op_type) == count, (op_type, types)
     assert types.get("Transpose") == FAMILY_TRANSPOSES[family], types
@@ -159,29 +155,14 @@ def test_fp16_family_matches_eager(family):
 BOUNDS_8BIT = (1, 0.60)
 
 
-def compare_with_qdq(tester: QuantTester) -> List[StepStats]:
-    """16-bit outputs within the default PT2E step bounds of their encoding; 8-bit: BOUNDS_8BIT."""
-    stats = []
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings_with_range(tester.module))):
-        assert out.shape == ref.shape and enc is not None, (i, out.shape, ref.shape)
-        stats.append(step_stats(out, ref, enc[0]))
-        label = f"output {i} ({tester.quant_dtype.name}): {stats[-1]}"
-        if enc[2] <= 255:
-            assert stats[-1].max_diff <= BOUNDS_8BIT[0] and stats[-1].exact_fraction >= BOUNDS_8BIT[1], label
-        else:
-            assert_pt2e_bounds(stats[-1], enc[2], label)
-    return stats
-
-
 @pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_quantized_family_matches_qdq_reference(family, quant_dtype):
     make, inputs = FAMILIES[family]
     tester = QuantTester(make(), inputs(), quant_dtype, per_channel=True)
     tester.lower().check_fully_delegated().to_executorch().run()
-    compare_with_qdq(tester)
-    types = _op_counts(tester)
+    compare_with_qdq(tester, BOUNDS_8BIT)
+    types = tester.payload().op_types()
     for op_type, count in FAMILY_OPS[family].items():
         assert types.get(op_type) == count, (op_type, types)
 
@@ -216,7 +197,7 @@ def test_quantized_pad_value_must_be_zero():
     reasons = list(tester.partitioner.rejected_nodes.values())
     assert any("pad value 0.5 in a quantized graph" in r for r in reasons), reasons
     float_tester = QnnTester(ConstantPad(), (randn(2, 3, 4, seed=9),)).run_and_compare(atol=1e-2, rtol=1e-2)
-    assert float_tester.cpu_nodes() == [] and _op_counts(float_tester).get("Pad") == 1
+    assert float_tester.cpu_nodes() == [] and float_tester.payload().op_types().get("Pad") == 1
 
 
 def test_nan_and_inf_through_max_pool_and_pad():
@@ -271,7 +252,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     blobs = tester.delegate_blobs()
     assert len(blobs) == 1
     qnn, host = payload_on_both_engines(blobs[0], inputs, module)
-    scales = _output_scales(blobs[0])
+    scales = delegate_output_scales(blobs[0])
     for i, (q, h) in enumerate(zip(qnn, host)):
         assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape)
         if quant_dtype is None:

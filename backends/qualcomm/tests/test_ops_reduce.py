@@ -7,21 +7,17 @@ real QNN (context binary, QNN outputs vs host-engine outputs of the same delegat
 host-engine kernels' edge values (NaN, inf, ties, bool)."""
 from __future__ import annotations
 
-import re
-from typing import List, Optional
-
 import numpy as np
 import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
-from backends.qualcomm.serialization.payload_reader import describe_payload
-from backends.qualcomm.tests.quant_tester import (
-    QuantTester, StepStats, assert_pt2e_bounds, output_encodings_with_range, step_stats,
-)
+from backends.qualcomm.tests.quant_tester import QuantTester, compare_with_qdq, step_stats
 from backends.qualcomm.tests.models_float import Lambda as L
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import needs_qnn, payload_on_both_engines
+from backends.qualcomm.tests.utils_helpers import (
+    delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
+)
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]
@@ -89,29 +85,6 @@ def test_fp16_any_matches_eager():
 
 # ---- quantized ------------------------------------------------------------------------
 
-def compare_with_qdq(tester: QuantTester, max_steps_8bit: Optional[int] = None,
-                     min_exact_8bit: float = 0.0) -> List[Optional[StepStats]]:
-    """Float outputs within the PT2E step bounds of their encoding (8-bit: `max_steps_8bit` /
-    `min_exact_8bit` when given); index outputs exact."""
-    expected = tester.reference_outputs()
-    encodings = output_encodings_with_range(tester.module)
-    stats: List[Optional[StepStats]] = []
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, expected, encodings)):
-        assert out.shape == ref.shape, f"output {i}: shape {out.shape} != {ref.shape}"
-        if enc is None:
-            assert out.dtype == ref.dtype == np.int64, f"output {i}: unquantized {out.dtype}"
-            np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
-            stats.append(None)
-            continue
-        stats.append(step_stats(out, ref, enc[0]))
-        label = f"output {i} ({tester.quant_dtype.name}): {stats[-1]}"
-        if max_steps_8bit is not None and enc[2] <= 255:
-            assert stats[-1].max_diff <= max_steps_8bit and stats[-1].exact_fraction >= min_exact_8bit, label
-        else:
-            assert_pt2e_bounds(stats[-1], enc[2], label)
-    return stats
-
-
 @pytest.mark.parametrize("quant_dtype", QUANT_DTYPES, ids=["8a8w", "16a8w"])
 def test_quantized_extremes_match_qdq_reference(quant_dtype):
     tester = QuantTester(QuantExtremes(), (randn(2, 3, 4, 5, seed=3),), quant_dtype)
@@ -138,26 +111,6 @@ class RealFamily(torch.nn.Module):
                 *torch.sort(y), torch.sort(y, -1, True)[0])
 
 
-def _output_scales(blob: bytes) -> List[Optional[float]]:
-    """Scale of each delegate output that a Dequantize produces (its input's encoding)."""
-    graph = describe_payload(blob)[0]
-    tensors = {t.name: t for t in graph.tensors}
-    producers = {out: op for op in graph.ops for out in op.outputs}
-    scales: List[Optional[float]] = []
-    for name in graph.outputs:
-        op = producers.get(name)
-        quant = tensors[op.inputs[0]].quant if op is not None and op.type == "Dequantize" else ""
-        scales.append(float(re.search(r"scale=([0-9.e+-]+)", quant).group(1)) if quant else None)
-    return scales
-
-
-def _one_blob(tester: QnnTester) -> bytes:
-    assert tester.cpu_nodes() == [], tester.partitioner.rejected_nodes
-    blobs = tester.delegate_blobs()
-    assert len(blobs) == 1
-    return blobs[0]
-
-
 @needs_qnn
 @pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8], ids=["fp16", "8a8w", "16a8w"])
 def test_real_qnn_matches_host(real_qnn, quant_dtype):
@@ -168,9 +121,9 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     inputs = (distinct_values(2, 3, 4, 5),)
     module = RealFamily()
     tester = (QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype)).lower()
-    blob = _one_blob(tester)
+    blob = one_delegate_blob(tester)
     qnn, host = payload_on_both_engines(blob, inputs)
-    scales = _output_scales(blob)
+    scales = delegate_output_scales(blob)
     for i, (q, h) in enumerate(zip(qnn, host)):
         assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape, q.dtype, h.dtype)
         if np.issubdtype(h.dtype, np.integer) or h.dtype == np.bool_:
@@ -188,7 +141,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
 def test_real_qnn_any_matches_host(real_qnn):
     inputs = (bool_mask(2, 3, 4, 5),)
     tester = QnnTester(BoolReductions(), inputs).lower()
-    qnn, host = payload_on_both_engines(_one_blob(tester), inputs)
+    qnn, host = payload_on_both_engines(one_delegate_blob(tester), inputs)
     for i, (q, h) in enumerate(zip(qnn, host)):
         np.testing.assert_array_equal(q, h, err_msg=f"output {i}")
 
@@ -252,7 +205,7 @@ def test_quantized_spreads_match_qdq_reference(quant_dtype):
     exact (4 seeds)."""
     tester = QuantTester(QuantSpreads(), (randn(2, 3, 4, 5, seed=1),), quant_dtype)
     tester.lower().check_fully_delegated().to_executorch().run()
-    compare_with_qdq(tester, max_steps_8bit=3, min_exact_8bit=0.7)
+    compare_with_qdq(tester, (3, 0.7))
 
 
 def test_sort_ties_keep_the_lower_index_first_on_the_host_engine():

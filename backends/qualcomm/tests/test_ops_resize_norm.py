@@ -9,8 +9,7 @@ host-engine outputs of the same delegate), the Transpose count of a channel-last
 (conv -> group_norm -> upsample -> conv: none between), and the support checks' reasons."""
 from __future__ import annotations
 
-import re
-from typing import List, Tuple
+from typing import Tuple
 
 import numpy as np
 import pytest
@@ -18,12 +17,11 @@ import torch
 import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype
-from backends.qualcomm.serialization.payload_reader import describe_payload
-from backends.qualcomm.tests.quant_tester import (
-    QuantTester, StepStats, assert_pt2e_bounds, output_encodings_with_range, step_stats,
-)
+from backends.qualcomm.tests.quant_tester import QuantTester, compare_with_qdq, step_stats
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import needs_qnn, payload_on_both_engines
+from backends.qualcomm.tests.utils_helpers import (
+    delegate_output_scales, needs_qnn, payload_on_both_engines,
+)
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]
@@ -89,10 +87,6 @@ FAMILY_OPS = {
 }
 
 
-def _op_counts(tester: QnnTester) -> dict:
-    return tester.payload().op_types()
-
-
 # ---- fp16 -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -100,7 +94,7 @@ def test_fp16_family_matches_eager(family):
     make, inputs = FAMILIES[family]
     tester = QnnTester(make(), inputs()).run_and_compare(atol=1e-2, rtol=1e-2)
     assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
-    types = _op_counts(tester)
+    types = tester.payload().op_types()
     for op_type, count in FAMILY_OPS[family].items():
         assert types.get(op_type) == count, types
 
@@ -127,7 +121,7 @@ def test_channel_last_chain_has_no_transpose_between_ops():
     tester = QnnTester(ChannelLastChain(), (randn(1, 3, 5, 5, seed=5), randn(1, 2, 8, seed=6)))
     tester.run_and_compare(atol=1e-2, rtol=1e-2)
     assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
-    types = _op_counts(tester)
+    types = tester.payload().op_types()
     # one Transpose per graph input and per output, none between the ops
     assert types.get("Transpose") == 2 + 2, types
     assert types.get("GroupNorm") == 2 and types.get("InstanceNorm") == 1, types
@@ -138,22 +132,7 @@ def test_channel_last_chain_has_no_transpose_between_ops():
 # 8-bit LayerNorm with gamma / beta, (max steps, min exact share) vs the QDQ reference: the host
 # engine adds beta in whole output steps as QNN's HTP does (norm.cpp; 97.6% bit-exact with QNN),
 # PT2E does not: measured 66.7% exact, max 1 (norm output 7, layer_norm over [3, 6]).
-LAYER_NORM_BOUNDS_8BIT = {("norm", 7): (1, 0.6)}
-
-
-def compare_with_qdq(tester: QuantTester, family: str) -> List[StepStats]:
-    stats = []
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings_with_range(tester.module))):
-        assert out.shape == ref.shape and enc is not None, (i, out.shape, ref.shape)
-        stats.append(step_stats(out, ref, enc[0]))
-        label = f"output {i} ({tester.quant_dtype.name}): {stats[-1]}"
-        bounds = LAYER_NORM_BOUNDS_8BIT.get((family, i)) if enc[2] <= 255 else None
-        if bounds is not None:
-            assert stats[-1].max_diff <= bounds[0] and stats[-1].exact_fraction >= bounds[1], label
-        else:
-            assert_pt2e_bounds(stats[-1], enc[2], label)
-    return stats
+LAYER_NORM_BOUNDS_8BIT = {"norm": {7: (1, 0.6)}}
 
 
 @pytest.mark.parametrize("quant_dtype", QUANT_DTYPES, ids=["8a8w", "16a8w"])
@@ -165,8 +144,8 @@ def test_quantized_family_matches_qdq_reference(family, quant_dtype):
     module = NormFamily(batch_stats=False) if family == "norm" else make()
     tester = QuantTester(module, inputs(), quant_dtype)
     tester.lower().check_fully_delegated().to_executorch().run()
-    print("\n".join(str(st) for st in compare_with_qdq(tester, family)))
-    types = _op_counts(tester)
+    print("\n".join(str(st) for st in compare_with_qdq(tester, LAYER_NORM_BOUNDS_8BIT.get(family))))
+    types = tester.payload().op_types()
     for op_type, count in FAMILY_OPS[family].items():
         assert types.get(op_type) == (2 if op_type == "InstanceNorm" else count), types
     _assert_norms_read_quantized_gamma(tester)
@@ -250,20 +229,6 @@ def real_inputs() -> Tuple[torch.Tensor, ...]:
     return randn(1, 4, 4, 6, seed=8), randn(1, 3, 6, seed=9)
 
 
-def _output_scales(blob: bytes) -> List[float]:
-    graph = describe_payload(blob)[0]
-    tensors = {t.name: t for t in graph.tensors}
-    producers = {out: op for op in graph.ops for out in op.outputs}
-    scales = []
-    for name in graph.outputs:
-        op = producers.get(name)
-        while op is not None and op.type in ("Transpose", "Reshape"):
-            op = producers.get(op.inputs[0])
-        quant = tensors[op.inputs[0]].quant if op is not None and op.type == "Dequantize" else ""
-        scales.append(float(re.search(r"scale=([0-9.e+-]+)", quant).group(1)) if quant else 0.0)
-    return scales
-
-
 @needs_qnn
 @pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8], ids=["fp16", "8a8w", "16a8w"])
 def test_real_qnn_matches_host(real_qnn, quant_dtype):
@@ -283,7 +248,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     blobs = tester.delegate_blobs()
     assert len(blobs) == 1
     qnn, host = payload_on_both_engines(blobs[0], inputs, module)
-    scales = _output_scales(blobs[0])
+    scales = delegate_output_scales(blobs[0])
     report = []
     for i, (q, h) in enumerate(zip(qnn, host)):
         assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape)
@@ -292,7 +257,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
             report.append(f"{i}: {err:.2e}")
             assert err <= 2e-2 * max(1.0, float(np.abs(h).max())), f"output {i}: max |qnn - host| = {err}"
         else:
-            assert scales[i] > 0, f"output {i} has no Dequantize"
+            assert scales[i] is not None, f"output {i} has no Dequantize"
             s = step_stats(q, h, scales[i])
             report.append(f"{i}: {s}")
             assert s.max_diff <= (2 if quant_dtype == A8W8 else 64), f"output {i}: {s}"

@@ -18,7 +18,7 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.quant_tester import QuantTester, assert_pt2e_bounds, output_encodings, step_stats
 from backends.qualcomm.tests.tester import QnnTester
-from backends.qualcomm.tests.utils_helpers import QNN_LOADED, payload_on_both_engines
+from backends.qualcomm.tests.utils_helpers import QNN_LOADED, delegate_output_scales, payload_on_both_engines
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 
@@ -122,16 +122,6 @@ def _qnn_vs_host(tester: QnnTester, inputs, scales: Optional[List[Optional[float
     return report
 
 
-def delegate_output_scales(tester: QuantTester) -> List[Optional[float]]:
-    """The output encodings' scales (None: a bool output) in the delegate's output order."""
-    encodings = output_encodings(tester.module)
-    outputs = next(n for n in tester.graph_module().graph.nodes if n.op == "output").args[0]
-    scales: List[Optional[float]] = [None] * len(outputs)
-    for position, node in enumerate(outputs):
-        scales[node.args[1]] = None if encodings[position] is None else encodings[position][0]
-    return scales
-
-
 # ---- fp16 and int / bool ----------------------------------------------------------------------
 def test_float_family_fp16_matches_eager_and_qnn(qnn_binary):
     """Measured: host vs eager within 1e-3 (products of 60-120 factors in another order);
@@ -195,7 +185,7 @@ def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
             assert_pt2e_bounds(stats, 65535 if quant_dtype == A16W8 else 255, label)
     ops = tester.payload().op_types()
     assert ops.get("Dequantize", 0) >= PROD_OUTPUTS + 12 and ops.get("Gather") == 6, ops
-    scales = delegate_output_scales(tester)
+    scales = delegate_output_scales(tester.delegate_blobs()[0])
     assert sum(s is not None for s in scales) == 25, scales
     for i, stats in enumerate(_qnn_vs_host(tester, inputs, scales)):
         print(f"QNN vs host, delegate output {i}: {stats}")

@@ -219,3 +219,32 @@ def payload_on_both_engines(blob: bytes, inputs: Sequence[torch.Tensor],
     qnn, _ = native().run_payload_qnn(blob, feeds)
     host = native().run_payload(blob, feeds)
     return [np.asarray(q) for q in qnn], [np.asarray(h) for h in host]
+
+
+def one_delegate_blob(tester) -> bytes:
+    """The payload of a program lowered to exactly one delegate with no CPU op."""
+    assert tester.cpu_nodes() == [], tester.partitioner.rejected_nodes
+    blobs = tester.delegate_blobs()
+    assert len(blobs) == 1, f"{len(blobs)} delegates"
+    return blobs[0]
+
+
+def delegate_output_scales(blob: bytes) -> List[Optional[float]]:
+    """Scale of each delegate output, in the delegate's output order: the encoding of the
+    Dequantize it comes from, through the layout changes (Transpose / Reshape) after it; None
+    for an output no Dequantize produces (float graphs, int / bool outputs)."""
+    import re
+
+    from backends.qualcomm.serialization.payload_reader import describe_payload
+
+    graph = describe_payload(blob)[0]
+    tensors = {t.name: t for t in graph.tensors}
+    producers = {out: op for op in graph.ops for out in op.outputs}
+    scales: List[Optional[float]] = []
+    for name in graph.outputs:
+        op = producers.get(name)
+        while op is not None and op.type in ("Transpose", "Reshape"):
+            op = producers.get(op.inputs[0])
+        quant = tensors[op.inputs[0]].quant if op is not None and op.type == "Dequantize" else ""
+        scales.append(float(re.search(r"scale=([0-9.e+-]+)", quant).group(1)) if quant else None)
+    return scales
