@@ -12,13 +12,13 @@ from torch.export import ExportedProgram
 
 import backends.qualcomm.builders  # noqa: F401  (registers builders)
 from backends.qualcomm._passes.pass_manager import run_preprocess_passes
-from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners
+from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners, folded_handle_groups
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.registry import get_builder
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import QnnGraph
 from backends.qualcomm.utils.compile_spec import graph_names, is_fp16, options_from_compile_specs
-from backends.qualcomm.utils.constants import DEBUG_HANDLE, QCOM_OUTPUT_DIM_ORDERS
+from backends.qualcomm.utils.constants import QCOM_OUTPUT_DIM_ORDERS
 from backends.qualcomm.utils.errors import QnnLoweringError
 from backends.qualcomm.utils.qnn_context import attach_qnn_context_for_options
 from backends.qualcomm.utils.qnn_tables import attach_tables_for_options
@@ -55,13 +55,18 @@ def _build_node(node: torch.fx.Node, gb: GraphBuilder) -> None:
         raise QnnLoweringError(f"{type(exc).__name__}: {exc}", node) from exc
 
 
-def _debug_handle_map(ep: ExportedProgram) -> Dict[int, Tuple[int]]:
-    handles = {}
-    for node in ep.graph_module.graph.nodes:
-        handle = node.meta.get(DEBUG_HANDLE)
-        if isinstance(handle, int) and handle > 0:
-            handles[handle] = (handle,)
-    return handles
+def _debug_handle_map(edge_program: ExportedProgram, ep: ExportedProgram) -> Dict[int, Tuple[int, ...]]:
+    """{delegate debug index (the handle in a dumped tensor's name): the edge handles its tensor
+    stands for (folded_handle_groups: a conv's tensor is also its folded batch norm's and
+    quantize / dequantize's, the last one's value)}. ExecuTorch's Inspector reads, for each of
+    a delegate's k outputs, the i-th handle from the end of this tuple (and the i-th logged
+    tensor from the end, see TensorDump.h): each tuple ends with its last handle repeated k
+    times so that every read lands on it."""
+    output = next(n for n in ep.graph_module.graph.nodes if n.op == "output")
+    outputs = output.args[0]
+    delegate_outputs = max(len(outputs) if isinstance(outputs, (list, tuple)) else 1, 1)
+    groups = folded_handle_groups(edge_program.graph_module.graph, ep.graph_module.graph)
+    return {handle: group + (group[-1],) * (delegate_outputs - 1) for handle, group in groups.items()}
 
 
 def build_qnn_graph(ep: ExportedProgram, graph_name: str, fp16: bool, dump: bool = False) -> QnnGraph:
@@ -108,7 +113,7 @@ class QnnDelegate(BackendDetails):
         attach_tables_for_options(graph, options, f"graph '{graph.name}'")
         blob = attach_qnn_context_for_options(serialize_graphs([graph]), options, f"graph '{graph.name}'")
         return PreprocessResult(processed_bytes=blob,
-                                debug_handle_map=_debug_handle_map(ep))
+                                debug_handle_map=_debug_handle_map(edge_program, ep))
 
 
 QnnBackend = QnnDelegate

@@ -199,9 +199,18 @@ class GraphBuilder:
             for tensor in self.node_output_tensors(node):
                 if tensor.type in (TensorType.NATIVE, TensorType.APP_READ) and DEBUG_ID_MARKER not in tensor.name:
                     tensor.name = self._unique(dump_tensor_name(tensor.name, handle), self._tensor_names)
+                    self._record_edge_dim_order(node, tensor)
         for tensor in self.graph.tensors:
             if tensor.type == TensorType.NATIVE:
                 tensor.type = TensorType.APP_READ
+
+    @staticmethod
+    def _record_edge_dim_order(node: torch.fx.Node, tensor: QnnTensor) -> None:
+        """A dumped channel-last tensor records the logical dim order it is stored in (as graph
+        inputs / outputs do), so that the runtime logs it in the edge node's layout."""
+        rank = len(tensor.dims)
+        if not tensor.dim_order and node_layout(node) == LAYOUT_CHANNEL_LAST and rank in CHANNEL_LAST_RANKS:
+            tensor.dim_order = list(channel_last_perm(rank))
 
     def constant_data(self, node: object) -> Optional[torch.Tensor]:
         """Data of a param/buffer/lifted-constant placeholder, else None."""

@@ -2,25 +2,28 @@
 
 Read from the lowered program: the payloads give each dumped tensor's name
 (`<node>_debugID_<handle>`), dims and encoding; re-running the preprocess passes
-on each delegated subgraph gives the layout the builders chose for the node."""
+on each delegated subgraph gives the layout the builders chose for the node and
+the edge nodes folded into it (folded_handle_groups). The runtime logs each
+tensor as the edge node it stands for: dequantized to float and in PyTorch's
+layout (TensorDump.h)."""
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch.export import ExportedProgram
 
 from backends.qualcomm._passes.pass_manager import run_preprocess_passes
-from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners, node_debug_handle
+from backends.qualcomm.builders.quant_encoding import DEQUANTIZE_OPS, QUANTIZE_OPS
+from backends.qualcomm._passes.resolve_debug_handle import (
+    dumped_handle_owners, folded_handle_groups, node_debug_handle,
+)
 from backends.qualcomm.serialization import qnn_payload_generated as gen
 from backends.qualcomm.serialization.payload_reader import deserialize
-from backends.qualcomm.utils.constants import (
-    CHANNEL_LAST_RANKS, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_LAYOUT, QNN_BACKEND_ID,
-    channel_first_perm,
-)
+from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_FIRST, QCOM_LAYOUT, QNN_BACKEND_ID
 from backends.qualcomm.utils.tensor_dump import handle_from_tensor_name
 
 _DATA_TYPE_NAMES = {v: k for k, v in vars(gen.QnnDataType).items() if not k.startswith("_")}
@@ -40,6 +43,14 @@ class DumpedTensor:
     layout: str = LAYOUT_CHANNEL_FIRST
     scale: Optional[float] = None
     zero_point: Optional[int] = None
+    # the edge handles the tensor stands for (the node's own and those folded into it); the
+    # last one's output is what it holds
+    group: Tuple[int, ...] = ()
+
+    @property
+    def stands_for(self) -> int:
+        """Handle of the edge node whose output this tensor holds."""
+        return self.group[-1] if self.group else self.handle
 
     def in_own_encoding(self, reference: torch.Tensor) -> torch.Tensor:
         """A float reference rounded to this tensor's encoding (what the QDQ reference
@@ -52,13 +63,11 @@ class DumpedTensor:
         return (q - zero_point) * self.scale
 
     def to_reference_layout(self, data: torch.Tensor, dequantize: bool = True) -> torch.Tensor:
-        """Dequantized (real = scale * (q - zero_point); kept integer when `dequantize` is
-        False, e.g. against a quantize node) and permuted back to PyTorch's channel-first layout."""
+        """A logged tensor (already dequantized and in PyTorch's layout: TensorDump.h) as float64;
+        with `dequantize` False (e.g. against a quantize node) the integer codes of its encoding."""
         values = data.detach().to(torch.float64)
-        if self.scale is not None and dequantize:
-            values = (values - float(self.zero_point or 0)) * float(self.scale)
-        if self.layout == LAYOUT_CHANNEL_LAST and values.dim() in CHANNEL_LAST_RANKS:
-            values = values.permute(*channel_first_perm(values.dim())).contiguous()
+        if not dequantize and self.scale is not None and self.data_type in _QUANT_RANGES:
+            values = torch.round(values / self.scale) + float(self.zero_point or 0)
         return values
 
 
@@ -76,16 +85,26 @@ def _quant_of(tensor: gen.TensorT) -> tuple:
     return float(quant.scale), int(-quant.offset)
 
 
-def _node_layouts(lowered: LoweredBackendModule) -> Dict[int, str]:
-    """{handle: layout of the node whose output is dumped} as the builders saw it."""
+def _node_layouts_and_groups(lowered: LoweredBackendModule) -> Tuple[Dict[int, str], Dict[int, Tuple[int, ...]]]:
+    """({handle: layout of the node whose output is dumped} as the builders saw it,
+    {handle: the edge handles its tensor stands for})."""
+    original = lowered.original_module.graph_module.graph
     ep = run_preprocess_passes(copy.deepcopy(lowered.original_module))
     owners = dumped_handle_owners(ep.graph_module.graph.nodes)
-    return {handle: node.meta.get(QCOM_LAYOUT, LAYOUT_CHANNEL_FIRST) for node, handle in owners.items()}
+    layouts = {handle: node.meta.get(QCOM_LAYOUT, LAYOUT_CHANNEL_FIRST) for node, handle in owners.items()}
+    # quantize / dequantize members are left out: the row of a quantized conv is the conv's,
+    # its reference rounded to the tensor's encoding (DumpedTensor.in_own_encoding)
+    quant_handles = {node_debug_handle(n) for n in original.nodes
+                     if n.op == "call_function" and (n.target in QUANTIZE_OPS or n.target in DEQUANTIZE_OPS)}
+    groups = {handle: tuple(h for h in group if h not in quant_handles) or (handle,)
+              for handle, group in folded_handle_groups(original, ep.graph_module.graph).items()}
+    return layouts, groups
 
 
 def _dumped_tensors_of(lowered: LoweredBackendModule) -> List[DumpedTensor]:
     payload = deserialize(bytes(lowered.processed_bytes))
     layouts: Optional[Dict[int, str]] = None
+    groups: Dict[int, Tuple[int, ...]] = {}
     found = []
     for graph in payload.graphs or []:
         for tensor in graph.tensors or []:
@@ -94,11 +113,12 @@ def _dumped_tensors_of(lowered: LoweredBackendModule) -> List[DumpedTensor]:
             if handle is None:
                 continue
             if layouts is None:
-                layouts = _node_layouts(lowered)
+                layouts, groups = _node_layouts_and_groups(lowered)
             scale, zero_point = _quant_of(tensor)
             dims = [int(d) for d in (tensor.dims if tensor.dims is not None else [])]
             found.append(DumpedTensor(handle, name, _DATA_TYPE_NAMES.get(tensor.dataType, "?"), dims,
-                                      layouts.get(handle, LAYOUT_CHANNEL_FIRST), scale, zero_point))
+                                      layouts.get(handle, LAYOUT_CHANNEL_FIRST), scale, zero_point,
+                                      groups.get(handle, (handle,))))
     return found
 
 
@@ -120,3 +140,9 @@ def delegated_debug_handles(program: ExportedProgram) -> Set[int]:
             if handle is not None:
                 handles.add(handle)
     return handles
+
+
+def dumps_by_edge_handle(dumped: Dict[int, List[DumpedTensor]]) -> Dict[int, int]:
+    """{handle of the edge node a dump holds the output of: the dump's own handle} (a conv's
+    tensor holds its folded batch norm's output: {bn: conv})."""
+    return {infos[0].stands_for: handle for handle, infos in dumped.items() if infos}

@@ -26,8 +26,12 @@ class InspectorComparator(NumericalComparatorBase):
         self.comparator = comparator
         self.dumped = dumped
 
+    def _infos(self, handle: tuple) -> List[DumpedTensor]:
+        """The dumped tensors of a runtime handle tuple (its own handle and the folded ones)."""
+        return next((self.dumped[h] for h in handle if h in self.dumped), [])
+
     def _restore(self, handle: tuple, value: Any, reference: Any) -> Any:
-        infos = self.dumped.get(handle[0], []) if len(handle) == 1 else []
+        infos = self._infos(handle)
         values = value if isinstance(value, (list, tuple)) else [value]
         references = reference if isinstance(reference, (list, tuple)) else [reference]
         restored = []
@@ -39,7 +43,7 @@ class InspectorComparator(NumericalComparatorBase):
         return restored if isinstance(value, (list, tuple)) else restored[0]
 
     def _reference(self, handle: tuple, reference: Any) -> Any:
-        infos = self.dumped.get(handle[0], []) if len(handle) == 1 else []
+        infos = self._infos(handle)
         if isinstance(reference, torch.Tensor) and infos:
             return infos[0].in_own_encoding(reference)
         return reference

@@ -6,7 +6,8 @@ quantized network and late layers show low agreement even when every op is
 right. This capturer computes each dumped node's reference from the values
 the delegate produced for its inputs: after a dumped node runs, its output is
 replaced by the delegate's tensor (dequantized, back in PyTorch layout) for
-the nodes downstream. A low score then means this op itself departs. An activation
+the nodes downstream (a node folded into a later one, e.g. a conv whose batch norm
+the delegate folded, keeps its reference value). A low score then means this op itself departs. An activation
 that QNN HTP fuses into the conv / linear before it is computed from that op's unrounded
 reference output (utils/activation_fusion.py), as HTP computes the pair."""
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Dict, List
 import torch
 
 from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners
-from backends.qualcomm.debugger.dump_info import DumpedTensor
+from backends.qualcomm.debugger.dump_info import DumpedTensor, dumps_by_edge_handle
 from backends.qualcomm.utils.activation_fusion import fused_activation_producer
 
 
@@ -30,6 +31,7 @@ class IsolatingCapturer(torch.fx.Interpreter):
         self.runtime = runtime
         self.dumped = dumped
         self.owners = dumped_handle_owners(module.graph.nodes)
+        self.dump_of = dumps_by_edge_handle(dumped)  # {edge handle: dump holding its output}
         self.captured: Dict[tuple, Any] = {}
         self.unrounded: Dict[torch.fx.Node, Any] = {}  # fusing producers' own results
 
@@ -49,14 +51,15 @@ class IsolatingCapturer(torch.fx.Interpreter):
         if any(fused_activation_producer(user) is node for user in _users_after_qdq(node)):
             self.unrounded[node] = result
         handle = self.owners.get(node) if node.target is not operator.getitem else None
-        if handle is None or handle not in self.runtime:
-            return result
+        dump_handle = self.dump_of.get(handle) if handle is not None else None
+        if dump_handle is None or dump_handle not in self.runtime:
+            return result  # not dumped, or folded into a later node (its tensor holds that one's value)
         self.captured[(handle,)] = _detached(result)
-        return self._delegate_value(handle, result)
+        return self._delegate_value(dump_handle, result)
 
-    def _delegate_value(self, handle: int, result: Any) -> Any:
+    def _delegate_value(self, dump_handle: int, result: Any) -> Any:
         references = list(result) if isinstance(result, (list, tuple)) else [result]
-        actual, infos = self.runtime[handle], self.dumped.get(handle, [])
+        actual, infos = self.runtime[dump_handle], self.dumped.get(dump_handle, [])
         replaced = [self._restored(ref, actual[i], infos[i]) if i < min(len(actual), len(infos)) else ref
                     for i, ref in enumerate(references)]
         if isinstance(result, (list, tuple)):

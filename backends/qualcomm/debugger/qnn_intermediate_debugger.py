@@ -24,7 +24,9 @@ from torch.export import ExportedProgram
 
 from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners, node_debug_handle
 from backends.qualcomm.debugger.comparators import NumericalComparator, SQNRComparator
-from backends.qualcomm.debugger.dump_info import DumpedTensor, collect_dumped_tensors, delegated_debug_handles
+from backends.qualcomm.debugger.dump_info import (
+    DumpedTensor, collect_dumped_tensors, delegated_debug_handles, dumps_by_edge_handle,
+)
 from backends.qualcomm.debugger.isolating_capturer import IsolatingCapturer
 from backends.qualcomm.debugger.reports import (
     FAIL, NOT_COMPARED, PASS, ComparisonRow, write_csv, write_svg,
@@ -179,6 +181,23 @@ class QNNIntermediateDebugger:
         print(f"[QNNIntermediateDebugger] {report.summary()}")
         return report
 
+    def compare_engines(self, pte_path: str, out_dir: str, sample_input: Optional[Tuple[torch.Tensor, ...]] = None,
+                        engines: Tuple[str, str] = ("host", "qnn"), max_steps: int = 1,
+                        max_rel_diff: float = 1e-2) -> DebugReport:
+        """QNN's engine against the host engine (or any two of "qnn" / "host"), node by node,
+        on one run each of `pte_path` (save() or attach() first: the dumped tensors' encodings);
+        prints the summary and the first node where they disagree."""
+        from backends.qualcomm.debugger.engine_comparison import compare_engines
+
+        if not self.dumped:
+            raise ValueError("no dumped tensors known: call save() / attach() with a program lowered "
+                             "with dump_intermediate_outputs=True")
+        rows = compare_engines(pte_path, sample_input if sample_input is not None else self.sample_input,
+                               self.dumped, out_dir, engines, max_steps, max_rel_diff)
+        report = DebugReport(rows, torch.fx.Graph())
+        print(f"[QNNIntermediateDebugger] {engines[1]} vs {engines[0]}: {report.summary()}")
+        return report
+
     def _report(self, graph: torch.fx.Graph, reference: Dict[tuple, object],
                 runtime: Dict[int, List[torch.Tensor]], comparator: NumericalComparator) -> DebugReport:
         owners = dumped_handle_owners(graph.nodes)
@@ -200,15 +219,30 @@ class QNNIntermediateDebugger:
         if handle is None or node not in owners:
             base.reason = "no debug handle" if handle is None else "handle shared with a later node"
             return [base]
-        if handle not in runtime:
-            base.reason = ("folded into the delegate (no tensor of its own)" if handle in self.delegated_handles
-                           else "not delegated (runs on CPU) or not dumped")
+        dump_handle = dumps_by_edge_handle(self.dumped).get(handle)
+        if dump_handle is None or dump_handle not in runtime:
+            folded_into = self._folded_into(handle)
+            if folded_into is not None:
+                base.reason = f"folded: the delegate's tensor of debug handle {folded_into} holds its value"
+            elif handle in self.dumped:
+                base.reason = (f"its tensor holds the output of the node of debug handle "
+                               f"{self.dumped[handle][0].stands_for} (folded into it), compared there")
+            else:
+                base.reason = ("folded into the delegate (no tensor of its own)" if handle in self.delegated_handles
+                               else "not delegated (runs on CPU) or not dumped")
             return [base]
         outputs = _as_list(reference.get((handle,)))
-        actual, dumped = runtime[handle], self.dumped.get(handle, [])
+        actual, dumped = runtime[dump_handle], self.dumped.get(dump_handle, [])
         rows = []
         for i, ref in enumerate(outputs):
             row = ComparisonRow(node.name, node.op, _target_name(node), handle, i)
             rows.append(_compare_output(row, ref, actual[i] if i < len(actual) else None,
                                         dumped[i] if i < len(dumped) else None, comparator))
         return rows
+
+    def _folded_into(self, handle: int) -> Optional[int]:
+        """The dump handle whose tensor stands for a group that `handle` is in (not its last)."""
+        for dump_handle, infos in self.dumped.items():
+            if infos and handle in infos[0].group[:-1] and dump_handle != handle:
+                return dump_handle
+        return None

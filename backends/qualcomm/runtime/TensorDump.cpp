@@ -1,6 +1,8 @@
 #include "backends/qualcomm/runtime/TensorDump.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
 #include <executorch/runtime/core/event_tracer_hooks_delegate.h>
@@ -51,6 +53,61 @@ int64_t debug_handle_from_name(const std::string& name) {
   return handle;
 }
 
+namespace {
+
+// Stored value `i` of a quantized / fp16 source as a float (quantized: the stored integer).
+float stored_value(const void* data, engine::DType dt, size_t i) {
+  using D = engine::DType;
+  switch (dt) {
+    case D::FLOAT_16: return static_cast<float>(static_cast<const executorch::aten::Half*>(data)[i]);
+    case D::SFIXED_POINT_8: case D::INT_8: return static_cast<const int8_t*>(data)[i];
+    case D::UFIXED_POINT_8: case D::UINT_8: return static_cast<const uint8_t*>(data)[i];
+    case D::SFIXED_POINT_16: case D::INT_16: return static_cast<const int16_t*>(data)[i];
+    case D::UFIXED_POINT_16: case D::UINT_16: return static_cast<const uint16_t*>(data)[i];
+    case D::SFIXED_POINT_32: case D::INT_32: return static_cast<float>(static_cast<const int32_t*>(data)[i]);
+    default: return static_cast<const float*>(data)[i];
+  }
+}
+
+// A dim order that permutes the dims (a permutation of 0..rank-1 other than the identity).
+bool is_permutation(const std::vector<uint8_t>& order, size_t rank) {
+  if (order.size() != rank) return false;
+  std::vector<bool> seen(rank, false);
+  bool identity = true;
+  for (size_t i = 0; i < rank; ++i) {
+    if (order[i] >= rank || seen[order[i]]) return false;
+    seen[order[i]] = true;
+    identity = identity && order[i] == i;
+  }
+  return !identity;
+}
+
+} // namespace
+
+// Logged as the edge node: logical dims (the payload's dim order undone), float for fp16 and
+// per-tensor quantized tensors (real = scale * (q + offset)).
+void TensorDumper::plan_conversion(const engine::TensorInfo& info, Entry& entry) {
+  using D = engine::DType;
+  const size_t rank = info.dims.size();
+  std::vector<size_t> stored_strides(rank, 1);
+  for (size_t i = rank; i-- > 1;) stored_strides[i - 1] = stored_strides[i] * info.dims[i];
+  const bool permuted = is_permutation(info.dim_order, rank);
+  entry.sizes.resize(rank);
+  entry.source_strides.resize(rank);
+  for (size_t p = 0; p < rank; ++p) {
+    const size_t d = permuted ? info.dim_order[p] : p;
+    entry.sizes[d] = static_cast<executorch::aten::SizesType>(info.dims[p]);
+    entry.source_strides[d] = stored_strides[p];
+  }
+  entry.dequantize = (info.dtype == D::FLOAT_16 || info.quant.per_tensor());
+  if (entry.dequantize && info.quant.per_tensor()) {
+    entry.scale = info.quant.scale;
+    entry.offset = info.quant.offset;
+  }
+  const size_t element = entry.dequantize ? sizeof(float) : engine::storage_bytes(info.dtype, 1);
+  if (permuted || entry.dequantize) entry.converted.assign(entry.numel * element, 0);
+}
+
 engine::Status TensorDumper::make_entry(const DumpSource& source, int64_t handle, Entry& entry) {
   const engine::TensorInfo& info = *source.info;
   ScalarType type;
@@ -62,27 +119,77 @@ engine::Status TensorDumper::make_entry(const DumpSource& source, int64_t handle
   const size_t rank = info.dims.size();
   entry.handle = static_cast<executorch::runtime::DebugHandle>(handle);
   entry.output_index = source.output_index;
-  entry.sizes.assign(info.dims.begin(), info.dims.end());
+  entry.source = source.data;
+  entry.source_dtype = info.dtype;
+  entry.numel = info.numel;
+  plan_conversion(info, entry);
+  if (entry.dequantize) type = ScalarType::Float;
   entry.dim_order.resize(rank);
   entry.strides.resize(rank);
   executorch::aten::StridesType stride = 1;
   for (size_t i = rank; i-- > 0;) {
     entry.dim_order[i] = static_cast<executorch::aten::DimOrderType>(i);
     entry.strides[i] = stride;
-    stride *= static_cast<executorch::aten::StridesType>(info.dims[i]);
+    stride *= entry.sizes[i];
   }
-  entry.impl.reset(new TensorImpl(type, static_cast<ssize_t>(rank), entry.sizes.data(), source.data,
+  void* logged = entry.converted.empty() ? source.data : entry.converted.data();
+  entry.impl.reset(new TensorImpl(type, static_cast<ssize_t>(rank), entry.sizes.data(), logged,
                                   entry.dim_order.data(), entry.strides.data()));
   return engine::Status::Ok();
+}
+
+// Source -> converted buffer in logical row-major order (an odometer over the logical dims).
+void TensorDumper::convert(Entry& entry) {
+  if (entry.converted.empty() || entry.source == nullptr) return;
+  const size_t rank = entry.sizes.size();
+  const size_t element = entry.dequantize ? sizeof(float) : entry.converted.size() / std::max<size_t>(entry.numel, 1);
+  const auto* src = static_cast<const uint8_t*>(entry.source);
+  auto* out_float = reinterpret_cast<float*>(entry.converted.data());
+  size_t index[8] = {0};
+  size_t offset = 0;  // source element offset of the current logical index
+  for (size_t n = 0; n < entry.numel; ++n) {
+    if (entry.dequantize) {
+      const float q = stored_value(entry.source, entry.source_dtype, offset);
+      out_float[n] = entry.source_dtype == engine::DType::FLOAT_16 ? q : entry.scale * (q + float(entry.offset));
+    } else {
+      std::memcpy(entry.converted.data() + n * element, src + offset * element, element);
+    }
+    for (size_t d = rank; d-- > 0;) {  // next logical index
+      offset += entry.source_strides[d];
+      if (++index[d] < static_cast<size_t>(entry.sizes[d])) break;
+      offset -= entry.source_strides[d] * index[d];
+      index[d] = 0;
+    }
+  }
+}
+
+// Placeholders after the last entry of each handle, up to the delegate's number of outputs.
+void TensorDumper::add_placeholders(size_t delegate_outputs) {
+  for (size_t i = 0; i < entries_.size();) {
+    size_t j = i;
+    while (j < entries_.size() && entries_[j].handle == entries_[i].handle) ++j;
+    const size_t logged = j - i;
+    entries_[j - 1].placeholders_after = delegate_outputs > logged ? delegate_outputs - logged : 0;
+    bytes_per_execute_ += entries_[j - 1].placeholders_after * (sizeof(float) + kDebugBufferAlignment);
+    i = j;
+  }
+  placeholder_.reset(new TensorImpl(ScalarType::Float, 1, &placeholder_size_, &placeholder_value_,
+                                    &placeholder_dim_order_, &placeholder_stride_));
 }
 
 engine::Status TensorDumper::build(const std::string& graph_name, const std::vector<DumpSource>& sources,
                                    std::unique_ptr<TensorDumper>& out) {
   std::unique_ptr<TensorDumper> dumper(new TensorDumper());
   dumper->graph_name_ = graph_name;
+  size_t delegate_outputs = 0;
   for (const DumpSource& source : sources) {
+    if (source.output_index >= 0) ++delegate_outputs;
     const int64_t handle = source.info != nullptr ? debug_handle_from_name(source.info->name) : -1;
     if (handle < 0) continue;
+    if (source.info->dims.size() > 8) {
+      return engine::make_error(engine::ErrorKind::NotSupported, "dumped tensor '%s' has rank %zu (at most 8)",
+                                source.info->name.c_str(), source.info->dims.size());
+    }
     Entry entry;
     QNN_RETURN_IF_ERROR(make_entry(source, handle, entry));
     const size_t bytes = entry.impl->nbytes() + kDebugBufferAlignment;
@@ -91,6 +198,10 @@ engine::Status TensorDumper::build(const std::string& graph_name, const std::vec
     if (entry.output_index >= 0) dumper->bytes_per_execute_ += bytes;
     dumper->entries_.push_back(std::move(entry));
   }
+  // one handle's tensors (a multi-output op) together, in their order
+  std::stable_sort(dumper->entries_.begin(), dumper->entries_.end(),
+                   [](const Entry& a, const Entry& b) { return a.handle < b.handle; });
+  dumper->add_placeholders(delegate_outputs);
   out = std::move(dumper);
   return engine::Status::Ok();
 }
@@ -128,9 +239,17 @@ bool TensorDumper::log(EventTracer* tracer, void* const* outputs) {
     return false;
   }
   for (Entry& entry : entries_) {
-    if (entry.output_index >= 0) entry.impl->set_data(outputs[entry.output_index]);
+    if (entry.output_index >= 0) {
+      entry.source = outputs[entry.output_index];
+      if (entry.converted.empty()) entry.impl->set_data(outputs[entry.output_index]);
+    }
+    convert(entry);
     executorch::runtime::event_tracer_log_output_delegate<Tensor>(tracer, nullptr, entry.handle,
                                                                   Tensor(entry.impl.get()));
+    for (size_t i = 0; i < entry.placeholders_after; ++i) {
+      executorch::runtime::event_tracer_log_output_delegate<Tensor>(tracer, nullptr, entry.handle,
+                                                                    Tensor(placeholder_.get()));
+    }
   }
   return true;
 }

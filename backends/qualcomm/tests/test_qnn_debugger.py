@@ -122,13 +122,16 @@ class TestDumpedTensor:
         assert handle_from_tensor_name("aten_conv2d_default_debugID_12") == 12
         assert handle_from_tensor_name("aten_conv2d_default") is None
 
-    def test_dequantize_and_channel_last_to_pytorch_layout(self):
-        ref = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+    def test_logged_values_and_codes_against_a_quantize_node(self):
+        """The runtime logs a dumped tensor dequantized, in PyTorch's layout (TensorDump.h);
+        against a quantize node the debugger recovers the exact integer codes."""
         scale, zero_point = 0.5, 10
-        stored = (ref.permute(0, 2, 3, 1) / scale + zero_point).to(torch.int32)
+        codes = torch.randint(0, 256, (2, 3, 4, 5), generator=torch.Generator().manual_seed(0))
+        logged = ((codes - zero_point) * scale).to(torch.float32)
         dumped = DumpedTensor(1, "x_debugID_1", "UFIXED_POINT_8", [2, 4, 5, 3], LAYOUT_CHANNEL_LAST,
                               scale, zero_point)
-        assert torch.equal(dumped.to_reference_layout(stored), ref.to(torch.float64))
+        assert torch.equal(dumped.to_reference_layout(logged), logged.to(torch.float64))
+        assert torch.equal(dumped.to_reference_layout(logged, dequantize=False), codes.to(torch.float64))
 
 
 class TestReportFromCapturedOutputs:

@@ -105,22 +105,18 @@ def test_qnn_engine_dumps_the_same_rows_as_the_host_engine(tmp_path, aot_env, qu
     host, on_host = _dumps(pte, inputs, "host", tmp_path / "host")
     assert (on_qnn, on_host) == (True, False)
     assert len(host) >= 2 and sorted(qnn) == sorted(host)  # conv, relu / mul ... by debug handle
-    dtypes = set()
     for handle in host:
         assert len(qnn[handle]) == len(host[handle]), handle
         for q, h in zip(qnn[handle], host[handle]):
-            assert q.dtype == h.dtype and q.shape == h.shape, (handle, q.dtype, h.dtype)
-            dtypes.add(h.dtype)
-            if h.dtype == torch.uint8:  # 8a8w activations: within 2 quantization steps
-                assert int((q.int() - h.int()).abs().max()) <= 2, handle
-            elif quantized:  # the dequantized graph output: values on a grid of its scale
+            # both engines log the edge node's tensor: float, in PyTorch's layout (TensorDump.h)
+            assert q.dtype == h.dtype == torch.float32 and q.shape == h.shape, (handle, q.dtype, h.dtype)
+            if quantized:  # dequantized 8-bit tensors: values on a grid of their scale, within 2 steps
                 levels = h.unique()
                 step = float((levels[1:] - levels[:-1]).min())
-                assert float((q - h).abs().max()) <= 2.01 * step, handle
+                assert len(levels) <= 256 and float((q - h).abs().max()) <= 2.01 * step, handle
             else:  # fp16 precision
                 scale = max(1e-6, float(h.abs().max()))
                 assert float((q - h).abs().max()) / scale < 1e-2, handle
-    assert (torch.uint8 in dtypes) == quantized
 
 
 # ---- heap checkpoints -----------------------------------------------------------------------

@@ -104,6 +104,18 @@ engine::TensorInfo payload_info(const fb::Tensor* t) {
   if (t->dims() != nullptr) info.dims.assign(t->dims()->begin(), t->dims()->end());
   info.numel = engine::product(info.dims);
   info.nbytes = engine::storage_bytes(info.dtype, info.numel);
+  // per-tensor encoding and dim order: what the tensor dumper needs to log it as its edge node
+  const fb::QuantizeParams* q = t->quant();
+  if (q != nullptr && (q->encoding() == fb::QnnQuantEncoding::SCALE_OFFSET ||
+                       q->encoding() == fb::QnnQuantEncoding::BW_SCALE_OFFSET)) {
+    info.quant.encoding = q->encoding();
+    info.quant.bitwidth = q->bitwidth();
+    info.quant.scale = q->scale();
+    info.quant.offset = q->offset();
+  }
+  if (t->dim_order() != nullptr && t->dim_order()->size() == info.dims.size()) {
+    info.dim_order.assign(t->dim_order()->begin(), t->dim_order()->end());
+  }
   return info;
 }
 
