@@ -2,9 +2,10 @@
 `--damage_node`): coarsen one conv's weights in the delegate only.
 
 Inside `damage_conv_weights_in_delegate(node_name, bits)`, lowering keeps the
-ETRecord's reference graph intact but the delegate payload gets that conv's
-(quantized) weights rounded to `bits` bits of resolution: the values keep their
-8-bit encoding, only 2**bits levels remain. The debugger must then name that
+ETRecord's reference graph intact but the delegate payload gets that conv's (or
+linear's) weights rounded to `bits` bits of resolution: quantized weights keep their
+8-bit encoding, only 2**bits levels remain; float weights keep 2**bits levels over
+their range. The debugger must then name that
 node as the first one departing from the CPU reference."""
 from __future__ import annotations
 
@@ -31,11 +32,16 @@ def _damage(ep: ExportedProgram, node_name: str, bits: int) -> None:
     if node is None or node.op != "call_function" or len(node.args) < 2:
         return  # the node lives in another delegate
     weight = node.args[1]
-    attrs = weight.meta.get(QCOM_QUANT_ATTRS) if isinstance(weight, torch.fx.Node) else None
-    if attrs is None or not is_param_node(ep, weight):
-        raise ValueError(f"node '{node_name}' has no quantized constant weight to damage")
+    if not isinstance(weight, torch.fx.Node) or not is_param_node(ep, weight):
+        raise ValueError(f"node '{node_name}' has no constant weight to damage")
+    attrs = weight.meta.get(QCOM_QUANT_ATTRS)
     data = get_param_tensor(ep, weight)
-    data.copy_(coarsen_weights(data, bits, attrs.qmax))
+    if attrs is not None:
+        data.copy_(coarsen_weights(data, bits, attrs.qmax))
+    else:  # float weights: 2**bits levels over their range
+        with torch.no_grad():
+            step = float(data.abs().max()) / (1 << (bits - 1))
+            data.copy_(torch.round(data / step) * step)
 
 
 @contextlib.contextmanager

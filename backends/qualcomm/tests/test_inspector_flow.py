@@ -212,14 +212,36 @@ def test_debugger_fp16_batch_norm_no_false_failures(tmp_path):
     assert len(convs) == 2 and all("holds the output" in r.reason for r in convs), [r.reason for r in convs]
 
 
-def test_debugger_three_delegates_and_damaged_delegate(tmp_path):
-    """No failure on the correct three-delegate block; a quantized conv model damaged in its
-    delegate fails at that conv first (plain) and only there and in its fused relu (isolated)."""
+def test_debugger_fp16_batch_norm_damaged_conv(tmp_path):
+    """The second conv's weights coarsened to 2 bits in the delegate: the first (and, isolated,
+    the only) failing row is its folded batch norm's, which holds the conv's tensor."""
     torch.manual_seed(0)
-    run = DebugRun(BlockWithCpuSections(), (torch.randn(1, 6, 16),), tmp_path / "block",
-                   comparator=SQNRComparator(40.0))
+    run = DebugRun(ResBlockBN(), (torch.randn(1, 3, 8, 8),), tmp_path, comparator=SQNRComparator(40.0),
+                   damage_node="aten_convolution_default_1")
+    first = run.report.first_failure
+    assert first is not None and first.target == "aten._native_batch_norm_legit_no_training.default", \
+        run.report.summary()
+    isolated = run.debugger.compare(run.etdump, run.debug_buffer, SQNRComparator(40.0), isolate=True)
+    assert [r.debug_handle for r in isolated.failed] == [first.debug_handle], isolated.summary()
+
+
+def test_debugger_three_delegates_correct_and_damaged(tmp_path):
+    """No failure on the correct three-delegate block; with the attention output projection's
+    weights coarsened in its delegate (the second one), that linear is the first failing node."""
+    torch.manual_seed(0)
+    sample = (torch.randn(1, 6, 16),)
+    run = DebugRun(BlockWithCpuSections(), sample, tmp_path / "block", comparator=SQNRComparator(40.0))
     assert run.report.failed == [] and len(run.report.compared) >= 10, run.report.summary()
-    damaged = DebugRun(ConvNet(), (torch.randn(1, 3, 8, 8),), tmp_path / "damaged", quantized=True,
+    torch.manual_seed(0)
+    damaged = DebugRun(BlockWithCpuSections(), sample, tmp_path / "damaged", comparator=SQNRComparator(40.0),
+                       damage_node="aten_linear_default_1")
+    first = damaged.report.first_failure
+    assert first is not None and first.node == "aten_linear_default_1", damaged.report.summary()
+
+
+def test_debugger_quantized_damaged_conv(tmp_path):
+    torch.manual_seed(0)
+    damaged = DebugRun(ConvNet(), (torch.randn(1, 3, 8, 8),), tmp_path, quantized=True,
                        comparator=SQNRComparator(20.0), damage_node="aten_convolution_default_1")
     assert damaged.report.first_failure is not None
     assert damaged.report.first_failure.node == "aten_convolution_default_1", damaged.report.summary()
