@@ -184,6 +184,23 @@ def test_edge_reference_graph_rows(fp16_resnet):
     assert [ops for ops, _, _ in rows] == [["aten_relu_default"], ["aten_add_tensor"], ["aten_relu_default_1"]]
 
 
+class PadConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return torch.relu(self.conv(torch.nn.functional.pad(x, (1, 1, 1, 1))))
+
+
+def test_pad_folded_into_conv_shares_its_row(tmp_path):
+    """A zero pad folded into the conv after it: one row [pad, conv], the conv's output."""
+    torch.manual_seed(0)
+    rows = _row_errors(PlainFlow(PadConv(), (torch.randn(1, 3, 6, 6),), tmp_path).numeric_gap())
+    assert [ops for ops, _, _ in rows] == [["pad", "conv2d"], ["relu"]], rows
+    assert all(err <= 5e-3 * max(magnitude, 1.0) for _, err, magnitude in rows), rows
+
+
 def test_three_delegates_with_cpu_sections(tmp_path):
     """Defect 2: the Inspector gives every event inside a delegate call the delegate's number of
     outputs and indexed past our one-handle tuples (IndexError): now one row per delegated node
