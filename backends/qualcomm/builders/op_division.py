@@ -6,15 +6,17 @@ with its op validation; BinaryElementwiseBuilder keeps the single op wherever HT
 - remainder of float / quantized tensors (HTP's ElementWiseMod takes INT_32 only):
   a - Floor(a / b) * b;
 - integer fmod: r = Mod(a, b) (INT_32, which HTP takes) has the divisor's sign; fmod has the
-  dividend's: Select(r != 0 and (a < 0) != (b < 0), r - b, r);
+  dividend's: Select(r != 0 and (a < 0) xor (b < 0), r - b, r);
 - integer floor_divide (HTP refuses an INT_32 ElementWiseFloorDiv): (a - Mod(a, b)) / b, an
   exact INT_32 division.
 
 Quantized graphs: the float composition runs between a Dequantize of each operand and a Quantize
 to the output's encoding, as the PT2E reference computes it (HTP refuses a FLOAT_32 operand of a
-quantized op). HTP computes float tensors in fp16: a quotient a / b within fp16's rounding of an
-integer may floor to the neighbouring integer, and the result is then off by |b| (PyTorch's
-float32 has the same cliff, closer to the integer)."""
+quantized op). HTP computes float tensors in fp16 and its a / b may land just below an integer
+quotient (6 / 3 -> 1.9995): the float forms then take |b| off a result of magnitude >= |b| (1 -
+2^-8), which gives the exact quotient's 0. A quotient within fp16's rounding of an integer from
+above may still floor to it, a result |b| below PyTorch's (whose float32 has the same cliff,
+closer to the integer)."""
 from __future__ import annotations
 
 from typing import List
@@ -33,11 +35,17 @@ _OPS = {
     "ElementWiseLess": "ElementWiseLess",
     "ElementWiseNotEqual": "ElementWiseNotEqual",
     "ElementWiseAnd": "ElementWiseAnd",
+    "ElementWiseXor": "ElementWiseXor",
     "ElementWiseSelect": "ElementWiseSelect",
     "ElementWiseMultiply": "ElementWiseMultiply",
     "ElementWiseSubtract": "ElementWiseSubtract",
     "ElementWiseMod": "ElementWiseMod",
+    "ElementWiseAbs": "ElementWiseAbs",
+    "ElementWiseSign": "ElementWiseSign",
+    "ElementWiseGreaterEqual": "ElementWiseGreaterEqual",
 }
+# |r| >= |b| * (1 - 2^-8): r is a whole |b| (see float_remainder)
+_WHOLE_DIVISOR = 1.0 - 2.0 ** -8
 
 
 class _Emitter:
@@ -56,6 +64,10 @@ class _Emitter:
 
     def last(self, qnn_type: str, inputs: List[QnnTensor], out: QnnTensor) -> None:
         self.gb.add_op(self.node, _OPS[qnn_type], inputs, [out])
+
+    def constant(self, value: float, rank: int) -> QnnTensor:
+        self._count += 1
+        return self.gb.static_tensor(f"{self.node.name}_c{self._count}", np.full([1] * rank, value, np.float32))
 
     def zero(self, rank: int) -> QnnTensor:
         self._count += 1
@@ -76,11 +88,18 @@ def float_remainder(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnT
         whole = e.op("ElementWiseSelect", [negative, e.op("ElementWiseCeil", [q]), e.op("ElementWiseFloor", [q])])
     else:
         whole = e.op("ElementWiseFloor", [q])
-    product = e.op("ElementWiseMultiply", [whole, b])
+    r = e.op("ElementWiseSubtract", [a, e.op("ElementWiseMultiply", [whole, b])])
+    # HTP's fp16 a / b may land just below an integer quotient (6 / 3 -> 1.9995): r is then a
+    # whole |b| where the result is 0; take |b| off such an r (|r| < |b| otherwise).
+    abs_b = e.op("ElementWiseAbs", [b])
+    whole_divisor = e.op("ElementWiseGreaterEqual", [e.op("ElementWiseAbs", [r]),
+                                                      e.op("ElementWiseMultiply", [abs_b, e.constant(_WHOLE_DIVISOR, len(abs_b.dims))])],
+                         boolean=True)
+    reduced = e.op("ElementWiseSubtract", [r, e.op("ElementWiseMultiply", [e.op("ElementWiseSign", [r]), abs_b])])
     if out.quant is None:
-        e.last("ElementWiseSubtract", [a, product], out)
+        e.last("ElementWiseSelect", [whole_divisor, reduced, r], out)
         return
-    result = e.op("ElementWiseSubtract", [a, product])
+    result = e.op("ElementWiseSelect", [whole_divisor, reduced, r])
     gb.add_op(node, "Quantize", [result], [out], suffix="quantize")
 
 
@@ -90,8 +109,9 @@ def integer_fmod(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTens
     r = e.op("ElementWiseMod", [a, b])
     rank = len(r.dims)
     nonzero = e.op("ElementWiseNotEqual", [r, e.zero(rank)], boolean=True)
-    signs_differ = e.op("ElementWiseNotEqual", [e.op("ElementWiseLess", [a, e.zero(len(a.dims))], boolean=True),
-                                                e.op("ElementWiseLess", [b, e.zero(len(b.dims))], boolean=True)],
+    # Xor of the sign tests (HTP's NotEqual refuses BOOL_8: 3110 'Unsupported input/output datatypes')
+    signs_differ = e.op("ElementWiseXor", [e.op("ElementWiseLess", [a, e.zero(len(a.dims))], boolean=True),
+                                           e.op("ElementWiseLess", [b, e.zero(len(b.dims))], boolean=True)],
                         boolean=True)
     fix = e.op("ElementWiseAnd", [nonzero, signs_differ], boolean=True)
     e.last("ElementWiseSelect", [fix, e.op("ElementWiseSubtract", [r, b]), r], out)

@@ -2,8 +2,7 @@
 BOOL_8 (logical_and / or / xor / not and their bitwise_ forms on bool tensors; logical_not of a
 float32 / int tensor as ElementWiseEqual(x, 0)), and selection
 (where, masked_fill; threshold = Select(Greater(x, t), x, value)) as ElementWiseSelect; isnan ->
-IsNan, isinf -> Equal(Abs(x), inf) (float32 -> BOOL_8; QNN 2.51 HTP validates IsInf but cannot
-finalize it); bitwise_not of an int32 / int64 tensor = -1 - x (two's complement). Tensors may be FLOAT_32, INT_32 / INT_64 (int64
+IsNan (float32 -> BOOL_8; isinf stays on the CPU: see ClassifyBuilder); bitwise_not of an int32 / int64 tensor = -1 - x (two's complement). Tensors may be FLOAT_32, INT_32 / INT_64 (int64
 stays INT_64 in the payload; the QNN side narrows it to INT_32) or BOOL_8.
 
 Quantized graphs: a comparison reads its quantized inputs as they are (QnnQuantizer annotates
@@ -228,31 +227,28 @@ ISINF = _aten.isinf.default
 
 @register_builder
 class ClassifyBuilder(NodeBuilder):
-    """isnan -> IsNan; isinf -> Equal(Abs(x), inf) (QNN 2.51 HTP validates IsInf but its
-    graphFinalize fails: 'no properties registered for q::IsInf', error 1002). Float tensors only
-    (a quantized tensor holds neither). fp16 graphs: HTP holds x in fp16, where |x| > 65504 is
-    inf, so isinf(1e5) is True there (the host engine follows HTP)."""
+    """isnan -> IsNan (float tensors only: a quantized tensor holds no NaN). isinf stays on the
+    CPU: QNN 2.51 HTP validates IsInf but its graphFinalize fails ('no properties registered for
+    q::IsInf', error 1002), and no composition can tell inf from NaN there (measured on QNN:
+    an infinite input compares like NaN, x != x and IsNan(x) are True for +-inf and for
+    |x| > 65504, Abs(x) > 65504 and Abs(x) == inf are False, x - x is 0)."""
 
     targets = list(CLASSIFY_OPS) + [ISINF]
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         x = node.args[0]
+        if node.target == ISINF:
+            return False, ("isinf: QNN 2.51 HTP cannot finalize IsInf (error 1002) and holds an infinite input like "
+                           "NaN (x != x, IsNan true; Abs(x) == inf false: measured), so no composition is exact")
         if not isinstance(x, torch.fx.Node) or _dtype(x) != torch.float32:
             return False, f"input dtype {_dtype(x) if isinstance(x, torch.fx.Node) else x!r} is not supported (float32)"
         if QCOM_QUANT_ATTRS in x.meta or is_dequantize(x):
-            name = "isinf" if node.target == ISINF else CLASSIFY_OPS[node.target]
-            return False, f"{name} of a quantized tensor (which holds no NaN / inf) stays on the CPU"
+            return False, f"{CLASSIFY_OPS[node.target]} of a quantized tensor (which holds no NaN / inf) stays on the CPU"
         return _output_dtype_is(node, (torch.bool,))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        x, out = _rank0(gb, node, [gb.tensor(node.args[0])])[0], gb.define_output(node)
-        if node.target != ISINF:
-            gb.add_op(node, CLASSIFY_OPS[node.target], [x], [out])
-            return
-        magnitude = gb.native_tensor(f"{node.name}_abs", x.dims)
-        gb.add_op(node, "ElementWiseAbs", [x], [magnitude], suffix="abs")
-        inf = gb.static_tensor(f"{node.name}_inf", np.full([1] * max(len(x.dims), 1), np.inf, np.float32))
-        gb.add_op(node, "ElementWiseEqual", _rank0(gb, node, [magnitude, inf]), [out])
+        operands = _rank0(gb, node, [gb.tensor(node.args[0])])
+        gb.add_op(node, CLASSIFY_OPS[node.target], operands, [gb.define_output(node)])
 
 
 @register_builder
