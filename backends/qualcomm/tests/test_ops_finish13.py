@@ -21,7 +21,8 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.quant_tester import QuantTester, output_encodings, step_stats
 from backends.qualcomm.tests.tester import QnnTester
-from backends.qualcomm.tests.test_ops_rest13 import _lower, _qnn_vs_host, delegate_output_scales
+from backends.qualcomm.tests.test_ops_rest13 import _lower, _qnn_vs_host
+from backends.qualcomm.tests.utils_helpers import delegate_output_scales, one_delegate_blob
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 
@@ -68,7 +69,7 @@ def test_max_min_of_every_element_quantized_exact(qnn_binary, quant_dtype):
         stats = step_stats(out, ref, enc[0])
         print(f"output {i} ({quant_dtype.name}): {stats}")
         assert stats.max_diff <= (1 if i == 4 else 0), (i, stats)
-    for i, stats in enumerate(_qnn_vs_host(tester, inputs, delegate_output_scales(tester))):
+    for i, stats in enumerate(_qnn_vs_host(tester, inputs, delegate_output_scales(one_delegate_blob(tester)))):
         assert stats.max_diff == 0, (i, stats)
 
 
@@ -158,7 +159,7 @@ def test_float_division_quantized_matches_qdq_reference(qnn_binary, quant_dtype)
     ops = tester.payload().op_types()
     # 4 outputs + the 2 graph inputs
     assert ops.get("Quantize") == 6 and ops.get("ElementWiseSelect") == 6 and "ElementWiseMod" not in ops, ops
-    for i, stats in enumerate(_qnn_vs_host(tester, inputs, delegate_output_scales(tester))):
+    for i, stats in enumerate(_qnn_vs_host(tester, inputs, delegate_output_scales(one_delegate_blob(tester)))):
         print(f"QNN vs host, output {i}: {stats}")
         assert stats.max_diff <= 1, (i, stats)
 
