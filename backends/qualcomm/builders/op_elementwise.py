@@ -1,6 +1,8 @@
 """Binary elementwise ops: add / sub / mul / div (Tensor and Scalar overloads), pow (tensor ^ scalar,
 tensor ^ tensor, scalar ^ tensor), maximum / minimum, floor_divide (div rounding_mode='floor'),
-remainder and fmod (float32, and int32 / int64 tensors too)."""
+remainder and fmod (float32, and int32 / int64 tensors too). Where QNN 2.51's HTP refuses the
+single op (fmod always, float / quantized remainder, integer floor_divide), op_division.py
+composes it from ops HTP takes."""
 from __future__ import annotations
 
 from typing import Optional
@@ -9,10 +11,11 @@ import numpy as np
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
+from backends.qualcomm.builders import op_division as division
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, SUPPORTED, SupportResult, check_float_io, register_builder,
-    table_quant_annotations, tensor_vals,
+    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    register_builder, table_quant_annotations, tensor_vals,
 )
 from backends.qualcomm.builders.utils import input_layout, is_quantized, operand, scalar_tensor
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, TensorType, uint32_tensor
@@ -37,8 +40,6 @@ BINARY_OPS = {
     _aten.div.Tensor_mode: ("ElementWiseFloorDiv", False),  # rounding_mode None: ElementWiseDivide
     _aten.remainder.Tensor: ("ElementWiseMod", False),
     _aten.remainder.Scalar: ("ElementWiseMod", False),
-    _aten.fmod.Tensor: ("ElementWiseFmod", False),
-    _aten.fmod.Scalar: ("ElementWiseFmod", False),
     _aten.maximum.default: ("ElementWiseMaximum", False),
     _aten.minimum.default: ("ElementWiseMinimum", False),
 }
@@ -46,12 +47,17 @@ BINARY_OPS = {
 
 # QNN types whose builder rows also take int32 / int64 tensors (the kernels compute in the
 # tensors' integer type; a number operand must then be an integer).
-INTEGER_OPS = ("ElementWiseFloorDiv", "ElementWiseMod", "ElementWiseFmod")
+INTEGER_OPS = ("ElementWiseFloorDiv", "ElementWiseMod")
+# fmod: always a composition (QNN 2.51 HTP has no ElementWiseFmod: 3110 'OpValidator not found').
+FMOD_OPS = (_aten.fmod.Tensor, _aten.fmod.Scalar)
 _INT_DTYPES = {torch.int32: np.int32, torch.int64: np.int64}
 
 
 def qnn_binary_type(node: torch.fx.Node) -> str:
-    """The QNN type of a binary node (div.Tensor_mode: by its rounding mode)."""
+    """The QNN type of a binary node (div.Tensor_mode: by its rounding mode; fmod: "fmod", a
+    composition)."""
+    if node.target in FMOD_OPS:
+        return "fmod"
     if node.target == _aten.div.Tensor_mode and node.kwargs.get("rounding_mode") is None:
         return "ElementWiseDivide"
     return BINARY_OPS[node.target][0]
@@ -78,20 +84,21 @@ def _check_integer_io(node: torch.fx.Node, dtype: torch.dtype) -> SupportResult:
     return SUPPORTED
 
 
-def _check_qnn_refusals(node: torch.fx.Node, int_dtype: Optional[torch.dtype]) -> SupportResult:
-    """Cases QNN 2.51 HTP refuses (measured), kept on the CPU with QNN's reason."""
+def composed(node: torch.fx.Node, int_dtype: Optional[torch.dtype]) -> bool:
+    """The cases QNN 2.51 HTP refuses as one op (measured), lowered by op_division.py: fmod; float /
+    quantized remainder (ElementWiseMod: INT_32 only, 3110 FLOAT_16 'Input[0] has incorrect data
+    type', 8/16-bit 'Unsupported input/output datatypes'); integer floor_divide (INT_32
+    ElementWiseFloorDiv: 3110 'Unsupported input/output datatypes')."""
     qnn_type = qnn_binary_type(node)
-    if qnn_type == "ElementWiseFmod":
-        return False, "QNN 2.51 HTP has no ElementWiseFmod (validation 3110: 'OpValidator not found')"
-    if qnn_type == "ElementWiseFloorDiv" and int_dtype is not None:
-        return False, ("QNN 2.51 HTP refuses an INT_32 ElementWiseFloorDiv (3110: 'Unsupported input/output datatypes'; "
-                       "FLOAT_16 / FLOAT_32 / 16-bit fixed point only)")
+    return qnn_type == "fmod" or (qnn_type == "ElementWiseMod" and int_dtype is None) or \
+        (qnn_type == "ElementWiseFloorDiv" and int_dtype is not None)
+
+
+def _check_qnn_refusals(node: torch.fx.Node) -> SupportResult:
+    """Cases kept on the CPU (measured)."""
     if node.target == _aten.pow.Scalar and (is_quantized(node) or any(QCOM_QUANT_ATTRS in a.meta for a in node.all_input_nodes)):
         return False, ("quantized scalar ^ tensor (pow.Scalar) is not supported: its 8-bit result was measured "
                        "wrong (max 255 steps from the QDQ reference)")
-    if qnn_type == "ElementWiseMod" and int_dtype is None:
-        return False, ("QNN 2.51 HTP's ElementWiseMod takes INT_32 tensors only (3110: FLOAT_16 'Input[0] has "
-                       "incorrect data type'; 8/16-bit 'Unsupported input/output datatypes')")
     return SUPPORTED
 
 
@@ -104,9 +111,10 @@ def _check_rounding_mode(node: torch.fx.Node) -> SupportResult:
 
 @register_builder
 class BinaryElementwiseBuilder(NodeBuilder):
-    targets = list(BINARY_OPS)
-    # The aten ops the op table lists for these QNN types (add_, mul_, rsub.Scalar included).
-    quant_annotations = table_quant_annotations(qnn_type for qnn_type, _ in BINARY_OPS.values())
+    targets = list(BINARY_OPS) + list(FMOD_OPS)
+    # The aten ops the op table lists for these QNN types (add_, mul_, rsub.Scalar included), and fmod.
+    quant_annotations = {**table_quant_annotations(qnn_type for qnn_type, _ in BINARY_OPS.values()),
+                         **dict.fromkeys(aten_ops("fmod.Tensor", "fmod.Scalar"), QuantFamily.COMPUTE)}
     layout_policy = LayoutPolicy.AGNOSTIC
     channel_last_any_rank = True
 
@@ -114,11 +122,11 @@ class BinaryElementwiseBuilder(NodeBuilder):
         ok, reason = _check_rounding_mode(node)
         if not ok:
             return ok, reason
-        int_dtype = _integer_dtype(node) if qnn_binary_type(node) in INTEGER_OPS else None
+        int_dtype = _integer_dtype(node) if qnn_binary_type(node) in INTEGER_OPS + ("fmod",) else None
         ok, reason = check_float_io(node) if int_dtype is None else _check_integer_io(node, int_dtype)
         if not ok:
             return ok, reason
-        ok, reason = _check_qnn_refusals(node, int_dtype)
+        ok, reason = _check_qnn_refusals(node)
         if not ok:
             return ok, reason
         if len(node.args) < 2:
@@ -146,9 +154,6 @@ class BinaryElementwiseBuilder(NodeBuilder):
         return scaled
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        qnn_type, _ = BINARY_OPS[node.target]
-        if qnn_binary_type(node) == "ElementWiseDivide":  # div.Tensor_mode, rounding_mode None
-            qnn_type = "ElementWiseDivide"
         layout = input_layout(node)
         rank = len(logical_shape(node))
         a = node.args[0]
@@ -157,12 +162,31 @@ class BinaryElementwiseBuilder(NodeBuilder):
         else:
             ta = number_operand(gb, node, float(a), "a")
         tb = self._scaled_second(gb, node, layout, rank)
-        if rank == 0:  # 0-d output: a [1] operand would broadcast it to [1]
+        one_element = rank == 0 and list(ta.dims) == [1] and list(tb.dims) == [1]
+        if rank == 0 and not one_element:  # 0-d output: a [1] operand would broadcast it to [1]
             ta, tb = as_rank0(gb, node, ta, "a"), as_rank0(gb, node, tb, "b")
-        out = gb.define_output(node)
+        # 0-d results of builders that store them as [1] (QNN refuses rank 0): the output too
+        out = gb.define_output(node, dims=[1] if one_element else None)
         if feeds_layer_norm(node):
             ta, tb = tiled_to(gb, node, ta, out.dims, "a"), tiled_to(gb, node, tb, out.dims, "b")
+        int_dtype = _integer_dtype(node)
+        if composed(node, int_dtype):
+            _compose(gb, node, int_dtype, ta, tb, out)
+            return
+        qnn_type, _ = BINARY_OPS[node.target]
+        if qnn_binary_type(node) == "ElementWiseDivide":  # div.Tensor_mode, rounding_mode None
+            qnn_type = "ElementWiseDivide"
         gb.add_op(node, qnn_type, [ta, tb], [out])
+
+
+def _compose(gb: GraphBuilder, node: torch.fx.Node, int_dtype: Optional[torch.dtype], ta: QnnTensor,
+             tb: QnnTensor, out: QnnTensor) -> None:
+    if int_dtype is None:
+        division.float_remainder(gb, node, ta, tb, out, truncate=node.target in FMOD_OPS)
+    elif node.target in FMOD_OPS:
+        division.integer_fmod(gb, node, ta, tb, out)
+    else:
+        division.integer_floor_divide(gb, node, ta, tb, out)
 
 
 def number_operand(gb: GraphBuilder, node: torch.fx.Node, value: float, name: str) -> QnnTensor:

@@ -1,12 +1,12 @@
 """Max / min reductions -> ReduceMax / ReduceMin (+ Argmax / Argmin for indices).
 
-amax / amin, any / all on bool tensors, and max.dim / min.dim: values by ReduceMax /
-ReduceMin, the indices output (getitem 1, when used) by Argmax / Argmin INT_32 + Cast to
-INT_64. argmax / argmin: Argmax / Argmin + Cast.
+amax / amin, any / all on bool tensors, max() / min() of every element, and max.dim / min.dim:
+values by ReduceMax / ReduceMin, the indices output (getitem 1, when used) by Argmax / Argmin
+INT_32 + Cast to INT_64. argmax / argmin: Argmax / Argmin + Cast.
 
-max() / min() of every element (0-d outputs, which QNN refuses: 3110 'Output[0] has incorrect
-Rank 0') have no builder; any() / all() of every element reduce the flattened input to [1], which
-stands for the 0-d output (utils.one_element_dims).
+A reduction of every element (max() / min(), any() / all(), amax / amin over every dim without
+keepdim) has a 0-d output, which QNN refuses (3110 'Output[0] has incorrect Rank 0'): the
+flattened input is reduced to [1], which stands for the 0-d output (utils.one_element_dims).
 
 Quantized graphs: amax / amin select one input value, so the output shares the
 input's encoding (QuantFamily.SHARED). max.dim / min.dim return a tuple, which QnnQuantizer
@@ -41,6 +41,7 @@ EXTREME_OPS = {
     _aten.amin.default: ("ReduceMin", "Argmin"), _aten.min.dim: ("ReduceMin", "Argmin"),
     _aten.all.dim: ("ReduceMin", "Argmin"), _aten.all.dims: ("ReduceMin", "Argmin"),
     _aten.any.default: ("ReduceMax", "Argmax"), _aten.all.default: ("ReduceMin", "Argmin"),
+    _aten.max.default: ("ReduceMax", "Argmax"), _aten.min.default: ("ReduceMin", "Argmin"),
 }
 BOOL_OPS = (_aten.any.dim, _aten.any.dims, _aten.all.dim, _aten.all.dims, _aten.any.default, _aten.all.default)
 TUPLE_OPS = (_aten.max.dim, _aten.min.dim)
@@ -55,9 +56,6 @@ def _input_dtype(node: torch.fx.Node) -> Optional[torch.dtype]:
 def _check_rank(node: torch.fx.Node) -> SupportResult:
     if len(logical_shape(node.args[0])) == 0:
         return False, "0-d input is not supported"
-    if len(logical_shape(node)) == 0 and node.target not in BOOL_OPS:
-        return False, ("0-d output (every dim reduced, keepdim=False): QNN refuses rank-0 tensors "
-                       "(error 3110 'Output[0] has incorrect Rank 0')")
     if any(logical_shape(node.args[0])[a] == 0 for a in reduce_axes(node)):
         return False, "reduction over an empty axis"
     return SUPPORTED
@@ -97,7 +95,8 @@ def _bool_reduce(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, out: QnnTe
 @register_builder
 class ExtremeBuilder(NodeBuilder):
     targets = list(EXTREME_OPS)
-    quant_annotations = dict.fromkeys(aten_ops("amax.default", "amin.default"), QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(aten_ops("amax.default", "amin.default", "max.default", "min.default"),
+                                      QuantFamily.SHARED)
     layout_policy = LayoutPolicy.AGNOSTIC
     num_outputs = 2  # max.dim / min.dim: values, indices
 
@@ -119,10 +118,11 @@ class ExtremeBuilder(NodeBuilder):
         x = gb.tensor(node.args[0], layout)
         rank = len(logical_shape(node.args[0]))
         axes = sorted(stored_axis(a, rank, layout) for a in reduce_axes(node))
-        params = [uint32_tensor("axes", axes), bool_scalar("keep_dims", keep_dims(node))]
-        if node.target in BOOL_OPS and not logical_shape(node):  # every element: the flat input, output [1]
+        keep = keep_dims(node)
+        if not logical_shape(node):  # every element: the flat input, output [1]
             x = reshape(gb, node, x, [int(np.prod(x.dims))], "flat")
-            params = [uint32_tensor("axes", [0]), bool_scalar("keep_dims", True)]
+            axes, keep = [0], True
+        params = [uint32_tensor("axes", axes), bool_scalar("keep_dims", keep)]
         values = gb.define_output(node, dims=one_element_dims(node))
         if node.target in BOOL_OPS:
             _bool_reduce(gb, node, x, values, params)
@@ -132,7 +132,7 @@ class ExtremeBuilder(NodeBuilder):
         if users:
             indices = gb.native_tensor(f"{node.name}_indices_int32", values.dims, DataType.INT_32)
             gb.add_op(node, indices_op, [x], [indices],
-                      [uint32_scalar("axis", axes[0]), bool_scalar("keep_dims", keep_dims(node))], suffix="indices")
+                      [uint32_scalar("axis", axes[0]), bool_scalar("keep_dims", keep)], suffix="indices")
             indices64 = _int64_indices(gb, node, indices)
             for user in users:
                 gb.bind(user, indices64)

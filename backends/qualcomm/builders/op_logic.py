@@ -1,8 +1,8 @@
 """Comparisons (eq / ne / lt / le / gt / ge, Tensor and Scalar overloads) to BOOL_8, logic on
 BOOL_8 (logical_and / or / xor / not and their bitwise_ forms on bool tensors; logical_not of a
 float32 / int tensor as ElementWiseEqual(x, 0)), and selection
-(where, masked_fill; threshold = Select(Greater(x, t), x, value)) as ElementWiseSelect; isnan /
-isinf -> IsNan / IsInf (float32 -> BOOL_8). Tensors may be FLOAT_32, INT_32 / INT_64 (int64
+(where, masked_fill; threshold = Select(Greater(x, t), x, value)) as ElementWiseSelect; isnan ->
+IsNan (float32 -> BOOL_8; isinf stays on the CPU: see ClassifyBuilder); bitwise_not of an int32 / int64 tensor = -1 - x (two's complement). Tensors may be FLOAT_32, INT_32 / INT_64 (int64
 stays INT_64 in the payload; the QNN side narrows it to INT_32) or BOOL_8.
 
 Quantized graphs: a comparison reads its quantized inputs as they are (QnnQuantizer annotates
@@ -25,7 +25,7 @@ from backends.qualcomm.builders.registry import (
 )
 from backends.qualcomm.builders.utils import reshape, scalar_tensor
 from backends.qualcomm.builders.quant_encoding import is_dequantize
-from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType, bool_scalar
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
 _aten = exir_ops.edge.aten
@@ -172,17 +172,24 @@ class LogicBuilder(NodeBuilder):
         arity = 1 if LOGIC_OPS[node.target] == "ElementWiseNot" else 2
         if _is_value_not(node):
             return _output_dtype_is(node, (torch.bool,))
+        if _is_integer_not(node):
+            return _output_dtype_is(node, (_dtype(node.args[0]),))
         for i, arg in enumerate(node.args[:arity]):
             if not isinstance(arg, torch.fx.Node):
                 return False, f"operand {i} ({arg!r}) is not a tensor"
             if _dtype(arg) != torch.bool:
                 return False, (f"operand {i} has dtype {_dtype(arg)}; only bool tensors are supported (QNN has no "
-                               "bitwise op on integers: its ElementWiseAnd / Or / Xor / Not are logical, BOOL_8)")
+                               "bitwise op on integers: its ElementWiseAnd / Or / Xor are logical, BOOL_8, and an "
+                               "exact composition would take one op per bit)")
         return _output_dtype_is(node, (torch.bool,))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         arity = 1 if LOGIC_OPS[node.target] == "ElementWiseNot" else 2
         operands = [gb.tensor(a) for a in node.args[:arity]]
+        if _is_integer_not(node):  # ~x = -1 - x
+            minus_one = number_operand(gb, node, -1, node.args[0], "minus_one")
+            gb.add_op(node, "ElementWiseSubtract", _rank0(gb, node, [minus_one, operands[0]]), [gb.define_output(node)])
+            return
         if _is_value_not(node):  # logical_not of numbers: x == 0
             operands.append(number_operand(gb, node, 0, node.args[0], "zero"))
         if one_element_operands(node, operands):
@@ -200,6 +207,13 @@ def _is_value_not(node: torch.fx.Node) -> bool:
         _dtype(x) in (torch.float32, torch.int32, torch.int64)
 
 
+def _is_integer_not(node: torch.fx.Node) -> bool:
+    """bitwise_not of an int32 / int64 tensor: -1 - x (QNN's ElementWiseNot is logical)."""
+    x = node.args[0]
+    return node.target == _aten.bitwise_not.default and isinstance(x, torch.fx.Node) and \
+        _dtype(x) in (torch.int32, torch.int64)
+
+
 def one_element_operands(node: torch.fx.Node, operands: List[QnnTensor]) -> bool:
     """A 0-d node whose operands are all stored as [1] (0-d results of builders that store them
     so, QNN refusing rank 0): its output is [1] too."""
@@ -207,31 +221,34 @@ def one_element_operands(node: torch.fx.Node, operands: List[QnnTensor]) -> bool
 
 
 # edge op -> QNN classification op (FLOAT_32 -> BOOL_8)
-CLASSIFY_OPS = {_aten.isnan.default: "IsNan", _aten.isinf.default: "IsInf"}
+CLASSIFY_OPS = {_aten.isnan.default: "IsNan"}
+ISINF = _aten.isinf.default
 
 
 @register_builder
 class ClassifyBuilder(NodeBuilder):
-    """isnan / isinf -> IsNan / IsInf (float tensors only: a quantized tensor holds neither)."""
+    """isnan -> IsNan (float tensors only: a quantized tensor holds no NaN). isinf stays on the
+    CPU: QNN 2.51 HTP validates IsInf but its graphFinalize fails ('no properties registered for
+    q::IsInf', error 1002), and no composition can tell inf from NaN there (measured on QNN:
+    an infinite input compares like NaN, x != x and IsNan(x) are True for +-inf and for
+    |x| > 65504, Abs(x) > 65504 and Abs(x) == inf are False, x - x is 0)."""
 
-    targets = list(CLASSIFY_OPS)
+    targets = list(CLASSIFY_OPS) + [ISINF]
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         x = node.args[0]
+        if node.target == ISINF:
+            return False, ("isinf: QNN 2.51 HTP cannot finalize IsInf (error 1002) and holds an infinite input like "
+                           "NaN (x != x, IsNan true; Abs(x) == inf false: measured), so no composition is exact")
         if not isinstance(x, torch.fx.Node) or _dtype(x) != torch.float32:
             return False, f"input dtype {_dtype(x) if isinstance(x, torch.fx.Node) else x!r} is not supported (float32)"
-        if node.target == _aten.isinf.default:
-            return False, ("QNN 2.51 HTP validates IsInf but its graphFinalize fails ('no properties registered for "
-                           "q::IsInf', error 1002)")
         if QCOM_QUANT_ATTRS in x.meta or is_dequantize(x):
             return False, f"{CLASSIFY_OPS[node.target]} of a quantized tensor (which holds no NaN / inf) stays on the CPU"
         return _output_dtype_is(node, (torch.bool,))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        qnn_type = CLASSIFY_OPS[node.target]
-        params = [bool_scalar("detect_negative", True), bool_scalar("detect_positive", True)] if qnn_type == "IsInf" else []
         operands = _rank0(gb, node, [gb.tensor(node.args[0])])
-        gb.add_op(node, qnn_type, operands, [gb.define_output(node)], params)
+        gb.add_op(node, CLASSIFY_OPS[node.target], operands, [gb.define_output(node)])
 
 
 @register_builder

@@ -80,6 +80,21 @@ class OpRow:
         return -1 if any(p.variadic for p in self.inputs) else len(self.inputs)
 
 
+@dataclass(frozen=True)
+class CompositeRow:
+    """aten ops lowered to several QNN ops (a decomposition) or to a static tensor ([[composite]])."""
+    name: str
+    aten: Tuple[str, ...]
+    lowers_to: Tuple[str, ...]
+    quant: str
+    how: str
+    qnn: Tuple[str, ...] = ()
+
+
+_COMPOSITE_KEYS = {"name", "aten", "lowers_to", "quant", "how", "qnn"}
+_COMPOSITE_QUANT = ("compute", "shared", "float", "static")
+
+
 # ---- reading ----------------------------------------------------------------------------
 def _choice(op: str, field: str, value: object, allowed: Sequence[str]) -> str:
     if value not in allowed:
@@ -141,10 +156,41 @@ def load(path: Path = OPS_TOML) -> List[OpRow]:
             doc = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise OpTableError(f"{path}: {e}") from e
-    if set(doc) != {"op"}:
-        raise OpTableError(f"{path}: expected only [[op]] tables, got {sorted(doc)}")
+    if "op" not in doc or set(doc) - {"op", "composite"}:
+        raise OpTableError(f"{path}: expected only [[op]] and [[composite]] tables, got {sorted(doc)}")
     rows = [_row(entry) for entry in doc["op"]]
     _check_rows(rows)
+    return rows
+
+
+def _composite(entry: Dict[str, object], op_names: Sequence[str]) -> CompositeRow:
+    name = str(entry.get("name", "?"))
+    unknown, missing = set(entry) - _COMPOSITE_KEYS, (_COMPOSITE_KEYS - {"qnn"}) - set(entry)
+    if unknown or missing:
+        raise OpTableError(f"composite '{name}': unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
+    aten = tuple(entry["aten"])
+    if not aten or any(a.count(".") != 1 for a in aten):
+        raise OpTableError(f"composite '{name}': aten entries are 'packet.overload', got {list(aten)}")
+    lowers_to = tuple(entry["lowers_to"])
+    stray = [t for t in lowers_to if t not in op_names]
+    if stray:
+        raise OpTableError(f"composite '{name}': lowers_to names {stray}, which are not [[op]] rows")
+    qnn = tuple(_choice(name, "qnn", p, QNN_PRECISIONS) for p in entry.get("qnn", []))
+    return CompositeRow(name, aten, lowers_to, _choice(name, "quant", entry["quant"], _COMPOSITE_QUANT),
+                        str(entry["how"]), qnn)
+
+
+def load_composites(path: Path = OPS_TOML) -> List[CompositeRow]:
+    """The [[composite]] rows: aten ops a builder lowers to several table ops (or a static tensor)."""
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    names = [r.name for r in load(path)]
+    rows = [_composite(entry, names) for entry in doc.get("composite", [])]
+    seen: set = set()
+    for row in rows:
+        if row.name in seen:
+            raise OpTableError(f"composite '{row.name}' is listed twice")
+        seen.add(row.name)
     return rows
 
 
@@ -333,13 +379,29 @@ def _coverage_row(row: OpRow) -> str:
     return f"| {aten} | `{row.name}` | yes | {quantized} | yes | {qnn} |"
 
 
-def render_readme_sections(rows: List[OpRow]) -> Dict[str, str]:
-    """README.md's generated section: one row per QNN op type (aten ops -> QNN op, fp16, quantized
-    precisions, host engine, precisions a real-QNN test in `make test` runs it in)."""
+_COMPOSITE_QUANTIZED = {"compute": "8-bit, 16-bit", "shared": "8-bit, 16-bit (input's encoding)",
+                        "float": "no (float island)", "static": "8-bit, 16-bit (static tensor)"}
+
+
+def _composite_row(row: CompositeRow) -> str:
+    aten = ", ".join(f"`{a}`" for a in row.aten)
+    ops = ", ".join(f"`{t}`" for t in row.lowers_to) or "(static tensor)"
+    qnn = ", ".join(row.qnn) if row.qnn else "not tested"
+    how = row.how.replace("|", "\\|")
+    return f"| {aten} | {ops} | {how} | yes | {_COMPOSITE_QUANTIZED[row.quant]} | yes | {qnn} |"
+
+
+def render_readme_sections(rows: List[OpRow], composites: Optional[List[CompositeRow]] = None) -> Dict[str, str]:
+    """README.md's generated sections: one row per QNN op type (aten ops -> QNN op, fp16, quantized
+    precisions, host engine, precisions a real-QNN test in `make test` runs it in), and one per
+    composite (aten ops -> the QNN ops they lower to, how)."""
     table = ["| aten ops | QNN op | fp16 | quantized | host engine | real QNN (tested) |",
              "|---|---|---|---|---|---|"]
     table += [_coverage_row(r) for r in rows if r.family != "quant"]
-    return {"coverage": "\n".join(table)}
+    composite = ["| aten ops | QNN ops | how | fp16 | quantized | host engine | real QNN (tested) |",
+                 "|---|---|---|---|---|---|---|"]
+    composite += [_composite_row(r) for r in (load_composites() if composites is None else composites)]
+    return {"coverage": "\n".join(table), "composites": "\n".join(composite)}
 
 
 def readme_is_current(rows: Optional[List[OpRow]] = None, path: Path = README_MD) -> bool:
@@ -371,7 +433,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.write_ops_md:
         _write_if_changed(args.ops_md, splice_ops_md(args.ops_md.read_text(), render_ops_md_sections(rows)))
         if README_MD.exists():
-            _write_if_changed(README_MD, splice_ops_md(README_MD.read_text(), render_readme_sections(rows)))
+            _write_if_changed(README_MD, splice_ops_md(README_MD.read_text(),
+                                                       render_readme_sections(rows, load_composites(args.toml))))
     if args.check_ops_md and not ops_md_is_current(rows, args.ops_md):
         print(f"{args.ops_md} is stale: run python {Path(__file__).name} --write-ops-md", file=sys.stderr)
         return 1

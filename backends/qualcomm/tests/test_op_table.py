@@ -173,6 +173,56 @@ def test_unknown_op_type_from_a_builder_raises():
         gb.add_op(None, "ElementWiseFoo", [], [])
 
 
+# ---- composites vs builders ------------------------------------------------------------------
+def _imported_builder_modules(path: Path) -> Set[Path]:
+    """`path` and the builders/ modules it imports (a builder may emit through a helper module)."""
+    found = {path}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "backends.qualcomm.builders":
+            found |= {BUILDERS_DIR / f"{alias.name}.py" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("backends.qualcomm.builders."):
+            found.add(BUILDERS_DIR / f"{node.module.rsplit('.', 1)[1]}.py")
+    return {p for p in found if p.exists()}
+
+
+def _emitted_by_builder(builder: registry.NodeBuilder) -> Set[str]:
+    path = BUILDERS_DIR / f"{type(builder).__module__.rsplit('.', 1)[1]}.py"
+    return set().union(*(_OpTypeCollector(p).op_types() for p in _imported_builder_modules(path)))
+
+
+def test_composite_rows_are_lowered_by_builders_to_table_ops():
+    """Each [[composite]] aten op has a builder, and that builder's module (or a builders/ module it
+    imports) can emit every QNN op the row names; the names are [[op]] rows."""
+    composites = op_table.load_composites()
+    assert len(composites) >= 15, [c.name for c in composites]
+    for row in composites:
+        assert set(row.lowers_to) <= set(OP_TABLE), (row.name, set(row.lowers_to) - set(OP_TABLE))
+        for name in row.aten:
+            packet, overload = name.split(".")
+            op = getattr(getattr(torch.ops.aten, packet), overload)  # AttributeError: no such aten op
+            builder = registry.get_builder(op)
+            assert builder is not None, f"composite {row.name}: no builder lowers {name}"
+            missing = set(row.lowers_to) - _emitted_by_builder(builder)
+            assert not missing, f"composite {row.name}: {type(builder).__name__} cannot emit {sorted(missing)}"
+            # add / sub / mul / div .Scalar appear at edge level only (QnnQuantizer annotates the
+            # aten graph's .Tensor form); scaled_dot_product_attention is decomposed before annotation.
+            if row.quant in ("compute", "shared") and row.name not in ("scalar_arithmetic", "sdpa"):
+                assert op in registry.quant_annotated_ops(), f"composite {row.name}: {name} is not annotated"
+
+
+@pytest.mark.parametrize("body, message", [
+    ('name = "c"\naten = ["fmod.Tensor"]\nlowers_to = ["ElementWiseFoo"]\nquant = "compute"\nhow = "h"\n',
+     "which are not [[op]] rows"),
+    ('name = "c"\naten = ["fmod"]\nlowers_to = []\nquant = "compute"\nhow = "h"\n', "packet.overload"),
+    ('name = "c"\naten = ["fmod.Tensor"]\nlowers_to = []\nquant = "compute"\n', "missing fields ['how']"),
+])
+def test_malformed_composite_is_rejected(tmp_path, body, message):
+    path = tmp_path / "ops.toml"
+    path.write_text(_row(name='"ElementWiseAdd"') + "[[composite]]\n" + body)
+    with pytest.raises(op_table.OpTableError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        op_table.load_composites(path)
+
+
 # ---- table vs engine kernels --------------------------------------------------------------------
 def test_every_table_op_has_a_kernel_and_every_kernel_a_table_op():
     registered = set(_qnn_delegate.registered_op_types())

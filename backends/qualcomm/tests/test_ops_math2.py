@@ -3,8 +3,8 @@ atan2 (decomposed, float graphs only), trunc (Select of Ceil / Floor), pow (tens
 scalar ^ tensor in float graphs), floor_divide (QNN ElementWiseFloorDiv, float), remainder
 (QNN ElementWiseMod: HTP takes INT_32 only), isnan (QNN IsNan), prelu with a weight tensor (per
 channel and single; 16-bit refused by QNN), log_softmax (QNN LogSoftmax), hardsigmoid (QNN
-ElementWiseNeuron) / hardswish. Kept on the CPU with QNN's reason: fmod (HTP has no
-ElementWiseFmod), isinf (HTP's IsInf fails graphFinalize), float remainder, int floor_divide.
+ElementWiseNeuron) / hardswish. fmod, float remainder and int floor_divide (compositions: HTP refuses
+the single op) and isinf (kept on the CPU) are test_ops_finish13.py's.
 One multi-output module per precision, lowered once:
 
 - fp16: fully delegated (one delegate), host engine vs eager within fp16 tolerance;
@@ -152,7 +152,7 @@ def _integer_inputs():
 
 def test_integer_remainder(qnn_binary):
     """int64 and int32 remainder, negative dividends and divisors: exactly torch's (QNN: exact
-    too). Integer floor_divide is refused by QNN (INT_32 FloorDiv) and fmod has no HTP op."""
+    too). Integer floor_divide and fmod (compositions): test_ops_finish13.py."""
     inputs = _integer_inputs()
     tester = _lower(IntegerDivision(), inputs, None)
     for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):

@@ -35,7 +35,7 @@ struct PowOp {
   template <typename T> static T apply(T a, T b) { return T(std::pow(a, b)); }
 };
 
-// floor_divide / remainder / fmod as PyTorch computes them. Integers: a zero divisor gives 0
+// floor_divide / remainder as PyTorch computes them (fmod: a composition, builders/op_division.py). Integers: a zero divisor gives 0
 // (torch raises; no UB here), b == -1 wraps instead of overflowing.
 struct FloorDivOp {
   template <typename T>
@@ -74,19 +74,6 @@ struct ModOp {
     }
   }
 };
-// fmod: the sign of the dividend (C's fmod / %).
-struct FmodOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_floating_point<T>::value) {
-      return std::fmod(a, b);
-    } else {
-      if (b == 0 || b == T(-1)) return T(0);
-      return a % b;
-    }
-  }
-};
-
 // maximum / minimum propagate NaN (as torch.maximum / minimum).
 struct MaxOp {
   template <typename T> static T apply(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
@@ -283,7 +270,6 @@ QNN_REGISTER_KERNEL(Float, ElementWiseDivide, &create_binary<DivOp>);
 QNN_REGISTER_KERNEL(Float, ElementWisePower, &create_binary<PowOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseFloorDiv, &create_binary<FloorDivOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseMod, &create_binary<ModOp>);
-QNN_REGISTER_KERNEL(Float, ElementWiseFmod, &create_binary<FmodOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseMaximum, &create_binary<MaxOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseMinimum, &create_binary<MinOp>);
 QNN_REGISTER_KERNEL(Float, Prelu, &create_binary<PreluOp>);

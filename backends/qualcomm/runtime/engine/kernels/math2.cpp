@@ -1,6 +1,6 @@
 // More elementwise math (issue 13, part 2):
-// - IsNan / IsInf: FLOAT_32 -> BOOL_8 (IsInf's detect_negative / detect_positive choose the
-//   infinities it reports, both true by default);
+// - IsNan: FLOAT_32 -> BOOL_8 (isinf is a composition, Abs == inf: QNN 2.51 HTP cannot
+//   finalize its IsInf);
 // - LogSoftmax: x - max - log(sum(exp(x - max))) along `axis` (beta scales x first).
 // Quantized inputs run through QuantDispatch's float path.
 #include <algorithm>
@@ -12,34 +12,27 @@ namespace qnn_delegate {
 namespace engine {
 namespace {
 
-// ---- IsNan / IsInf -----------------------------------------------------------------
+// ---- IsNan ------------------------------------------------------------------------
 struct IsNanFn {
-  static bool apply(float x, bool, bool) { return std::isnan(x); }
-};
-struct IsInfFn {
-  static bool apply(float x, bool negative, bool positive) {
-    return std::isinf(x) && (x < 0.f ? negative : positive);
-  }
+  static bool apply(float x) { return std::isnan(x); }
 };
 
 template <typename Fn>
 class ClassifyKernel final : public Kernel {
  public:
-  ClassifyKernel(const OpView& v, bool negative, bool positive)
-      : in_(v.inputs[0]->id), out_(v.outputs[0]->id), numel_(v.inputs[0]->numel),
-        negative_(negative), positive_(positive) {}
+  explicit ClassifyKernel(const OpView& v)
+      : in_(v.inputs[0]->id), out_(v.outputs[0]->id), numel_(v.inputs[0]->numel) {}
 
   Status run(const RunContext& ctx) const override {
     const float* in = ctx.at<const float>(in_);
     uint8_t* out = ctx.at<uint8_t>(out_);
-    for (size_t i = 0; i < numel_; ++i) out[i] = Fn::apply(in[i], negative_, positive_) ? 1 : 0;
+    for (size_t i = 0; i < numel_; ++i) out[i] = Fn::apply(in[i]) ? 1 : 0;
     return Status::Ok();
   }
 
  private:
   uint32_t in_, out_;
   size_t numel_;
-  bool negative_, positive_;
 };
 
 template <typename Fn>
@@ -47,12 +40,7 @@ Status create_classify(const OpView& v, KernelEnv&, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(v.expect_arity(1, 1, 1));
   QNN_RETURN_IF_ERROR(v.expect_float(*v.inputs[0]));
   QNN_RETURN_IF_ERROR(v.expect_output(0, v.inputs[0]->dims, DType::BOOL_8));
-  bool negative = true;
-  bool positive = true;
-  ParamReader params(v);
-  QNN_RETURN_IF_ERROR(params.optional_bool("detect_negative", negative));
-  QNN_RETURN_IF_ERROR(params.optional_bool("detect_positive", positive));
-  return emplace_kernel<ClassifyKernel<Fn>>(out, v, negative, positive);
+  return emplace_kernel<ClassifyKernel<Fn>>(out, v);
 }
 
 // ---- LogSoftmax ----------------------------------------------------------------------
@@ -106,7 +94,6 @@ Status create_log_softmax(const OpView& v, KernelEnv&, KernelPtr& out) {
 } // namespace
 
 QNN_REGISTER_KERNEL(Float, IsNan, &create_classify<IsNanFn>);
-QNN_REGISTER_KERNEL(Float, IsInf, &create_classify<IsInfFn>);
 QNN_REGISTER_KERNEL(Float, LogSoftmax, &create_log_softmax);
 
 } // namespace engine

@@ -1,0 +1,132 @@
+"""Compositions of the division family for the cases QNN 2.51's HTP refuses as one op (measured
+with its op validation; BinaryElementwiseBuilder keeps the single op wherever HTP takes it):
+
+- fmod (float, quantized): HTP has no ElementWiseFmod (3110 'OpValidator not found'):
+  a - trunc(a / b) * b, trunc(q) = Select(q < 0, Ceil(q), Floor(q));
+- remainder of float / quantized tensors (HTP's ElementWiseMod takes INT_32 only):
+  a - Floor(a / b) * b;
+- integer fmod: r = Mod(a, b) (INT_32, which HTP takes) has the divisor's sign; fmod has the
+  dividend's: Select(r != 0 and (a < 0) xor (b < 0), r - b, r);
+- integer floor_divide (HTP refuses an INT_32 ElementWiseFloorDiv): (a - Mod(a, b)) / b, an
+  exact INT_32 division.
+
+Quantized graphs: the float composition runs between a Dequantize of each operand and a Quantize
+to the output's encoding, as the PT2E reference computes it (HTP refuses a FLOAT_32 operand of a
+quantized op). HTP computes float tensors in fp16 and its a / b may land just below an integer
+quotient (6 / 3 -> 1.9995): the float forms then take |b| off a result of magnitude >= |b| (1 -
+2^-8), which gives the exact quotient's 0. A quotient within fp16's rounding of an integer from
+above may still floor to it, a result |b| below PyTorch's (whose float32 has the same cliff,
+closer to the integer)."""
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+import torch
+
+from backends.qualcomm.builders.graph_builder import GraphBuilder
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor
+
+# The op types the compositions emit (a literal table: test_op_table reads the types builders emit).
+_OPS = {
+    "ElementWiseDivide": "ElementWiseDivide",
+    "ElementWiseFloor": "ElementWiseFloor",
+    "ElementWiseCeil": "ElementWiseCeil",
+    "ElementWiseLess": "ElementWiseLess",
+    "ElementWiseNotEqual": "ElementWiseNotEqual",
+    "ElementWiseAnd": "ElementWiseAnd",
+    "ElementWiseXor": "ElementWiseXor",
+    "ElementWiseSelect": "ElementWiseSelect",
+    "ElementWiseMultiply": "ElementWiseMultiply",
+    "ElementWiseSubtract": "ElementWiseSubtract",
+    "ElementWiseMod": "ElementWiseMod",
+    "ElementWiseAbs": "ElementWiseAbs",
+    "ElementWiseSign": "ElementWiseSign",
+    "ElementWiseGreaterEqual": "ElementWiseGreaterEqual",
+}
+# |r| >= |b| * (1 - 2^-8): r is a whole |b| (see float_remainder)
+_WHOLE_DIVISOR = 1.0 - 2.0 ** -8
+
+
+class _Emitter:
+    """Adds the composition's ops; intermediates take `data_type` (BOOL_8 for conditions)."""
+
+    def __init__(self, gb: GraphBuilder, node: torch.fx.Node, data_type: int):
+        self.gb, self.node, self.data_type, self._count = gb, node, data_type, 0
+
+    def op(self, qnn_type: str, inputs: List[QnnTensor], boolean: bool = False) -> QnnTensor:
+        self._count += 1
+        dims = list(np.broadcast_shapes(*(tuple(t.dims) for t in inputs)))
+        out = self.gb.native_tensor(f"{self.node.name}_d{self._count}", dims,
+                                    DataType.BOOL_8 if boolean else self.data_type)
+        self.gb.add_op(self.node, _OPS[qnn_type], inputs, [out], suffix=f"{qnn_type[11:].lower()}{self._count}")
+        return out
+
+    def last(self, qnn_type: str, inputs: List[QnnTensor], out: QnnTensor) -> None:
+        self.gb.add_op(self.node, _OPS[qnn_type], inputs, [out])
+
+    def constant(self, value: float, rank: int) -> QnnTensor:
+        self._count += 1
+        return self.gb.static_tensor(f"{self.node.name}_c{self._count}", np.full([1] * rank, value, np.float32))
+
+    def zero(self, rank: int) -> QnnTensor:
+        self._count += 1
+        dtype = np.int32 if self.data_type == DataType.INT_32 else (
+            np.int64 if self.data_type == DataType.INT_64 else np.float32)
+        return self.gb.static_tensor(f"{self.node.name}_zero{self._count}", np.zeros([1] * rank, dtype))
+
+
+def float_remainder(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor,
+                    truncate: bool) -> None:
+    """a - round(a / b) * b in FLOAT_32, round = trunc (fmod) or floor (remainder); quantized
+    operands are Dequantized and the result Quantized to `out`'s encoding."""
+    e = _Emitter(gb, node, DataType.FLOAT_32)
+    a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
+    q = e.op("ElementWiseDivide", [a, b])
+    if truncate:
+        negative = e.op("ElementWiseLess", [q, e.zero(len(q.dims))], boolean=True)
+        whole = e.op("ElementWiseSelect", [negative, e.op("ElementWiseCeil", [q]), e.op("ElementWiseFloor", [q])])
+    else:
+        whole = e.op("ElementWiseFloor", [q])
+    r = e.op("ElementWiseSubtract", [a, e.op("ElementWiseMultiply", [whole, b])])
+    # HTP's fp16 a / b may land just below an integer quotient (6 / 3 -> 1.9995): r is then a
+    # whole |b| where the result is 0; take |b| off such an r (|r| < |b| otherwise).
+    abs_b = e.op("ElementWiseAbs", [b])
+    whole_divisor = e.op("ElementWiseGreaterEqual", [e.op("ElementWiseAbs", [r]),
+                                                      e.op("ElementWiseMultiply", [abs_b, e.constant(_WHOLE_DIVISOR, len(abs_b.dims))])],
+                         boolean=True)
+    reduced = e.op("ElementWiseSubtract", [r, e.op("ElementWiseMultiply", [e.op("ElementWiseSign", [r]), abs_b])])
+    if out.quant is None:
+        e.last("ElementWiseSelect", [whole_divisor, reduced, r], out)
+        return
+    result = e.op("ElementWiseSelect", [whole_divisor, reduced, r])
+    gb.add_op(node, "Quantize", [result], [out], suffix="quantize")
+
+
+def integer_fmod(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
+    """Select(r != 0 and (a < 0) != (b < 0), r - b, r) with r = Mod(a, b) (the divisor's sign)."""
+    e = _Emitter(gb, node, out.data_type)
+    r = e.op("ElementWiseMod", [a, b])
+    rank = len(r.dims)
+    nonzero = e.op("ElementWiseNotEqual", [r, e.zero(rank)], boolean=True)
+    # Xor of the sign tests (HTP's NotEqual refuses BOOL_8: 3110 'Unsupported input/output datatypes')
+    signs_differ = e.op("ElementWiseXor", [e.op("ElementWiseLess", [a, e.zero(len(a.dims))], boolean=True),
+                                           e.op("ElementWiseLess", [b, e.zero(len(b.dims))], boolean=True)],
+                        boolean=True)
+    fix = e.op("ElementWiseAnd", [nonzero, signs_differ], boolean=True)
+    e.last("ElementWiseSelect", [fix, e.op("ElementWiseSubtract", [r, b]), r], out)
+
+
+def integer_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
+    """(a - Mod(a, b)) / b: a multiple of b divided by b, exact whatever the division rounds."""
+    e = _Emitter(gb, node, out.data_type)
+    multiple = e.op("ElementWiseSubtract", [a, e.op("ElementWiseMod", [a, b])])
+    e.last("ElementWiseDivide", [multiple, b], out)
+
+
+def _dequantized(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, name: str) -> QnnTensor:
+    if tensor.quant is None:
+        return tensor
+    result = gb.native_tensor(f"{node.name}_{name}_float", tensor.dims)
+    gb.add_op(node, "Dequantize", [tensor], [result], suffix=f"dequantize_{name}")
+    return result

@@ -1,0 +1,220 @@
+"""The end of issue 13: max() / min() of every element (ReduceMax / ReduceMin of the flattened
+input, the 0-d result stored as [1]); the division family where QNN 2.51's HTP refuses the single
+op (fmod, float / quantized remainder, integer floor_divide: builders/op_division.py); integer
+bitwise_not as -1 - x. Kept on the CPU with a reason: isinf (HTP cannot finalize IsInf, and it
+holds an infinite input like NaN, so no composition is exact: measured), integer bitwise
+and / or / xor.
+
+Each family is one multi-output module lowered once to one delegate, with QNN's context binary
+when QNN's library loads (`qnn_binary`): fp16 against eager, int / bool exactly; 8a8w / 16a8w
+against the QDQ reference in steps of each output's encoding; then QNN's outputs against the host
+engine's on the same delegate blob (op validation accepts every composed graph, else the lowering
+fails: the partitioner asks QNN)."""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import numpy as np
+import pytest
+import torch
+
+from backends.qualcomm import QuantDtype
+from backends.qualcomm.tests.quant_tester import QuantTester, output_encodings, step_stats
+from backends.qualcomm.tests.tester import QnnTester
+from backends.qualcomm.tests.test_ops_rest13 import _lower, _qnn_vs_host
+from backends.qualcomm.tests.utils_helpers import delegate_output_scales, one_delegate_blob
+
+A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
+
+
+# ---- max() / min() of every element ------------------------------------------------------------
+class Extremes(torch.nn.Module):
+    """max() / min() of every element (of a rank-4 and of a rank-1 tensor), amax over every dim."""
+
+    def forward(self, x):
+        return x.max(), x.min(), torch.amax(x, (0, 1, 2, 3)), x[0, 1, 2].min(), x.max() - x.min()
+
+
+def extreme_input() -> torch.Tensor:
+    """(2, 3, 4, 5) of multiples of 1/64 in [-2, 2] (exact in fp16), one extreme of each sign."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(-100, 101, (2, 3, 4, 5), generator=g).float() / 64.0
+    x[1, 2, 3, 4], x[0, 0, 1, 2] = 2.0, -1.984375
+    return x
+
+
+def test_max_min_of_every_element_fp16_exact_on_both_engines(qnn_binary):
+    """Selections of one input value: eager's (0-d outputs) within 1e-6 relative (QNN returns
+    2 - 2^-22 for a 2.0 read through HTP's fp16 path; the host engine exactly 2.0), QNN vs host
+    within 2e-3 of the magnitude."""
+    inputs = (extreme_input(),)
+    tester = _lower(Extremes(), inputs, None)
+    for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
+        assert out.shape == ref.shape == (), (i, out.shape)
+        np.testing.assert_allclose(out, ref, rtol=1e-6, atol=0, err_msg=f"output {i}")
+    ops = tester.payload().op_types()
+    assert ops.get("ReduceMax") == 3 and ops.get("ReduceMin") == 3, ops
+    _qnn_vs_host(tester, inputs)
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_max_min_of_every_element_quantized_exact(qnn_binary, quant_dtype):
+    """The output shares the input's encoding (QuantFamily.SHARED): the selected code itself,
+    exactly the QDQ reference's; x.max() - x.min() (its own encoding) within 1 step. QNN equal to
+    the host engine."""
+    inputs = (extreme_input(),)
+    tester = _lower(Extremes(), inputs, quant_dtype)
+    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
+                                            output_encodings(tester.module))):
+        stats = step_stats(out, ref, enc[0])
+        print(f"output {i} ({quant_dtype.name}): {stats}")
+        assert stats.max_diff <= (1 if i == 4 else 0), (i, stats)
+    for i, stats in enumerate(_qnn_vs_host(tester, inputs, delegate_output_scales(one_delegate_blob(tester)))):
+        assert stats.max_diff == 0, (i, stats)
+
+
+# ---- the division family, float and quantized --------------------------------------------------
+class FloatDivision(torch.nn.Module):
+    """fmod / remainder of tensors and of numbers (compositions); fp16: floor_divide too (HTP's
+    ElementWiseFloorDiv, kept as one op; its quantized form is test_ops_math2's: at an exact
+    integer quotient QNN's differs from the host engine's by one quotient step)."""
+
+    def __init__(self, floor_divide: bool = True):
+        super().__init__()
+        self.floor_divide = floor_divide
+
+    def forward(self, a, b):
+        out = (torch.fmod(a, b), torch.remainder(a, b), torch.fmod(a, 1.5), torch.remainder(a, -1.25))
+        return out + (torch.floor_divide(a, b),) if self.floor_divide else out
+
+
+def division_inputs() -> Tuple[torch.Tensor, torch.Tensor]:
+    """a: odd multiples of 1/16 in [-8, 8]; b: +-(6..16) / 8. a / b = m / (2k) with m odd is at
+    least 1/32 from an integer, far beyond fp16's rounding of the quotient (|a / b| <= 11: 0.005)
+    (an exact integer quotient is a cliff: HTP's fp16 FloorDiv gives 1 less for 3 // 1.5)."""
+    g = torch.Generator().manual_seed(4)
+    a = (torch.randint(-64, 64, (2, 3, 4, 5), generator=g).float() * 2 + 1) / 16.0
+    b = torch.randint(6, 17, (2, 3, 4, 5), generator=g).float() / 8.0
+    b = b * (torch.randint(0, 2, b.shape, generator=g) * 2 - 1)
+    return a, b
+
+
+def test_float_division_fp16_matches_eager_and_qnn(qnn_binary):
+    """fp16: a - round(a / b) * b in fp16, within 1e-2 of eager's float32 (|a| <= 8: fp16's
+    rounding of a and of the product); QNN vs host within 2e-3 of the magnitude."""
+    inputs = division_inputs()
+    tester = _lower(FloatDivision(), inputs, None).compare(atol=1e-2, rtol=0)
+    ops = tester.payload().op_types()
+    assert "ElementWiseMod" not in ops and ops.get("ElementWiseFloorDiv") == 1, ops
+    assert ops.get("ElementWiseFloor", 0) >= 4 and ops.get("ElementWiseCeil") == 2, ops
+    _qnn_vs_host(tester, inputs)
+
+
+def grid_division_inputs() -> Tuple[torch.Tensor, torch.Tensor]:
+    """Quantized graphs: a and b on the 8-bit grid of their own encodings (a: (code - 128) / 16,
+    b: (code - 128) / 64 with |b| >= 0.75; each tensor's min and max present, so calibration
+    gives exactly these encodings), so that the graph inputs' Quantize (which rounds x / scale
+    through fp16 on HTP) gives the PT2E codes: a one-code difference of a would move fmod by
+    4 output steps. Several quotients a / b are exact integers (the cliff of the composition)."""
+    g = torch.Generator().manual_seed(6)
+    a = torch.randint(0, 256, (2, 3, 4, 5), generator=g)
+    a.view(-1)[:2] = torch.tensor([0, 255])
+    offsets = torch.randint(48, 128, (2, 3, 4, 5), generator=g) * (torch.randint(0, 2, (2, 3, 4, 5), generator=g) * 2 - 1)
+    b = (offsets.clamp(-128, 127) + 128)
+    b.view(-1)[:2] = torch.tensor([0, 255])
+    return (a.float() - 128) / 16.0, (b.float() - 128) / 64.0
+
+
+def _dequantized_inputs(tester: QuantTester) -> List[np.ndarray]:
+    """The graph inputs as the QDQ reference reads them (each placeholder's first quantize)."""
+    graph = tester.module.graph
+    values = []
+    for placeholder, x in zip([n for n in graph.nodes if n.op == "placeholder"], tester.inputs):
+        quantize = next(u for u in placeholder.users if "quantize_per_tensor" in str(u.target))
+        scale, zero, qmin, qmax = (float(quantize.args[1]), int(quantize.args[2]), int(quantize.args[3]),
+                                   int(quantize.args[4]))
+        codes = np.clip(np.rint(x.numpy().astype(np.float64) / scale) + zero, qmin, qmax)
+        values.append((codes - zero) * scale)
+    return values
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_float_division_quantized_matches_qdq_reference(qnn_binary, quant_dtype):
+    """Quantized: fmod / remainder in float between Dequantize and Quantize; every element within
+    1 step of the QDQ reference, exact integer quotients included (HTP's fp16 a / b lands just
+    below some of them, e.g. -7.0625 / -1.765625: without the whole-|b| correction those results
+    were off by |b|, 124 steps). Measured on QNN and the host engine: 8-bit 94-100% exact, 16-bit
+    97.5-100% exact (these grid inputs are exact in the 16-bit input encodings too); QNN vs host
+    within 1 step (16-bit 2.5% off by one)."""
+    inputs = grid_division_inputs()
+    tester = _lower(FloatDivision(floor_divide=False), inputs, quant_dtype)
+    a, b = _dequantized_inputs(tester)
+    quotient = a / b
+    assert (np.abs(quotient - np.rint(quotient)) < 1e-9).sum() >= 4, "no exact integer quotient among the inputs"
+    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
+                                            output_encodings(tester.module))):
+        stats = step_stats(out, ref, enc[0])
+        print(f"output {i} ({quant_dtype.name}): {stats}")
+        assert stats.max_diff <= 1, (i, stats)
+    ops = tester.payload().op_types()
+    # 4 outputs + the 2 graph inputs
+    assert ops.get("Quantize") == 6 and ops.get("ElementWiseSelect") == 6 and "ElementWiseMod" not in ops, ops
+    for i, stats in enumerate(_qnn_vs_host(tester, inputs, delegate_output_scales(one_delegate_blob(tester)))):
+        print(f"QNN vs host, output {i}: {stats}")
+        assert stats.max_diff <= 1, (i, stats)
+
+
+# ---- integer division, bitwise_not, isinf -------------------------------------------------------
+class IntegerFamily(torch.nn.Module):
+    """int32 / int64 fmod and floor_divide (compositions on HTP's INT_32 Mod), remainder (one
+    Mod), bitwise_not (-1 - x)."""
+
+    def forward(self, a, b, c, d):
+        return (torch.fmod(a, b), torch.floor_divide(a, b), torch.fmod(c, d), c // d, torch.fmod(c, -3),
+                c // 4, torch.remainder(c, d), ~c, ~a)
+
+
+def integer_inputs():
+    g = torch.Generator().manual_seed(5)
+    b = torch.randint(1, 7, (2, 3, 4), generator=g) * (torch.randint(0, 2, (2, 3, 4), generator=g) * 2 - 1)
+    a = torch.randint(-40, 41, (2, 3, 4), generator=g)
+    return a, b, a.to(torch.int32), b.to(torch.int32)
+
+
+def test_integer_family_exact_on_both_engines(qnn_binary):
+    """Every output equals eager exactly (negative dividends and divisors; int64 runs as INT_32
+    on QNN), QNN equal to the host engine."""
+    inputs = integer_inputs()
+    tester = _lower(IntegerFamily(), inputs, None)
+    for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
+        assert out.dtype == ref.dtype and out.shape == ref.shape, (i, out.dtype, ref.dtype)
+        np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
+    ops = tester.payload().op_types()
+    assert ops.get("ElementWiseMod") == 7 and "ElementWiseFloorDiv" not in ops and "ElementWiseNot" not in ops, ops
+    _qnn_vs_host(tester, inputs)
+
+
+def test_host_engine_float_division_edges():
+    """Host engine: a zero divisor gives NaN (fmod, remainder) as torch; inf / NaN operands give
+    NaN; a zero result keeps its place."""
+    nan, inf = float("nan"), float("inf")
+    a = torch.tensor([5.5, -5.5, 1.0, nan, inf, 3.0, 0.0, 4.5])
+    b = torch.tensor([2.0, 2.0, 0.0, 1.0, 2.0, 1.5, 3.0, -1.5])
+    tester = QnnTester(FloatDivision(), (a, b)).lower().check_fully_delegated().to_executorch().run()
+    for i, (out, ref) in enumerate(zip(tester.outputs[:4], tester.reference_outputs()[:4])):
+        np.testing.assert_allclose(out, ref, atol=1e-6, equal_nan=True, err_msg=f"output {i}")
+
+
+def test_integer_bitwise_and_or_xor_and_isinf_stay_on_cpu_with_a_reason():
+    class Rejected(torch.nn.Module):
+        def forward(self, a, b, x):
+            return a & b, a | b, a ^ b, (a > 0) & (b > 0), torch.isinf(x), torch.isnan(x)
+
+    a, b = torch.tensor([5, -3, 12], dtype=torch.int32), torch.tensor([3, 6, -1], dtype=torch.int32)
+    x = torch.tensor([1.0, float("inf"), float("nan")])
+    tester = QnnTester(Rejected(), (a, b, x)).lower()
+    reasons = tester.partitioner.rejected_nodes
+    bitwise = [r for name, r in reasons.items() if "bitwise" in name]
+    assert len(bitwise) == 3 and all("one op per bit" in r for r in bitwise), reasons
+    assert "like NaN" in reasons["aten_isinf_default"], reasons
+    tester.to_executorch().run().compare()
