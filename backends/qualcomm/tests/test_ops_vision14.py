@@ -1,0 +1,258 @@
+"""Issue 14's vision ops: 3-D max pools (two PoolMax2d passes: QNN 2.51's HTP has no PoolMax3d)
+and the fusion of a hand-written (Llama) RMSNorm into one QNN RmsNorm.
+
+Each is checked in fp16 against eager, in 8a8w / 16a8w against the QDQ reference, on the real QNN
+(context binary, QNN outputs vs host-engine outputs of the same delegate), with full delegation
+and the Transpose count of the channel-last graph (none between a conv, the pool and the conv
+after it)."""
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from backends.qualcomm import QuantDtype, to_edge_transform_and_lower_to_qnn
+from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
+from backends.qualcomm.tests.quant_tester import QuantTester, assert_pt2e_bounds, output_encodings_with_range, \
+    step_stats
+from backends.qualcomm.tests.test_ops_conv import _output_scales
+from backends.qualcomm.tests.tester import QnnTester, randn
+from backends.qualcomm.tests.utils_helpers import needs_qnn, payload_on_both_engines
+
+A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
+nn = torch.nn
+
+
+# ---- max_pool3d -------------------------------------------------------------------------------
+
+class MaxPool3dFamily(nn.Module):
+    """conv3d -> max_pool3d (ceil_mode) -> conv3d, and 3-D max pools with per-axis kernel /
+    stride / padding, ceil_mode with padding, return_indices (values used), and a uniform
+    adaptive max pool, all on the first conv's (channel-last) output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1 = nn.Conv3d(2, 3, 3, padding=1)
+        self.conv2 = nn.Conv3d(3, 3, 1)
+
+    def forward(self, x):
+        y = self.conv1(x)
+        return (self.conv2(F.max_pool3d(y, 2, ceil_mode=True)),
+                F.max_pool3d(y, (3, 2, 2), (2, 1, 2), (1, 1, 0)),
+                F.max_pool3d(y, 3, 2, 1, ceil_mode=True),
+                F.max_pool3d(y, 2, return_indices=True)[0],
+                F.adaptive_max_pool3d(y, (2, 5, 3)))                         # uniform: one pool
+
+
+def pool_inputs() -> Tuple[torch.Tensor]:
+    return (randn(1, 2, 4, 5, 6, seed=3),)
+
+
+# Each 3-D max pool: PoolMax2d over (H, W), then PoolMax2d over D; Reshapes around them.
+POOL_OPS = {"PoolMax2d": 10, "Conv3d": 2}
+# One Transpose for the input and one per output; none between conv1, the pool and conv2.
+POOL_TRANSPOSES = 1 + 5
+
+
+def test_max_pool3d_fp16_matches_eager():
+    tester = QnnTester(MaxPool3dFamily(), pool_inputs()).run_and_compare(atol=1e-2, rtol=1e-2)
+    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
+    types = tester.payload().op_types()
+    for op_type, count in POOL_OPS.items():
+        assert types.get(op_type) == count, (op_type, types)
+    assert types.get("Transpose") == POOL_TRANSPOSES, types
+
+
+def test_max_pool3d_exact_on_distinct_values():
+    """Max moves values: on distinct values exactly representable in fp16, every output equals
+    eager's (padding never wins, ceil_mode's overhang is not read)."""
+    class Pools(nn.Module):
+        def forward(self, x):
+            return (F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True),
+                    F.max_pool3d(-x, 3, 2, 1))
+
+    x = (torch.randperm(2 * 3 * 5 * 6 * 7).float() / 8.0 - 200.0).reshape(2, 3, 5, 6, 7)
+    tester = QnnTester(Pools(), (x,)).lower().to_executorch().run()
+    assert tester.cpu_nodes() == []
+    for out, ref in zip(tester.outputs, tester.reference_outputs()):
+        np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_max_pool3d_quantized_matches_qdq_reference(quant_dtype):
+    """Every output within 1 step of the QDQ reference (max shares its input's encoding; the
+    difference comes from conv1's requantized output), at least 60% exact in 8-bit."""
+    tester = QuantTester(MaxPool3dFamily(), pool_inputs(), quant_dtype, per_channel=True)
+    tester.lower().check_fully_delegated().to_executorch().run()
+    tester.compare_steps(max_step_diff=1 if quant_dtype == A8W8 else None,
+                         min_exact=0.6 if quant_dtype == A8W8 else None)
+    types = tester.payload().op_types()
+    assert types.get("PoolMax2d") == POOL_OPS["PoolMax2d"], types
+
+
+def test_max_pool3d_dilation_and_used_indices_stay_on_cpu_with_reason():
+    class Rejected(nn.Module):
+        def forward(self, x):
+            values, indices = F.max_pool3d(x, 2, return_indices=True)
+            return F.max_pool3d(x, 2, dilation=2), values, indices
+
+    tester = QnnTester(Rejected(), (randn(1, 2, 5, 5, 5, seed=4),)).lower()
+    reasons = " | ".join(tester.partitioner.rejected_nodes.values())
+    for expected in ("dilation [2, 2, 2] is not supported", "the indices output is used by"):
+        assert expected in reasons, reasons
+
+
+# ---- RMSNorm fusion ---------------------------------------------------------------------------
+
+class LlamaRmsNorm(nn.Module):
+    """transformers' LlamaRMSNorm: float() in, to(input dtype) out, weight last."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+class RmsNormBlock(nn.Module):
+    """linear -> Llama RMSNorm -> linear, a plain RMSNorm (weight on the right), one with
+    float() / type_as and x * x, and one without a weight."""
+
+    def __init__(self, dim: int = 16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp, self.out = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.norm = LlamaRmsNorm(dim)
+        self.weight = nn.Parameter(torch.linspace(1.5, 0.5, dim))
+
+    def forward(self, x):
+        plain = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight
+        cast = (x.float() * torch.rsqrt((x.float() * x.float()).mean(-1, keepdim=True) + 1e-6)).type_as(x)
+        bare = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
+        return self.out(self.norm(self.inp(x))), plain, cast * self.weight, bare
+
+
+def rms_inputs() -> Tuple[torch.Tensor]:
+    return (randn(2, 5, 16, seed=5),)
+
+
+def _assert_fused(types: dict) -> None:
+    assert types.get("RmsNorm") == 4, types
+    for piece in ("ElementWiseRsqrt", "ElementWisePower", "ReduceMean", "ElementWiseAdd"):
+        assert piece not in types, types
+
+
+def test_rms_norm_pass_fuses_each_pattern_once():
+    program = torch.export.export(RmsNormBlock().eval(), rms_inputs(), strict=False)
+    assert fuse_rms_norm(program.graph_module)
+    targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.aten.rms_norm.default) == 4, targets
+    for gone in (torch.ops.aten.rsqrt.default, torch.ops.aten.mean.dim, torch.ops.aten.pow.Tensor_Scalar):
+        assert gone not in targets, targets
+    eps = sorted(n.args[3] for n in program.graph.nodes if n.target == torch.ops.aten.rms_norm.default)
+    assert eps == [1e-6, 1e-6, 1e-6, 1e-5]
+    module = RmsNormBlock().eval()
+    for got, ref in zip(program.module()(*rms_inputs()), module(*rms_inputs())):
+        torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_rms_norm_pass_leaves_shared_intermediates_alone():
+    """The mean square is read elsewhere, or the mean is not over the last axis: no fusion."""
+    class Shared(nn.Module):
+        def forward(self, x):
+            ms = x.pow(2).mean(-1, keepdim=True)
+            return x * torch.rsqrt(ms + 1e-6), ms, x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6)
+
+    program = torch.export.export(Shared(), rms_inputs(), strict=False)
+    assert not fuse_rms_norm(program.graph_module)
+
+
+def test_rms_norm_fusion_fp16_one_rms_norm_each():
+    module = RmsNormBlock()
+    tester = QnnTester(module, rms_inputs())
+    tester.edge = to_edge_transform_and_lower_to_qnn(module, rms_inputs(), tester.compile_specs)
+    tester.to_executorch().run().compare(atol=1e-2, rtol=1e-2)
+    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
+    _assert_fused(tester.payload().op_types())
+
+
+# 8-bit, (max steps, min exact share) vs the QDQ reference of output 0 (linear -> RMSNorm ->
+# linear): a 1-step difference of the RmsNorm output (HTP's rsqrt rounding) moves the linear
+# after it by up to 2 steps; measured 76.2% exact, max 2.
+RMS_BLOCK_BOUNDS_8BIT = (2, 0.7)
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_rms_norm_fusion_quantized_matches_qdq_reference(quant_dtype):
+    """QnnQuantizer fuses before annotation, so the QDQ reference is the fused model: the
+    RmsNorm outputs within the default PT2E step bounds; output 0 (8-bit) within
+    RMS_BLOCK_BOUNDS_8BIT."""
+    tester = QuantTester(RmsNormBlock(), rms_inputs(), quant_dtype)
+    tester.lower().check_fully_delegated().to_executorch().run()
+    _assert_fused(tester.payload().op_types())
+    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
+                                            output_encodings_with_range(tester.module))):
+        stats = step_stats(out, ref, enc[0])
+        label = f"output {i} ({quant_dtype.name}): {stats}"
+        print(label)
+        if i == 0 and enc[2] <= 255:
+            assert stats.max_diff <= RMS_BLOCK_BOUNDS_8BIT[0] and \
+                stats.exact_fraction >= RMS_BLOCK_BOUNDS_8BIT[1], label
+        else:
+            assert_pt2e_bounds(stats, enc[2], label)
+
+
+# ---- real QNN ---------------------------------------------------------------------------------
+
+class RealVision(nn.Module):
+    """Small: a 3-D max pool with padding and ceil_mode, a uniform adaptive one, and a fused
+    Llama RMSNorm."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = LlamaRmsNorm(8)
+
+    def forward(self, x5, seq):
+        return (F.max_pool3d(x5, (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True),
+                F.adaptive_max_pool3d(x5, (1, 2, 2)), self.norm(seq))
+
+
+def real_inputs() -> Tuple[torch.Tensor, ...]:
+    return randn(1, 2, 3, 5, 4, seed=10), randn(1, 3, 8, seed=11)
+
+
+@needs_qnn
+@pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8], ids=["fp16", "8a8w", "16a8w"])
+def test_real_qnn_matches_host(real_qnn, quant_dtype):
+    """QNN 2.51 HTP emulation vs the host engine, one delegate (QNN validated and finalized the
+    PoolMax2d pair and the RmsNorm in each precision)."""
+    inputs, module = real_inputs(), RealVision()
+    if quant_dtype is None:
+        tester = QnnTester(module, inputs)
+        tester.edge = to_edge_transform_and_lower_to_qnn(module, inputs, tester.compile_specs)
+    else:
+        tester = QuantTester(module, inputs, quant_dtype).lower()
+    assert tester.cpu_nodes() == []
+    blobs = tester.delegate_blobs()
+    assert len(blobs) == 1
+    types = tester.payload().op_types()
+    assert types.get("PoolMax2d") == 4 and types.get("RmsNorm") == 1, types
+    qnn, host = payload_on_both_engines(blobs[0], inputs, module)
+    scales = _output_scales(blobs[0])
+    for i, (q, h) in enumerate(zip(qnn, host)):
+        assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape)
+        if quant_dtype is None:
+            err = float(np.abs(q - h).max())
+            assert err <= 2e-2 * max(1.0, float(np.abs(h).max())), f"output {i}: max |qnn - host| = {err}"
+        else:
+            stats = step_stats(q, h, scales[i])
+            assert stats.max_diff <= (1 if quant_dtype == A8W8 else 64), f"output {i}: {stats}"
