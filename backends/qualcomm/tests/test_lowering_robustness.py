@@ -177,6 +177,12 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     "GroupNormBuilder": (lambda: torch.nn.GroupNorm(2, 4), inputs_of((2, 4, 3, 5))),
     "InstanceNormBuilder": (lambda: torch.nn.InstanceNorm2d(4, affine=True), inputs_of((2, 4, 3, 5))),
     "RmsNormBuilder": (lambda: torch.nn.RMSNorm([5]), inputs_of((2, 3, 5))),
+    "GridSampleBuilder": (lambda: _outputs(
+        lambda x, g: torch.nn.functional.grid_sample(x, g * 0.6, align_corners=False),
+        lambda x, g: torch.nn.functional.grid_sample(x, g, "bilinear", "border", align_corners=True)),
+        inputs_of((1, 3, 4, 5), (1, 3, 2, 2))),
+    "DistanceBuilder": (lambda: _outputs(lambda a, b: torch.cdist(a, b), lambda a, b: torch.pdist(b[0], p=1.0)),
+                        inputs_of((1, 4, 3), (1, 5, 3))),
 }
 # Builders of quantized graphs only: covered by test_quantized_builders_lower_and_run.
 QUANT_ONLY_BUILDERS = {"QuantizeBuilder", "DequantizeBuilder"}

@@ -1,5 +1,6 @@
-"""Issue 14's vision ops: 3-D max pools (two PoolMax2d passes: QNN 2.51's HTP has no PoolMax3d)
-and the fusion of a hand-written (Llama) RMSNorm into one QNN RmsNorm.
+"""Issue 14's vision ops: 3-D max pools (two PoolMax2d passes: QNN 2.51's HTP has no PoolMax3d),
+the fusion of a hand-written (Llama) RMSNorm into one QNN RmsNorm, and grid_sample (GridSample:
+bilinear / nearest, zeros / border padding, align_corners both ways).
 
 Each is checked in fp16 against eager, in 8a8w / 16a8w against the QDQ reference, on the real QNN
 (context binary, QNN outputs vs host-engine outputs of the same delegate), with full delegation
@@ -211,23 +212,153 @@ def test_rms_norm_fusion_quantized_matches_qdq_reference(quant_dtype):
             assert_pt2e_bounds(stats, enc[2], label)
 
 
+# ---- grid_sample ------------------------------------------------------------------------------
+
+def nearest_grid(n: int, oh: int, ow: int, h: int, w: int, align: bool, seed: int) -> torch.Tensor:
+    """A grid whose source coordinates sit 0.25 to 0.35 pixel off the pixel centres (so nearest
+    never sees a tie, in fp16 either), some of them outside the image."""
+    g = torch.Generator().manual_seed(seed)
+    def axis(size: int) -> torch.Tensor:
+        pixel = torch.randint(-2, size + 2, (n, oh, ow), generator=g).float()
+        src = pixel + (torch.rand(n, oh, ow, generator=g) * 0.1 + 0.25) * torch.where(
+            torch.rand(n, oh, ow, generator=g) < 0.5, -1.0, 1.0)
+        return 2 * src / (size - 1) - 1 if align else (2 * src + 1) / size - 1
+    return torch.stack([axis(w), axis(h)], dim=-1)
+
+
+def bilinear_grid(n: int, oh: int, ow: int, seed: int) -> torch.Tensor:
+    return (torch.rand(n, oh, ow, 2, generator=torch.Generator().manual_seed(seed)) * 2.4 - 1.2)
+
+
+class GridSampleFamily(nn.Module):
+    """conv -> grid_sample (bilinear, zeros) -> conv, and each mode / padding / align_corners
+    combination on the conv's (channel-last) output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x, grid, grid_aligned, grid_half):
+        y = self.conv1(x)
+        return (self.conv2(F.grid_sample(y, grid, "bilinear", "zeros", align_corners=False)),
+                F.grid_sample(y, grid, "bilinear", "border", align_corners=True),
+                F.grid_sample(y, grid_aligned, "nearest", "zeros", align_corners=True),
+                F.grid_sample(y, grid_half, "nearest", "border", align_corners=False))
+
+
+def grid_inputs(n: int = 2, h: int = 5, w: int = 6, oh: int = 4, ow: int = 7) -> Tuple[torch.Tensor, ...]:
+    return (randn(n, 3, h, w, seed=6), bilinear_grid(n, oh, ow, seed=7),
+            nearest_grid(n, oh, ow, h, w, True, seed=8), nearest_grid(n, oh, ow, h, w, False, seed=9))
+
+
+# One Transpose for x and one per output: the grid is read as given, none between the convs.
+GRID_TRANSPOSES = 1 + 4
+
+
+def test_grid_sample_fp16_matches_eager():
+    tester = QnnTester(GridSampleFamily(), grid_inputs()).run_and_compare(atol=1e-2, rtol=1e-2)
+    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
+    types = tester.payload().op_types()
+    assert types.get("GridSample") == 4 and types.get("Transpose") == GRID_TRANSPOSES, types
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_grid_sample_quantized_matches_qdq_reference(quant_dtype):
+    """The grid is an activation with its own encoding (the QDQ reference samples at the same
+    quantized coordinates); every output within the default PT2E step bounds."""
+    tester = QuantTester(GridSampleFamily(), grid_inputs(), quant_dtype, per_channel=True)
+    tester.lower().check_fully_delegated().to_executorch().run().compare_steps()
+    assert tester.payload().op_types().get("GridSample") == 4
+
+
+def test_grid_sample_unsupported_modes_stay_on_cpu_with_reason():
+    class Rejected(nn.Module):
+        def forward(self, x, grid):
+            return (F.grid_sample(x, grid, "bicubic", align_corners=False),
+                    F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False))
+
+    tester = QnnTester(Rejected(), (randn(1, 2, 4, 4, seed=1), bilinear_grid(1, 3, 3, seed=2))).lower()
+    reasons = " | ".join(tester.partitioner.rejected_nodes.values())
+    for expected in ("interpolation mode 'bicubic' is not supported", "padding_mode 'reflection' is not supported"):
+        assert expected in reasons, reasons
+    tester.to_executorch().run().compare(atol=1e-5, rtol=1e-5)
+
+
+# ---- cdist / pdist ----------------------------------------------------------------------------
+
+class Distances(nn.Module):
+    """cdist p = 2 (30 rows: torch's default would use matmuls; kept whole here), p = 1, p = inf,
+    unbatched, and pdist p = 2 / p = 1."""
+
+    def forward(self, a, b, c, x):
+        return (torch.cdist(a, b), torch.cdist(a, b, p=1.0), torch.cdist(c, c, p=float("inf")),
+                torch.cdist(a[0], b[0]), torch.pdist(x), torch.pdist(x, p=1.0))
+
+
+def distance_inputs() -> Tuple[torch.Tensor, ...]:
+    return randn(2, 5, 4, seed=1), randn(2, 30, 4, seed=2), randn(3, 6, 3, seed=3), randn(7, 5, seed=4)
+
+
+def test_cdist_pdist_fp16_match_eager():
+    tester = QnnTester(Distances(), distance_inputs()).run_and_compare(atol=1e-2, rtol=1e-2)
+    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
+    types = tester.payload().op_types()
+    assert types.get("ElementWiseSubtract") == 6 and types.get("Gather") == 4 and "MatMul" not in types, types
+
+
+# Quantized: the distance chain is a float island (Dequantize -> ... -> Quantize), run in fp16 as
+# HTP runs float ops of a quantized graph: measured max 2 steps of 8-bit outputs (40.7% exact at
+# worst, cdist p = inf), and up to 38 steps of 16-bit ones (fp16's 2^-11 relative resolution at
+# distances up to ~8 is ~30 steps of a 16-bit encoding over that range).
+DISTANCE_BOUNDS = {A8W8: (2, 0.35), A16W8: (64, 0.0)}
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_cdist_pdist_quantized_match_qdq_reference(quant_dtype):
+    tester = QuantTester(Distances(), distance_inputs(), quant_dtype)
+    tester.lower().check_fully_delegated().to_executorch().run()
+    tester.compare_steps(max_step_diff=DISTANCE_BOUNDS[quant_dtype][0], min_exact=DISTANCE_BOUNDS[quant_dtype][1])
+
+
+def test_cdist_unsupported_p_stays_on_cpu_with_reason():
+    class Rejected(nn.Module):
+        def forward(self, a, b):
+            return torch.cdist(a, b, p=3.0), torch.pdist(a[0], p=0.5)
+
+    tester = QnnTester(Rejected(), (randn(1, 4, 3, seed=1), randn(1, 5, 3, seed=2))).lower()
+    reasons = " | ".join(tester.partitioner.rejected_nodes.values())
+    for expected in ("cdist: p=3.0 is not supported", "pdist: p=0.5 is not supported"):
+        assert expected in reasons, reasons
+
+
 # ---- real QNN ---------------------------------------------------------------------------------
 
 class RealVision(nn.Module):
-    """Small: a 3-D max pool with padding and ceil_mode, a uniform adaptive one, and a fused
-    Llama RMSNorm."""
+    """Small: cdist (p = 2, 1) and pdist, a 3-D max pool with padding and ceil_mode, a uniform
+    adaptive one, a fused Llama RMSNorm, and grid_sample in every supported mode / padding /
+    align_corners."""
 
     def __init__(self):
         super().__init__()
         self.norm = LlamaRmsNorm(8)
 
-    def forward(self, x5, seq):
-        return (F.max_pool3d(x5, (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True),
-                F.adaptive_max_pool3d(x5, (1, 2, 2)), self.norm(seq))
+    def forward(self, x5, seq, x, grid, grid_aligned, grid_half):
+        return (torch.cdist(seq, seq[:, :2]), torch.cdist(seq, seq, p=1.0), torch.pdist(seq[0]),
+                F.max_pool3d(x5, (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True),
+                F.adaptive_max_pool3d(x5, (1, 2, 2)), self.norm(seq),
+                F.grid_sample(x, grid, "bilinear", "zeros", align_corners=False),
+                F.grid_sample(x, grid, "bilinear", "border", align_corners=True),
+                F.grid_sample(x, grid, "bilinear", "zeros", align_corners=True),
+                F.grid_sample(x, grid_aligned, "nearest", "zeros", align_corners=True),
+                F.grid_sample(x, grid_half, "nearest", "border", align_corners=False),
+                F.grid_sample(x, grid_half, "nearest", "zeros", align_corners=False))
 
 
 def real_inputs() -> Tuple[torch.Tensor, ...]:
-    return randn(1, 2, 3, 5, 4, seed=10), randn(1, 3, 8, seed=11)
+    x, grid, grid_aligned, grid_half = grid_inputs(1, 4, 5, 3, 4)
+    return randn(1, 2, 3, 5, 4, seed=10), randn(1, 3, 8, seed=11), x[:, :2], grid, grid_aligned, grid_half
 
 
 @needs_qnn
@@ -245,7 +376,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     blobs = tester.delegate_blobs()
     assert len(blobs) == 1
     types = tester.payload().op_types()
-    assert types.get("PoolMax2d") == 4 and types.get("RmsNorm") == 1, types
+    assert types.get("PoolMax2d") == 4 and types.get("RmsNorm") == 1 and types.get("GridSample") == 6, types
     qnn, host = payload_on_both_engines(blobs[0], inputs, module)
     scales = _output_scales(blobs[0])
     for i, (q, h) in enumerate(zip(qnn, host)):
