@@ -126,30 +126,28 @@ class DistanceBuilder(NodeBuilder):
         """|diff| reduced over its last axis (then the square root for p = 2) into the node's
         output: in float, then a Reshape to the output dims and, in quantized graphs, a Quantize."""
         magnitude = self._float(gb, node, "magnitude", diff.dims)
-        gb.add_op(node, "ElementWiseMultiply" if p == 2.0 else "ElementWiseAbs",
-                  [diff, diff] if p == 2.0 else [diff], [magnitude], suffix="magnitude")
-        steps = [("ReduceMax" if p == math.inf else "ReduceSum",
-                  [uint32_tensor("axes", [len(diff.dims) - 1]), bool_scalar("keep_dims", False)])]
         if p == 2.0:
-            steps.append(("ElementWiseSquareRoot", []))
+            gb.add_op(node, "ElementWiseMultiply", [diff, diff], [magnitude], suffix="square")
+        else:
+            gb.add_op(node, "ElementWiseAbs", [diff], [magnitude], suffix="abs")
+        dims = list(diff.dims[:-1])
+        reduced = self._float(gb, node, "reduced", dims)
+        params = [uint32_tensor("axes", [len(diff.dims) - 1]), bool_scalar("keep_dims", False)]
+        if p == math.inf:
+            gb.add_op(node, "ReduceMax", [magnitude], [reduced], params, suffix="reduce")
+        else:
+            gb.add_op(node, "ReduceSum", [magnitude], [reduced], params, suffix="reduce")
+        if p == 2.0:
+            root = self._float(gb, node, "root", dims)
+            gb.add_op(node, "ElementWiseSquareRoot", [reduced], [root], suffix="sqrt")
+            reduced = root
         out_dims = list(logical_shape(node)) or [1]
-        reduced_dims = list(diff.dims[:-1])
-        quantized = is_quantized(node)
-        value = magnitude
-        for k, (op_type, params) in enumerate(steps):
-            last = k == len(steps) - 1
-            direct = last and not quantized and reduced_dims == out_dims
-            target = gb.define_output(node, dims=out_dims) if direct else self._float(gb, node, op_type, reduced_dims)
-            gb.add_op(node, op_type, [value], [target], params, suffix=op_type)
-            value = target
-        if quantized:
-            if reduced_dims != out_dims:
-                flat = self._float(gb, node, "float", out_dims)
-                gb.add_op(node, "Reshape", [value], [flat], suffix="view_back")
-                value = flat
-            gb.add_op(node, "Quantize", [value], [gb.define_output(node, dims=out_dims)], suffix="quantize")
-        elif reduced_dims != out_dims:
-            gb.add_op(node, "Reshape", [value], [gb.define_output(node, dims=out_dims)], suffix="view_back")
+        if not is_quantized(node):
+            gb.add_op(node, "Reshape", [reduced], [gb.define_output(node, dims=out_dims)], suffix="view_back")
+            return
+        flat = self._float(gb, node, "float", out_dims)
+        gb.add_op(node, "Reshape", [reduced], [flat], suffix="view_back")
+        gb.add_op(node, "Quantize", [flat], [gb.define_output(node, dims=out_dims)], suffix="quantize")
 
     @staticmethod
     def _float(gb: GraphBuilder, node: torch.fx.Node, what: str, dims: List[int]) -> QnnTensor:
