@@ -74,7 +74,7 @@ def upper_pairs(n: int) -> Tuple[np.ndarray, np.ndarray]:
 @register_builder
 class DistanceBuilder(NodeBuilder):
     targets = [*_CDISTS, _PDIST]
-    keep_whole = [_aten.cdist.default, _PDIST]  # else torch's decomposition (cdist: matmuls beyond 25 rows)
+    keep_whole = [_aten.cdist.default]  # else torch's own decomposition (matmuls beyond 25 rows)
     quant_annotations = dict.fromkeys(aten_ops("cdist.default", "_cdist_forward.default", "pdist.default",
                                                "_pdist_forward.default"), QuantFamily.COMPUTE)
 

@@ -428,7 +428,8 @@ class TestOpsKeptWhole:
             "aten.pixel_shuffle.default": "ShuffleBuilder", "aten.pixel_unshuffle.default": "ShuffleBuilder",
             "aten.channel_shuffle.default": "ShuffleBuilder",
             "aten.max_pool1d.default": "MaxPoolBuilder", "aten.avg_pool1d.default": "AvgPoolBuilder",
-            "aten.adaptive_avg_pool1d.default": "AdaptivePoolBuilder", "aten.pad.default": "PadBuilder"}
+            "aten.adaptive_avg_pool1d.default": "AdaptivePoolBuilder", "aten.pad.default": "PadBuilder",
+            "aten.cdist.default": "DistanceBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()
