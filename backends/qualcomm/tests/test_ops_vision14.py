@@ -386,10 +386,61 @@ def test_local_response_norm_quantized_matches_qdq_reference(quant_dtype):
     tester.compare_steps(max_step_diff=LRN_BOUNDS[quant_dtype][0], min_exact=LRN_BOUNDS[quant_dtype][1])
 
 
+# ---- im2col (nn.Unfold) -----------------------------------------------------------------------
+
+class UnfoldFamily(nn.Module):
+    """F.unfold of a graph input (no padding; padding, dilation, per-axis stride) and of a conv's
+    channel-last output (read as NHWC: no Transpose back)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return (F.unfold(x, 2), F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+                F.unfold(self.conv(x), 3, padding=1))
+
+
+def unfold_inputs() -> Tuple[torch.Tensor]:
+    return (randn(2, 3, 4, 6, seed=1),)
+
+
+def test_unfold_fp16_exact():
+    """A Gather moves values: equal to eager (fp16 storage of the values aside: 1e-3)."""
+    tester = QnnTester(UnfoldFamily(), unfold_inputs()).run_and_compare(atol=1e-3, rtol=1e-3)
+    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
+    types = tester.payload().op_types()
+    # one Transpose into the conv; the conv output is unfolded channel-last
+    assert types.get("Gather") == 3 and types.get("Pad") == 2 and types.get("Transpose") == 1, types
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_unfold_quantized_matches_qdq_reference(quant_dtype):
+    """Codes are moved, not requantized: the unfolds of the graph input are exact; that of the
+    conv output carries the conv's own difference (8a8w max 1 step; 16a8w max 2, 62.6% exact)."""
+    tester = QuantTester(UnfoldFamily(), unfold_inputs(), quant_dtype)
+    tester.lower().check_fully_delegated().to_executorch().run()
+    tester.compare_steps(max_step_diff=1 if quant_dtype == A8W8 else 2, min_exact=0.6)
+    assert tester.stats[0].max_diff <= 1 and tester.stats[1].max_diff <= 1
+
+
+def test_fold_stays_on_cpu():
+    """col2im (nn.Fold) is not lowered: its ExecuTorch decomposition's index_put(accumulate=True)
+    stays on the CPU with its reason."""
+    class Fold(nn.Module):
+        def forward(self, c):
+            return F.fold(c, (4, 5), 2)
+
+    tester = QnnTester(Fold(), (randn(2, 12, 12, seed=2),)).lower()
+    reasons = " | ".join(tester.partitioner.rejected_nodes.values())
+    assert "accumulate=True is not supported" in reasons, reasons
+
+
 # ---- real QNN ---------------------------------------------------------------------------------
 
 class RealVision(nn.Module):
-    """Small: cdist (p = 2, 1) and pdist, a 3-D max pool with padding and ceil_mode, a uniform
+    """Small: cdist (p = 2, 1) and pdist, unfold (Pad + Gather), a 3-D max pool with padding and ceil_mode, a uniform
     adaptive one, a fused Llama RMSNorm, and grid_sample in every supported mode / padding /
     align_corners."""
 
@@ -399,6 +450,7 @@ class RealVision(nn.Module):
 
     def forward(self, x5, seq, x, grid, grid_aligned, grid_half):
         return (torch.cdist(seq, seq[:, :2]), torch.cdist(seq, seq, p=1.0), torch.pdist(seq[0]),
+                F.unfold(x, 2, padding=1, stride=(1, 2)),
                 F.max_pool3d(x5, (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True),
                 F.adaptive_max_pool3d(x5, (1, 2, 2)), self.norm(seq),
                 F.grid_sample(x, grid, "bilinear", "zeros", align_corners=False),
