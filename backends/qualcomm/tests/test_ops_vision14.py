@@ -17,11 +17,11 @@ import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype, to_edge_transform_and_lower_to_qnn
 from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
-from backends.qualcomm.tests.quant_tester import QuantTester, assert_pt2e_bounds, output_encodings_with_range, \
-    step_stats
-from backends.qualcomm.tests.test_ops_conv import _output_scales
+from backends.qualcomm.tests.quant_tester import QuantTester, compare_with_qdq, step_stats
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import needs_qnn, payload_on_both_engines
+from backends.qualcomm.tests.utils_helpers import (
+    delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
+)
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 nn = torch.nn
@@ -200,16 +200,7 @@ def test_rms_norm_fusion_quantized_matches_qdq_reference(quant_dtype):
     tester = QuantTester(RmsNormBlock(), rms_inputs(), quant_dtype)
     tester.lower().check_fully_delegated().to_executorch().run()
     _assert_fused(tester.payload().op_types())
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings_with_range(tester.module))):
-        stats = step_stats(out, ref, enc[0])
-        label = f"output {i} ({quant_dtype.name}): {stats}"
-        print(label)
-        if i == 0 and enc[2] <= 255:
-            assert stats.max_diff <= RMS_BLOCK_BOUNDS_8BIT[0] and \
-                stats.exact_fraction >= RMS_BLOCK_BOUNDS_8BIT[1], label
-        else:
-            assert_pt2e_bounds(stats, enc[2], label)
+    compare_with_qdq(tester, {0: RMS_BLOCK_BOUNDS_8BIT})
 
 
 # ---- grid_sample ------------------------------------------------------------------------------
@@ -481,13 +472,11 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
         tester.edge = to_edge_transform_and_lower_to_qnn(module, inputs, tester.compile_specs)
     else:
         tester = QuantTester(module, inputs, quant_dtype).lower()
-    assert tester.cpu_nodes() == []
-    blobs = tester.delegate_blobs()
-    assert len(blobs) == 1
+    blob = one_delegate_blob(tester)
     types = tester.payload().op_types()
     assert types.get("PoolMax2d") == 4 and types.get("RmsNorm") == 1 and types.get("GridSample") == 6, types
-    qnn, host = payload_on_both_engines(blobs[0], inputs, module)
-    scales = _output_scales(blobs[0])
+    qnn, host = payload_on_both_engines(blob, inputs, module)
+    scales = delegate_output_scales(blob)
     for i, (q, h) in enumerate(zip(qnn, host)):
         assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape)
         if quant_dtype is None:
