@@ -1,5 +1,7 @@
 """Window pools -> PoolMax2d / PoolAvg2d (1-D pools on a unit height, 2-D) and
-PoolAvg3d (QNN 2.51's HTP has no PoolMax3d: 3-D max pools stay on the CPU). Activations channel-last (NWC / NHWC / NDHWC). torch's ceil_mode becomes explicit
+PoolAvg3d. QNN 2.51's HTP has no PoolMax3d: a 3-D max pool is two PoolMax2d passes (max is
+separable: (H, W) on [N*D, H, W, C], then D on [N, D, H'*W', C], joined by Reshapes that move no
+data in channel-last). Activations channel-last (NWC / NHWC / NDHWC). torch's ceil_mode becomes explicit
 extra bottom / right padding (QNN pads never win a max and are not counted by an average without
 count_pad_for_edges), so torch's "last window must start inside the input" rule holds exactly."""
 from __future__ import annotations
@@ -26,7 +28,7 @@ _aten = exir_ops.edge.aten
 # Spatial dims of each op's input (1: rank 3, 2: rank 4, 3: rank 5).
 POOL_SPATIAL = {
     _aten.max_pool1d.default: 1, _aten.max_pool2d.default: 2, _aten.max_pool2d_with_indices.default: 2,
-    _aten.max_pool3d_with_indices.default: 3,  # rejected: NO_POOL_MAX_3D
+    _aten.max_pool3d_with_indices.default: 3,  # two PoolMax2d passes (add_max_pool3d)
     _aten.avg_pool1d.default: 1, _aten.avg_pool2d.default: 2, _aten.avg_pool3d.default: 3,
 }
 _AVG = (_aten.avg_pool1d.default, _aten.avg_pool2d.default, _aten.avg_pool3d.default)
@@ -109,9 +111,8 @@ def _overhangs(node: torch.fx.Node, spatial: int) -> bool:
 
 
 # Measured on QNN 2.51's HTP (x86 emulation, fp16): op validation of PoolMax3d fails with 3110
-# "OpValidator not found"; PoolAvg3d with count_pad_for_edges and padding differs from torch by
+# "OpValidator not found" (hence add_max_pool3d); PoolAvg3d with count_pad_for_edges and padding differs from torch by
 # up to 0.37 on N(0,1) inputs (without padding, or without count_pad_for_edges: 2.4e-7).
-NO_POOL_MAX_3D = "3-D max pooling: QNN 2.51's HTP has no PoolMax3d (op validation 3110 'OpValidator not found')"
 AVG_3D_COUNT_PAD = ("3-D average pooling counting padding (count_include_pad / divisor_override with padding): "
                     "QNN 2.51's PoolAvg3d gets it wrong (max error 0.37 measured)")
 
@@ -134,14 +135,32 @@ def avg_options(node: torch.fx.Node, spatial: int) -> SupportResult:
 
 
 def max_options(node: torch.fx.Node, spatial: int) -> SupportResult:
-    if spatial == 3:
-        return False, NO_POOL_MAX_3D
     dilation = int_list(arg(node, 4, "dilation", 1), spatial, 1)
     if any(d != 1 for d in dilation):
         return False, f"dilation {dilation} is not supported (QNN's PoolMax has no dilation parameter)"
     if node.target in _WITH_INDICES or node.target in [t._op for t in _WITH_INDICES]:
         return only_values_used(node)
     return SUPPORTED
+
+
+def add_max_pool3d(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, window: Window) -> None:
+    """max over (kd, kh, kw) = max over kd of the max over (kh, kw): PoolMax2d of [N*D, H, W, C]
+    over (H, W), then PoolMax2d of [N, D, H'*W', C] over (D, 1). QNN's pads never win a max, so
+    padding and ceil_mode's overhang stay per axis. Quantized: every tensor has the input's
+    encoding (max moves values only)."""
+    n, d, h, w, c = x.dims
+    out = gb.define_output(node)
+    _, d_out, h_out, w_out, _ = out.dims
+    planes = reshape(gb, node, x, [n * d, h, w, c], "planes")
+    pooled = gb.like(out, f"{node.name}_hw", [n * d, h_out, w_out, c])
+    gb.add_op(node, "PoolMax2d", [planes], [pooled],
+              Window(window.kernel[1:], window.stride[1:], window.pads[1:]).params(), suffix="hw")
+    columns = reshape(gb, node, pooled, [n, d, h_out * w_out, c], "depth_columns")
+    depth = gb.like(out, f"{node.name}_d", [n, d_out, h_out * w_out, c])
+    gb.add_op(node, "PoolMax2d", [columns], [depth],
+              Window([window.kernel[0], 1], [window.stride[0], 1], [window.pads[0], [0, 0]]).params(),
+              suffix="depth")
+    gb.add_op(node, "Reshape", [depth], [out], suffix="view_back")
 
 
 def to_qnn_view(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, spatial: int) -> QnnTensor:
@@ -173,7 +192,8 @@ class MaxPoolBuilder(_PoolBuilder):
                _aten.max_pool3d_with_indices.default]
     keep_whole = [_aten.max_pool1d.default]
     quant_annotations = dict.fromkeys(aten_ops(
-        "max_pool1d.default", "max_pool2d.default", "max_pool2d_with_indices.default"), QuantFamily.SHARED)
+        "max_pool1d.default", "max_pool2d.default", "max_pool2d_with_indices.default", "max_pool3d.default",
+        "max_pool3d_with_indices.default"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         spatial = spatial_of(node)
@@ -183,6 +203,9 @@ class MaxPoolBuilder(_PoolBuilder):
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         spatial = spatial_of(node)
         x = to_qnn_view(gb, node, gb.tensor(node.args[0], LAYOUT_CHANNEL_LAST), spatial)
+        if spatial == 3:
+            add_max_pool3d(gb, node, x, window_of(node, spatial))
+            return
         add_pool(gb, node, "Max", spatial, x, window_of(node, spatial).params())
 
 

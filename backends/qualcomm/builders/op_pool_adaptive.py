@@ -1,6 +1,7 @@
 """Adaptive pools (QNN has none): window i of an axis of length n pooled to o covers
 [floor(i*n/o), ceil((i+1)*n/o)). When every axis's windows have one size and one step, that is
-a PoolAvg / PoolMax (2-D for 1-D on a unit height and 2-D, 3-D); to a single element, a
+a PoolAvg / PoolMax (2-D for 1-D on a unit height and 2-D, 3-D; 3-D max: two PoolMax2d
+passes); to a single element, a
 ReduceMean / ReduceMax over the spatial axes; otherwise each axis in turn is
 cut into its windows (StridedSlice), reduced (ReduceMean / ReduceMax, keep_dims) and
 concatenated: a mean over a box is the mean over one axis of the means over the others."""
@@ -13,7 +14,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_pool import (
-    NO_POOL_MAX_3D, Window, add_pool, check_rank, only_values_used, to_qnn_view, unit_height,
+    Window, add_max_pool3d, add_pool, check_rank, only_values_used, to_qnn_view, unit_height,
 )
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
@@ -75,15 +76,6 @@ def _size_check(node: torch.fx.Node) -> SupportResult:
     return SUPPORTED
 
 
-def _no_max_3d_pool(node: torch.fx.Node) -> SupportResult:
-    """No PoolMax3d on HTP: 3-D adaptive max pools are always sliced (or global)."""
-    axes = _axes(node)
-    sliced = sum(o for n, o in axes if o != n)
-    if all(o == 1 for _, o in axes) or sliced <= MAX_SLICED_WINDOWS:
-        return SUPPORTED
-    return False, f"{NO_POOL_MAX_3D}, and {sliced} slices exceed the limit {MAX_SLICED_WINDOWS}"
-
-
 @register_builder
 class AdaptivePoolBuilder(NodeBuilder):
     targets = list(_SPATIAL)
@@ -104,8 +96,6 @@ class AdaptivePoolBuilder(NodeBuilder):
         checks = [lambda: check_float_io(node), lambda: check_rank(node, spatial), lambda: _size_check(node)]
         if kind == "Max":
             checks.append(lambda: only_values_used(node))
-        if kind == "Max" and spatial == 3:
-            checks.append(lambda: _no_max_3d_pool(node))
         return first_failure(*checks)
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
@@ -117,7 +107,7 @@ class AdaptivePoolBuilder(NodeBuilder):
                       [uint32_tensor("axes", list(range(1, spatial + 1))), bool_scalar("keep_dims", True)])
             return
         pools = [uniform(n, o) for n, o in axes]
-        if all(pools) and (kind, spatial) != ("Max", 3):  # no PoolMax3d on HTP
+        if all(pools):
             self._pool(gb, node, kind, spatial, x, pools)
             return
         out = gb.define_output(node)
@@ -132,6 +122,9 @@ class AdaptivePoolBuilder(NodeBuilder):
         kernel, stride = [k for k, _ in pools], [s for _, s in pools]
         window = Window(unit_height(kernel, 1, spatial), unit_height(stride, 1, spatial),
                         [[0, 0]] * (3 if spatial == 3 else 2))
+        if (kind, spatial) == ("Max", 3):  # no PoolMax3d on HTP
+            add_max_pool3d(gb, node, x, window)
+            return
         params = window.params()
         if kind == "Avg":
             params.append(bool_scalar("count_pad_for_edges", False))

@@ -20,6 +20,7 @@ from torch._ops import OpOverload
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer
 
+from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
 from backends.qualcomm.quantizer import block_sizes
 from backends.qualcomm.quantizer.annotators import (
     CONV_OPS, LINEAR_OPS, annotate_weighted, annotator_for, is_annotated, supported_ops,
@@ -225,5 +226,7 @@ class QnnQuantizer(Quantizer):
         return None
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
-        """scaled_dot_product_attention -> matmul / softmax / elementwise ops (decompose_sdpa.py)."""
+        """scaled_dot_product_attention -> matmul / softmax / elementwise ops (decompose_sdpa.py);
+        a hand-written RMSNorm -> one rms_norm (annotated as a whole, _passes/fuse_rms_norm.py)."""
+        fuse_rms_norm(model)
         return decompose_sdpa(model)

@@ -177,6 +177,15 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     "GroupNormBuilder": (lambda: torch.nn.GroupNorm(2, 4), inputs_of((2, 4, 3, 5))),
     "InstanceNormBuilder": (lambda: torch.nn.InstanceNorm2d(4, affine=True), inputs_of((2, 4, 3, 5))),
     "RmsNormBuilder": (lambda: torch.nn.RMSNorm([5]), inputs_of((2, 3, 5))),
+    "GridSampleBuilder": (lambda: _outputs(
+        lambda x, g: torch.nn.functional.grid_sample(x, g * 0.6, align_corners=False),
+        lambda x, g: torch.nn.functional.grid_sample(x, g, "bilinear", "border", align_corners=True)),
+        inputs_of((1, 3, 4, 5), (1, 3, 2, 2))),
+    "DistanceBuilder": (lambda: _outputs(lambda a, b: torch.cdist(a, b), lambda a, b: torch.pdist(b[0], p=1.0)),
+                        inputs_of((1, 4, 3), (1, 5, 3))),
+    "Im2ColBuilder": (lambda: _outputs(lambda x: torch.nn.functional.unfold(x, 2),
+                                       lambda x: torch.nn.functional.unfold(x, 3, padding=1, stride=2)),
+                      inputs_of((1, 3, 4, 5))),
 }
 # Builders of quantized graphs only: covered by test_quantized_builders_lower_and_run.
 QUANT_ONLY_BUILDERS = {"QuantizeBuilder", "DequantizeBuilder"}
@@ -422,7 +431,8 @@ class TestOpsKeptWhole:
             "aten.pixel_shuffle.default": "ShuffleBuilder", "aten.pixel_unshuffle.default": "ShuffleBuilder",
             "aten.channel_shuffle.default": "ShuffleBuilder",
             "aten.max_pool1d.default": "MaxPoolBuilder", "aten.avg_pool1d.default": "AvgPoolBuilder",
-            "aten.adaptive_avg_pool1d.default": "AdaptivePoolBuilder", "aten.pad.default": "PadBuilder"}
+            "aten.adaptive_avg_pool1d.default": "AdaptivePoolBuilder", "aten.pad.default": "PadBuilder",
+            "aten.cdist.default": "DistanceBuilder", "aten.im2col.default": "Im2ColBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()

@@ -8,6 +8,7 @@ from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_trans
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
+from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
 from backends.qualcomm._passes.pass_manager import edge_transform_passes
 from backends.qualcomm.utils.compile_spec import options_from_compile_specs
 from backends.qualcomm.utils.weight_sharing import share_weights_across_methods, with_graph_name
@@ -16,7 +17,9 @@ from backends.qualcomm.utils.weight_sharing import share_weights_across_methods,
 def _export(module: torch.nn.Module, inputs: Tuple, dynamic_shapes=None) -> ExportedProgram:
     if isinstance(module, torch.nn.Module) and not isinstance(module, torch.fx.GraphModule):
         module = module.eval()  # exported/converted (PT2E) GraphModules refuse eval()
-    return torch.export.export(module, tuple(inputs), dynamic_shapes=dynamic_shapes, strict=False)
+    program = torch.export.export(module, tuple(inputs), dynamic_shapes=dynamic_shapes, strict=False)
+    fuse_rms_norm(program.graph_module)  # before to_edge: eps is still a scalar there
+    return program
 
 
 def _as_method_dict(module, inputs) -> Tuple[Dict[str, torch.nn.Module], Dict[str, Tuple]]:
