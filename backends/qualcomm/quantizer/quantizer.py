@@ -25,6 +25,7 @@ from backends.qualcomm.quantizer import block_sizes
 from backends.qualcomm.quantizer.annotators import (
     CONV_OPS, LINEAR_OPS, annotate_weighted, annotator_for, is_annotated, supported_ops,
 )
+from backends.qualcomm.quantizer.batch_stats_norm import rewrite_batch_stats_norms
 from backends.qualcomm.quantizer.decompose_sdpa import decompose_sdpa
 from backends.qualcomm.quantizer.module_config import (  # noqa: F401 (upstream's names here)
     ModuleQConfig, get_submodule_name_predicate, get_submodule_type_predicate, module_matches,
@@ -227,6 +228,7 @@ class QnnQuantizer(Quantizer):
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         """scaled_dot_product_attention -> matmul / softmax / elementwise ops (decompose_sdpa.py);
-        a hand-written RMSNorm -> one rms_norm (annotated as a whole, _passes/fuse_rms_norm.py)."""
+        a hand-written RMSNorm -> one rms_norm (annotated as a whole, _passes/fuse_rms_norm.py);
+        batch norms with batch statistics -> _native_batch_norm_legit.no_stats (batch_stats_norm.py)."""
         fuse_rms_norm(model)
-        return decompose_sdpa(model)
+        return rewrite_batch_stats_norms(decompose_sdpa(model))
