@@ -278,3 +278,34 @@ def test_real_qnn_integer_convs_match_host(real_qnn, quant_dtype):
         stats = step_stats(q, h, output_encodings_with_range(tester.module)[i][0])
         print(i, stats)
         assert stats.max_diff <= bounds[0] and stats.exact_fraction >= bounds[1], f"output {i}: {stats}"
+
+
+# ---- LPBQ weights and transposed convs ----------------------------------------------------------
+
+def test_transposed_conv_lpbq_rejected_with_reason():
+    """16a4w_block: a block size for a transposed conv is refused with the reason
+    (TRANSPOSED_LPBQ_REASON); without one the transposed convs lower with 4-bit weights per
+    output channel (no BLOCKWISE_EXPANSION), the conv2d next to them with LPBQ weights."""
+    from backends.qualcomm.quantizer.block_sizes import TRANSPOSED_LPBQ_REASON
+
+    class UpConv(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.up = nn.ConvTranspose2d(16, 8, 2, stride=2)
+            self.conv = nn.Conv2d(8, 4, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv(self.up(x))
+
+    inputs = (randn(1, 16, 3, 3, seed=13),)
+    with pytest.raises(ValueError, match="not supported for transposed convolutions"):
+        QuantTester(UpConv(), inputs, QuantDtype.use_16a4w_block, block_size_map={"conv_transpose2d": 8})
+    assert "Cout/group" in TRANSPOSED_LPBQ_REASON
+    tester = QuantTester(UpConv(), inputs, QuantDtype.use_16a4w_block)
+    tester.run_and_compare_steps()
+    summary = tester.payload()
+    tensors = {t.name: t for t in summary.tensors}
+    weights = {op.type: tensors[op.inputs[1]].quant for op in summary.ops if op.type in ("TransposeConv2d", "Conv2d")}
+    assert "axis=3" in weights["TransposeConv2d"] and "BLOCK" not in weights["TransposeConv2d"].upper(), weights
+    assert "BLOCK" in weights["Conv2d"].upper(), weights
