@@ -24,6 +24,7 @@ class ConcatBuilder(NodeBuilder):
     quant_annotations = dict.fromkeys(aten_ops("cat.default"),
                                       QuantFamily.SHARED)
     layout_policy = LayoutPolicy.AGNOSTIC
+    channel_last_any_rank = True  # every input has the output's rank: concat on the stored axis
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_data_io(node)

@@ -28,13 +28,14 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, node_val, register_builder,
+    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, node_val,
+    register_builder,
 )
 from backends.qualcomm.builders.op_logic import number_operand, padded_rank
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
-from backends.qualcomm.builders.utils import is_quantized, reshape
+from backends.qualcomm.builders.utils import input_layout, is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType
-from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
+from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST, QCOM_QUANT_ATTRS
 
 _aten = exir_ops.edge.aten
 
@@ -168,6 +169,11 @@ def writes_quantized(node: torch.fx.Node) -> bool:
     return is_quantized(node) or (bool(node.users) and all(is_quantize(u) for u in node.users))
 
 
+# Ops whose Prelu runs in either layout (the slope is one value, or per channel on the stored
+# channel axis).
+_SLOPE_OPS = (_aten.leaky_relu.default, _aten.prelu.default)
+
+
 @register_builder
 class DecomposedMathBuilder(NodeBuilder):
     targets = [_aten.clamp.Tensor, _aten.reciprocal.default, _aten.leaky_relu.default,
@@ -178,6 +184,13 @@ class DecomposedMathBuilder(NodeBuilder):
                  "log2.default", "log10.default", "expm1.default", "log1p.default", "tan.default", "sinh.default",
                  "cosh.default", "asinh.default", "acosh.default", "atanh.default", "acos.default", "atan2.default"),
         QuantFamily.COMPUTE)
+    # leaky_relu / prelu run in the layout of their input (conv -> leaky_relu -> conv keeps
+    # channel-last); the other decompositions read channel-first tensors.
+    layout_policy = LayoutPolicy.AGNOSTIC
+    channel_last_any_rank = True
+
+    def supports_channel_last(self, node: torch.fx.Node) -> bool:
+        return node.target in _SLOPE_OPS
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)
@@ -213,7 +226,7 @@ class DecomposedMathBuilder(NodeBuilder):
         if node.target in _RECIPES:
             self._decomposition(gb, node)
             return
-        x = gb.tensor(node.args[0])
+        x = gb.tensor(node.args[0], input_layout(node))
         out = gb.define_output(node)
         if node.target == _aten.prelu.default:
             gb.add_op(node, "Prelu", [x, self._channel_slope(gb, node, len(x.dims))], [out])
@@ -243,10 +256,13 @@ class DecomposedMathBuilder(NodeBuilder):
         gb.add_op(node, "Quantize", [result], [out], suffix="quantize")
 
     def _channel_slope(self, gb: GraphBuilder, node: torch.fx.Node, rank: int) -> QnnTensor:
-        """prelu's weight ([C] or [1]) shaped [1, C, 1, ...] to broadcast along axis 1."""
+        """prelu's weight ([C] or [1]) shaped [1, C, 1, ...] to broadcast along axis 1 (a
+        channel-last input: [1, ..., 1, C])."""
         weight = gb.tensor(node.args[1])
         count = int(np.prod(weight.dims)) if weight.dims else 1
         dims = [1] * rank if count == 1 or rank < 2 else [1, count] + [1] * (rank - 2)
+        if count > 1 and rank >= 2 and input_layout(node) == LAYOUT_CHANNEL_LAST:
+            dims = [1] * (rank - 1) + [count]
         if list(weight.dims) == dims:
             return weight
         if weight.type == TensorType.STATIC:

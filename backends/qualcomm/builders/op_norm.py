@@ -38,6 +38,14 @@ _UNIT_GAMMA_ATTRS = {8: QuantAttrs(1.0, 0, 0, 255, torch.uint8),
                      16: QuantAttrs(1.0, 0, -32768, 32767, torch.int16)}
 
 
+def _unit_gamma_attrs(node: torch.fx.Node) -> QuantAttrs:
+    """The encoding of an absent gamma; InstanceNorm's is uint8 whatever the activations (QNN's
+    HTP refuses a 16-bit or signed gamma there, as for a given gamma: annotators.py)."""
+    if node.target in (_INSTANCE_NORM, _BATCH_STATS_NORM):
+        return _UNIT_GAMMA_ATTRS[8]
+    return _UNIT_GAMMA_ATTRS[node.meta[QCOM_QUANT_ATTRS].bitwidth]
+
+
 def _float_data(gb: GraphBuilder, node: object, what: str) -> np.ndarray:
     data = gb.constant_data(node)
     if data is None:
@@ -59,7 +67,7 @@ def affine_input(gb: GraphBuilder, node: torch.fx.Node, arg: object, shape, fill
         return gb.quantized_static(arg.name, array, attrs) if attrs is not None else gb.static_tensor(arg.name, array)
     if not is_quantized(node):
         return gb.static_tensor(f"{node.name}_{name}", np.full(shape, fill, dtype=np.float32))
-    attrs = _UNIT_GAMMA_ATTRS[node.meta[QCOM_QUANT_ATTRS].bitwidth] if name == "gamma" else ZERO_INT32_ATTRS
+    attrs = _unit_gamma_attrs(node) if name == "gamma" else ZERO_INT32_ATTRS
     return gb.quantized_static(f"{node.name}_{name}", np.full(shape, fill, dtype=np.int64), attrs)
 
 
@@ -206,7 +214,10 @@ class InstanceNormBuilder(NodeBuilder):
 
     targets = [_INSTANCE_NORM, _BATCH_STATS_NORM]
     keep_whole = [_INSTANCE_NORM]
-    quant_annotations = dict.fromkeys(aten_ops("instance_norm.default"), QuantFamily.LAYER_NORM)
+    # _native_batch_norm_legit.no_stats: QnnQuantizer's form of a batch-statistics batch_norm
+    # (quantizer/batch_stats_norm.py)
+    quant_annotations = dict.fromkeys(aten_ops("instance_norm.default", "_native_batch_norm_legit.no_stats"),
+                                      QuantFamily.LAYER_NORM)
     layout_policy = LayoutPolicy.SENSITIVE
     channel_last_ranks = (3, 4)
 

@@ -179,7 +179,20 @@ def fixed_output_spec(node: Node, config: QuantConfig) -> Optional[FixedQParamsQ
 
 # Positions of gamma and beta in the norms' args: layer_norm(x, shape, gamma, beta),
 # group_norm(x, groups, gamma, beta), rms_norm(x, shape, gamma, eps); instance_norm(x, gamma, beta, ..).
-_NORM_AFFINE_ARGS = {op: (1, 2) for op in aten_ops("instance_norm.default")}
+_NORM_AFFINE_ARGS = {op: (1, 2) for op in aten_ops("instance_norm.default", "_native_batch_norm_legit.no_stats")}
+
+
+# Norms whose QNN op is InstanceNorm: with 16-bit activations QNN 2.51's HTP refuses a 16-bit or
+# a signed gamma (validation 3110 'Unsupported input/output datatypes': UFIXED_POINT_16 input with
+# SFIXED_POINT_16 or SFIXED_POINT_8 gamma) and takes a uint8 one (qconfig instance_norm_weight).
+INSTANCE_NORM_OPS = aten_ops("instance_norm.default", "_native_batch_norm_legit.no_stats")
+
+
+def _norm_gamma_spec(node: Node, config: QuantConfig):
+    """gamma's spec: the layer-norm gamma of the dtype; InstanceNorm's with 16-bit activations."""
+    if node.target in INSTANCE_NORM_OPS and config.instance_norm_weight is not None:
+        return config.instance_norm_weight
+    return config.norm_weight or config.input_activation
 
 
 def annotate_layer_norm(node: Node, config: QuantConfig) -> None:
@@ -194,9 +207,16 @@ def annotate_layer_norm(node: Node, config: QuantConfig) -> None:
     beta = node.args[b_at] if len(node.args) > b_at else None
     inputs: Dict[Node, object] = {x: config.input_activation}
     if isinstance(gamma, Node) and _float_output(gamma):
-        inputs[gamma] = config.norm_weight or config.input_activation
+        inputs[gamma] = _norm_gamma_spec(node, config)
     if isinstance(beta, Node) and _float_output(beta) and config.norm_bias is not None:
         inputs[beta] = config.norm_bias
+    if _tensor_list_output(node):  # (output, mean, rstd) of a batch-statistics norm: output 0 only
+        node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=inputs, _annotated=True)
+        for user in node.users:
+            if user.target is operator.getitem and user.args[1] == 0:
+                user.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(output_qspec=config.output_activation,
+                                                                     _annotated=True)
+        return
     _set(node, inputs, config.output_activation)
 
 

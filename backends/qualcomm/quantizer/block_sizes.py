@@ -59,13 +59,28 @@ def weight_block_size(node: Node, block: BlockSize) -> Tuple[int, ...]:
     return tuple(block)
 
 
-def check_names(block_size_map: Dict[str, BlockSize], nodes: Dict[str, Node], weighted: Iterable[object]) -> None:
-    """Every entry names a conv/linear node of the graph."""
-    weighted = set(weighted)
+# Why a transposed conv takes no LPBQ weights (it keeps per-output-channel weights of the
+# dtype's width, 4-bit under 16a4w_block).
+TRANSPOSED_LPBQ_REASON = (
+    "LPBQ (block) weights are not supported for transposed convolutions: their weight [Cin, "
+    "Cout/group, k..] has its blocks along Cin (axis 0) and its per-channel scales along Cout "
+    "(axis 1), and neither the LPBQ observer nor the BLOCKWISE_EXPANSION lowering handles that "
+    "layout (QNN's LPBQ is only measured correct on FullyConnected); under 16a4w_block they keep "
+    "4-bit per-output-channel weights")
+
+
+def check_names(block_size_map: Dict[str, BlockSize], nodes: Dict[str, Node], weighted: Iterable[object],
+                transposed: Iterable[object] = ()) -> None:
+    """Every entry names a conv/linear node of the graph (not a transposed conv)."""
+    weighted, transposed = set(weighted), set(transposed)
     names = {n for n, node in nodes.items() if node.target in weighted}
     missing = [n for n in block_size_map if n not in nodes]
     if missing:
         raise unknown_node_error(missing, names)
+    refused = [n for n in block_size_map if nodes[n].target in transposed]
+    if refused:
+        raise ValueError(f"set_block_size_map: node(s) {', '.join(repr(n) for n in refused)}: "
+                         f"{TRANSPOSED_LPBQ_REASON}")
     wrong = [n for n in block_size_map if n not in names]
     if wrong:
         raise ValueError(f"set_block_size_map: node(s) {', '.join(repr(n) for n in wrong)} are not "

@@ -89,6 +89,9 @@ class QuantConfig:
     norm_bias: Optional[QuantizationSpec] = None       # layer_norm beta (int32, own range)
     # per output channel of a transposed conv's weight [Cin, Cout/group, k..] (axis 1)
     weight_per_channel_axis1: Optional[QuantizationSpec] = None
+    # instance_norm gamma with 16-bit activations: uint8 symmetric (zero point 128; QNN's HTP
+    # InstanceNorm refuses a 16-bit or a signed gamma); None: norm_weight
+    instance_norm_weight: Optional[QuantizationSpec] = None
 
 
 def act_range(bits: int) -> Tuple[torch.dtype, int, int]:
@@ -227,6 +230,7 @@ def make_quant_config(quant_dtype: QuantDtype, is_qat: bool = False, is_conv_per
         bias=_own_range_bias_spec(is_qat, eps) if row.weight_bits == 16 else None,
         norm_weight=_norm_weight_spec(row.act_bits, act, is_qat, eps) if act is not None else None,
         norm_bias=_own_range_bias_spec(is_qat, eps) if act is not None else None,
+        instance_norm_weight=_act_spec(8, MinMaxObserver, is_qat, True, eps) if row.act_bits == 16 else None,
     )
 
 

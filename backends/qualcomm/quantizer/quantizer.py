@@ -23,8 +23,9 @@ from torchao.quantization.pt2e.quantizer import Quantizer
 from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
 from backends.qualcomm.quantizer import block_sizes
 from backends.qualcomm.quantizer.annotators import (
-    CONV_OPS, LINEAR_OPS, annotate_weighted, annotator_for, is_annotated, supported_ops,
+    CONV_OPS, LINEAR_OPS, TRANSPOSED_CONV_OPS, annotate_weighted, annotator_for, is_annotated, supported_ops,
 )
+from backends.qualcomm.quantizer.batch_stats_norm import rewrite_batch_stats_norms
 from backends.qualcomm.quantizer.decompose_sdpa import decompose_sdpa
 from backends.qualcomm.quantizer.module_config import (  # noqa: F401 (upstream's names here)
     ModuleQConfig, get_submodule_name_predicate, get_submodule_type_predicate, module_matches,
@@ -199,7 +200,7 @@ class QnnQuantizer(Quantizer):
     # ---- Quantizer API ------------------------------------------------------------------
     def annotate(self, model: GraphModule) -> GraphModule:
         nodes = {n.name: n for n in model.graph.nodes}
-        block_sizes.check_names(self.block_size_map, nodes, CONV_OPS + LINEAR_OPS)
+        block_sizes.check_names(self.block_size_map, nodes, CONV_OPS + LINEAR_OPS, TRANSPOSED_CONV_OPS)
         rules = self._resolved_rules()
         for node in model.graph.nodes:
             if node.op != "call_function" or is_annotated(node) or self._skipped(node):
@@ -227,6 +228,7 @@ class QnnQuantizer(Quantizer):
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         """scaled_dot_product_attention -> matmul / softmax / elementwise ops (decompose_sdpa.py);
-        a hand-written RMSNorm -> one rms_norm (annotated as a whole, _passes/fuse_rms_norm.py)."""
+        a hand-written RMSNorm -> one rms_norm (annotated as a whole, _passes/fuse_rms_norm.py);
+        batch norms with batch statistics -> _native_batch_norm_legit.no_stats (batch_stats_norm.py)."""
         fuse_rms_norm(model)
-        return decompose_sdpa(model)
+        return rewrite_batch_stats_norms(decompose_sdpa(model))

@@ -1,5 +1,7 @@
 #include "backends/qualcomm/runtime/engine/ActivationFusion.h"
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -42,15 +44,17 @@ bool single_id(const flatbuffers::Vector<uint32_t>* ids, size_t n, uint32_t& id)
   return true;
 }
 
-// Whether saturating to `t`'s encoding already clamps to [lo, hi] (ReLU6 observed up
-// to 6 has a scale of f32(6 / 255), and 255 * scale may be a hair above 6).
-bool encoding_within(const TensorInfo& t, float lo, float hi) {
-  if (!t.quant.per_tensor()) return false;
+// The codes of `t`'s encoding that [lo, hi] keeps: round(bound / scale) - offset, within
+// the data type's range (ReLU6 observed up to 6 has a scale of f32(6 / 255), and 255 *
+// scale may be a hair above 6: a bound within half a step quantizes to the end code).
+void clamp_codes(const TensorInfo& t, float lo, float hi, int64_t& cmin, int64_t& cmax) {
   const double s = t.quant.scale, o = t.quant.offset;
-  const double real_min = s * (double(quant_min(t)) + o);
-  const double real_max = s * (double(quant_max(t)) + o);
-  const double half_step = 0.5 * s;  // a bound within half a step quantizes to the end code
-  return real_min >= double(lo) - half_step && real_max <= double(hi) + half_step;
+  cmin = quant_min(t);
+  cmax = quant_max(t);
+  if (!(s > 0.0)) return;
+  const double code_lo = std::nearbyint(double(lo) / s) - o, code_hi = std::nearbyint(double(hi) / s) - o;
+  if (std::isfinite(code_lo) && code_lo > double(cmin)) cmin = code_lo > double(cmax) ? cmax : int64_t(code_lo);
+  if (std::isfinite(code_hi) && code_hi < double(cmax)) cmax = code_hi < double(cmin) ? cmin : int64_t(code_hi);
 }
 
 } // namespace
@@ -62,6 +66,8 @@ ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph,
   const size_t num_ops = ops ? ops->size() : 0, n = tensors.size();
   f.activation_of.assign(num_ops, -1);
   f.producer_of.assign(num_ops, -1);
+  f.clamp_min.assign(num_ops, INT64_MIN);
+  f.clamp_max.assign(num_ops, INT64_MAX);
   std::vector<int64_t> reader(n, -1);  // the one op reading a tensor; -2 = several
   for (size_t i = 0; i < num_ops; ++i) {
     const auto* ins = ops->Get(i)->inputs();
@@ -83,9 +89,10 @@ ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph,
     const TensorInfo& y = tensors[out];
     const bool readable = m.kind == TensorKind::APP_READ;
     if ((m.kind != TensorKind::NATIVE && !readable) || !is_quant_activation(m) || !is_quant_activation(y) ||
-        m.dtype != y.dtype || !encoding_within(y, lo, hi)) {
+        m.dtype != y.dtype || !y.quant.per_tensor()) {
       continue;
     }
+    clamp_codes(y, lo, hi, f.clamp_min[static_cast<size_t>(j)], f.clamp_max[static_cast<size_t>(j)]);
     if (!readable) f.activation_of[i] = j;
     f.producer_of[static_cast<size_t>(j)] = int64_t(i);
   }

@@ -102,6 +102,14 @@ Status GraphExecutor::make_view(const ::qnn_delegate::Op* op, size_t index, OpVi
   return Status::Ok();
 }
 
+const TensorInfo* GraphExecutor::clamped_output(const ActivationFusion& fusion, size_t act,
+                                                const ::qnn_delegate::Op* act_op, TensorInfo& clamped) const {
+  clamped = tensors_[act_op->outputs()->Get(0)];
+  clamped.clamp_min = fusion.clamp_min[act];
+  clamped.clamp_max = fusion.clamp_max[act];
+  return &clamped;
+}
+
 Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
   const size_t n = tensors_.size();
   std::vector<bool> produced(n, false);
@@ -123,18 +131,19 @@ Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
       continue;
     }
     OpView view;
+    TensorInfo clamped;  // a fused activation's output with its clamp codes (this step's view)
     if (producer >= 0) {  // run the producer again, into this activation's output
       const ::qnn_delegate::Op* p = ops->Get(static_cast<size_t>(producer));
       std::vector<bool> inputs_only(produced);
       inputs_only[p->outputs()->Get(0)] = false;  // produced once already, by the producer's step
       QNN_RETURN_IF_ERROR(make_view(p, i, view, inputs_only));
-      view.outputs[0] = &tensors_[op->outputs()->Get(0)];
+      view.outputs[0] = clamped_output(fusion, i, op, clamped);
     } else {
       QNN_RETURN_IF_ERROR(make_view(op, i, view, produced));
     }
     if (fusion.activation_of[i] >= 0) {  // write the activation's output directly
-      const auto* act = ops->Get(static_cast<size_t>(fusion.activation_of[i]));
-      view.outputs[0] = &tensors_[act->outputs()->Get(0)];
+      const size_t act = static_cast<size_t>(fusion.activation_of[i]);
+      view.outputs[0] = clamped_output(fusion, act, ops->Get(act), clamped);
     }
     auto it = registry.find(view.type);
     if (it == registry.end()) {

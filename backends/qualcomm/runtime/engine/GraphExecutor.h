@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/qualcomm/runtime/engine/ActivationFusion.h"
 #include "backends/qualcomm/runtime/engine/Allocator.h"
 #include "backends/qualcomm/runtime/engine/Kernel.h"
 #include "backends/qualcomm/runtime/engine/Status.h"
@@ -73,6 +74,9 @@ class GraphExecutor {
   Status make_view(const ::qnn_delegate::Op* op, size_t index, OpView& view,
                    std::vector<bool>& produced);
   void add_fused_activation_step(const ::qnn_delegate::Op* op);
+  // `clamped` = the output of activation op `act` with the codes its fused clamp keeps.
+  const TensorInfo* clamped_output(const ActivationFusion& fusion, size_t act, const ::qnn_delegate::Op* act_op,
+                                   TensorInfo& clamped) const;
   uint32_t fp16_shadow_of(uint32_t id);
   Status plan_and_allocate();
   void release_io_pointers();

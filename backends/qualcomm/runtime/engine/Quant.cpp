@@ -224,13 +224,13 @@ bool is_quant_activation(const TensorInfo& t) {
 int64_t quant_min(const TensorInfo& t) {
   int64_t lo, hi;
   range_of(t.dtype, t.quant.bitwidth, lo, hi);
-  return lo;
+  return lo > t.clamp_min ? lo : t.clamp_min;
 }
 
 int64_t quant_max(const TensorInfo& t) {
   int64_t lo, hi;
   range_of(t.dtype, t.quant.bitwidth, lo, hi);
-  return hi;
+  return hi < t.clamp_max ? hi : t.clamp_max;
 }
 
 Status load_quant_info(const ::qnn_delegate::QuantizeParams* p, const std::string& graph,

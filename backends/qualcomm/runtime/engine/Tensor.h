@@ -28,6 +28,9 @@ struct TensorInfo {
   // Graph inputs / outputs: the ExecuTorch dim order of the caller's tensor (`dims` are the
   // logical dims in this order). Empty = contiguous.
   std::vector<uint8_t> dim_order;
+  // Codes a fused activation clamps this tensor to (quant_min / quant_max narrow to them): set
+  // on the view of a producer that writes a Relu / ReluMinMax output whose encoding is wider.
+  int64_t clamp_min = INT64_MIN, clamp_max = INT64_MAX;
 
   size_t rank() const { return dims.size(); }
   bool is_float() const { return dtype == DType::FLOAT_32; }

@@ -1,5 +1,5 @@
-// Conv3d, TransposeConv2d and TransposeConv3d (float; quantized tensors run
-// them on dequantized inputs through QuantDispatch). Channel-last activations
+// Conv3d, TransposeConv2d and TransposeConv3d in float (integer kernels for
+// quantized activations: conv_nd_quant.cpp). Channel-last activations
 // [N, (D,) H, W, C]; weights [(KD,) KH, KW, Cin/group, Cout] for Conv3d and
 // [(KD,) KH, KW, Cin, Cout/group] for the transposed convs (QNN's layouts).
 // One geometry for 2 and 3 spatial dims (2-D: a unit depth). Direct loops
@@ -7,31 +7,11 @@
 // input pixels that reach an output pixel), no allocation at execute.
 #include <algorithm>
 
-#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+#include "backends/qualcomm/runtime/engine/kernels/ConvNdGeometry.h"
 
 namespace qnn_delegate {
 namespace engine {
 namespace {
-
-constexpr size_t kMaxSpatial = 3;
-
-// Spatial axes are depth, height, width; a 2-D op has depth 1 (k 1, stride 1, pads 0).
-struct NdGeometry {
-  size_t n = 0, cin = 0, cout = 0, group = 1;
-  size_t in[kMaxSpatial] = {1, 1, 1}, k[kMaxSpatial] = {1, 1, 1}, out[kMaxSpatial] = {1, 1, 1};
-  size_t stride[kMaxSpatial] = {1, 1, 1}, dilation[kMaxSpatial] = {1, 1, 1};
-  size_t pad_lo[kMaxSpatial] = {0, 0, 0}, pad_hi[kMaxSpatial] = {0, 0, 0};
-  size_t out_pad[kMaxSpatial] = {0, 0, 0};
-  size_t cin_g() const { return cin / group; }
-  size_t cout_g() const { return cout / group; }
-  size_t taps() const { return k[0] * k[1] * k[2]; }
-  size_t in_pixels() const { return in[0] * in[1] * in[2]; }
-  size_t out_pixels() const { return out[0] * out[1] * out[2]; }
-};
-
-struct NdIds {
-  uint32_t x, w, b, out;
-};
 
 // Reads stride / pad_amount / dilation or output_padding / group of an op with `s` spatial dims.
 Status read_nd_params(const OpView& v, size_t s, bool transposed, NdGeometry& g) {
@@ -65,10 +45,10 @@ Status read_nd_params(const OpView& v, size_t s, bool transposed, NdGeometry& g)
   return Status::Ok();
 }
 
-// Shapes of x [N, spatial.., Cin], w [k.., Cin/group, Cout] or [k.., Cin, Cout/group], b [Cout].
-Status nd_geometry(const OpView& v, size_t s, bool transposed, NdGeometry& g, NdIds& ids) {
+} // namespace
+
+Status nd_geometry(const OpView& v, size_t s, bool transposed, DType out_dtype, NdGeometry& g, NdIds& ids) {
   QNN_RETURN_IF_ERROR(v.expect_arity(3, 3, 1));
-  for (const TensorInfo* t : v.inputs) QNN_RETURN_IF_ERROR(v.expect_float(*t));
   const TensorInfo& x = *v.inputs[0];
   const TensorInfo& w = *v.inputs[1];
   const TensorInfo& b = *v.inputs[2];
@@ -114,25 +94,13 @@ Status nd_geometry(const OpView& v, size_t s, bool transposed, NdGeometry& g, Nd
   Dims out_dims = {uint32_t(g.n)};
   for (size_t i = first; i < kMaxSpatial; ++i) out_dims.push_back(uint32_t(g.out[i]));
   out_dims.push_back(uint32_t(g.cout));
-  QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, DType::FLOAT_32));
+  QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, out_dtype));
   ids = {x.id, w.id, b.id, v.outputs[0]->id};
   return Status::Ok();
 }
 
-// Input index along spatial axis `a` read by output `o` through tap `t` (conv), or -1.
-inline long conv_source(const NdGeometry& g, size_t a, size_t o, size_t t) {
-  const long i = long(o * g.stride[a] + t * g.dilation[a]) - long(g.pad_lo[a]);
-  return i >= 0 && i < long(g.in[a]) ? i : -1;
-}
 
-// Input index along axis `a` that reaches output `o` through tap `t` (transposed), or -1:
-// o + pad_lo = i * stride + t.
-inline long transposed_source(const NdGeometry& g, size_t a, size_t o, size_t t) {
-  const long num = long(o + g.pad_lo[a]) - long(t);
-  if (num < 0 || num % long(g.stride[a]) != 0) return -1;
-  const long i = num / long(g.stride[a]);
-  return i < long(g.in[a]) ? i : -1;
-}
+namespace {
 
 template <bool kTransposed>
 class ConvNdKernel final : public Kernel {
@@ -203,7 +171,8 @@ template <size_t kSpatial, bool kTransposed>
 Status create_conv_nd(const OpView& v, KernelEnv&, KernelPtr& out) {
   NdGeometry g;
   NdIds ids;
-  QNN_RETURN_IF_ERROR(nd_geometry(v, kSpatial, kTransposed, g, ids));
+  for (const TensorInfo* t : v.inputs) QNN_RETURN_IF_ERROR(v.expect_float(*t));
+  QNN_RETURN_IF_ERROR(nd_geometry(v, kSpatial, kTransposed, DType::FLOAT_32, g, ids));
   return emplace_kernel<ConvNdKernel<kTransposed>>(out, g, ids);
 }
 
