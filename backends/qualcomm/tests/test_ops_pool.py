@@ -153,6 +153,11 @@ def test_fp16_family_matches_eager(family):
 # output), so a 1-step difference of the conv output reaches the pool: measured max 1 step
 # everywhere, 62.5% exact at worst (pool2d output 7: adaptive avg by slices + ReduceMean).
 BOUNDS_8BIT = (1, 0.60)
+# pool3d: its convs are Conv3d, which the host engine runs in integers with HTP's requantization
+# (kernels/conv_nd_quant.cpp), 1 step from the PT2E reference on a few % of elements; an average
+# of such inputs can round 2 steps away: output 2 (avg_pool3d(conv3d), count_include_pad=False)
+# measured 95.2% exact, 1 element of 630 at 2 steps.
+FAMILY_BOUNDS_8BIT = {"pool3d": (2, 0.60)}
 
 
 @pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
@@ -161,7 +166,7 @@ def test_quantized_family_matches_qdq_reference(family, quant_dtype):
     make, inputs = FAMILIES[family]
     tester = QuantTester(make(), inputs(), quant_dtype, per_channel=True)
     tester.lower().check_fully_delegated().to_executorch().run()
-    compare_with_qdq(tester, BOUNDS_8BIT)
+    compare_with_qdq(tester, FAMILY_BOUNDS_8BIT.get(family, BOUNDS_8BIT))
     types = tester.payload().op_types()
     for op_type, count in FAMILY_OPS[family].items():
         assert types.get(op_type) == count, (op_type, types)
