@@ -201,6 +201,7 @@ class QNNIntermediateDebugger:
     def _report(self, graph: torch.fx.Graph, reference: Dict[tuple, object],
                 runtime: Dict[int, List[torch.Tensor]], comparator: NumericalComparator) -> DebugReport:
         owners = dumped_handle_owners(graph.nodes)
+        dump_of = dumps_by_edge_handle(self.dumped)  # {edge handle: dump holding its output}
         rows: List[ComparisonRow] = []
         drawn: List[str] = []
         for node in graph.nodes:
@@ -209,17 +210,18 @@ class QNNIntermediateDebugger:
             if node.op != "call_function" or node.target is operator.getitem:
                 continue
             drawn.append(node.name)
-            rows += self._rows_for(node, owners, reference, runtime, comparator)
+            rows += self._rows_for(node, owners, dump_of, reference, runtime, comparator)
         return DebugReport(rows, graph, drawn)
 
-    def _rows_for(self, node: torch.fx.Node, owners: Dict[torch.fx.Node, int], reference: Dict[tuple, object],
-                  runtime: Dict[int, List[torch.Tensor]], comparator: NumericalComparator) -> List[ComparisonRow]:
+    def _rows_for(self, node: torch.fx.Node, owners: Dict[torch.fx.Node, int], dump_of: Dict[int, int],
+                  reference: Dict[tuple, object], runtime: Dict[int, List[torch.Tensor]],
+                  comparator: NumericalComparator) -> List[ComparisonRow]:
         handle = node_debug_handle(node)
         base = ComparisonRow(node.name, node.op, _target_name(node), handle, 0)
         if handle is None or node not in owners:
             base.reason = "no debug handle" if handle is None else "handle shared with a later node"
             return [base]
-        dump_handle = dumps_by_edge_handle(self.dumped).get(handle)
+        dump_handle = dump_of.get(handle)
         if dump_handle is None or dump_handle not in runtime:
             folded_into = self._folded_into(handle)
             if folded_into is not None:

@@ -8,7 +8,6 @@ models (plain and isolated references, folded batch norms, a damaged delegate) a
 comparison of the two engines. Runs on QNN's engine when its library loads, else on the host."""
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -23,7 +22,6 @@ from backends.qualcomm.debugger.dump_info import collect_dumped_tensors
 from backends.qualcomm.utils.qnn_context import AOT_ENV
 from backends.qualcomm.tests.test_qnn_debugger import DebugRun, _quantize
 from backends.qualcomm.tests.utils_helpers import QNN_LOADED, needs_qnn
-from backends.qualcomm.utils.runtime_options import set_runtime_option
 
 nn = torch.nn
 
@@ -82,7 +80,7 @@ class PlainFlow:
     """The standard devtools flow, as README shows it: plain to_edge_transform_and_lower."""
 
     def __init__(self, module: nn.Module, sample: Tuple[torch.Tensor, ...], folder: Path,
-                 quantized: bool = False, engine: Optional[str] = None):
+                 quantized: bool = False):
         from executorch.exir import to_edge_transform_and_lower
         from executorch.runtime import Runtime
 
@@ -97,11 +95,9 @@ class PlainFlow:
         etrecord.update_representative_inputs(sample)
         etrecord.save(str(self.etrecord))
         self.etdump, self.debug_buffer = folder / "run.etdp", folder / "run.debug"
-        with _engine(engine):
-            runtime_program = Runtime.get().load_program(str(self.pte), enable_etdump=True,
-                                                         debug_buffer_size=16 << 20)
-            runtime_program.load_method("forward").execute(list(sample))
-            runtime_program.write_etdump_result_to_file(str(self.etdump), str(self.debug_buffer))
+        runtime_program = Runtime.get().load_program(str(self.pte), enable_etdump=True, debug_buffer_size=16 << 20)
+        runtime_program.load_method("forward").execute(list(sample))
+        runtime_program.write_etdump_result_to_file(str(self.etdump), str(self.debug_buffer))
 
     def numeric_gap(self, reference_graph: Optional[str] = None):
         from executorch.devtools import Inspector
@@ -109,18 +105,6 @@ class PlainFlow:
         inspector = Inspector(etdump_path=str(self.etdump), etrecord=str(self.etrecord),
                               debug_buffer_path=str(self.debug_buffer))
         return inspector.calculate_numeric_gap("MSE", reference_graph=reference_graph)
-
-
-@contextlib.contextmanager
-def _engine(engine: Optional[str]):
-    if engine is None:
-        yield
-        return
-    set_runtime_option("qnn_runtime_engine", engine)
-    try:
-        yield
-    finally:
-        set_runtime_option("qnn_runtime_engine", "auto")
 
 
 def _row_errors(df) -> List[Tuple[List[str], float, float]]:
