@@ -300,3 +300,14 @@ def test_readme_debugger_steps_run_as_written(tmp_path, monkeypatch):
     report = namespace["report"]
     assert report.failed == [] and len(report.compared) == 7, report.summary()  # Quantize, 5 ops, Dequantize
     assert (tmp_path / "artifacts/debug/debug_report.csv").exists()
+
+
+@needs_qnn
+def test_compare_engines_really_runs_qnn(fp16_resnet, tmp_path):
+    """The engine option reaches the runtime: QNN's engine refuses a program lowered without its
+    context binary (fp16_resnet is lowered payload-only), so the comparison cannot silently run
+    the host engine twice."""
+    debugger = QNNIntermediateDebugger((torch.randn(1, 3, 8, 8),))
+    debugger.dumped = fp16_resnet.dumped
+    with pytest.raises(RuntimeError, match="load method"):
+        debugger.compare_engines(str(fp16_resnet.pte), str(tmp_path))
