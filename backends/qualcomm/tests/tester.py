@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import operator
 import os
+import shutil
 import tempfile
+import weakref
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -39,12 +41,18 @@ class QnnTester:
         self.module = module.eval()
         self.inputs = tuple(inputs)
         self.compile_specs = compile_specs or fp16_compile_specs()
-        self.tmp_dir = tmp_dir or tempfile.mkdtemp(prefix="qnn_test_")
+        self.tmp_dir = tmp_dir or self._own_tmp_dir()
         self.partitioner: Optional[QnnPartitioner] = None
         self.edge = None
         self.et_program = None
         self.pte_path: Optional[str] = None
         self.outputs: Optional[List[np.ndarray]] = None
+
+    def _own_tmp_dir(self) -> str:
+        """A temporary folder removed with the tester (each test made one that was never removed)."""
+        path = tempfile.mkdtemp(prefix="qnn_test_")
+        weakref.finalize(self, shutil.rmtree, path, ignore_errors=True)
+        return path
 
     # ---- lowering --------------------------------------------------------------
     def lower(self, **partitioner_kwargs) -> "QnnTester":
