@@ -139,11 +139,7 @@ def test_fp16_family_matches_eager(family):
     make, inputs = FAMILIES[family]
     module = make(replicate=False) if family == "pad" else make()  # fp16 EDGE: rejected
     tester = QnnTester(module, inputs()).run_and_compare(atol=1e-2, rtol=1e-2)
-    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
-    types = tester.payload().op_types()
-    for op_type, count in FAMILY_OPS[family].items():
-        assert types.get(op_type) == count, (op_type, types)
-    assert types.get("Transpose") == FAMILY_TRANSPOSES[family], types
+    tester.check_one_delegate_ops({**FAMILY_OPS[family], "Transpose": FAMILY_TRANSPOSES[family]})
 
 
 # ---- quantized ------------------------------------------------------------------------------
@@ -167,9 +163,7 @@ def test_quantized_family_matches_qdq_reference(family, quant_dtype):
     tester = QuantTester(make(), inputs(), quant_dtype, per_channel=True)
     tester.lower().check_fully_delegated().to_executorch().run()
     compare_with_qdq(tester, FAMILY_BOUNDS_8BIT.get(family, BOUNDS_8BIT))
-    types = tester.payload().op_types()
-    for op_type, count in FAMILY_OPS[family].items():
-        assert types.get(op_type) == count, (op_type, types)
+    tester.check_one_delegate_ops(FAMILY_OPS[family])
 
 
 # ---- support checks -------------------------------------------------------------------------

@@ -93,10 +93,7 @@ FAMILY_OPS = {
 def test_fp16_family_matches_eager(family):
     make, inputs = FAMILIES[family]
     tester = QnnTester(make(), inputs()).run_and_compare(atol=1e-2, rtol=1e-2)
-    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
-    types = tester.payload().op_types()
-    for op_type, count in FAMILY_OPS[family].items():
-        assert types.get(op_type) == count, types
+    tester.check_one_delegate_ops(FAMILY_OPS[family])
 
 
 class ChannelLastChain(nn.Module):
@@ -145,9 +142,7 @@ def test_quantized_family_matches_qdq_reference(family, quant_dtype):
     tester = QuantTester(module, inputs(), quant_dtype)
     tester.lower().check_fully_delegated().to_executorch().run()
     print("\n".join(str(st) for st in compare_with_qdq(tester, LAYER_NORM_BOUNDS_8BIT.get(family))))
-    types = tester.payload().op_types()
-    for op_type, count in FAMILY_OPS[family].items():
-        assert types.get(op_type) == (2 if op_type == "InstanceNorm" else count), types
+    tester.check_one_delegate_ops({**FAMILY_OPS[family], "InstanceNorm": 2} if family == "norm" else FAMILY_OPS[family])
     _assert_norms_read_quantized_gamma(tester)
 
 

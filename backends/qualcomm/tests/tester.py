@@ -94,6 +94,15 @@ class QnnTester:
     def payload(self, index: int = 0) -> GraphSummary:
         return describe_payload(self.delegate_blobs()[index])[0]
 
+    def check_one_delegate_ops(self, expected: dict) -> dict:
+        """All compute in one delegate whose payload has exactly `expected` {QNN op type: count}
+        (types not named may appear); returns every op type's count."""
+        self.check_fully_delegated().check_count(1)
+        types = self.payload().op_types()
+        wrong = {op: (types.get(op), count) for op, count in expected.items() if types.get(op) != count}
+        assert not wrong, f"op counts (got, want): {wrong}; payload: {types}"
+        return types
+
     # ---- serialization and run ---------------------------------------------------
     def to_executorch(self) -> "QnnTester":
         self.et_program = self.edge.to_executorch()
