@@ -29,7 +29,8 @@ from backends.qualcomm.tests.utils_helpers import needs_qnn, payload_on_both_eng
 from backends.qualcomm.utils import pte_tools
 
 nn = torch.nn
-A8W8 = QuantDtype.use_8a8w
+A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
+QUANT_DTYPES = {"8a8w": A8W8, "16a8w": A16W8}
 
 
 class AudioEncoderDecoder(nn.Module):
@@ -138,21 +139,28 @@ def test_fp16_model_matches_eager(model):
 # 3) and GELU / LeakyReLU / the convs carry it: model output 40.6% exact, max 5. The SQNR against
 # float is what says the delegate is as accurate as the reference: audio 31.8 dB vs the QDQ
 # reference's 32.4 dB, U-Net 37.0 vs 37.2 dB.
-QDQ_BOUNDS_8BIT = {"audio": (6, 0.35), "unet": (4, 0.6)}
+QDQ_BOUNDS = {("audio", "8a8w"): (6, 0.35), ("unet", "8a8w"): (4, 0.6),
+              ("audio", "16a8w"): (None, None), ("unet", "16a8w"): (None, None)}
 SQNR_MARGIN_DB = 1.5
 # QNN vs host engine, model output, (max steps, min exact share). Measured: U-Net 83.6% exact,
 # max 2 (each op 93-100% exact, max 1: TransposeConv2d 97.1%, avg pool 95.3%); audio 35.9%,
 # max 4: the host runs GroupNorm on dequantized inputs and HTP in its own integer arithmetic
 # (94.5% exact on an exact input, as in test_ops_resize_norm), and the chain of three GroupNorms
 # carries those steps on (h2 80.1%, GroupNorm 3 57.4%, max 3).
-QNN_BOUNDS_8BIT = {"audio": (5, 0.3), "unet": (2, 0.8)}
+QNN_BOUNDS = {("audio", "8a8w"): (5, 0.3), ("unet", "8a8w"): (2, 0.8),
+              ("audio", "16a8w"): (None, None), ("unet", "16a8w"): (None, None)}
 
 
-@pytest.mark.parametrize("model", list(MODELS))
-def test_8a8w_model_matches_qdq_reference(model):
+def _quant_tester(model: str, precision: str) -> QuantTester:
     make, inputs = MODELS[model]
-    float_module = make()
-    tester = QuantTester(float_module, inputs(), A8W8, per_channel=True)
+    return QuantTester(make(), inputs(), QUANT_DTYPES[precision], per_channel=True)
+
+
+@pytest.mark.parametrize("precision", list(QUANT_DTYPES))
+@pytest.mark.parametrize("model", list(MODELS))
+def test_quantized_model_matches_qdq_reference(model, precision):
+    make, inputs = MODELS[model]
+    tester = _quant_tester(model, precision)
     tester.lower().to_executorch().run()
     _assert_one_channel_last_delegate(tester, model)
     [out], [ref] = tester.outputs, tester.reference_outputs()
@@ -160,8 +168,8 @@ def test_8a8w_model_matches_qdq_reference(model):
     stats = step_stats(out, ref, scale)
     [want] = float_outputs(make().eval(), inputs())
     ours, reference = sqnr_db(out, want), sqnr_db(ref, want)
-    print(f"{model} 8a8w vs QDQ: {stats}; SQNR vs float: delegate {ours:.1f} dB, QDQ {reference:.1f} dB")
-    max_steps, min_exact = QDQ_BOUNDS_8BIT[model]
+    print(f"{model} {precision} vs QDQ: {stats}; SQNR vs float: delegate {ours:.1f} dB, QDQ {reference:.1f} dB")
+    max_steps, min_exact = QDQ_BOUNDS[(model, precision)]
     assert stats.max_diff <= max_steps and stats.exact_fraction >= min_exact, stats
     assert ours >= reference - SQNR_MARGIN_DB, (ours, reference)
 
@@ -179,7 +187,7 @@ def _runner_outputs(tester: QnnTester, like: List[np.ndarray], folder: Path) -> 
 
 
 @needs_qnn
-@pytest.mark.parametrize("precision", ["fp16", "8a8w"])
+@pytest.mark.parametrize("precision", ["fp16", "8a8w", "16a8w"])
 @pytest.mark.parametrize("model", list(MODELS))
 def test_real_qnn_matches_host(real_qnn, tmp_path, model, precision):
     """QNN 2.51 HTP emulation (SM8650) finalizes each model as one graph; its outputs against the
@@ -189,7 +197,7 @@ def test_real_qnn_matches_host(real_qnn, tmp_path, model, precision):
     make, inputs = MODELS[model]
     module, sample = make(), inputs()
     tester = (QnnTester(module, sample, tmp_dir=str(tmp_path)) if precision == "fp16"
-              else QuantTester(module, sample, A8W8, per_channel=True))
+              else QuantTester(module, sample, QUANT_DTYPES[precision], per_channel=True))
     tester.tmp_dir = str(tmp_path)
     tester.lower()
     _assert_one_channel_last_delegate(tester, model)
@@ -203,8 +211,8 @@ def test_real_qnn_matches_host(real_qnn, tmp_path, model, precision):
         assert err <= 1e-2 * max(1.0, float(np.abs(h).max())), err
     else:
         stats = step_stats(q, h, output_encodings_with_range(tester.module)[0][0])
-        print(f"{model} 8a8w QNN vs host: {stats}")
-        max_steps, min_exact = QNN_BOUNDS_8BIT[model]
+        print(f"{model} {precision} QNN vs host: {stats}")
+        max_steps, min_exact = QNN_BOUNDS[(model, precision)]
         assert stats.max_diff <= max_steps and stats.exact_fraction >= min_exact, stats
     tester.to_executorch()
     [runner] = _runner_outputs(tester, [q], tmp_path)

@@ -416,18 +416,6 @@ def test_unfold_quantized_matches_qdq_reference(quant_dtype):
     assert tester.stats[0].max_diff <= 1 and tester.stats[1].max_diff <= 1
 
 
-def test_fold_stays_on_cpu():
-    """col2im (nn.Fold) is not lowered: its ExecuTorch decomposition's index_put(accumulate=True)
-    stays on the CPU with its reason."""
-    class Fold(nn.Module):
-        def forward(self, c):
-            return F.fold(c, (4, 5), 2)
-
-    tester = QnnTester(Fold(), (randn(2, 12, 12, seed=2),)).lower()
-    reasons = " | ".join(tester.partitioner.rejected_nodes.values())
-    assert "accumulate=True is not supported" in reasons, reasons
-
-
 # ---- real QNN ---------------------------------------------------------------------------------
 
 class RealVision(nn.Module):
