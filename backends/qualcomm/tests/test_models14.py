@@ -5,8 +5,8 @@
 - a U-Net: Conv2d + BatchNorm + ReLU blocks, max pool and avg pool down, ConvTranspose2d and
   bilinear upsample up, torch.cat skip connections.
 
-fp16 against eager; 8a8w against the QDQ reference (and against float: the delegate is as
-accurate as the reference); the graph stays channel-last from input to output (one Transpose
+fp16 against eager; 8a8w and 16a8w against the QDQ reference (and against float: the delegate
+is as accurate as the reference); the graph stays channel-last from input to output (one Transpose
 per graph input and output, none between ops); on the real QNN (HTP emulation): QNN's outputs
 against the host engine's for the same delegate, and `qnn_executor_runner --engine qnn` gives
 QNN's outputs from the .pte."""
@@ -127,7 +127,7 @@ def test_fp16_model_matches_eager(model):
     _assert_one_channel_last_delegate(tester, model)
 
 
-# ---- 8a8w ----------------------------------------------------------------------------------
+# ---- 8a8w / 16a8w ----------------------------------------------------------------------------
 
 # (max steps, min exact share) of the model output against the QDQ reference, and the SQNR
 # margin (dB) against float. Each op of these models is within one step of the reference at its
@@ -139,16 +139,23 @@ def test_fp16_model_matches_eager(model):
 # 3) and GELU / LeakyReLU / the convs carry it: model output 40.6% exact, max 5. The SQNR against
 # float is what says the delegate is as accurate as the reference: audio 31.8 dB vs the QDQ
 # reference's 32.4 dB, U-Net 37.0 vs 37.2 dB.
+# 16a8w (of 65535 steps), measured: audio 47.7% exact, max 2; U-Net 25.0% exact, max 5 (HTP's
+# 16-bit conv path keeps the top bits of x * w: each conv a step or two from the reference);
+# SQNR vs float equal to the reference's (audio 41.0 dB, U-Net 42.3 dB).
 QDQ_BOUNDS = {("audio", "8a8w"): (6, 0.35), ("unet", "8a8w"): (4, 0.6),
-              ("audio", "16a8w"): (None, None), ("unet", "16a8w"): (None, None)}
+              ("audio", "16a8w"): (3, 0.4), ("unet", "16a8w"): (7, 0.2)}
 SQNR_MARGIN_DB = 1.5
 # QNN vs host engine, model output, (max steps, min exact share). Measured: U-Net 83.6% exact,
 # max 2 (each op 93-100% exact, max 1: TransposeConv2d 97.1%, avg pool 95.3%); audio 35.9%,
 # max 4: the host runs GroupNorm on dequantized inputs and HTP in its own integer arithmetic
 # (94.5% exact on an exact input, as in test_ops_resize_norm), and the chain of three GroupNorms
 # carries those steps on (h2 80.1%, GroupNorm 3 57.4%, max 3).
+# 16a8w: audio 50.8% exact, max 4; U-Net 18.4%, max 10 (of 65535 steps; the graph input's 16-bit
+# Quantize differs by a step or more on QNN, as in test_ops_resize_norm, and the convs carry it).
+# QNN's op validation refuses the 16a8w SiLU's Sigmoid ("mismatching datatypes"), yet finalizes
+# the graph and its outputs agree.
 QNN_BOUNDS = {("audio", "8a8w"): (5, 0.3), ("unet", "8a8w"): (2, 0.8),
-              ("audio", "16a8w"): (None, None), ("unet", "16a8w"): (None, None)}
+              ("audio", "16a8w"): (6, 0.4), ("unet", "16a8w"): (14, 0.12)}
 
 
 def _quant_tester(model: str, precision: str) -> QuantTester:
@@ -192,7 +199,7 @@ def _runner_outputs(tester: QnnTester, like: List[np.ndarray], folder: Path) -> 
 def test_real_qnn_matches_host(real_qnn, tmp_path, model, precision):
     """QNN 2.51 HTP emulation (SM8650) finalizes each model as one graph; its outputs against the
     host engine's for the same delegate (fp16: max |qnn - host| 5.0e-3 audio, outputs up to
-    0.38, through three GroupNorms; 1.2e-4 U-Net; 8a8w: QNN_BOUNDS_8BIT); the runner on QNN
+    0.38, through three GroupNorms; 1.2e-4 U-Net; 8a8w / 16a8w: QNN_BOUNDS); the runner on QNN
     gives QNN's bits from the .pte."""
     make, inputs = MODELS[model]
     module, sample = make(), inputs()
