@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.quant_tester import (
-    QuantTester, StepStats, float_outputs, output_encodings_with_range, sqnr_db, step_stats,
+    QuantTester, float_outputs, output_encodings_with_range, sqnr_db, step_stats,
 )
 from backends.qualcomm.tests.tester import QnnTester, randn
 from backends.qualcomm.tests.utils_helpers import needs_qnn, payload_on_both_engines

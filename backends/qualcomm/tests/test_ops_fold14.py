@@ -6,18 +6,15 @@ from __future__ import annotations
 
 from typing import Tuple
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.builders.op_im2col import one_hot_fold_weight
-from backends.qualcomm.tests.quant_tester import QuantTester, compare_with_qdq, step_stats
+from backends.qualcomm.tests.quant_tester import QuantTester, compare_with_qdq
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import (
-    delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
-)
+from backends.qualcomm.tests.utils_helpers import assert_qnn_matches_host, needs_qnn, one_delegate_blob
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 nn = torch.nn
@@ -53,10 +50,7 @@ FOLD_TRANSPOSES = 3 + 5
 
 
 def _assert_one_delegate(tester: QnnTester) -> None:
-    assert tester.cpu_nodes() == [], tester.partitioner.rejected_nodes
-    assert len(tester.delegate_blobs()) == 1
-    types = tester.payload().op_types()
-    assert types.get("TransposeConv2d") == 5 and types.get("Transpose") == FOLD_TRANSPOSES, types
+    types = tester.check_one_delegate_ops({"TransposeConv2d": 5, "Transpose": FOLD_TRANSPOSES, "Pad": 1})
     assert "ScatterNd" not in types and "Gather" not in types, types
 
 
@@ -112,18 +106,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     inputs, module = fold_inputs(), FoldFamily()
     tester = (QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype)).lower()
     blob = one_delegate_blob(tester)
-    qnn, host = payload_on_both_engines(blob, inputs, module)
-    scales = delegate_output_scales(blob)
-    for i, (q, h) in enumerate(zip(qnn, host)):
-        assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape)
-        if quant_dtype is None:
-            err = float(np.abs(q - h).max())
-            print(f"output {i}: max |qnn - host| = {err:.2e}")
-            assert err <= 2e-3 * max(1.0, float(np.abs(h).max())), f"output {i}: max |qnn - host| = {err}"
-        else:
-            stats = step_stats(q, h, scales[i])
-            print(f"output {i}: {stats}")
-            if quant_dtype == A8W8:
-                assert stats.max_diff <= 1 and stats.exact_fraction >= 0.95, f"output {i}: {stats}"
-            else:
-                assert stats.max_diff <= 16, f"output {i}: {stats}"
+    if quant_dtype == A8W8:
+        assert_qnn_matches_host(blob, inputs, module, 0.0, 1, 0.95)
+    else:
+        assert_qnn_matches_host(blob, inputs, module, 2e-3, 16)
