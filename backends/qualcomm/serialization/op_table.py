@@ -31,7 +31,7 @@ LAYOUTS = ("nhwc", "any")
 PORT_TYPES = ("activation", "weight", "bias", "index", "float", "static")
 QNN_PRECISIONS = ("fp16", "8a8w", "16a8w")
 _OP_KEYS = {"name", "family", "semantics", "inputs", "outputs", "params", "layout", "quant", "lut",
-            "data_movement", "aten", "qnn"}
+            "data_movement", "aten", "qnn", "lpbq"}
 _REQUIRED = {"name", "family", "semantics", "inputs", "outputs", "layout", "quant", "aten"}
 
 
@@ -69,6 +69,7 @@ class OpRow:
     data_movement: bool
     aten: Tuple[str, ...]
     qnn: Tuple[str, ...] = ()
+    lpbq: bool = False
 
     @property
     def min_inputs(self) -> int:
@@ -131,11 +132,15 @@ def _row(entry: Dict[str, object]) -> OpRow:
     if any(a.count(".") != 1 for a in aten):
         raise OpTableError(f"op '{op}': aten entries are 'packet.overload', got {list(aten)}")
     qnn = tuple(_choice(op, "qnn", p, QNN_PRECISIONS) for p in entry.get("qnn", []))
+    quant = _choice(op, "quant", entry["quant"], QUANT_RULES)
+    if "lpbq" in entry and quant != "weighted":
+        raise OpTableError(f"op '{op}': lpbq applies to quant = \"weighted\" ops only")
     return OpRow(op, _choice(op, "family", entry["family"], FAMILIES), str(entry["semantics"]),
                  _ports(op, "inputs", entry["inputs"]),
                  _ports(op, "outputs", entry["outputs"]), params,
-                 _choice(op, "layout", entry["layout"], LAYOUTS), _choice(op, "quant", entry["quant"], QUANT_RULES),
-                 bool(entry.get("lut", False)), bool(entry.get("data_movement", False)), aten, qnn)
+                 _choice(op, "layout", entry["layout"], LAYOUTS), quant,
+                 bool(entry.get("lut", False)), bool(entry.get("data_movement", False)), aten, qnn,
+                 quant == "weighted" and bool(entry.get("lpbq", True)))
 
 
 def _check_rows(rows: List[OpRow]) -> None:
@@ -334,7 +339,8 @@ def _md_contract_table(rows: List[OpRow]) -> List[str]:
 
 
 def _md_traits_row(row: OpRow) -> str:
-    flags = [f for f, on in (("LUT", row.lut), ("data movement", row.data_movement)) if on]
+    flags = [f for f, on in (("LUT", row.lut), ("data movement", row.data_movement),
+                             ("no LPBQ", row.quant == "weighted" and not row.lpbq)) if on]
     aten = ", ".join(f"`{a}`" for a in row.aten) or "-"
     return f"| `{row.name}` | {row.family} | {row.layout} | {row.quant} | {', '.join(flags) or '-'} | {aten} |"
 
@@ -368,13 +374,15 @@ def ops_md_is_current(rows: Optional[List[OpRow]] = None, path: Path = OPS_MD) -
 
 
 # ---- README.md's op coverage table -------------------------------------------------------
-_QUANTIZED = {"weighted": "8a8w, 16a8w, 16a4w, LPBQ weights", "compute": "8-bit, 16-bit",
+_QUANTIZED = {"weighted": "8a8w, 16a8w, 16a4w", "compute": "8-bit, 16-bit",
               "shared": "8-bit, 16-bit (input's encoding)", "float": "no (float island)"}
 
 
 def _coverage_row(row: OpRow) -> str:
     aten = ", ".join(f"`{a}`" for a in row.aten) or "(chosen by a builder: OPS.md)"
     quantized = _QUANTIZED[row.quant] + (" (lookup table)" if row.lut else "")
+    if row.quant == "weighted":
+        quantized += ", LPBQ weights" if row.lpbq else " (per-channel weights; LPBQ rejected)"
     qnn = ", ".join(row.qnn) if row.qnn else "not tested"
     return f"| {aten} | `{row.name}` | yes | {quantized} | yes | {qnn} |"
 

@@ -186,6 +186,9 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     "Im2ColBuilder": (lambda: _outputs(lambda x: torch.nn.functional.unfold(x, 2),
                                        lambda x: torch.nn.functional.unfold(x, 3, padding=1, stride=2)),
                       inputs_of((1, 3, 4, 5))),
+    "Col2ImBuilder": (lambda: _outputs(lambda c: torch.nn.functional.fold(c, (4, 5), 2),
+                                       lambda c: torch.nn.functional.fold(c[:, :, :6], (5, 6), 2, stride=2)),
+                      inputs_of((1, 12, 12))),
 }
 # Builders of quantized graphs only: covered by test_quantized_builders_lower_and_run.
 QUANT_ONLY_BUILDERS = {"QuantizeBuilder", "DequantizeBuilder"}
@@ -432,7 +435,8 @@ class TestOpsKeptWhole:
             "aten.channel_shuffle.default": "ShuffleBuilder",
             "aten.max_pool1d.default": "MaxPoolBuilder", "aten.avg_pool1d.default": "AvgPoolBuilder",
             "aten.adaptive_avg_pool1d.default": "AdaptivePoolBuilder", "aten.pad.default": "PadBuilder",
-            "aten.cdist.default": "DistanceBuilder", "aten.im2col.default": "Im2ColBuilder"}
+            "aten.cdist.default": "DistanceBuilder", "aten.im2col.default": "Im2ColBuilder",
+            "aten.col2im.default": "Col2ImBuilder"}
         # Kept whole, each lowers to its own QNN op instead of its decomposition's primitives.
         tester.check_fully_delegated()
         types = tester.payload().op_types()

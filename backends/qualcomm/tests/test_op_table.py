@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Dict, Set
 
 import pytest
 import torch
@@ -133,12 +133,34 @@ def _row(**fields: str) -> str:
     (_row(inputs='[{ name = "x", type = "tensor" }]'), "inputs[0].type = 'tensor'"),
     (_row(lut="true"), "lut = true needs one input and one output"),
     (_row(qnn='["int8"]'), "qnn = 'int8', expected one of fp16, 8a8w, 16a8w"),
+    (_row(lpbq="false"), "lpbq applies to quant = \"weighted\" ops only"),
 ])
 def test_malformed_table_is_rejected_naming_op_and_field(tmp_path, broken, message):
     path = tmp_path / "ops.toml"
     path.write_text(broken)
     with pytest.raises(op_table.OpTableError, match=message.replace("[", r"\[").replace("]", r"\]")):
         op_table.load(path)
+
+
+def test_coverage_table_says_lpbq_only_where_the_quantizer_takes_block_weights():
+    """A transposed conv's block_size_map entry is refused (TRANSPOSED_LPBQ_REASON): its rows say
+    LPBQ is rejected; the other conv / linear rows offer LPBQ weights."""
+    from backends.qualcomm.quantizer.annotators import CONV_OPS, LINEAR_OPS, TRANSPOSED_CONV_OPS
+
+    readme = op_table.render_readme_sections(op_table.load())["coverage"].splitlines()
+    checked = set()
+    for row in (r for r in OP_TABLE.values() if r.family != "quant"):
+        targets = {getattr(getattr(torch.ops.aten, a.split(".")[0]), a.split(".")[1]) for a in row.aten}
+        line = next(line for line in readme if f"| `{row.name}` |" in line)
+        if targets & set(TRANSPOSED_CONV_OPS):
+            assert not row.lpbq and "LPBQ rejected" in line and "LPBQ weights" not in line, line
+            checked.add("transposed")
+        elif targets & set(CONV_OPS + LINEAR_OPS):
+            assert row.lpbq and "LPBQ weights" in line, line
+            checked.add("lpbq")
+        elif row.quant != "weighted":
+            assert not row.lpbq and "LPBQ" not in line, line
+    assert checked == {"transposed", "lpbq"}
 
 
 # ---- table vs builders ------------------------------------------------------------------------

@@ -17,11 +17,9 @@ import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype, to_edge_transform_and_lower_to_qnn
 from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
-from backends.qualcomm.tests.quant_tester import QuantTester, compare_with_qdq, step_stats
+from backends.qualcomm.tests.quant_tester import QuantTester, compare_with_qdq
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import (
-    delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
-)
+from backends.qualcomm.tests.utils_helpers import assert_qnn_matches_host, needs_qnn, one_delegate_blob
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 nn = torch.nn
@@ -416,18 +414,6 @@ def test_unfold_quantized_matches_qdq_reference(quant_dtype):
     assert tester.stats[0].max_diff <= 1 and tester.stats[1].max_diff <= 1
 
 
-def test_fold_stays_on_cpu():
-    """col2im (nn.Fold) is not lowered: its ExecuTorch decomposition's index_put(accumulate=True)
-    stays on the CPU with its reason."""
-    class Fold(nn.Module):
-        def forward(self, c):
-            return F.fold(c, (4, 5), 2)
-
-    tester = QnnTester(Fold(), (randn(2, 12, 12, seed=2),)).lower()
-    reasons = " | ".join(tester.partitioner.rejected_nodes.values())
-    assert "accumulate=True is not supported" in reasons, reasons
-
-
 # ---- real QNN ---------------------------------------------------------------------------------
 
 class RealVision(nn.Module):
@@ -475,15 +461,4 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     blob = one_delegate_blob(tester)
     types = tester.payload().op_types()
     assert types.get("PoolMax2d") == 4 and types.get("RmsNorm") == 1 and types.get("GridSample") == 6, types
-    qnn, host = payload_on_both_engines(blob, inputs, module)
-    scales = delegate_output_scales(blob)
-    for i, (q, h) in enumerate(zip(qnn, host)):
-        assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape)
-        if quant_dtype is None:
-            err = float(np.abs(q - h).max())
-            print(f"output {i}: max |qnn - host| = {err:.2e}")
-            assert err <= 2e-2 * max(1.0, float(np.abs(h).max())), f"output {i}: max |qnn - host| = {err}"
-        else:
-            stats = step_stats(q, h, scales[i])
-            print(f"output {i}: {stats}")
-            assert stats.max_diff <= (1 if quant_dtype == A8W8 else 64), f"output {i}: {stats}"
+    assert_qnn_matches_host(blob, inputs, module, 2e-2, 1 if quant_dtype == A8W8 else 64)

@@ -221,6 +221,27 @@ def payload_on_both_engines(blob: bytes, inputs: Sequence[torch.Tensor],
     return [np.asarray(q) for q in qnn], [np.asarray(h) for h in host]
 
 
+def assert_qnn_matches_host(blob: bytes, inputs: Sequence[torch.Tensor], module: Optional[torch.nn.Module],
+                            float_rel: float, max_steps: int, min_exact: float = 0.0) -> None:
+    """Runs one delegate on QNN and on the host engine and checks every output: float outputs
+    within float_rel x max(1, |host|), quantized outputs (in steps of their Dequantize's scale)
+    within max_steps and at least min_exact equal. Prints each output's difference."""
+    from backends.qualcomm.tests.quant_tester import step_stats
+
+    qnn, host = payload_on_both_engines(blob, inputs, module)
+    scales = delegate_output_scales(blob)
+    for i, (q, h) in enumerate(zip(qnn, host)):
+        assert q.shape == h.shape and q.dtype == h.dtype, (i, q.shape, h.shape)
+        if scales[i] is None:
+            err = float(np.abs(q - h).max())
+            print(f"output {i}: max |qnn - host| = {err:.2e}")
+            assert err <= float_rel * max(1.0, float(np.abs(h).max())), f"output {i}: max |qnn - host| = {err}"
+        else:
+            stats = step_stats(q, h, scales[i])
+            print(f"output {i}: {stats}")
+            assert stats.max_diff <= max_steps and stats.exact_fraction >= min_exact, f"output {i}: {stats}"
+
+
 def one_delegate_blob(tester) -> bytes:
     """The payload of a program lowered to exactly one delegate with no CPU op."""
     assert tester.cpu_nodes() == [], tester.partitioner.rejected_nodes
