@@ -94,7 +94,37 @@ def _transposed_support(node: torch.fx.Node) -> SupportResult:
     output_padding = int_list(args.get("output_padding"), len(dilation), 0)
     if any(p < 0 or p >= s for p, s in zip(output_padding, stride)):
         return False, f"output_padding {output_padding} must be in [0, stride {stride})"
+    cin, cout = logical_shape(args["input"])[1], logical_shape(node)[1]
+    if any(output_padding) and int(args.get("groups", 1)) == cin == cout:
+        return False, (f"depthwise transposed convolution with output_padding {output_padding}: QNN 2.51's "
+                       "TransposeConv computes it wrong (measured fp16 up to 1.5 off on every row; one input "
+                       "and one output channel per group, any padding)")
+    unset = rows_qnn_leaves_unset(node)
+    if any(unset):
+        return False, (f"transposed convolution whose output ends {unset} rows per spatial axis beyond "
+                       "what QNN's TransposeConv writes (output_padding > padding and kernel + output_padding "
+                       "- padding > stride): QNN 2.51 leaves them unset (0 or garbage instead of the bias; "
+                       "measured fp16 up to 1.3e5 off, 8a8w 76% exact)")
     return SUPPORTED
+
+
+def rows_qnn_leaves_unset(node: torch.fx.Node) -> List[int]:
+    """Per spatial axis, the trailing output rows of a transposed conv that QNN's TransposeConv
+    does not write. Measured (QNN 2.51, SM8650, fp16 / 8a8w / 16a8w): it writes output rows up
+    to full position max((in - 1) * stride + kernel, in * stride) (position = output row +
+    padding); rows past that hold 0 or garbage where torch has the bias."""
+    args = conv_args(node)
+    sizes = logical_shape(args["input"])[2:]
+    kernels = logical_shape(args["weight"])[2:]
+    n = len(sizes)
+    stride, padding = int_list(args.get("stride"), n, 1), int_list(args.get("padding"), n, 0)
+    output_padding = int_list(args.get("output_padding"), n, 0)
+    unset = []
+    for size, k, s, p, op in zip(sizes, kernels, stride, padding, output_padding):
+        out = (size - 1) * s - 2 * p + k + op
+        written = max((size - 1) * s + k, size * s) - p
+        unset.append(max(0, out - written))
+    return unset
 
 
 def _conv3d_support(node: torch.fx.Node) -> SupportResult:
