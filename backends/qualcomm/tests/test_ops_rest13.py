@@ -151,6 +151,8 @@ def test_int_bool_family_is_exact_on_both_engines(qnn_binary):
 # ---- quantized ------------------------------------------------------------------------------
 PROD_OUTPUTS = 3  # QuantFamily's first outputs
 FIRST_CHAIN = 15  # QuantFamily's float_chains outputs: from here on
+ATAN2 = FIRST_CHAIN + 7  # the binary chain (no table)
+TABLE_CHAINS = 11  # the unary chains: 8-bit lookup tables
 # prod / float chains on QNN (fp16) vs PT2E or vs the host engine, 8-bit / 16-bit (quant_tester's
 # MAX_STEP_DIFF_8; 16-bit: 0.15% of the range)
 QUANT_STEPS = {False: 4, True: 96}
@@ -189,7 +191,9 @@ def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
         else:
             assert_pt2e_bounds(stats, 65535 if quant_dtype == A16W8 else 255, label)
     ops = tester.payload().op_types()
-    assert ops.get("Dequantize", 0) >= PROD_OUTPUTS + 12 and ops.get("Gather") == 6, ops
+    tables = 0 if quant_dtype == A16W8 else TABLE_CHAINS  # op_lookup.py: 8-bit unary chains
+    assert ops.get("Dequantize", 0) >= PROD_OUTPUTS + 12 and ops.get("Gather") == 6 + tables, ops
+    assert ops.get("Cast", 0) == tables, ops
     scales = delegate_output_scales(tester.delegate_blobs()[0])
     assert sum(s is not None for s in scales) == 25, scales
     for i, stats in enumerate(_qnn_vs_host(tester, inputs, scales)):
