@@ -48,6 +48,7 @@ _OPS = {
     "ElementWiseRound": "ElementWiseRound",
     "ElementWiseEqual": "ElementWiseEqual",
     "ElementWiseFloorDiv": "ElementWiseFloorDiv",
+    "ElementWiseAdd": "ElementWiseAdd",
 }
 # |r| >= |b| * (1 - 2^-8): r is a whole |b| (see float_remainder)
 _WHOLE_DIVISOR = 1.0 - 2.0 ** -8
@@ -127,6 +128,10 @@ def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: Q
     e = _Emitter(gb, node, DataType.FLOAT_32)
     a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
     r = e.op("ElementWiseSelect", _corrected_remainder(e, a, b, truncate=False))
+    # fp16's a / b just above an integer k while the quotient is below it: Floor gives k and r
+    # the sign opposite to b's; floor's r is r + b then
+    wrong_sign = e.op("ElementWiseLess", [e.op("ElementWiseMultiply", [r, b]), e.zero(len(r.dims))], boolean=True)
+    r = e.op("ElementWiseSelect", [wrong_sign, e.op("ElementWiseAdd", [r, b]), r])
     whole = e.op("ElementWiseRound", [e.op("ElementWiseDivide", [e.op("ElementWiseSubtract", [a, r]), b])])
     _write(e, "ElementWiseSelect", [e.op("ElementWiseEqual", [r, r], boolean=True), whole,
                                     e.op("ElementWiseFloorDiv", [a, b])], out)
