@@ -8,7 +8,9 @@ with its op validation; BinaryElementwiseBuilder keeps the single op wherever HT
 - integer fmod: r = Mod(a, b) (INT_32, which HTP takes) has the divisor's sign; fmod has the
   dividend's: Select(r != 0 and (a < 0) xor (b < 0), r - b, r);
 - integer floor_divide (HTP refuses an INT_32 ElementWiseFloorDiv): (a - Mod(a, b)) / b, an
-  exact INT_32 division.
+  exact INT_32 division;
+- float / quantized floor_divide (HTP's fp16 ElementWiseFloorDiv gives one less at an exact
+  integer quotient: 3 // 1.5 = 1): Round((a - r) / b), r the remainder below.
 
 Quantized graphs: the float composition runs between a Dequantize of each operand and a Quantize
 to the output's encoding, as the PT2E reference computes it (HTP refuses a FLOAT_32 operand of a
@@ -43,6 +45,10 @@ _OPS = {
     "ElementWiseAbs": "ElementWiseAbs",
     "ElementWiseSign": "ElementWiseSign",
     "ElementWiseGreaterEqual": "ElementWiseGreaterEqual",
+    "ElementWiseRound": "ElementWiseRound",
+    "ElementWiseEqual": "ElementWiseEqual",
+    "ElementWiseFloorDiv": "ElementWiseFloorDiv",
+    "ElementWiseAdd": "ElementWiseAdd",
 }
 # |r| >= |b| * (1 - 2^-8): r is a whole |b| (see float_remainder)
 _WHOLE_DIVISOR = 1.0 - 2.0 ** -8
@@ -76,12 +82,9 @@ class _Emitter:
         return self.gb.static_tensor(f"{self.node.name}_zero{self._count}", np.zeros([1] * rank, dtype))
 
 
-def float_remainder(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor,
-                    truncate: bool) -> None:
-    """a - round(a / b) * b in FLOAT_32, round = trunc (fmod) or floor (remainder); quantized
-    operands are Dequantized and the result Quantized to `out`'s encoding."""
-    e = _Emitter(gb, node, DataType.FLOAT_32)
-    a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
+def _corrected_remainder(e: _Emitter, a: QnnTensor, b: QnnTensor, truncate: bool) -> List[QnnTensor]:
+    """Inputs of the Select that gives a - round(a / b) * b in FLOAT_32, round = trunc (fmod) or
+    floor (remainder), with |b| taken off a remainder of a whole |b|."""
     q = e.op("ElementWiseDivide", [a, b])
     if truncate:
         negative = e.op("ElementWiseLess", [q, e.zero(len(q.dims))], boolean=True)
@@ -96,11 +99,42 @@ def float_remainder(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnT
                                                       e.op("ElementWiseMultiply", [abs_b, e.constant(_WHOLE_DIVISOR, len(abs_b.dims))])],
                          boolean=True)
     reduced = e.op("ElementWiseSubtract", [r, e.op("ElementWiseMultiply", [e.op("ElementWiseSign", [r]), abs_b])])
+    return [whole_divisor, reduced, r]
+
+
+def _write(e: _Emitter, qnn_type: str, inputs: List[QnnTensor], out: QnnTensor) -> None:
+    """The last op of a float composition: into `out`, or (quantized `out`) into a FLOAT_32
+    intermediate Quantized to out's encoding."""
     if out.quant is None:
-        e.last("ElementWiseSelect", [whole_divisor, reduced, r], out)
+        e.last(qnn_type, inputs, out)
         return
-    result = e.op("ElementWiseSelect", [whole_divisor, reduced, r])
-    gb.add_op(node, "Quantize", [result], [out], suffix="quantize")
+    e.gb.add_op(e.node, "Quantize", [e.op(qnn_type, inputs)], [out], suffix="quantize")
+
+
+def float_remainder(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor,
+                    truncate: bool) -> None:
+    """fmod (truncate) or remainder: the corrected remainder; quantized operands are Dequantized
+    and the result Quantized to `out`'s encoding."""
+    e = _Emitter(gb, node, DataType.FLOAT_32)
+    a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
+    _write(e, "ElementWiseSelect", _corrected_remainder(e, a, b, truncate), out)
+
+
+def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
+    """Round((a - r) / b) with r the corrected remainder: (a - r) is a whole multiple of b, so its
+    quotient is an integer up to rounding (HTP's single ElementWiseFloorDiv gives one less at an
+    exact integer quotient, 3 // 1.5 = 1, measured on QNN 2.51). Where r is NaN (b = 0 or +-inf,
+    a infinite) the single op gives torch's value (+-inf / NaN, 0 or -1 for an infinite b)."""
+    e = _Emitter(gb, node, DataType.FLOAT_32)
+    a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
+    r = e.op("ElementWiseSelect", _corrected_remainder(e, a, b, truncate=False))
+    # fp16's a / b just above an integer k while the quotient is below it: Floor gives k and r
+    # the sign opposite to b's; floor's r is r + b then
+    wrong_sign = e.op("ElementWiseLess", [e.op("ElementWiseMultiply", [r, b]), e.zero(len(r.dims))], boolean=True)
+    r = e.op("ElementWiseSelect", [wrong_sign, e.op("ElementWiseAdd", [r, b]), r])
+    whole = e.op("ElementWiseRound", [e.op("ElementWiseDivide", [e.op("ElementWiseSubtract", [a, r]), b])])
+    _write(e, "ElementWiseSelect", [e.op("ElementWiseEqual", [r, r], boolean=True), whole,
+                                    e.op("ElementWiseFloorDiv", [a, b])], out)
 
 
 def integer_fmod(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:

@@ -1,8 +1,8 @@
 """Binary elementwise ops: add / sub / mul / div (Tensor and Scalar overloads), pow (tensor ^ scalar,
 tensor ^ tensor, scalar ^ tensor), maximum / minimum, floor_divide (div rounding_mode='floor'),
 remainder and fmod (float32, and int32 / int64 tensors too). Where QNN 2.51's HTP refuses the
-single op (fmod always, float / quantized remainder, integer floor_divide), op_division.py
-composes it from ops HTP takes."""
+single op (fmod always, float / quantized remainder, integer floor_divide) or gets it wrong (float
+floor_divide), op_division.py composes it from ops HTP takes."""
 from __future__ import annotations
 
 from typing import Optional
@@ -88,10 +88,11 @@ def composed(node: torch.fx.Node, int_dtype: Optional[torch.dtype]) -> bool:
     """The cases QNN 2.51 HTP refuses as one op (measured), lowered by op_division.py: fmod; float /
     quantized remainder (ElementWiseMod: INT_32 only, 3110 FLOAT_16 'Input[0] has incorrect data
     type', 8/16-bit 'Unsupported input/output datatypes'); integer floor_divide (INT_32
-    ElementWiseFloorDiv: 3110 'Unsupported input/output datatypes')."""
+    ElementWiseFloorDiv: 3110 'Unsupported input/output datatypes'); float / quantized
+    floor_divide (HTP's fp16 ElementWiseFloorDiv gives one less at an exact integer quotient:
+    3 // 1.5 = 1)."""
     qnn_type = qnn_binary_type(node)
-    return qnn_type == "fmod" or (qnn_type == "ElementWiseMod" and int_dtype is None) or \
-        (qnn_type == "ElementWiseFloorDiv" and int_dtype is not None)
+    return qnn_type in ("fmod", "ElementWiseFloorDiv") or (qnn_type == "ElementWiseMod" and int_dtype is None)
 
 
 def _check_qnn_refusals(node: torch.fx.Node) -> SupportResult:
@@ -181,7 +182,9 @@ class BinaryElementwiseBuilder(NodeBuilder):
 
 def _compose(gb: GraphBuilder, node: torch.fx.Node, int_dtype: Optional[torch.dtype], ta: QnnTensor,
              tb: QnnTensor, out: QnnTensor) -> None:
-    if int_dtype is None:
+    if int_dtype is None and qnn_binary_type(node) == "ElementWiseFloorDiv":
+        division.float_floor_divide(gb, node, ta, tb, out)
+    elif int_dtype is None:
         division.float_remainder(gb, node, ta, tb, out, truncate=node.target in FMOD_OPS)
     elif node.target in FMOD_OPS:
         division.integer_fmod(gb, node, ta, tb, out)

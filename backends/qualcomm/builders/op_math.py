@@ -13,10 +13,12 @@ atan2(y, x) = Atan(y / x) + (x < 0 ? (y >= 0 ? pi : -pi) : 0) (atan2(0, 0) is Na
 fp16 overflows x^2 for |x| > 256 (asinh / acosh give inf there).
 
 Quantized graphs: clamp's intermediate takes the output's encoding (values above it saturate,
-then the Minimum bounds them); reciprocal's 1 is an exact quantized constant. The float chains
-run between a Dequantize of each input and a Quantize to the output's encoding (QNN HTP refuses
-a FLOAT_32 operand of a quantized op, 3110 'mismatching datatypes', measured on QNN 2.51, but
-takes float ops between Dequantize and Quantize); HTP runs them in fp16."""
+then the Minimum bounds them); reciprocal's 1 is an exact quantized constant. The unary float
+chains (all but atan2) with per-tensor uint8 input and output are a lookup table instead
+(op_lookup.py: Gather of the QDQ reference's output codes by the input code, exact). atan2 and
+16-bit graphs run the chains between a Dequantize of each input and a Quantize to the output's
+encoding (QNN HTP refuses a FLOAT_32 operand of a quantized op, 3110 'mismatching datatypes',
+measured on QNN 2.51, but takes float ops between Dequantize and Quantize); HTP runs them in fp16."""
 from __future__ import annotations
 
 import math
@@ -32,6 +34,7 @@ from backends.qualcomm.builders.registry import (
     register_builder,
 )
 from backends.qualcomm.builders.op_logic import number_operand, padded_rank
+from backends.qualcomm.builders.op_lookup import emit_lookup
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.builders.utils import input_layout, is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType
@@ -249,6 +252,8 @@ class DecomposedMathBuilder(NodeBuilder):
         out = gb.define_output(node)
         if not is_quantized(node):
             _RECIPES[node.target](_Chain(gb, node, out, inputs))
+            return
+        if len(inputs) == 1 and emit_lookup(gb, node, node.target, inputs[0], out):
             return
         floats = [_dequantized(gb, node, t, i) for i, t in enumerate(inputs)]
         result = gb.native_tensor(f"{node.name}_float", out.dims)

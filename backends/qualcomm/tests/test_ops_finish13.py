@@ -22,7 +22,9 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.quant_tester import QuantTester, output_encodings, step_stats
 from backends.qualcomm.tests.tester import QnnTester
 from backends.qualcomm.tests.test_ops_rest13 import _lower, _qnn_vs_host
-from backends.qualcomm.tests.utils_helpers import delegate_output_scales, one_delegate_blob
+from backends.qualcomm.tests.utils_helpers import (
+    QNN_LOADED, delegate_output_scales, one_delegate_blob, payload_on_both_engines,
+)
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 
@@ -75,17 +77,13 @@ def test_max_min_of_every_element_quantized_exact(qnn_binary, quant_dtype):
 
 # ---- the division family, float and quantized --------------------------------------------------
 class FloatDivision(torch.nn.Module):
-    """fmod / remainder of tensors and of numbers (compositions); fp16: floor_divide too (HTP's
-    ElementWiseFloorDiv, kept as one op; its quantized form is test_ops_math2's: at an exact
-    integer quotient QNN's differs from the host engine's by one quotient step)."""
-
-    def __init__(self, floor_divide: bool = True):
-        super().__init__()
-        self.floor_divide = floor_divide
+    """fmod / remainder / floor_divide of tensors and fmod / remainder of numbers (compositions:
+    floor_divide is Round((a - r) / b) with r the corrected remainder; HTP's single
+    ElementWiseFloorDiv gives one less at an exact integer quotient, 3 // 1.5 = 1)."""
 
     def forward(self, a, b):
-        out = (torch.fmod(a, b), torch.remainder(a, b), torch.fmod(a, 1.5), torch.remainder(a, -1.25))
-        return out + (torch.floor_divide(a, b),) if self.floor_divide else out
+        return (torch.fmod(a, b), torch.remainder(a, b), torch.fmod(a, 1.5), torch.remainder(a, -1.25),
+                torch.floor_divide(a, b))
 
 
 def division_inputs() -> Tuple[torch.Tensor, torch.Tensor]:
@@ -105,9 +103,36 @@ def test_float_division_fp16_matches_eager_and_qnn(qnn_binary):
     inputs = division_inputs()
     tester = _lower(FloatDivision(), inputs, None).compare(atol=1e-2, rtol=0)
     ops = tester.payload().op_types()
-    assert "ElementWiseMod" not in ops and ops.get("ElementWiseFloorDiv") == 1, ops
+    # floor_divide: ElementWiseFloorDiv only where its remainder is NaN (b = 0, +-inf)
+    assert "ElementWiseMod" not in ops and ops.get("ElementWiseFloorDiv") == 1 and ops.get("ElementWiseRound") == 1, ops
     assert ops.get("ElementWiseFloor", 0) >= 4 and ops.get("ElementWiseCeil") == 2, ops
     _qnn_vs_host(tester, inputs)
+
+
+class FloorDivide(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.floor_divide(a, b), a // 1.5
+
+
+def test_float_floor_divide_at_exact_quotients_on_both_engines(qnn_binary):
+    """a = k * b (k in [-8, 8], b = +-(6..16) / 8, all exact in fp16), so every quotient is an
+    exact integer, the cliff of floor: fp16 results equal eager's on the host engine, and on QNN
+    within its fp32 output error (HTP's single ElementWiseFloorDiv gave k - 1 for some,
+    3 // 1.5 = 1)."""
+    g = torch.Generator().manual_seed(7)
+    b = torch.randint(6, 17, (4, 16), generator=g).float() / 8.0 * (torch.randint(0, 2, (4, 16), generator=g) * 2 - 1)
+    a = torch.randint(-8, 9, (4, 16), generator=g).float() * b
+    a[0, :4] = torch.tensor([3.0, -3.0, 4.5, -6.0])
+    inputs = (a, b)
+    tester = _lower(FloorDivide(), inputs, None)
+    # QNN's fp16 graph outputs carry an fp32 error of ~2^-22 relative (3.0000002); a floor error is 1
+    for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
+        np.testing.assert_allclose(out, ref, rtol=1e-6, atol=0, err_msg=f"output {i}")
+    if QNN_LOADED:
+        qnn, host = payload_on_both_engines(one_delegate_blob(tester), inputs, tester.module)
+        for i, (q, h, ref) in enumerate(zip(qnn, host, tester.reference_outputs())):
+            np.testing.assert_array_equal(h, ref, err_msg=f"host, output {i}")
+            np.testing.assert_allclose(q, h, rtol=1e-6, atol=0, err_msg=f"QNN vs host, output {i}")
 
 
 def grid_division_inputs() -> Tuple[torch.Tensor, torch.Tensor]:
@@ -140,14 +165,15 @@ def _dequantized_inputs(tester: QuantTester) -> List[np.ndarray]:
 
 @pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
 def test_float_division_quantized_matches_qdq_reference(qnn_binary, quant_dtype):
-    """Quantized: fmod / remainder in float between Dequantize and Quantize; every element within
+    """Quantized: fmod / remainder / floor_divide in float between Dequantize and Quantize
+    (floor_divide, exact integer quotients included: 0 steps, QNN == host); every element within
     1 step of the QDQ reference, exact integer quotients included (HTP's fp16 a / b lands just
     below some of them, e.g. -7.0625 / -1.765625: without the whole-|b| correction those results
     were off by |b|, 124 steps). Measured on QNN and the host engine: 8-bit 94-100% exact, 16-bit
     97.5-100% exact (these grid inputs are exact in the 16-bit input encodings too); QNN vs host
     within 1 step (16-bit 2.5% off by one)."""
     inputs = grid_division_inputs()
-    tester = _lower(FloatDivision(floor_divide=False), inputs, quant_dtype)
+    tester = _lower(FloatDivision(), inputs, quant_dtype)
     a, b = _dequantized_inputs(tester)
     quotient = a / b
     assert (np.abs(quotient - np.rint(quotient)) < 1e-9).sum() >= 4, "no exact integer quotient among the inputs"
@@ -157,8 +183,8 @@ def test_float_division_quantized_matches_qdq_reference(qnn_binary, quant_dtype)
         print(f"output {i} ({quant_dtype.name}): {stats}")
         assert stats.max_diff <= 1, (i, stats)
     ops = tester.payload().op_types()
-    # 4 outputs + the 2 graph inputs
-    assert ops.get("Quantize") == 6 and ops.get("ElementWiseSelect") == 6 and "ElementWiseMod" not in ops, ops
+    # 5 outputs + the 2 graph inputs
+    assert ops.get("Quantize") == 7 and ops.get("ElementWiseSelect") == 9 and "ElementWiseMod" not in ops, ops
     for i, stats in enumerate(_qnn_vs_host(tester, inputs, delegate_output_scales(one_delegate_blob(tester)))):
         print(f"QNN vs host, output {i}: {stats}")
         assert stats.max_diff <= 1, (i, stats)

@@ -1,9 +1,14 @@
 // Cast between FLOAT_32, INT_32, INT_64, BOOL_8, UINT_8 (saturating, NaN -> 0:
-// no undefined float -> int conversions).
+// no undefined float -> int conversions). A per-tensor quantized activation cast to an integer
+// type, as QNN HTP does (measured on QNN 2.51): uint8 gives its codes; uint16 to INT_32 its real
+// value rounded to the nearest integer, halves to even (HTP's op validation refuses that Cast,
+// a payload built without it runs so). To FLOAT_32 it is dequantized (QuantDispatch's wrapped
+// path).
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
+#include "backends/qualcomm/runtime/engine/Quant.h"
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
 namespace qnn_delegate {
@@ -87,9 +92,45 @@ Status create_cast(const OpView& v, KernelEnv&, KernelPtr& out) {
   }
 }
 
+// uint16 real values rounded to the nearest integer, halves to even, as int32.
+class RoundedCastKernel final : public Kernel {
+ public:
+  RoundedCastKernel(uint32_t in, uint32_t out, size_t n, const QuantParams& p)
+      : in_(in), out_(out), n_(n), p_(p) {}
+  Status run(const RunContext& c) const override {
+    const uint16_t* x = c.at<const uint16_t>(in_);
+    int32_t* y = c.at<int32_t>(out_);
+    for (size_t i = 0; i < n_; ++i) {
+      y[i] = convert<int32_t>(std::nearbyint(double(int32_t(x[i]) + p_.offset) * double(p_.scale)));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  uint32_t in_, out_;
+  size_t n_;
+  QuantParams p_;
+};
+
+// Quantized input to an integer output (uint8: codes; uint16 to INT_32: rounded values); else
+// `out` stays empty (the float kernel on dequantized values).
+Status create_quant_cast(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(1, 1, 1));
+  const TensorInfo& x = *v.inputs[0];
+  const DType dst = v.outputs[0]->dtype;
+  if (!is_quant_activation(x) || v.outputs[0]->is_quantized()) return Status::Ok();
+  QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, dst));
+  if (x.dtype == DType::UFIXED_POINT_8 && dst != DType::FLOAT_32) return emplace_for_dst<uint8_t>(v, dst, out);
+  if (x.dtype == DType::UFIXED_POINT_16 && dst == DType::INT_32) {
+    return emplace_kernel<RoundedCastKernel>(out, x.id, v.outputs[0]->id, x.numel, quant_params_of(x));
+  }
+  return Status::Ok();
+}
+
 } // namespace
 
 QNN_REGISTER_KERNEL(Float, Cast, &create_cast);
+QNN_REGISTER_KERNEL(Quant, Cast, &create_quant_cast);
 
 } // namespace engine
 } // namespace qnn_delegate
