@@ -19,28 +19,18 @@ struct QFcSetup {
 template <typename A, typename W, typename Acc, typename O>
 class QFcKernel final : public Kernel {
  public:
-  explicit QFcKernel(QFcSetup& s) : s_(s.s), w_(std::move(*s.w)), rq_(std::move(s.rq)) {
-    prepare_vnni<A, W>(w_, 1, s.alloc, vnni_);
-  }
-  size_t owned_bytes() const override { return w_.data.size() + vnni_.data.size(); }
+  explicit QFcKernel(QFcSetup& s) : s_(s.s) { core_.init(std::move(*s.w), std::move(s.rq), 1, s.alloc); }
+  size_t owned_bytes() const override { return core_.owned_bytes(); }
+  size_t scratch_bytes() const override { return core_.slots() * core_.slot_bytes(); }
   Status run(const RunContext& c) const override {
-    if constexpr (std::is_same<A, uint8_t>::value && std::is_same<W, int8_t>::value) {
-      if (vnni_.ready()) {
-        qgemm_vnni<O>(c.at<const A>(s_.x), s_.K, vnni_.data.as<int8_t>(), s_.K, 0, s_.N, s_.M, rq_,
-                      c.at<O>(s_.out), s_.N);
-        return Status::Ok();
-      }
-    }
-    qgemm<A, W, Acc, O>(c.at<const A>(s_.x), s_.K, w_.data.as<W>(), s_.K, 0, s_.N, s_.M, rq_,
-                        c.at<O>(s_.out), s_.N);
+    core_.gemm_parallel(c.at<const A>(s_.x), s_.K, 0, s_.M, c.at<O>(s_.out), s_.N,
+                        static_cast<char*>(c.scratch));
     return Status::Ok();
   }
 
  private:
   FcShape s_;
-  QWeights w_;
-  VnniWeights vnni_;
-  Requant rq_;
+  QGemmCore<A, W, Acc, O> core_;
 };
 
 Status create_qfc(const OpView& v, KernelEnv& env, KernelPtr& out) {
