@@ -142,6 +142,22 @@ void prepare_vnni(QWeights& w, size_t groups, TrackingAllocator* alloc, VnniWeig
 enum class QGemmPath { Plain, Avx2, Vnni };
 QGemmPath qgemm_path(bool a8_w8);
 
+// HTP requantization of uint8 outputs in 8 int32 lanes, when every channel stays within
+// int32 bounds (ok): per channel pre (+ fold), shift, half, mult and the bound of the
+// shifted accumulator past which the output saturates anyway.
+struct VecRequant8 {
+  bool ok = false;
+  std::vector<int32_t> pre, shift, half, mult, ulim;
+  int32_t out_offset = 0, qmin = 0, qmax = 255;
+};
+// Channels n = g * nn + j of rq go to index g * nn_pad + j; fold[n] (may be null) is
+// added to pre; max_abs_acc bounds the accumulator.
+void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_pad,
+                        const int64_t* fold, int64_t max_abs_acc, VecRequant8& out);
+// out[j] = requantized acc[j] for j < cnt, channel i0 + j (AVX2; acc readable up to a
+// multiple of 8, the VecRequant8 arrays too).
+void requant_u8_row(const VecRequant8& v, const int32_t* acc, size_t i0, size_t cnt, uint8_t* out);
+
 // AVX2 weights: per group, panels of 8 channels x kp / 2 k pairs x (8 x 2) int16,
 // channels padded to 16, k to kp (even).
 constexpr size_t kAvx2RowTile = 32;  // rows converted to int16 at a time
@@ -149,11 +165,7 @@ struct Avx2Weights {
   Buffer data;
   size_t kp = 0, group_elems = 0;
   std::vector<int64_t> fold;  // (in_offset (+ 32768 for uint16 activations)) * wsum[n]
-  // uint8 in and out with HTP requantization, every channel within int32 bounds: the
-  // requantization runs in 8 int32 lanes (per padded channel: pre + fold, shift, half,
-  // mult, the bound of the shifted accumulator past which the output saturates anyway).
-  bool vec_rq = false;
-  std::vector<int32_t> rq_pre, rq_shift, rq_half, rq_mult, rq_ulim;
+  VecRequant8 vec;            // uint8 activations and output (per padded channel)
   bool ready() const { return data.size() != 0; }
 };
 size_t avx2_kp(size_t K);

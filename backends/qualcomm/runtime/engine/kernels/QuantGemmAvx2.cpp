@@ -38,44 +38,37 @@ QGemmPath qgemm_path(bool a8_w8) {
   return QGemmPath::Plain;
 }
 
-namespace {
-
-// See Avx2Weights::vec_rq. For HtpRequant with frac 15 and post 0, y(u) = ((2u + half) M +
-// 2^15) >> 16 is nondecreasing in u = (acc + pre) >> s; with M < 2^16, clamping u to
-// +-ulim, ulim = ceil((qmax + |out_offset| + 4) 2^15 / M), leaves the clamped output as it
-// is and keeps (2u + 1) M + 2^15 below 2^26.
-void prepare_vec_requant(const QWeights& w, const Requant& rq, size_t groups, size_t nn_pad,
-                         bool a16, Avx2Weights& out) {
-  out.vec_rq = false;
-  if (a16 || !rq.htp || rq.qmax > 255 || rq.qmin < 0) return;
-  const size_t nn = w.N / groups;
-  const int64_t max_dot = int64_t(w.K) * 255 * 128;
-  const size_t total = groups * nn_pad;
-  out.rq_pre.assign(total, 0);
-  out.rq_shift.assign(total, 0);
-  out.rq_half.assign(total, 0);
-  out.rq_mult.assign(total, 0);
-  out.rq_ulim.assign(total, 0);
+// For HtpRequant with frac 15 and post 0, y(u) = ((2u + half) M + 2^15) >> 16 is
+// nondecreasing in u = (acc + pre) >> s; with M < 2^16, clamping u to +-ulim,
+// ulim = ceil((qmax + |out_offset| + 4) 2^15 / M), leaves the clamped output as it is
+// and keeps (2u + 1) M + 2^15 below 2^26.
+void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_pad,
+                        const int64_t* fold, int64_t max_abs_acc, VecRequant8& out) {
+  out.ok = false;
+  if (!rq.htp || rq.qmax > 255 || rq.qmin < 0) return;
+  const size_t total = groups * nn_pad + 8;
+  for (auto* v : {&out.pre, &out.shift, &out.half, &out.mult, &out.ulim}) v->assign(total, 0);
+  out.out_offset = rq.out_offset;
+  out.qmin = int32_t(rq.qmin);
+  out.qmax = int32_t(rq.qmax);
   const int64_t reach = rq.qmax + std::abs(int64_t(rq.out_offset)) + 4;
   for (size_t g = 0; g < groups; ++g)
     for (size_t j = 0; j < nn; ++j) {
       const size_t n = g * nn + j, i = g * nn_pad + j;
       const HtpRequant& h = rq.hr[n];
-      const int64_t pre = h.pre + out.fold[n];
+      const int64_t pre = h.pre + (fold ? fold[n] : 0);
       if (h.frac != 15 || h.post != 0 || h.mult <= 0 || h.mult >= (int64_t(1) << 16) ||
-          std::abs(pre) + max_dot >= (int64_t(1) << 30)) {
+          std::abs(pre) + max_abs_acc >= (int64_t(1) << 30)) {
         return;
       }
-      out.rq_pre[i] = int32_t(pre);
-      out.rq_shift[i] = std::min<int32_t>(h.shift, 31);
-      out.rq_half[i] = h.half;
-      out.rq_mult[i] = int32_t(h.mult);
-      out.rq_ulim[i] = int32_t((reach * 32768 + h.mult - 1) / h.mult);
+      out.pre[i] = int32_t(pre);
+      out.shift[i] = std::min<int32_t>(h.shift, 31);
+      out.half[i] = h.half;
+      out.mult[i] = int32_t(h.mult);
+      out.ulim[i] = int32_t((reach * 32768 + h.mult - 1) / h.mult);
     }
-  out.vec_rq = true;
+  out.ok = true;
 }
-
-} // namespace
 
 size_t avx2_kp(size_t K) { return (K + 1) & ~size_t(1); }
 
@@ -104,16 +97,11 @@ bool prepare_avx2(const QWeights& w, const Requant& rq, size_t groups, bool a16,
   const int64_t shift = a16 ? 32768 : 0;
   out.fold.resize(w.N);
   for (size_t n = 0; n < w.N; ++n) out.fold[n] = (int64_t(rq.in_offset) + shift) * rq.wsum[n];
-  prepare_vec_requant(w, rq, groups, nn_pad, a16, out);
+  if (!a16) build_vec_requant8(rq, groups, nn, nn_pad, out.fold.data(), int64_t(w.K) * 255 * 128, out.vec);
   return true;
 }
 
 namespace {
-
-struct VecRq {
-  const int32_t *pre, *shift, *half, *mult, *ulim;
-  int32_t out_offset, qmin, qmax;
-};
 
 #ifdef QNN_X86
 // acc[r][0..15] += rows r < MR of `a` (int16, stride lda) x the two panels at wp,
@@ -162,8 +150,10 @@ __attribute__((target("avx2"))) void tile(const int16_t* a, size_t lda, const in
 }
 
 // 8 lanes of Avx2Weights::vec_rq requantization: uint8 values in the low bytes.
-__attribute__((target("avx2"))) inline __m256i requant8(__m256i acc, const VecRq& v, size_t i) {
-  auto ld = [i](const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)); };
+__attribute__((target("avx2"))) inline __m256i requant8(__m256i acc, const VecRequant8& v, size_t i) {
+  auto ld = [i](const std::vector<int32_t>& p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.data() + i));
+  };
   const __m256i lim = ld(v.ulim);
   __m256i u = _mm256_srav_epi32(_mm256_add_epi32(acc, ld(v.pre)), ld(v.shift));
   u = _mm256_min_epi32(_mm256_max_epi32(u, _mm256_sub_epi32(_mm256_setzero_si256(), lim)), lim);
@@ -176,7 +166,7 @@ __attribute__((target("avx2"))) inline __m256i requant8(__m256i acc, const VecRq
 // uint8 activations and output, one k block, vectorized requantization.
 template <int MR>
 __attribute__((target("avx2"))) void tile_u8(const int16_t* a, size_t lda, const int16_t* wp,
-                                             size_t kp, size_t i0, size_t cnt, const VecRq& v,
+                                             size_t kp, size_t i0, size_t cnt, const VecRequant8& v,
                                              uint8_t* out, size_t ldo) {
   __m256i acc[4][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
@@ -191,6 +181,23 @@ __attribute__((target("avx2"))) void tile_u8(const int16_t* a, size_t lda, const
       alignas(16) uint8_t tmp[kTileN];
       _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b8);
       std::memcpy(out + r * ldo, tmp, cnt);
+    }
+  }
+}
+
+__attribute__((target("avx2"))) void requant_u8_row_avx2(const VecRequant8& v, const int32_t* acc,
+                                                         size_t i0, size_t cnt, uint8_t* out) {
+  for (size_t j = 0; j < cnt; j += 8) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + j));
+    const __m256i y = requant8(a, v, i0 + j);
+    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+    const __m128i b8 = _mm_packus_epi16(w16, w16);
+    if (cnt - j >= 8) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + j), b8);
+    } else {
+      alignas(16) uint8_t tmp[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b8);
+      std::memcpy(out + j, tmp, cnt - j);
     }
   }
 }
@@ -225,10 +232,9 @@ void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t
     const size_t rows = std::min(kAvx2RowTile, M - m0);
     to_int16<A>(a + m0 * lda, lda, rows, K, kp, abuf);
     if constexpr (sizeof(A) == 1 && sizeof(O) == 1) {
-      if (w.vec_rq) {
+      if (w.vec.ok) {
         const size_t base = grp * (w.group_elems / kp);  // padded channels before this group
-        const VecRq v{w.rq_pre.data(), w.rq_shift.data(), w.rq_half.data(), w.rq_mult.data(),
-                      w.rq_ulim.data(), rq.out_offset, int32_t(rq.qmin), int32_t(rq.qmax)};
+        const VecRequant8& v = w.vec;
         for (size_t j = j0; j < j0 + nn; j += kTileN) {
           const size_t cnt = std::min(kTileN, j0 + nn - j);
           const int16_t* wp = wg + (j / kPanel) * kp * kPanel;
@@ -256,6 +262,14 @@ void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t
 #else
   (void)a; (void)lda; (void)w; (void)grp; (void)K; (void)n0; (void)j0; (void)nn; (void)M; (void)rq;
   (void)out; (void)ldo; (void)abuf;
+#endif
+}
+
+void requant_u8_row(const VecRequant8& v, const int32_t* acc, size_t i0, size_t cnt, uint8_t* out) {
+#ifdef QNN_X86
+  requant_u8_row_avx2(v, acc, i0, cnt, out);
+#else
+  (void)v; (void)acc; (void)i0; (void)cnt; (void)out;
 #endif
 }
 

@@ -93,6 +93,11 @@ class QDepthwiseKernel final : public Kernel {
     }
     w_.data.reset();
     slots_ = qgemm_slots();
+    if constexpr (sizeof(A) == 1 && sizeof(O) == 1 && sizeof(W) == 1) {
+      if (qgemm_path(false) == QGemmPath::Avx2) {
+        build_vec_requant8(rq_, 1, g_.cout, g_.cout, nullptr, int64_t(taps) * 255 * 128, vec_);
+      }
+    }
   }
   size_t scratch_bytes() const override { return slots_ * slot_bytes(); }
   size_t owned_bytes() const override { return taps_.size(); }
@@ -115,7 +120,7 @@ class QDepthwiseKernel final : public Kernel {
   }
 
  private:
-  size_t slot_bytes() const { return align64(g_.cout * sizeof(Acc)); }
+  size_t slot_bytes() const { return align64((g_.cout + 8) * sizeof(Acc)); }
 
   // Output row oy of image n.
   void run_row(const A* x, size_t n, size_t oy, Acc* acc, O* out) const {
@@ -139,6 +144,12 @@ class QDepthwiseKernel final : public Kernel {
         }
       }
       O* o = out + ((n * g_.oh + oy) * g_.ow + ox) * C;
+      if constexpr (sizeof(A) == 1 && sizeof(O) == 1 && sizeof(W) == 1) {
+        if (vec_.ok) {
+          requant_u8_row(vec_, acc, 0, C, o);
+          continue;
+        }
+      }
       for (size_t ch = 0; ch < C; ++ch) o[ch] = rq_.apply<O>(acc[ch], ch);
     }
   }
@@ -150,6 +161,7 @@ class QDepthwiseKernel final : public Kernel {
   Requant rq_;
   size_t mult_ = 1, slots_ = 1;
   Buffer taps_;
+  VecRequant8 vec_;  // uint8 in and out on AVX2
 };
 
 // HTP's strided uint8 depthwise kernel requantizes without the pre-shift
