@@ -105,3 +105,24 @@ def test_depthwise_threaded_bit_exact(monkeypatch, act):
     outputs = _run_paths(monkeypatch, build)
     acc = int_conv(quantize(x, qx) + qx["offset"], wq, 1, 1, c)
     _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32)))
+
+
+@pytest.mark.parametrize("act,tb", [("u8", True), ("u16", True), ("u16", False)])
+def test_matmul_batched_threaded_exact(act, tb):
+    """Batched MatMul split over the pool: uint8 equals HTP's model, uint16 the exact
+    accumulator times s_a s_b / s_out rounded half even (the double accumulation is exact)."""
+    a, b = randn(2, 3, 40, 24, seed=31), randn(2, 3, 24, 50, seed=32)
+    qa, qb = act_quant(a, ACT[act]), act_quant(b, ACT[act])
+    real = dequantize(quantize(a, qa), qa).astype(np.float64) @ dequantize(quantize(b, qb), qb).astype(np.float64)
+    qy = act_quant(real, ACT[act])
+    qg = QGraph()
+    ai = qg.act("a", a, qa)
+    bi = qg.act("b", np.swapaxes(b, -1, -2).copy() if tb else b, qb)
+    got = qg.run("MatMul", [ai, bi], qg.out(real.shape, qy), transpose_in1=scalar(gen_bool(), int(tb)))
+    acc = (quantize(a, qa).astype(np.int64) + qa["offset"]) @ (quantize(b, qb).astype(np.int64) + qb["offset"])
+    if act == "u8":
+        want = htp_requantize(acc, qa["scale"], np.float32(qb["scale"]), qy["scale"], -qy["offset"])
+    else:
+        m = np.float64(np.float32(qa["scale"])) * np.float64(np.float32(qb["scale"])) / np.float64(np.float32(qy["scale"]))
+        want = np.clip(np.rint(acc * m) - qy["offset"], 0, 65535)
+    np.testing.assert_array_equal(got, want)
