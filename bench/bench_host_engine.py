@@ -218,8 +218,7 @@ class Loaded:
 
 
 def load(pte: Path, variant: str) -> Loaded:
-    import backends.qualcomm  # noqa: F401  registers the QnnDelegate backend
-    from executorch.runtime import Runtime
+    from executorch.runtime import Runtime  # main() imported backends.qualcomm: QnnDelegate is registered
 
     before = rss_bytes()
     program = Runtime.get().load_program(str(pte))
@@ -266,7 +265,7 @@ def bench_model(model: BenchModel, variants: list[str], args: argparse.Namespace
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"\n| model | variant | median ms | vs XNN int8 | vs XNN fp32 | GOPS | GMAC | +RSS MB | cos vs fp32 |")
+    print("\n| model | variant | median ms | vs XNN int8 | vs XNN fp32 | GOPS | GMAC | +RSS MB | cos vs fp32 |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} | {r['variant']} | {r['ms']:.2f} | {r['vs_int8']:.2f}x | {r['vs_fp32']:.2f}x "

@@ -74,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
                 per_op[event.name] = (kind, us)
     total = sum(sum(v) for v in per_type.values())
     print(f"{args.pte.name}: graph {graph_us / 1e3:.2f} ms, ops sum {total / 1e3:.2f} ms")
-    print(f"\n| op type | count | ms | share |\n|---|---:|---:|---:|")
+    print("\n| op type | count | ms | share |\n|---|---:|---:|---:|")
     for kind, values in sorted(per_type.items(), key=lambda kv: -sum(kv[1])):
         print(f"| {kind} | {len(values)} | {sum(values) / 1e3:.2f} | {100 * sum(values) / total:.1f}% |")
-    print(f"\nslowest ops:")
+    print("\nslowest ops:")
     for op, (kind, us) in sorted(per_op.items(), key=lambda kv: -kv[1][1])[:args.top]:
         print(f"  {us / 1e3:8.3f} ms  {kind:<22} {op}")
     return 0

@@ -40,6 +40,14 @@ def _want(act, acc, qx, wq, w_scale, qy, bias):
     return htp_requantize16(acc, qx["scale"], -qx["offset"], wq_sum(wq), w_scale, qy["scale"], -qy["offset"], bias)
 
 
+def _weighted(op, x, qx, wq, wparams, b, shape, qy, **params):
+    """Runs one weighted op (8-bit weights wq, float bias b) on the quantized x."""
+    qg = QGraph()
+    xi = qg.act("x", x, qx)
+    wi = qg.static_q("w", pack_bits(wq, 8), wq.shape, weight_dtype(8), wparams)
+    return qg.run(op, [xi, wi, qg.static_f("b", b)], qg.out(shape, qy), **params)
+
+
 def wq_sum(wq):
     return wq.reshape(-1, wq.shape[-1]).sum(0) if wq.ndim == 4 else wq.sum(1)
 
@@ -53,11 +61,8 @@ def test_fully_connected_paths_bit_exact(monkeypatch, act):
     qy = act_quant(real, ACT[act])
 
     def build():
-        qg = QGraph()
-        xi = qg.act("x", x, qx)
-        wi = qg.static_q("w", pack_bits(wq, 8), w.shape, weight_dtype(8), wparams)
-        return qg.run("FullyConnected", [xi, wi, qg.static_f("b", b)], qg.out(real.shape, qy),
-                      keep_dims=scalar(gen_bool(), 0))
+        return _weighted("FullyConnected", x, qx, wq, wparams, b, real.shape, qy,
+                         keep_dims=scalar(gen_bool(), 0))
 
     outputs = _run_paths(monkeypatch, build)
     acc = (quantize(x, qx) + qx["offset"]) @ wq.T
@@ -74,12 +79,9 @@ def test_conv2d_paths_bit_exact(monkeypatch, act, k, stride):
     qy = act_quant(real, ACT[act])
 
     def build():
-        qg = QGraph()
-        xi = qg.act("x", x, qx)
-        wi = qg.static_q("w", pack_bits(wq, 8), w.shape, weight_dtype(8), wparams)
-        return qg.run("Conv2d", [xi, wi, qg.static_f("b", b)], qg.out(real.shape, qy),
-                      stride=u32([stride, stride]), pad_amount=u32([[pad, pad], [pad, pad]]),
-                      dilation=u32([1, 1]), group=scalar(U32, 1))
+        return _weighted("Conv2d", x, qx, wq, wparams, b, real.shape, qy, stride=u32([stride, stride]),
+                         pad_amount=u32([[pad, pad], [pad, pad]]), dilation=u32([1, 1]),
+                         group=scalar(U32, 1))
 
     outputs = _run_paths(monkeypatch, build)
     acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, pad, 1)
@@ -96,11 +98,8 @@ def test_depthwise_threaded_bit_exact(monkeypatch, act):
     qy = act_quant(real, ACT[act])
 
     def build():
-        qg = QGraph()
-        xi = qg.act("x", x, qx)
-        wi = qg.static_q("w", pack_bits(wq, 8), w.shape, weight_dtype(8), wparams)
-        return qg.run("DepthWiseConv2d", [xi, wi, qg.static_f("b", b)], qg.out(real.shape, qy),
-                      stride=u32([1, 1]), pad_amount=u32([[1, 1], [1, 1]]), dilation=u32([1, 1]))
+        return _weighted("DepthWiseConv2d", x, qx, wq, wparams, b, real.shape, qy, stride=u32([1, 1]),
+                         pad_amount=u32([[1, 1], [1, 1]]), dilation=u32([1, 1]))
 
     outputs = _run_paths(monkeypatch, build)
     acc = int_conv(quantize(x, qx) + qx["offset"], wq, 1, 1, c)
