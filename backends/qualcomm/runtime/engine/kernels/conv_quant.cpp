@@ -93,6 +93,9 @@ class QDepthwiseKernel final : public Kernel {
     }
     w_.data.reset();
     slots_ = qgemm_slots();
+    // |q + offset| <= 65535 (uint16) and |w| <= 2^15: int32 holds taps * 2^31 / 2^(16+bits(W)).
+    const int64_t max_w = sizeof(W) == 1 ? 128 : 32768;
+    acc32_ = int64_t(taps) * 65535 * max_w < (int64_t(1) << 31);
     if constexpr (sizeof(A) == 1 && sizeof(O) == 1 && sizeof(W) == 1) {
       if (qgemm_path(false) == QGemmPath::Avx2) {
         build_vec_requant8(rq_, 1, g_.cout, g_.cout, nullptr, int64_t(taps) * 255 * 128, vec_);
@@ -113,7 +116,13 @@ class QDepthwiseKernel final : public Kernel {
       const size_t r0 = serial ? (s == 0 ? 0 : rows) : rows * s / S;
       const size_t r1 = serial ? rows : rows * (s + 1) / S;
       Acc* acc = reinterpret_cast<Acc*>(scratch + s * slot_bytes());
-      for (size_t r = r0; r < r1; ++r) run_row(x, r / g_.oh, r % g_.oh, acc, out);
+      for (size_t r = r0; r < r1; ++r) {
+        if (acc32_) {
+          run_row<int32_t>(x, r / g_.oh, r % g_.oh, reinterpret_cast<int32_t*>(acc), out);
+        } else {
+          run_row<Acc>(x, r / g_.oh, r % g_.oh, acc, out);
+        }
+      }
     };
     parallel_slots(S, serial, run_slot);
     return Status::Ok();
@@ -122,12 +131,13 @@ class QDepthwiseKernel final : public Kernel {
  private:
   size_t slot_bytes() const { return align64((g_.cout + 8) * sizeof(Acc)); }
 
-  // Output row oy of image n.
-  void run_row(const A* x, size_t n, size_t oy, Acc* acc, O* out) const {
+  // Output row oy of image n, sums in T (int32 when they fit: acc32_).
+  template <typename T>
+  void run_row(const A* x, size_t n, size_t oy, T* acc, O* out) const {
     const size_t C = g_.cout;
-    const Acc off = Acc(rq_.in_offset);
+    const T off = T(rq_.in_offset);
     for (size_t ox = 0; ox < g_.ow; ++ox) {
-      std::fill(acc, acc + C, Acc(0));
+      std::fill(acc, acc + C, T(0));
       for (size_t ky = 0; ky < g_.kh; ++ky) {
         const long iy = long(oy * g_.sh + ky * g_.dh) - long(g_.pt);
         if (iy < 0 || iy >= long(g_.h)) continue;
@@ -137,20 +147,20 @@ class QDepthwiseKernel final : public Kernel {
           const A* px = x + ((n * g_.h + iy) * g_.w + ix) * g_.cin;
           const W* pw = taps_.as<W>() + (ky * g_.kw + kx) * C;
           if (mult_ == 1) {
-            for (size_t ch = 0; ch < C; ++ch) acc[ch] += (Acc(px[ch]) + off) * Acc(pw[ch]);
+            for (size_t ch = 0; ch < C; ++ch) acc[ch] += (T(px[ch]) + off) * T(pw[ch]);
           } else {
-            for (size_t ch = 0; ch < C; ++ch) acc[ch] += (Acc(px[ch / mult_]) + off) * Acc(pw[ch]);
+            for (size_t ch = 0; ch < C; ++ch) acc[ch] += (T(px[ch / mult_]) + off) * T(pw[ch]);
           }
         }
       }
       O* o = out + ((n * g_.oh + oy) * g_.ow + ox) * C;
-      if constexpr (sizeof(A) == 1 && sizeof(O) == 1 && sizeof(W) == 1) {
+      if constexpr (sizeof(A) == 1 && sizeof(O) == 1 && sizeof(W) == 1 && sizeof(T) == 4) {
         if (vec_.ok) {
           requant_u8_row(vec_, acc, 0, C, o);
           continue;
         }
       }
-      for (size_t ch = 0; ch < C; ++ch) o[ch] = rq_.apply<O>(acc[ch], ch);
+      for (size_t ch = 0; ch < C; ++ch) o[ch] = rq_.apply<O>(int64_t(acc[ch]), ch);
     }
   }
 
@@ -162,6 +172,7 @@ class QDepthwiseKernel final : public Kernel {
   size_t mult_ = 1, slots_ = 1;
   Buffer taps_;
   VecRequant8 vec_;  // uint8 in and out on AVX2
+  bool acc32_ = false;
 };
 
 // HTP's strided uint8 depthwise kernel requantizes without the pre-shift
