@@ -4,12 +4,14 @@
 // fixed-point arithmetic (HtpRequant.h).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "backends/qualcomm/runtime/engine/HtpRequant.h"
+#include "backends/qualcomm/runtime/engine/ThreadPool.h"
 #include "backends/qualcomm/runtime/engine/Quant.h"
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
@@ -132,6 +134,160 @@ void prepare_vnni(QWeights& w, size_t groups, TrackingAllocator* alloc, VnniWeig
     w.data.reset();  // the packed copy replaces the [N][K] rows
   }
 }
+
+// ---- path choice, AVX2 path, threading -----------------------------------------
+// Vnni: u8 x s8 with AVX-512 VNNI (compiled in); Avx2: u8 / u16 x s8 when the CPU has
+// AVX2; Plain: qgemm. Env QNN_HOST_ENGINE_KERNELS=plain forces Plain, =avx2 skips VNNI
+// (read when a kernel is created). Every path gives the same integers.
+enum class QGemmPath { Plain, Avx2, Vnni };
+QGemmPath qgemm_path(bool a8_w8);
+
+// HTP requantization of uint8 outputs in 8 int32 lanes, when every channel stays within
+// int32 bounds (ok): per channel pre (+ fold), shift, half, mult and the bound of the
+// shifted accumulator past which the output saturates anyway.
+struct VecRequant8 {
+  bool ok = false;
+  std::vector<int32_t> pre, shift, half, mult, ulim;
+  int32_t out_offset = 0, qmin = 0, qmax = 255;
+};
+// Channels n = g * nn + j of rq go to index g * nn_pad + j; fold[n] (may be null) is
+// added to pre; max_abs_acc bounds the accumulator.
+void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_pad,
+                        const int64_t* fold, int64_t max_abs_acc, VecRequant8& out);
+// out[j] = requantized acc[j] for j < cnt, channel i0 + j (AVX2; acc readable up to a
+// multiple of 8, the VecRequant8 arrays too).
+void requant_u8_row(const VecRequant8& v, const int32_t* acc, size_t i0, size_t cnt, uint8_t* out);
+
+// AVX2 weights: per group, panels of 8 channels x kp / 2 k pairs x (8 x 2) int16,
+// channels padded to 16, k to kp (even).
+constexpr size_t kAvx2RowTile = 32;  // rows converted to int16 at a time
+struct Avx2Weights {
+  Buffer data;
+  size_t kp = 0, group_elems = 0;
+  std::vector<int64_t> fold;  // (in_offset (+ 32768 for uint16 activations)) * wsum[n]
+  VecRequant8 vec;            // uint8 activations and output (per padded channel)
+  bool ready() const { return data.size() != 0; }
+};
+size_t avx2_kp(size_t K);
+size_t avx2_abuf_elems(size_t K);  // int16 scratch qgemm_avx2 needs
+// false (out empty) when the packed copy cannot be allocated.
+bool prepare_avx2(const QWeights& w, const Requant& rq, size_t groups, bool a16,
+                  TrackingAllocator* alloc, Avx2Weights& out);
+// Rows m < M of a times the channels j0 .. j0+nn (j0 a multiple of 16) of group `grp`
+// (absolute channel n0 + j) -> out[m * ldo + j - j0].
+template <typename A, typename O>
+void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t K, size_t n0,
+                size_t j0, size_t nn, size_t M, const Requant& rq, O* out, size_t ldo,
+                int16_t* abuf);
+
+// Work slots of the integer kernels: the pool's threads (fixed at init, sizes scratch).
+inline size_t qgemm_slots() { return ThreadPool::instance().max_threads(); }
+
+// f(slot) for every slot < slots, spread over the pool (serially when `serial`).
+template <typename F>
+void parallel_slots(size_t slots, bool serial, F& f) {
+  if (serial || slots <= 1) {
+    for (size_t s = 0; s < slots; ++s) f(s);
+    return;
+  }
+  RangeFn tramp = [](void* ctx, size_t b, size_t e) {
+    for (size_t s = b; s < e; ++s) (*static_cast<F*>(ctx))(s);
+  };
+  ThreadPool::instance().parallel_for(slots, tramp, &f);
+}
+
+constexpr size_t kMinParallelQMacs = size_t(1) << 17;
+
+inline size_t align64(size_t bytes) { return (bytes + 63) & ~size_t(63); }
+
+// Integer GEMM of a quantized Conv2d / FullyConnected: weights packed at init for
+// the path in effect, rows x channels of one group per call.
+template <typename A, typename W, typename Acc, typename O>
+class QGemmCore {
+ public:
+  void init(QWeights&& w, Requant&& rq, size_t groups, TrackingAllocator* alloc) {
+    w_ = std::move(w);
+    rq_ = std::move(rq);
+    groups_ = groups;
+    cg_ = w_.N / groups;
+    slots_ = qgemm_slots();
+    constexpr bool a8w8 = std::is_same<A, uint8_t>::value && std::is_same<W, int8_t>::value;
+    constexpr bool w8 = std::is_same<W, int8_t>::value;
+    path_ = w8 ? qgemm_path(a8w8) : QGemmPath::Plain;
+    if (path_ == QGemmPath::Vnni) {
+      prepare_vnni<A, W>(w_, groups, alloc, vnni_);
+      if (!vnni_.ready()) path_ = QGemmPath::Plain;
+    }
+    if (path_ == QGemmPath::Avx2) {
+      if (prepare_avx2(w_, rq_, groups, sizeof(A) == 2, alloc, avx2_)) {
+        w_.data.reset();
+      } else {
+        path_ = QGemmPath::Plain;
+      }
+    }
+  }
+  size_t K() const { return w_.K; }
+  size_t owned_bytes() const { return w_.data.size() + vnni_.data.size() + avx2_.data.size(); }
+  // int16 scratch bytes one slot needs.
+  size_t slot_bytes() const { return path_ == QGemmPath::Avx2 ? align64(avx2_abuf_elems(w_.K) * 2) : 0; }
+  size_t slots() const { return slots_; }
+
+  // Rows m < M of a times channels j0 .. j0+nn of group grp, on this thread.
+  void gemm(const A* a, size_t lda, size_t grp, size_t j0, size_t nn, size_t M, O* out, size_t ldo,
+            void* slot_scratch) const {
+    const size_t n0 = grp * cg_;
+    if constexpr (std::is_same<W, int8_t>::value) {
+      if (path_ == QGemmPath::Avx2) {
+        qgemm_avx2<A, O>(a, lda, avx2_, grp, w_.K, n0, j0, nn, M, rq_, out, ldo,
+                         static_cast<int16_t*>(slot_scratch));
+        return;
+      }
+    }
+    if constexpr (std::is_same<A, uint8_t>::value && std::is_same<W, int8_t>::value) {
+      if (path_ == QGemmPath::Vnni) {
+        const size_t panel_bytes = ((w_.K + 3) / 4) * kVnniNR * 4;
+        qgemm_vnni<O>(a, lda, vnni_.data.as<int8_t>() + grp * vnni_.group_bytes + (j0 / kVnniNR) * panel_bytes,
+                      w_.K, n0 + j0, nn, M, rq_, out, ldo);
+        return;
+      }
+    }
+    qgemm<A, W, Acc, O>(a, lda, w_.data.as<W>(), w_.K, n0 + j0, nn, M, rq_, out, ldo);
+  }
+
+  // All channels of group grp for rows m < M, split over the slots (by rows when there
+  // are enough, else by blocks of 16 channels); scratch holds slots() * slot_bytes().
+  void gemm_parallel(const A* a, size_t lda, size_t grp, size_t M, O* out, size_t ldo,
+                     char* scratch) const {
+    const size_t S = slots_, sb = slot_bytes(), cg = cg_;
+    const bool serial = M * cg * w_.K < kMinParallelQMacs;
+    auto run = [&](size_t s) {
+      if (serial) {
+        if (s == 0) gemm(a, lda, grp, 0, cg, M, out, ldo, scratch);
+        return;
+      }
+      if (M >= 8 * S) {
+        const size_t m0 = (M * s / S) & ~size_t(3);
+        const size_t m1 = s + 1 == S ? M : (M * (s + 1) / S) & ~size_t(3);
+        if (m1 > m0) gemm(a + m0 * lda, lda, grp, 0, cg, m1 - m0, out + m0 * ldo, ldo, scratch + s * sb);
+        return;
+      }
+      const size_t blocks = (cg + 15) / 16;
+      const size_t j0 = blocks * s / S * 16, j1 = std::min(cg, blocks * (s + 1) / S * 16);
+      if (j1 > j0) gemm(a, lda, grp, j0, j1 - j0, M, out + j0, ldo, scratch + s * sb);
+    };
+    parallel_slots(S, serial, run);
+  }
+
+  const Requant& rq() const { return rq_; }
+
+ private:
+  QWeights w_;
+  VnniWeights vnni_;
+  Avx2Weights avx2_;
+  Requant rq_;
+  QGemmPath path_ = QGemmPath::Plain;
+  size_t groups_ = 1, cg_ = 0, slots_ = 1;
+};
 
 // Instantiates Kernel<A, W, Acc, O> for the runtime types of x, w and out.
 template <template <typename, typename, typename, typename> class K, typename... Args>

@@ -26,57 +26,53 @@ struct QConvSetup {
 template <typename A, typename W, typename Acc, typename O>
 class QConvGemmKernel final : public Kernel {
  public:
-  explicit QConvGemmKernel(QConvSetup& s)
-      : g_(s.g), ids_(s.ids), w_(std::move(*s.w)), rq_(std::move(s.rq)) {
+  explicit QConvGemmKernel(QConvSetup& s) : g_(s.g), ids_(s.ids) {
     k_ = g_.kh * g_.kw * g_.cin_g();
     pointwise_ = g_.kh == 1 && g_.kw == 1 && g_.sh == 1 && g_.sw == 1 && g_.group == 1 &&
                  g_.pt + g_.pb + g_.pl + g_.pr == 0;
-    zero_point_ = A(-rq_.in_offset);
-    prepare_vnni<A, W>(w_, g_.group, s.alloc, vnni_);
+    zero_point_ = A(-s.rq.in_offset);
+    core_.init(std::move(*s.w), std::move(s.rq), g_.group, s.alloc);
   }
-  size_t scratch_bytes() const override { return pointwise_ ? 0 : kQIm2colTile * k_ * sizeof(A); }
-  size_t owned_bytes() const override { return w_.data.size() + vnni_.data.size(); }
+  // pointwise: the core's int16 rows per slot; im2col: + one im2col tile per slot.
+  size_t scratch_bytes() const override { return core_.slots() * slot_bytes(); }
+  size_t owned_bytes() const override { return core_.owned_bytes(); }
 
   Status run(const RunContext& c) const override {
     const A* x = c.at<const A>(ids_.x);
     O* out = c.at<O>(ids_.out);
+    char* scratch = static_cast<char*>(c.scratch);
     if (pointwise_) {
-      gemm(x, g_.cin, 0, g_.n * g_.h * g_.w, out, g_.cout);
+      core_.gemm_parallel(x, g_.cin, 0, g_.n * g_.h * g_.w, out, g_.cout, scratch);
       return Status::Ok();
     }
-    A* cols = static_cast<A*>(c.scratch);
-    const size_t pixels = g_.n * g_.oh * g_.ow, cg = g_.cout_g();
-    for (size_t p0 = 0; p0 < pixels; p0 += kQIm2colTile) {
-      const size_t np = std::min(kQIm2colTile, pixels - p0);
-      for (size_t grp = 0; grp < g_.group; ++grp) {
-        im2col_rows<A>(g_, k_, x, p0, np, grp, zero_point_, cols);
-        gemm(cols, k_, grp, np, out + p0 * g_.cout + grp * cg, g_.cout);
+    const size_t pixels = g_.n * g_.oh * g_.ow, cg = g_.cout_g(), S = core_.slots();
+    const bool serial = pixels * g_.cout * k_ < kMinParallelQMacs;
+    auto run_slot = [&](size_t s) {
+      const size_t p_begin = serial ? (s == 0 ? 0 : pixels) : pixels * s / S;
+      const size_t p_end = serial ? pixels : pixels * (s + 1) / S;
+      char* mine = scratch + s * slot_bytes();
+      A* cols = reinterpret_cast<A*>(mine + core_.slot_bytes());
+      for (size_t p0 = p_begin; p0 < p_end; p0 += kQIm2colTile) {
+        const size_t np = std::min(kQIm2colTile, p_end - p0);
+        for (size_t grp = 0; grp < g_.group; ++grp) {
+          im2col_rows<A>(g_, k_, x, p0, np, grp, zero_point_, cols);
+          core_.gemm(cols, k_, grp, 0, cg, np, out + p0 * g_.cout + grp * cg, g_.cout, mine);
+        }
       }
-    }
+    };
+    parallel_slots(S, serial, run_slot);
     return Status::Ok();
   }
 
  private:
-  // Rows of `a` times the weights of group `grp` (VNNI panels when packed).
-  void gemm(const A* a, size_t lda, size_t grp, size_t M, O* out, size_t ldo) const {
-    const size_t cg = g_.cout_g();
-    if constexpr (std::is_same<A, uint8_t>::value && std::is_same<W, int8_t>::value) {
-      if (vnni_.ready()) {
-        qgemm_vnni<O>(a, lda, vnni_.data.as<int8_t>() + grp * vnni_.group_bytes, k_, grp * cg, cg, M,
-                      rq_, out, ldo);
-        return;
-      }
-    }
-    qgemm<A, W, Acc, O>(a, lda, w_.data.as<W>(), k_, grp * cg, cg, M, rq_, out, ldo);
+  size_t slot_bytes() const {
+    return core_.slot_bytes() + (pointwise_ ? 0 : align64(kQIm2colTile * k_ * sizeof(A)));
   }
 
   ConvGeometry g_;
   ConvIds ids_;
-  QWeights w_;
-  VnniWeights vnni_;
-  Requant rq_;
+  QGemmCore<A, W, Acc, O> core_;
   size_t k_ = 0;
-
   bool pointwise_ = false;
   A zero_point_ = 0;
 };
@@ -96,40 +92,76 @@ class QDepthwiseKernel final : public Kernel {
         for (size_t t = 0; t < taps; ++t) taps_.as<W>()[t * g_.cout + c] = w_.data.as<W>()[c * taps + t];
     }
     w_.data.reset();
+    slots_ = qgemm_slots();
+    // |q + offset| <= 65535 (uint16) and |w| <= 2^15: int32 holds taps * 2^31 / 2^(16+bits(W)).
+    const int64_t max_w = sizeof(W) == 1 ? 128 : 32768;
+    acc32_ = int64_t(taps) * 65535 * max_w < (int64_t(1) << 31);
+    if constexpr (sizeof(A) == 1 && sizeof(O) == 1 && sizeof(W) == 1) {
+      if (qgemm_path(false) == QGemmPath::Avx2) {
+        build_vec_requant8(rq_, 1, g_.cout, g_.cout, nullptr, int64_t(taps) * 255 * 128, vec_);
+      }
+    }
   }
-  size_t scratch_bytes() const override { return g_.cout * sizeof(Acc); }
+  size_t scratch_bytes() const override { return slots_ * slot_bytes(); }
   size_t owned_bytes() const override { return taps_.size(); }
 
   Status run(const RunContext& c) const override {
     const A* x = c.at<const A>(ids_.x);
     O* out = c.at<O>(ids_.out);
     if (!taps_.valid()) return make_error(ErrorKind::MemoryAllocationFailed, "depthwise taps not allocated");
-    Acc* acc = static_cast<Acc*>(c.scratch);
-    const size_t C = g_.cout;
-    const Acc off = Acc(rq_.in_offset);
-    for (size_t n = 0; n < g_.n; ++n)
-      for (size_t oy = 0; oy < g_.oh; ++oy)
-        for (size_t ox = 0; ox < g_.ow; ++ox) {
-          std::fill(acc, acc + C, Acc(0));
-          for (size_t ky = 0; ky < g_.kh; ++ky) {
-            const long iy = long(oy * g_.sh + ky * g_.dh) - long(g_.pt);
-            if (iy < 0 || iy >= long(g_.h)) continue;
-            for (size_t kx = 0; kx < g_.kw; ++kx) {
-              const long ix = long(ox * g_.sw + kx * g_.dw) - long(g_.pl);
-              if (ix < 0 || ix >= long(g_.w)) continue;
-              const A* px = x + ((n * g_.h + iy) * g_.w + ix) * g_.cin;
-              const W* pw = taps_.as<W>() + (ky * g_.kw + kx) * C;
-              if (mult_ == 1) {
-                for (size_t ch = 0; ch < C; ++ch) acc[ch] += (Acc(px[ch]) + off) * Acc(pw[ch]);
-              } else {
-                for (size_t ch = 0; ch < C; ++ch) acc[ch] += (Acc(px[ch / mult_]) + off) * Acc(pw[ch]);
-              }
-            }
-          }
-          O* o = out + ((n * g_.oh + oy) * g_.ow + ox) * C;
-          for (size_t ch = 0; ch < C; ++ch) o[ch] = rq_.apply<O>(acc[ch], ch);
+    const size_t rows = g_.n * g_.oh, S = slots_;
+    const bool serial = rows * g_.ow * g_.cout * g_.kh * g_.kw < kMinParallelQMacs;
+    char* scratch = static_cast<char*>(c.scratch);
+    auto run_slot = [&](size_t s) {
+      const size_t r0 = serial ? (s == 0 ? 0 : rows) : rows * s / S;
+      const size_t r1 = serial ? rows : rows * (s + 1) / S;
+      Acc* acc = reinterpret_cast<Acc*>(scratch + s * slot_bytes());
+      for (size_t r = r0; r < r1; ++r) {
+        if (acc32_) {
+          run_row<int32_t>(x, r / g_.oh, r % g_.oh, reinterpret_cast<int32_t*>(acc), out);
+        } else {
+          run_row<Acc>(x, r / g_.oh, r % g_.oh, acc, out);
         }
+      }
+    };
+    parallel_slots(S, serial, run_slot);
     return Status::Ok();
+  }
+
+ private:
+  size_t slot_bytes() const { return align64((g_.cout + 8) * sizeof(Acc)); }
+
+  // Output row oy of image n, sums in T (int32 when they fit: acc32_).
+  template <typename T>
+  void run_row(const A* x, size_t n, size_t oy, T* acc, O* out) const {
+    const size_t C = g_.cout;
+    const T off = T(rq_.in_offset);
+    for (size_t ox = 0; ox < g_.ow; ++ox) {
+      std::fill(acc, acc + C, T(0));
+      for (size_t ky = 0; ky < g_.kh; ++ky) {
+        const long iy = long(oy * g_.sh + ky * g_.dh) - long(g_.pt);
+        if (iy < 0 || iy >= long(g_.h)) continue;
+        for (size_t kx = 0; kx < g_.kw; ++kx) {
+          const long ix = long(ox * g_.sw + kx * g_.dw) - long(g_.pl);
+          if (ix < 0 || ix >= long(g_.w)) continue;
+          const A* px = x + ((n * g_.h + iy) * g_.w + ix) * g_.cin;
+          const W* pw = taps_.as<W>() + (ky * g_.kw + kx) * C;
+          if (mult_ == 1) {
+            for (size_t ch = 0; ch < C; ++ch) acc[ch] += (T(px[ch]) + off) * T(pw[ch]);
+          } else {
+            for (size_t ch = 0; ch < C; ++ch) acc[ch] += (T(px[ch / mult_]) + off) * T(pw[ch]);
+          }
+        }
+      }
+      O* o = out + ((n * g_.oh + oy) * g_.ow + ox) * C;
+      if constexpr (sizeof(A) == 1 && sizeof(O) == 1 && sizeof(W) == 1 && sizeof(T) == 4) {
+        if (vec_.ok) {
+          requant_u8_row(vec_, acc, 0, C, o);
+          continue;
+        }
+      }
+      for (size_t ch = 0; ch < C; ++ch) o[ch] = rq_.apply<O>(int64_t(acc[ch]), ch);
+    }
   }
 
  private:
@@ -137,8 +169,10 @@ class QDepthwiseKernel final : public Kernel {
   ConvIds ids_;
   QWeights w_;
   Requant rq_;
-  size_t mult_ = 1;
+  size_t mult_ = 1, slots_ = 1;
   Buffer taps_;
+  VecRequant8 vec_;  // uint8 in and out on AVX2
+  bool acc32_ = false;
 };
 
 // HTP's strided uint8 depthwise kernel requantizes without the pre-shift

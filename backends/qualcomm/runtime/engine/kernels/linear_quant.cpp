@@ -19,28 +19,18 @@ struct QFcSetup {
 template <typename A, typename W, typename Acc, typename O>
 class QFcKernel final : public Kernel {
  public:
-  explicit QFcKernel(QFcSetup& s) : s_(s.s), w_(std::move(*s.w)), rq_(std::move(s.rq)) {
-    prepare_vnni<A, W>(w_, 1, s.alloc, vnni_);
-  }
-  size_t owned_bytes() const override { return w_.data.size() + vnni_.data.size(); }
+  explicit QFcKernel(QFcSetup& s) : s_(s.s) { core_.init(std::move(*s.w), std::move(s.rq), 1, s.alloc); }
+  size_t owned_bytes() const override { return core_.owned_bytes(); }
+  size_t scratch_bytes() const override { return core_.slots() * core_.slot_bytes(); }
   Status run(const RunContext& c) const override {
-    if constexpr (std::is_same<A, uint8_t>::value && std::is_same<W, int8_t>::value) {
-      if (vnni_.ready()) {
-        qgemm_vnni<O>(c.at<const A>(s_.x), s_.K, vnni_.data.as<int8_t>(), s_.K, 0, s_.N, s_.M, rq_,
-                      c.at<O>(s_.out), s_.N);
-        return Status::Ok();
-      }
-    }
-    qgemm<A, W, Acc, O>(c.at<const A>(s_.x), s_.K, w_.data.as<W>(), s_.K, 0, s_.N, s_.M, rq_,
-                        c.at<O>(s_.out), s_.N);
+    core_.gemm_parallel(c.at<const A>(s_.x), s_.K, 0, s_.M, c.at<O>(s_.out), s_.N,
+                        static_cast<char*>(c.scratch));
     return Status::Ok();
   }
 
  private:
   FcShape s_;
-  QWeights w_;
-  VnniWeights vnni_;
-  Requant rq_;
+  QGemmCore<A, W, Acc, O> core_;
 };
 
 Status create_qfc(const OpView& v, KernelEnv& env, KernelPtr& out) {
@@ -74,49 +64,69 @@ struct QMatMulSetup {
 };
 
 // A / B: input element types; Acc: int32 when both are 8-bit; O: output type.
+// Products (qa + offa) * (qb + offb) are below 2^32 and K < 2^20, so every partial sum
+// is an integer below 2^53: accumulated in double (vectorized FMAs) they are the exact
+// integer sums. Batches are split over the pool; per slot scratch holds B as double
+// [K][N] with its offset, one row of A and the N sums.
 template <typename A, typename B, typename Acc, typename O>
 class QMatMulKernel final : public Kernel {
  public:
-  explicit QMatMulKernel(QMatMulSetup& s) : q_(std::move(s)) {}
-  size_t scratch_bytes() const override { return q_.s.N * sizeof(Acc); }
+  explicit QMatMulKernel(QMatMulSetup& s) : q_(std::move(s)), slots_(qgemm_slots()) {}
+  size_t scratch_bytes() const override { return slots_ * slot_bytes(); }
   Status run(const RunContext& c) const override {
     const MatMulShape& s = q_.s;
     const A* a = c.at<const A>(s.a);
     const B* b = c.at<const B>(s.b);
     O* out = c.at<O>(s.out);
-    Acc* acc = static_cast<Acc*>(c.scratch);
-    Index idx{};
-    for (size_t bi = 0; bi < s.batches; ++bi) {
-      size_t oa = 0, ob = 0;
-      for (size_t d = 0; d < s.batch.size(); ++d) {
-        oa += idx[d] * s.sa[d];
-        ob += idx[d] * s.sb[d];
+    char* scratch = static_cast<char*>(c.scratch);
+    const bool serial = s.batches * s.M * s.N * s.K < kMinParallelQMacs;
+    auto run_slot = [&](size_t slot) {
+      const size_t b0 = serial ? (slot == 0 ? 0 : s.batches) : s.batches * slot / slots_;
+      const size_t b1 = serial ? s.batches : s.batches * (slot + 1) / slots_;
+      double* buf = reinterpret_cast<double*>(scratch + slot * slot_bytes());
+      for (size_t bi = b0; bi < b1; ++bi) {
+        size_t oa = 0, ob = 0, rem = bi;
+        for (size_t d = s.batch.size(); d-- > 0;) {
+          const size_t i = rem % s.batch[d];
+          rem /= s.batch[d];
+          oa += i * s.sa[d];
+          ob += i * s.sb[d];
+        }
+        multiply(a + oa * s.M * s.K, b + ob * s.K * s.N, buf, out + bi * s.M * s.N);
       }
-      multiply(a + oa * s.M * s.K, b + ob * s.K * s.N, acc, out + bi * s.M * s.N);
-      next_index(idx, s.batch);
-    }
+    };
+    parallel_slots(slots_, serial, run_slot);
     return Status::Ok();
   }
 
  private:
-  void multiply(const A* a, const B* b, Acc* acc, O* c) const {
+  size_t slot_bytes() const { return align64((q_.s.K * q_.s.N + q_.s.K + q_.s.N) * sizeof(double)); }
+
+  void multiply(const A* a, const B* b, double* buf, O* c) const {
     const MatMulShape& s = q_.s;
     const size_t M = s.M, N = s.N, K = s.K;
     const size_t sam = s.ta ? 1 : K, sak = s.ta ? M : 1;
     const size_t sbk = s.tb ? 1 : N, sbn = s.tb ? K : 1;
-    const Acc oa = Acc(q_.off_a), ob = Acc(q_.off_b);
+    const double oa = q_.off_a, ob = q_.off_b;
+    double* bd = buf;
+    double* ad = buf + K * N;
+    double* acc = ad + K;
+    for (size_t k = 0; k < K; ++k)
+      for (size_t n = 0; n < N; ++n) bd[k * N + n] = double(b[k * sbk + n * sbn]) + ob;
     for (size_t m = 0; m < M; ++m) {
-      std::fill(acc, acc + N, Acc(0));
+      for (size_t k = 0; k < K; ++k) ad[k] = double(a[m * sam + k * sak]) + oa;
+      std::fill(acc, acc + N, 0.0);
       for (size_t k = 0; k < K; ++k) {
-        const Acc av = Acc(a[m * sam + k * sak]) + oa;
-        const B* brow = b + k * sbk;
-        for (size_t n = 0; n < N; ++n) acc[n] += av * (Acc(brow[n * sbn]) + ob);
+        const double av = ad[k];
+        const double* brow = bd + k * N;
+        for (size_t n = 0; n < N; ++n) acc[n] += av * brow[n];
       }
-      for (size_t n = 0; n < N; ++n) c[m * N + n] = q_.rq.apply<O>(acc[n], 0);
+      for (size_t n = 0; n < N; ++n) c[m * N + n] = q_.rq.apply<O>(int64_t(acc[n]), 0);
     }
   }
 
   QMatMulSetup q_;
+  size_t slots_ = 1;
 };
 
 Status create_qmatmul(const OpView& v, KernelEnv&, KernelPtr& out) {
@@ -129,6 +139,7 @@ Status create_qmatmul(const OpView& v, KernelEnv&, KernelPtr& out) {
   }
   QMatMulSetup s;
   QNN_RETURN_IF_ERROR(matmul_shape(v, y.dtype, s.s));
+  if (s.s.K >= (size_t(1) << 20)) return v.fail(ErrorKind::NotSupported, "quantized MatMul: K >= 2^20");
   s.off_a = a.quant.offset;
   s.off_b = b.quant.offset;
   const double m = double(a.quant.scale) * double(b.quant.scale) / double(y.quant.scale);

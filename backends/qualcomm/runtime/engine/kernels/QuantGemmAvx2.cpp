@@ -1,0 +1,286 @@
+// uint8 / uint16 activations x int8 weights -> exact integer accumulator with AVX2
+// (vpmaddwd on int16 pairs: every product and pair sum is exact in int32; no
+// vpmaddubsw, whose int16 saturation would change results). uint16 activations
+// enter as q - 32768 (int16), the 32768 * wsum term goes back in Avx2Weights::fold;
+// their int32 partial sums are widened to int64 every kAvx2Block16 k. Compiled with
+// target attributes and picked at run time (qgemm_path), so a build without
+// -march=native keeps it; the results equal qgemm's (tested bit for bit against the
+// plain path, QNN_HOST_ENGINE_KERNELS=plain).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/qualcomm/runtime/engine/kernels/QuantGemm.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define QNN_X86 1
+#endif
+
+namespace qnn_delegate {
+namespace engine {
+
+namespace {
+constexpr size_t kPanel = 8;        // output channels per panel (one ymm of int32)
+constexpr size_t kTileN = 16;       // two panels per micro tile
+constexpr size_t kBlock16 = 256;    // k per int32 partial sum with 16-bit activations
+} // namespace
+
+QGemmPath qgemm_path(bool a8_w8) {
+  const char* force = std::getenv("QNN_HOST_ENGINE_KERNELS");
+  const bool plain = force && std::strcmp(force, "plain") == 0;
+  const bool no_vnni = force && std::strcmp(force, "avx2") == 0;
+  if (plain) return QGemmPath::Plain;
+  if (a8_w8 && vnni_available() && !no_vnni) return QGemmPath::Vnni;
+#ifdef QNN_X86
+  if (__builtin_cpu_supports("avx2")) return QGemmPath::Avx2;
+#endif
+  return QGemmPath::Plain;
+}
+
+// For HtpRequant with frac 15 and post 0, y(u) = ((2u + half) M + 2^15) >> 16 is
+// nondecreasing in u = (acc + pre) >> s; with M < 2^16, clamping u to +-ulim,
+// ulim = ceil((qmax + |out_offset| + 4) 2^15 / M), leaves the clamped output as it is
+// and keeps (2u + 1) M + 2^15 below 2^26.
+void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_pad,
+                        const int64_t* fold, int64_t max_abs_acc, VecRequant8& out) {
+  out.ok = false;
+  if (!rq.htp || rq.qmax > 255 || rq.qmin < 0) return;
+  const size_t total = groups * nn_pad + 8;
+  for (auto* v : {&out.pre, &out.shift, &out.half, &out.mult, &out.ulim}) v->assign(total, 0);
+  out.out_offset = rq.out_offset;
+  out.qmin = int32_t(rq.qmin);
+  out.qmax = int32_t(rq.qmax);
+  const int64_t reach = rq.qmax + std::abs(int64_t(rq.out_offset)) + 4;
+  for (size_t g = 0; g < groups; ++g)
+    for (size_t j = 0; j < nn; ++j) {
+      const size_t n = g * nn + j, i = g * nn_pad + j;
+      const HtpRequant& h = rq.hr[n];
+      const int64_t pre = h.pre + (fold ? fold[n] : 0);
+      if (h.frac != 15 || h.post != 0 || h.mult <= 0 || h.mult >= (int64_t(1) << 16) ||
+          std::abs(pre) + max_abs_acc >= (int64_t(1) << 30)) {
+        return;
+      }
+      out.pre[i] = int32_t(pre);
+      out.shift[i] = std::min<int32_t>(h.shift, 31);
+      out.half[i] = h.half;
+      out.mult[i] = int32_t(h.mult);
+      out.ulim[i] = int32_t((reach * 32768 + h.mult - 1) / h.mult);
+    }
+  out.ok = true;
+}
+
+size_t avx2_kp(size_t K) { return (K + 1) & ~size_t(1); }
+
+size_t avx2_abuf_elems(size_t K) { return kAvx2RowTile * avx2_kp(K); }
+
+bool prepare_avx2(const QWeights& w, const Requant& rq, size_t groups, bool a16,
+                  TrackingAllocator* alloc, Avx2Weights& out) {
+  const size_t nn = w.N / groups, kp = avx2_kp(w.K);
+  const size_t nn_pad = (nn + kTileN - 1) / kTileN * kTileN;
+  out.kp = kp;
+  out.group_elems = nn_pad * kp;
+  out.data = Buffer(alloc, out.group_elems * groups * sizeof(int16_t));
+  if (!out.data.valid()) {
+    out.data.reset();
+    return false;
+  }
+  int16_t* dst = out.data.as<int16_t>();
+  std::memset(dst, 0, out.data.size());
+  const int8_t* src = w.data.as<int8_t>();
+  for (size_t g = 0; g < groups; ++g)
+    for (size_t j = 0; j < nn; ++j) {
+      const int8_t* row = src + (g * nn + j) * w.K;
+      int16_t* panel = dst + g * out.group_elems + (j / kPanel) * kp * kPanel;
+      for (size_t k = 0; k < w.K; ++k) panel[(k / 2) * kPanel * 2 + (j % kPanel) * 2 + k % 2] = row[k];
+    }
+  const int64_t shift = a16 ? 32768 : 0;
+  out.fold.resize(w.N);
+  for (size_t n = 0; n < w.N; ++n) out.fold[n] = (int64_t(rq.in_offset) + shift) * rq.wsum[n];
+  if (!a16) build_vec_requant8(rq, groups, nn, nn_pad, out.fold.data(), int64_t(w.K) * 255 * 128, out.vec);
+  return true;
+}
+
+namespace {
+
+#ifdef QNN_X86
+// acc[r][0..15] += rows r < MR of `a` (int16, stride lda) x the two panels at wp,
+// over pairs [q0, q1).
+template <int MR>
+__attribute__((target("avx2"))) inline void tile_pairs(const int16_t* a, size_t lda,
+                                                       const int16_t* wp, size_t panel_stride,
+                                                       size_t q0, size_t q1, __m256i (&acc)[4][2]) {
+  for (size_t q = q0; q < q1; ++q) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + q * 16));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + panel_stride + q * 16));
+    for (int r = 0; r < MR; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, a + r * lda + 2 * q, 4);
+      const __m256i b = _mm256_set1_epi32(pair);
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(b, w0));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(b, w1));
+    }
+  }
+}
+
+// MR rows x 16 channels (n0 + [0, cnt)) with the full K; requantized into out.
+template <int MR, typename O>
+__attribute__((target("avx2"))) void tile(const int16_t* a, size_t lda, const int16_t* wp,
+                                          size_t kp, bool a16, size_t n0, size_t cnt,
+                                          const Requant& rq, const int64_t* fold, O* out,
+                                          size_t ldo) {
+  const size_t pairs = kp / 2, step = a16 ? kBlock16 / 2 : pairs;
+  const size_t panel_stride = kp * kPanel;
+  int64_t total[MR][kTileN] = {};
+  alignas(32) int32_t part[kTileN];
+  for (size_t q0 = 0; q0 < pairs; q0 += step) {
+    __m256i acc[4][2];
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    tile_pairs<MR>(a, lda, wp, panel_stride, q0, std::min(pairs, q0 + step), acc);
+    for (int r = 0; r < MR; ++r) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(part), acc[r][0]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(part + 8), acc[r][1]);
+      for (size_t j = 0; j < kTileN; ++j) total[r][j] += part[j];
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (size_t j = 0; j < cnt; ++j) {
+      out[r * ldo + j] = rq.apply<O>(total[r][j] + fold[n0 + j], n0 + j);
+    }
+}
+
+// 8 lanes of Avx2Weights::vec_rq requantization: uint8 values in the low bytes.
+__attribute__((target("avx2"))) inline __m256i requant8(__m256i acc, const VecRequant8& v, size_t i) {
+  auto ld = [i](const std::vector<int32_t>& p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.data() + i));
+  };
+  const __m256i lim = ld(v.ulim);
+  __m256i u = _mm256_srav_epi32(_mm256_add_epi32(acc, ld(v.pre)), ld(v.shift));
+  u = _mm256_min_epi32(_mm256_max_epi32(u, _mm256_sub_epi32(_mm256_setzero_si256(), lim)), lim);
+  const __m256i t = _mm256_add_epi32(_mm256_add_epi32(u, u), ld(v.half));
+  __m256i y = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(t, ld(v.mult)), _mm256_set1_epi32(1 << 15)), 16);
+  y = _mm256_sub_epi32(y, _mm256_set1_epi32(v.out_offset));
+  return _mm256_min_epi32(_mm256_max_epi32(y, _mm256_set1_epi32(v.qmin)), _mm256_set1_epi32(v.qmax));
+}
+
+// uint8 activations and output, one k block, vectorized requantization.
+template <int MR>
+__attribute__((target("avx2"))) void tile_u8(const int16_t* a, size_t lda, const int16_t* wp,
+                                             size_t kp, size_t i0, size_t cnt, const VecRequant8& v,
+                                             uint8_t* out, size_t ldo) {
+  __m256i acc[4][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  tile_pairs<MR>(a, lda, wp, kp * kPanel, 0, kp / 2, acc);
+  for (int r = 0; r < MR; ++r) {
+    const __m256i lo = requant8(acc[r][0], v, i0), hi = requant8(acc[r][1], v, i0 + 8);
+    const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+    const __m128i b8 = _mm_packus_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
+    if (cnt == kTileN) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + r * ldo), b8);
+    } else {
+      alignas(16) uint8_t tmp[kTileN];
+      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b8);
+      std::memcpy(out + r * ldo, tmp, cnt);
+    }
+  }
+}
+
+__attribute__((target("avx2"))) void requant_u8_row_avx2(const VecRequant8& v, const int32_t* acc,
+                                                         size_t i0, size_t cnt, uint8_t* out) {
+  for (size_t j = 0; j < cnt; j += 8) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + j));
+    const __m256i y = requant8(a, v, i0 + j);
+    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+    const __m128i b8 = _mm_packus_epi16(w16, w16);
+    if (cnt - j >= 8) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + j), b8);
+    } else {
+      alignas(16) uint8_t tmp[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b8);
+      std::memcpy(out + j, tmp, cnt - j);
+    }
+  }
+}
+
+// Rows of `a` as int16 (uint16: q - 32768), K padded to kp with zeros.
+template <typename A>
+void to_int16(const A* a, size_t lda, size_t rows, size_t K, size_t kp, int16_t* dst) {
+  for (size_t r = 0; r < rows; ++r) {
+    const A* src = a + r * lda;
+    int16_t* d = dst + r * kp;
+    if constexpr (sizeof(A) == 1) {
+      for (size_t k = 0; k < K; ++k) d[k] = int16_t(src[k]);
+    } else {
+      for (size_t k = 0; k < K; ++k) d[k] = int16_t(int32_t(src[k]) - 32768);
+    }
+    for (size_t k = K; k < kp; ++k) d[k] = 0;
+  }
+}
+#endif
+
+} // namespace
+
+template <typename A, typename O>
+void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t K, size_t n0,
+                size_t j0, size_t nn, size_t M, const Requant& rq, O* out, size_t ldo,
+                int16_t* abuf) {
+#ifdef QNN_X86
+  const size_t kp = w.kp;
+  const bool a16 = sizeof(A) == 2;
+  const int16_t* wg = w.data.as<int16_t>() + grp * w.group_elems;
+  for (size_t m0 = 0; m0 < M; m0 += kAvx2RowTile) {
+    const size_t rows = std::min(kAvx2RowTile, M - m0);
+    to_int16<A>(a + m0 * lda, lda, rows, K, kp, abuf);
+    if constexpr (sizeof(A) == 1 && sizeof(O) == 1) {
+      if (w.vec.ok) {
+        const size_t base = grp * (w.group_elems / kp);  // padded channels before this group
+        const VecRequant8& v = w.vec;
+        for (size_t j = j0; j < j0 + nn; j += kTileN) {
+          const size_t cnt = std::min(kTileN, j0 + nn - j);
+          const int16_t* wp = wg + (j / kPanel) * kp * kPanel;
+          O* o = out + m0 * ldo + (j - j0);
+          size_t r = 0;
+          for (; r + 4 <= rows; r += 4) tile_u8<4>(abuf + r * kp, kp, wp, kp, base + j, cnt, v, o + r * ldo, ldo);
+          for (; r < rows; ++r) tile_u8<1>(abuf + r * kp, kp, wp, kp, base + j, cnt, v, o + r * ldo, ldo);
+        }
+        continue;
+      }
+    }
+    for (size_t j = j0; j < j0 + nn; j += kTileN) {
+      const size_t cnt = std::min(kTileN, j0 + nn - j);
+      const int16_t* wp = wg + (j / kPanel) * kp * kPanel;
+      O* o = out + m0 * ldo + (j - j0);
+      size_t r = 0;
+      for (; r + 4 <= rows; r += 4) {
+        tile<4, O>(abuf + r * kp, kp, wp, kp, a16, n0 + j, cnt, rq, w.fold.data(), o + r * ldo, ldo);
+      }
+      for (; r < rows; ++r) {
+        tile<1, O>(abuf + r * kp, kp, wp, kp, a16, n0 + j, cnt, rq, w.fold.data(), o + r * ldo, ldo);
+      }
+    }
+  }
+#else
+  (void)a; (void)lda; (void)w; (void)grp; (void)K; (void)n0; (void)j0; (void)nn; (void)M; (void)rq;
+  (void)out; (void)ldo; (void)abuf;
+#endif
+}
+
+void requant_u8_row(const VecRequant8& v, const int32_t* acc, size_t i0, size_t cnt, uint8_t* out) {
+#ifdef QNN_X86
+  requant_u8_row_avx2(v, acc, i0, cnt, out);
+#else
+  (void)v; (void)acc; (void)i0; (void)cnt; (void)out;
+#endif
+}
+
+#define QNN_AVX2_INSTANCE(A, O)                                                                   \
+  template void qgemm_avx2<A, O>(const A*, size_t, const Avx2Weights&, size_t, size_t, size_t,  \
+                                 size_t, size_t, size_t, const Requant&, O*, size_t, int16_t*);
+QNN_AVX2_INSTANCE(uint8_t, uint8_t)
+QNN_AVX2_INSTANCE(uint8_t, uint16_t)
+QNN_AVX2_INSTANCE(uint16_t, uint8_t)
+QNN_AVX2_INSTANCE(uint16_t, uint16_t)
+#undef QNN_AVX2_INSTANCE
+
+} // namespace engine
+} // namespace qnn_delegate

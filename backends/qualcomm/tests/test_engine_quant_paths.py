@@ -1,0 +1,127 @@
+"""The integer Conv2d / FullyConnected / DepthWiseConv2d kernels give the same integers on
+every path: the SIMD one the machine picks (AVX2, or AVX-512 VNNI for uint8) split over the
+thread pool, and the plain C++ loops forced with QNN_HOST_ENGINE_KERNELS=plain. Shapes are
+large enough to be split over threads; each path must also equal HTP's numpy model.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backends.qualcomm.tests.htp_requant_reference import htp_requantize, htp_requantize16
+from backends.qualcomm.tests.quant_reference import (
+    QGraph, U8, U16, act_quant, dequantize, pack_bits, quantize, weight_dtype, weight_quant)
+from backends.qualcomm.tests.test_engine_kernels import U32, randn, scalar, u32
+from backends.qualcomm.tests.test_engine_quant_kernels import conv_ref, gen_bool, int_conv
+
+ACT = {"u8": U8, "u16": U16}
+
+
+def _run_paths(monkeypatch, build):
+    """build() -> integer output, once per path."""
+    outputs = {}
+    for path in ("default", "avx2", "plain"):
+        if path == "default":
+            monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+        else:
+            monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+        outputs[path] = build()
+    return outputs
+
+
+def _check(outputs, want):
+    for path, got in outputs.items():
+        np.testing.assert_array_equal(got, want, err_msg=f"path {path}")
+
+
+def _want(act, acc, qx, wq, w_scale, qy, bias):
+    if act == "u8":
+        return htp_requantize(acc, qx["scale"], w_scale, qy["scale"], -qy["offset"], bias)
+    return htp_requantize16(acc, qx["scale"], -qx["offset"], wq_sum(wq), w_scale, qy["scale"], -qy["offset"], bias)
+
+
+def _weighted(op, x, qx, wq, wparams, b, shape, qy, **params):
+    """Runs one weighted op (8-bit weights wq, float bias b) on the quantized x."""
+    qg = QGraph()
+    xi = qg.act("x", x, qx)
+    wi = qg.static_q("w", pack_bits(wq, 8), wq.shape, weight_dtype(8), wparams)
+    return qg.run(op, [xi, wi, qg.static_f("b", b)], qg.out(shape, qy), **params)
+
+
+def wq_sum(wq):
+    return wq.reshape(-1, wq.shape[-1]).sum(0) if wq.ndim == 4 else wq.sum(1)
+
+
+@pytest.mark.parametrize("act", ["u8", "u16"])
+def test_fully_connected_paths_bit_exact(monkeypatch, act):
+    x, w, b = randn(67, 99, seed=21), randn(83, 99, seed=22) * 0.2, randn(83, seed=23)
+    qx = act_quant(x, ACT[act])
+    wq, wparams, wscale = weight_quant(w, 0, 8)
+    real = dequantize(quantize(x, qx), qx).astype(np.float64) @ (wq * wscale).T.astype(np.float64) + b
+    qy = act_quant(real, ACT[act])
+
+    def build():
+        return _weighted("FullyConnected", x, qx, wq, wparams, b, real.shape, qy,
+                         keep_dims=scalar(gen_bool(), 0))
+
+    outputs = _run_paths(monkeypatch, build)
+    acc = (quantize(x, qx) + qx["offset"]) @ wq.T
+    _check(outputs, _want(act, acc, qx, wq, wscale[:, 0], qy, b.astype(np.float32)))
+
+
+@pytest.mark.parametrize("act,k,stride", [("u8", 3, 2), ("u8", 1, 1), ("u16", 3, 1), ("u16", 1, 1)])
+def test_conv2d_paths_bit_exact(monkeypatch, act, k, stride):
+    cin, cout, pad = 19, 37, k // 2
+    x, w, b = randn(1, 23, 21, cin, seed=24), randn(k, k, cin, cout, seed=25) * 0.2, randn(cout, seed=26)
+    qx = act_quant(x, ACT[act])
+    wq, wparams, wscale = weight_quant(w, 3, 8)
+    real = conv_ref(dequantize(quantize(x, qx), qx), wq * wscale, b, stride, pad, 1)
+    qy = act_quant(real, ACT[act])
+
+    def build():
+        return _weighted("Conv2d", x, qx, wq, wparams, b, real.shape, qy, stride=u32([stride, stride]),
+                         pad_amount=u32([[pad, pad], [pad, pad]]), dilation=u32([1, 1]),
+                         group=scalar(U32, 1))
+
+    outputs = _run_paths(monkeypatch, build)
+    acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, pad, 1)
+    _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32)))
+
+
+@pytest.mark.parametrize("act", ["u8", "u16"])
+def test_depthwise_threaded_bit_exact(monkeypatch, act):
+    c = 40
+    x, w, b = randn(1, 30, 28, c, seed=27), randn(3, 3, 1, c, seed=28) * 0.3, randn(c, seed=29)
+    qx = act_quant(x, ACT[act])
+    wq, wparams, wscale = weight_quant(w, 3, 8)
+    real = conv_ref(dequantize(quantize(x, qx), qx), wq * wscale, b, 1, 1, c)
+    qy = act_quant(real, ACT[act])
+
+    def build():
+        return _weighted("DepthWiseConv2d", x, qx, wq, wparams, b, real.shape, qy, stride=u32([1, 1]),
+                         pad_amount=u32([[1, 1], [1, 1]]), dilation=u32([1, 1]))
+
+    outputs = _run_paths(monkeypatch, build)
+    acc = int_conv(quantize(x, qx) + qx["offset"], wq, 1, 1, c)
+    _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32)))
+
+
+@pytest.mark.parametrize("act,tb", [("u8", True), ("u16", True), ("u16", False)])
+def test_matmul_batched_threaded_exact(act, tb):
+    """Batched MatMul split over the pool: uint8 equals HTP's model, uint16 the exact
+    accumulator times s_a s_b / s_out rounded half even (the double accumulation is exact)."""
+    a, b = randn(2, 3, 40, 24, seed=31), randn(2, 3, 24, 50, seed=32)
+    qa, qb = act_quant(a, ACT[act]), act_quant(b, ACT[act])
+    real = dequantize(quantize(a, qa), qa).astype(np.float64) @ dequantize(quantize(b, qb), qb).astype(np.float64)
+    qy = act_quant(real, ACT[act])
+    qg = QGraph()
+    ai = qg.act("a", a, qa)
+    bi = qg.act("b", np.swapaxes(b, -1, -2).copy() if tb else b, qb)
+    got = qg.run("MatMul", [ai, bi], qg.out(real.shape, qy), transpose_in1=scalar(gen_bool(), int(tb)))
+    acc = (quantize(a, qa).astype(np.int64) + qa["offset"]) @ (quantize(b, qb).astype(np.int64) + qb["offset"])
+    if act == "u8":
+        want = htp_requantize(acc, qa["scale"], np.float32(qb["scale"]), qy["scale"], -qy["offset"])
+    else:
+        m = np.float64(np.float32(qa["scale"])) * np.float64(np.float32(qb["scale"])) / np.float64(np.float32(qy["scale"]))
+        want = np.clip(np.rint(acc * m) - qy["offset"], 0, 65535)
+    np.testing.assert_array_equal(got, want)

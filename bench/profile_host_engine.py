@@ -1,0 +1,87 @@
+"""Per-op time of a .pte on our host engine (runtime profile level 2, ETDump).
+
+    python bench/profile_host_engine.py artifacts/bench/mobilenet_v2_8a8w.pte [--runs 5] [--top 15]
+
+Inputs are those bench_host_engine.py uses for the model the file name starts with
+(mobilenet_v2, minilm_s<seq>, decoder_s<seq>). Prints the time per QNN op type
+(median over runs of the summed per-op microseconds) and the slowest single ops.
+Not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench.bench_host_engine import build_model  # noqa: E402
+
+
+def model_of(pte: Path) -> tuple[str, int]:
+    stem = pte.stem
+    for name in ("mobilenet_v2", "minilm", "decoder"):
+        if stem.startswith(name):
+            rest = stem[len(name):]
+            seq = int(rest.split("_")[1][1:]) if rest.startswith("_s") else 128
+            return name, seq
+    raise SystemExit(f"cannot tell the model of {pte.name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("pte", type=Path)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--top", type=int, default=15)
+    args = parser.parse_args(argv)
+
+    from backends.qualcomm import set_runtime_option
+    from backends.qualcomm.tests import utils_helpers as h
+
+    name, seq = model_of(args.pte)
+    model = build_model(name, seq)
+    set_runtime_option("qnn_runtime_engine", "host")
+    set_runtime_option("qnn_runtime_profile_level", 2)
+    program, method = h.load_method(args.pte, etdump=True)
+    method.execute(list(model.example))  # warm-up
+    for _ in range(args.runs):
+        method.execute(list(model.example))
+    with tempfile.TemporaryDirectory() as tmp:
+        etdump = h.write_etdump(program, Path(tmp) / "run.etdp")
+        from executorch.devtools import Inspector
+
+        inspector = Inspector(etdump_path=str(etdump))
+        per_type: dict[str, list[float]] = defaultdict(list)
+        per_op: dict[str, tuple[str, float]] = {}
+        graph_us = 0.0
+        for block in inspector.event_blocks:
+            for event in block.events:
+                if not event.is_delegated_op:
+                    continue
+                meta = h.parse_metadata(h._as_text((event.raw_delegate_debug_metadatas or [""])[0]))
+                kind = meta.get("type", "?")
+                if kind == "Graph":
+                    graph_us = statistics.median(event.perf_data.raw[1:]) * 1e3
+                    continue
+                # perf_data.raw: ms per run (first is the warm-up)
+                us = statistics.median(event.perf_data.raw[1:]) * 1e3
+                per_type[kind].append(us)
+                per_op[event.name] = (kind, us)
+    total = sum(sum(v) for v in per_type.values())
+    print(f"{args.pte.name}: graph {graph_us / 1e3:.2f} ms, ops sum {total / 1e3:.2f} ms")
+    print("\n| op type | count | ms | share |\n|---|---:|---:|---:|")
+    for kind, values in sorted(per_type.items(), key=lambda kv: -sum(kv[1])):
+        print(f"| {kind} | {len(values)} | {sum(values) / 1e3:.2f} | {100 * sum(values) / total:.1f}% |")
+    print("\nslowest ops:")
+    for op, (kind, us) in sorted(per_op.items(), key=lambda kv: -kv[1][1])[:args.top]:
+        print(f"  {us / 1e3:8.3f} ms  {kind:<22} {op}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
