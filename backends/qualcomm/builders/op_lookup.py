@@ -24,6 +24,7 @@ from backends.qualcomm.builders.quant_encoding import QuantAttrs, quant_params
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, int32_scalar
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
+
 def _per_tensor_uint8(attrs: Optional[QuantAttrs]) -> bool:
     return (attrs is not None and attrs.axis == -1 and attrs.block_size is None and not attrs.signed
             and attrs.bitwidth == 8 and np.ndim(attrs.scale) == 0)
