@@ -2,7 +2,9 @@
 small .pte files: one graph, several methods sharing one context (each method
 index), several contexts (partitions), profiling + heap checkpoints, every
 performance mode, repeated executes with warm-up on a partly delegated program,
-intermediate dumps into a debug buffer that fills up, and corrupted programs
+intermediate dumps into a debug buffer that fills up, 8a8w / 16a8w programs on each integer
+kernel path (QNN_HOST_ENGINE_KERNELS plain / avx2 / default: GEMM, depthwise, MatMul split
+over the thread pool), and corrupted programs
 (an absurd planned size, seeded byte mutations) that must fail cleanly (exit 1
 or 0, no sanitizer report). Exits non-zero when any run fails.
 
@@ -11,6 +13,7 @@ or 0, no sanitizer report). Exits non-zero when any run fails.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import subprocess
 import sys
@@ -30,7 +33,8 @@ from backends.qualcomm.tests.model_helpers import SmallConvNet  # noqa: E402
 from backends.qualcomm.utils.pte_tools import write_input_files  # noqa: E402
 
 
-Case = tuple  # (name, .pte, inputs or None, extra runner flags, expected exit codes)
+Case = tuple  # (name, .pte, inputs or None, extra runner flags, expected exit codes[, env])
+KERNEL_PATHS = ("plain", "avx2", "default")
 MUTATIONS = 24
 
 
@@ -71,6 +75,40 @@ def dump_case(x, folder: Path) -> Case:
              "--debug_buffer_size", "20000"], {0})
 
 
+class QuantKernels(torch.nn.Module):
+    """Every integer host kernel with a fast path: conv (GEMM), depthwise stride 1 and 2,
+    linear, MatMul of two activations, softmax; rows enough to split over the thread pool."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.dw1 = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.dw2 = torch.nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16)
+        self.fc = torch.nn.Linear(16, 24)
+
+    def forward(self, x):
+        y = self.dw2(torch.relu(self.dw1(torch.relu(self.conv(x)))))
+        t = self.fc(y.flatten(2).transpose(1, 2))  # [1, 64, 24]
+        return torch.softmax(t @ t.transpose(1, 2), dim=-1) @ t
+
+
+def quantized_cases(x, folder: Path) -> list[Case]:
+    from backends.qualcomm import QnnQuantizer, QuantDtype
+    from backends.qualcomm.tests.quant_tester import quant_compile_specs, quantize_module
+
+    cases = []
+    for dtype in (QuantDtype.use_8a8w, QuantDtype.use_16a8w):
+        quantizer = QnnQuantizer()
+        quantizer.set_default_quant_config(dtype, is_conv_per_channel=True, is_linear_per_channel=True)
+        module = quantize_module(QuantKernels().eval(), (x,), quantizer)
+        pte = h.lower_to_pte(module, (x,), folder / f"quant_{dtype.name}.pte", quant_compile_specs(dtype))
+        for path in KERNEL_PATHS:
+            env = {} if path == "default" else {"QNN_HOST_ENGINE_KERNELS": path}
+            cases.append((f"{dtype.name[4:]} kernels {path}", pte, [x], ["--iteration", "3", "--engine", "host"],
+                          {0}, env))
+    return cases
+
+
 def build_cases(folder: Path) -> list[Case]:
     torch.manual_seed(0)
     x = torch.randn(1, 3, 16, 16)
@@ -90,7 +128,7 @@ def build_cases(folder: Path) -> list[Case]:
         cases.append((f"shared method {name}", shared, list(inputs[name]), ["--method_index", str(index)], {0}))
     cases.append(("multi contexts", split, [y], ["--iteration", "3", "--warm_up", "2", "--profile_level", "1"], {0}))
     cases.append(dump_case(x, folder))
-    return cases + corrupted_cases(small, split, folder)
+    return cases + quantized_cases(x, folder) + corrupted_cases(small, split, folder)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     folder = args.folder.resolve()
     failures = 0
-    for name, pte, inputs, flags, expected in build_cases(folder):
+    for name, pte, inputs, flags, expected, *env in build_cases(folder):
         slug = name.replace(" ", "_").replace(",", "")
         out_dir = folder / "out" / slug  # the runner creates it
         command = [str(args.runner), "--model_path", str(pte), "--output_folder_path", str(out_dir), *flags]
@@ -108,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             command += ["--input_list_path", str(write_input_files([inputs], folder / "inputs" / slug))]
         start = time.perf_counter()
         try:
-            done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=300)
+            done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=300,
+                                  env={**os.environ, **(env[0] if env else {})})
             code, stderr = done.returncode, done.stderr
         except subprocess.TimeoutExpired:
             code, stderr = "hang", "no exit within 300 s"
