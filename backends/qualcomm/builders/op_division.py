@@ -16,9 +16,9 @@ Quantized graphs: the float composition runs between a Dequantize of each operan
 to the output's encoding, as the PT2E reference computes it (HTP refuses a FLOAT_32 operand of a
 quantized op). HTP computes float tensors in fp16 and its a / b may land just below an integer
 quotient (6 / 3 -> 1.9995): the float forms then take |b| off a result of magnitude >= |b| (1 -
-2^-8), which gives the exact quotient's 0. A quotient within fp16's rounding of an integer from
-above may still floor to it, a result |b| below PyTorch's (whose float32 has the same cliff,
-closer to the integer)."""
+2^-8), which gives the exact quotient's 0. A quotient just below an integer that fp16 rounds up
+to it gives a remainder of the wrong sign: the divisor (remainder) or the dividend's sign times
+|b| (fmod) is added back."""
 from __future__ import annotations
 
 from typing import List
@@ -102,6 +102,19 @@ def _corrected_remainder(e: _Emitter, a: QnnTensor, b: QnnTensor, truncate: bool
     return [whole_divisor, reduced, r]
 
 
+def _signed_remainder(e: _Emitter, a: QnnTensor, b: QnnTensor, truncate: bool) -> List[QnnTensor]:
+    """Inputs of the Select that gives the corrected remainder with its sign fixed: HTP's fp16
+    a / b may land on an integer k while the quotient is just below it (2.9999 -> 3.0), and
+    Floor / trunc then give k: r = a - k * b has the sign opposite to the divisor's (remainder)
+    or the dividend's (fmod); the result is r + b (remainder) or r + sign(a) * |b| (fmod)
+    (measured on the host engine: fmod |b| off on 1 of 128 random fp16 operands)."""
+    r = e.op("ElementWiseSelect", _corrected_remainder(e, a, b, truncate))
+    sign_of = a if truncate else b
+    step = e.op("ElementWiseMultiply", [e.op("ElementWiseSign", [a]), e.op("ElementWiseAbs", [b])]) if truncate else b
+    wrong_sign = e.op("ElementWiseLess", [e.op("ElementWiseMultiply", [r, sign_of]), e.zero(len(r.dims))], boolean=True)
+    return [wrong_sign, e.op("ElementWiseAdd", [r, step]), r]
+
+
 def _write(e: _Emitter, qnn_type: str, inputs: List[QnnTensor], out: QnnTensor) -> None:
     """The last op of a float composition: into `out`, or (quantized `out`) into a FLOAT_32
     intermediate Quantized to out's encoding."""
@@ -117,7 +130,7 @@ def float_remainder(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnT
     and the result Quantized to `out`'s encoding."""
     e = _Emitter(gb, node, DataType.FLOAT_32)
     a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
-    _write(e, "ElementWiseSelect", _corrected_remainder(e, a, b, truncate), out)
+    _write(e, "ElementWiseSelect", _signed_remainder(e, a, b, truncate), out)
 
 
 def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
@@ -127,11 +140,7 @@ def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: Q
     a infinite) the single op gives torch's value (+-inf / NaN, 0 or -1 for an infinite b)."""
     e = _Emitter(gb, node, DataType.FLOAT_32)
     a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
-    r = e.op("ElementWiseSelect", _corrected_remainder(e, a, b, truncate=False))
-    # fp16's a / b just above an integer k while the quotient is below it: Floor gives k and r
-    # the sign opposite to b's; floor's r is r + b then
-    wrong_sign = e.op("ElementWiseLess", [e.op("ElementWiseMultiply", [r, b]), e.zero(len(r.dims))], boolean=True)
-    r = e.op("ElementWiseSelect", [wrong_sign, e.op("ElementWiseAdd", [r, b]), r])
+    r = e.op("ElementWiseSelect", _signed_remainder(e, a, b, truncate=False))
     whole = e.op("ElementWiseRound", [e.op("ElementWiseDivide", [e.op("ElementWiseSubtract", [a, r]), b])])
     _write(e, "ElementWiseSelect", [e.op("ElementWiseEqual", [r, r], boolean=True), whole,
                                     e.op("ElementWiseFloorDiv", [a, b])], out)

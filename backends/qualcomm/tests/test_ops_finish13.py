@@ -109,6 +109,36 @@ def test_float_division_fp16_matches_eager_and_qnn(qnn_binary):
     _qnn_vs_host(tester, inputs)
 
 
+class RemainderFamily(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.remainder(a, b), torch.fmod(a, b), torch.floor_divide(a, b)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_float_division_of_random_operands_on_both_engines(qnn_binary, seed):
+    """Operands as a user gives them: a = k * b + noise, so quotients fall near integers. fp16's
+    a / b may round up to the integer k while the quotient is below it; Floor / trunc then gave
+    r = a - k * b of the wrong sign, |b| off eager (fmod, seed 0, on both engines) until the
+    sign fix. Reference: eager on a rounded to fp16 (a delegate input becomes fp16: 4.50007 is
+    4.5, an exact multiple of -1.5, whose remainder is 0 where float32's is -1.4999)."""
+    g = torch.Generator().manual_seed(seed)
+    b = torch.randint(1, 8, (8, 16), generator=g) * 0.5 * torch.where(torch.rand(8, 16, generator=g) > 0.5, 1.0, -1.0)
+    a = torch.randint(-6, 7, (8, 16), generator=g).float() * b + torch.randn(8, 16, generator=g) * 0.3
+    module = RemainderFamily()
+    tester = QnnTester(module, (a, b)).lower()
+    tester.check_one_delegate_ops({})
+    with torch.no_grad():
+        want = [w.numpy() for w in module(a.half().float(), b)]
+    engines = payload_on_both_engines(one_delegate_blob(tester), (a, b), module) if QNN_LOADED else (None, None)
+    for engine, outputs in zip(("qnn", "host"), engines):
+        for name, out, ref in zip(("remainder", "fmod", "floor_divide"), outputs or [], want):
+            np.testing.assert_allclose(out, ref, atol=1e-2, rtol=0, err_msg=f"{engine} {name}")
+    if not QNN_LOADED:
+        tester.to_executorch().run()
+        for name, out, ref in zip(("remainder", "fmod", "floor_divide"), tester.outputs, want):
+            np.testing.assert_allclose(out, ref, atol=1e-2, rtol=0, err_msg=f"host {name}")
+
+
 class FloorDivide(torch.nn.Module):
     def forward(self, a, b):
         return torch.floor_divide(a, b), a // 1.5
@@ -183,8 +213,9 @@ def test_float_division_quantized_matches_qdq_reference(qnn_binary, quant_dtype)
         print(f"output {i} ({quant_dtype.name}): {stats}")
         assert stats.max_diff <= 1, (i, stats)
     ops = tester.payload().op_types()
-    # 5 outputs + the 2 graph inputs
-    assert ops.get("Quantize") == 7 and ops.get("ElementWiseSelect") == 9 and "ElementWiseMod" not in ops, ops
+    # 5 outputs + the 2 graph inputs; Selects: each remainder's whole-|b| and sign fixes (4 x 2), fmod's
+    # trunc (2), floor_divide's remainder (2) and NaN fallback (1)
+    assert ops.get("Quantize") == 7 and ops.get("ElementWiseSelect") == 13 and "ElementWiseMod" not in ops, ops
     for i, stats in enumerate(_qnn_vs_host(tester, inputs, delegate_output_scales(one_delegate_blob(tester)))):
         print(f"QNN vs host, output {i}: {stats}")
         assert stats.max_diff <= 1, (i, stats)
