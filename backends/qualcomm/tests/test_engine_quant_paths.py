@@ -11,7 +11,7 @@ import pytest
 from backends.qualcomm.tests.htp_requant_reference import htp_requantize, htp_requantize16
 from backends.qualcomm.tests.quant_reference import (
     QGraph, U8, U16, act_quant, dequantize, pack_bits, quantize, weight_dtype, weight_quant)
-from backends.qualcomm.tests.test_engine_kernels import U32, randn, scalar, u32
+from backends.qualcomm.tests.test_engine_kernels import F32, U32, randn, scalar, u32
 from backends.qualcomm.tests.test_engine_quant_kernels import conv_ref, gen_bool, int_conv
 
 ACT = {"u8": U8, "u16": U16}
@@ -107,6 +107,31 @@ def test_depthwise_threaded_bit_exact(monkeypatch, act, stride):
     acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, 1, c)
     _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32),
                           unshifted=stride > 1))
+
+
+@pytest.mark.parametrize("act", ["u8", "u16"])
+def test_softmax_fused_equals_wrapper(monkeypatch, act):
+    """Quantized Softmax over the last axis, fused per row and split over the pool, gives the
+    codes of the dequantize -> float Softmax -> requantize wrapper (QNN_DELEGATE_REFERENCE_KERNELS=1)."""
+    x = randn(2, 6, 50, 77, seed=33) * 3
+    qx = act_quant(x, ACT[act])
+    xr = dequantize(quantize(x, qx), qx).astype(np.float64)
+    e = np.exp(xr - xr.max(-1, keepdims=True))
+    real = e / e.sum(-1, keepdims=True)
+    qy = act_quant(real, ACT[act])
+
+    def build():
+        qg = QGraph()
+        xi = qg.act("x", x, qx)
+        return qg.run("Softmax", [xi], qg.out(real.shape, qy), axis=scalar(U32, 3), beta=scalar(F32, 1.0))
+
+    monkeypatch.delenv("QNN_DELEGATE_REFERENCE_KERNELS", raising=False)
+    fused = build()
+    monkeypatch.setenv("QNN_DELEGATE_REFERENCE_KERNELS", "1")
+    wrapped = build()
+    np.testing.assert_array_equal(fused, wrapped)
+    want = np.clip(np.rint(real / np.float64(np.float32(qy["scale"]))) - qy["offset"], 0, 255 if act == "u8" else 65535)
+    assert np.abs(fused.astype(np.int64) - want).max() <= 1
 
 
 @pytest.mark.parametrize("act,tb", [("u8", True), ("u16", True), ("u16", False)])

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backends/qualcomm/runtime/engine/Quant.h"
+#include "backends/qualcomm/runtime/engine/ThreadPool.h"
 
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
@@ -13,6 +14,22 @@ namespace engine {
 namespace {
 
 // ---- Softmax ------------------------------------------------------------------
+// One lane: px[a * inner] -> py[a * inner], a < axis. Not inlined, so that the float
+// kernel and the quantized one (QuantSoftmaxKernel) run the same instructions.
+__attribute__((noinline)) void softmax_lane(const float* px, float* py, size_t axis, size_t inner,
+                                            float beta) {
+  float mx = -INFINITY;
+  for (size_t a = 0; a < axis; ++a) mx = std::max(mx, beta * px[a * inner]);
+  float sum = 0.f;
+  for (size_t a = 0; a < axis; ++a) {
+    const float e = std::exp(beta * px[a * inner] - mx);
+    py[a * inner] = e;
+    sum += e;
+  }
+  const float inv = 1.f / sum;
+  for (size_t a = 0; a < axis; ++a) py[a * inner] *= inv;
+}
+
 class SoftmaxKernel final : public Kernel {
  public:
   SoftmaxKernel(uint32_t in, uint32_t out, size_t outer, size_t axis, size_t inner, float beta)
@@ -22,18 +39,7 @@ class SoftmaxKernel final : public Kernel {
     float* y = c.at<float>(out_);
     for (size_t o = 0; o < outer_; ++o)
       for (size_t i = 0; i < inner_; ++i) {
-        const float* px = x + o * axis_ * inner_ + i;
-        float* py = y + o * axis_ * inner_ + i;
-        float mx = -INFINITY;
-        for (size_t a = 0; a < axis_; ++a) mx = std::max(mx, beta_ * px[a * inner_]);
-        float sum = 0.f;
-        for (size_t a = 0; a < axis_; ++a) {
-          const float e = std::exp(beta_ * px[a * inner_] - mx);
-          py[a * inner_] = e;
-          sum += e;
-        }
-        const float inv = 1.f / sum;
-        for (size_t a = 0; a < axis_; ++a) py[a * inner_] *= inv;
+        softmax_lane(x + o * axis_ * inner_ + i, y + o * axis_ * inner_ + i, axis_, inner_, beta_);
       }
     return Status::Ok();
   }
@@ -61,6 +67,56 @@ Status create_softmax(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_kernel<SoftmaxKernel>(out, x.id, v.outputs[0]->id, product(x.dims, 0, axis),
                                        size_t(x.dims[axis]), product(x.dims, axis + 1), beta);
 }
+
+// Softmax over the last axis of a per-tensor uint8 / uint16 activation: the numbers of the
+// dequantize -> float Softmax -> requantize wrapper (same dequantize_run, softmax_lane,
+// quantize_run per row), fused per row (no float copy of the tensor) and rows split over the
+// thread pool.
+template <typename Q>
+class QuantSoftmaxKernel final : public Kernel {
+ public:
+  QuantSoftmaxKernel(uint32_t in, uint32_t out, size_t rows, size_t axis, float beta, QuantParams pin,
+                     QuantParams pout)
+      : in_(in), out_(out), rows_(rows), axis_(axis), beta_(beta), pin_(pin), pout_(pout),
+        slots_(ThreadPool::instance().max_threads()) {}
+
+  Status run(const RunContext& c) const override {
+    const Q* x = c.at<const Q>(in_);
+    Q* y = c.at<Q>(out_);
+    char* scratch = static_cast<char*>(c.scratch);
+    const size_t S = slots_;
+    auto body = [&](size_t s) {
+      float* a = reinterpret_cast<float*>(scratch + s * lane_bytes());
+      float* b = a + lane_floats();
+      for (size_t r = rows_ * s / S, r1 = rows_ * (s + 1) / S; r < r1; ++r) {
+        dequantize_run<Q>(x + r * axis_, a, axis_, pin_);
+        softmax_lane(a, b, axis_, 1, beta_);
+        quantize_run<Q>(b, y + r * axis_, axis_, pout_);
+      }
+    };
+    if (S <= 1 || rows_ * axis_ < kMinParallelElems) {
+      for (size_t s = 0; s < S; ++s) body(s);
+      return Status::Ok();
+    }
+    RangeFn tramp = [](void* ctx, size_t b, size_t e) {
+      for (size_t s = b; s < e; ++s) (*static_cast<decltype(body)*>(ctx))(s);
+    };
+    ThreadPool::instance().parallel_for(S, tramp, &body);
+    return Status::Ok();
+  }
+  size_t scratch_bytes() const override { return slots_ * lane_bytes(); }
+
+ private:
+  static constexpr size_t kMinParallelElems = size_t(1) << 14;
+  size_t lane_floats() const { return (axis_ + 15) & ~size_t(15); }
+  size_t lane_bytes() const { return 2 * lane_floats() * sizeof(float); }
+
+  uint32_t in_, out_;
+  size_t rows_, axis_;
+  float beta_;
+  QuantParams pin_, pout_;
+  size_t slots_;
+};
 
 // ---- LayerNorm ----------------------------------------------------------------
 class LayerNormKernel final : public Kernel {
@@ -282,6 +338,33 @@ Status create_layer_norm_quant(const OpView& v, KernelEnv& env, KernelPtr& out) 
     out = std::move(kernel);
   }
   return Status::Ok();
+}
+
+// Quantized Softmax over the last axis, x and output per-tensor activations of one data type
+// (uint8 / uint16) and dims; `out` stays empty otherwise (the dispatcher then wraps the float
+// kernel, which computes the same numbers).
+Status create_softmax_quant(const OpView& v, KernelEnv&, KernelPtr& out) {
+  if (v.inputs.size() != 1 || v.outputs.size() != 1) return Status::Ok();
+  const TensorInfo& x = *v.inputs[0];
+  const TensorInfo& y = *v.outputs[0];
+  const bool u8 = x.dtype == DType::UFIXED_POINT_8, u16 = x.dtype == DType::UFIXED_POINT_16;
+  if (!(u8 || u16) || y.dtype != x.dtype || y.dims != x.dims || !is_quant_activation(x) ||
+      !is_quant_activation(y) || x.rank() == 0 || x.numel == 0) {
+    return Status::Ok();
+  }
+  ParamReader params(v);
+  int64_t axis = 0;
+  float beta = 1.f;
+  QNN_RETURN_IF_ERROR(params.scalar_int("axis", DType::UINT_32, axis));
+  QNN_RETURN_IF_ERROR(params.optional_float("beta", beta));
+  if (size_t(axis) + 1 != x.rank()) return Status::Ok();
+  const size_t cols = size_t(x.dims.back());
+  if (u8) {
+    return emplace_kernel<QuantSoftmaxKernel<uint8_t>>(out, x.id, y.id, x.numel / cols, cols, beta,
+                                                       quant_params_of(x), quant_params_of(y));
+  }
+  return emplace_kernel<QuantSoftmaxKernel<uint16_t>>(out, x.id, y.id, x.numel / cols, cols, beta,
+                                                      quant_params_of(x), quant_params_of(y));
 }
 
 QNN_REGISTER_KERNEL(Float, Softmax, &create_softmax);
