@@ -50,16 +50,22 @@ inline __m128 expf4(__m128 x) {
   return _mm256_cvtpd_ps(_mm256_mul_pd(y, sc));
 }
 
-// exp of 8 floats; lanes outside glibc's fast path (|x| >= ~88, inf, nan) through std::exp.
+// exp of 8 floats: glibc's fast path; x < -0x1.9fe368p6 (and -inf) underflows to +0 there
+// too (softmax's masked positions); any other lane (|x| >= ~88, nan) sends the 8 through
+// std::exp.
 inline __m256 expf8(__m256 x) {
   const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
-  if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))) != 0) {
+  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-0x1.9fe368p6f), _CMP_LT_OQ);
+  const __m256i slow = _mm256_andnot_si256(_mm256_castps_si256(under),
+                                           _mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a)));
+  if (_mm256_movemask_epi8(slow) != 0) {
     alignas(32) float v[8];
     _mm256_store_ps(v, x);
     for (float& f : v) f = std::exp(f);
     return _mm256_load_ps(v);
   }
-  return _mm256_set_m128(expf4(_mm256_extractf128_ps(x, 1)), expf4(_mm256_castps256_ps128(x)));
+  const __m256 y = _mm256_set_m128(expf4(_mm256_extractf128_ps(x, 1)), expf4(_mm256_castps256_ps128(x)));
+  return _mm256_andnot_ps(under, y);
 }
 
 bool vec_exp_matches() {
