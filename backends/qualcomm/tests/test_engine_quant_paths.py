@@ -11,7 +11,7 @@ import pytest
 from backends.qualcomm.tests.htp_requant_reference import htp_requantize, htp_requantize16
 from backends.qualcomm.tests.quant_reference import (
     QGraph, U8, U16, act_quant, dequantize, pack_bits, quantize, weight_dtype, weight_quant)
-from backends.qualcomm.tests.test_engine_kernels import U32, randn, scalar, u32
+from backends.qualcomm.tests.test_engine_kernels import F32, U32, randn, scalar, u32
 from backends.qualcomm.tests.test_engine_quant_kernels import conv_ref, gen_bool, int_conv
 
 ACT = {"u8": U8, "u16": U16}
@@ -34,9 +34,9 @@ def _check(outputs, want):
         np.testing.assert_array_equal(got, want, err_msg=f"path {path}")
 
 
-def _want(act, acc, qx, wq, w_scale, qy, bias):
+def _want(act, acc, qx, wq, w_scale, qy, bias, unshifted=False):
     if act == "u8":
-        return htp_requantize(acc, qx["scale"], w_scale, qy["scale"], -qy["offset"], bias)
+        return htp_requantize(acc, qx["scale"], w_scale, qy["scale"], -qy["offset"], bias, unshifted=unshifted)
     return htp_requantize16(acc, qx["scale"], -qx["offset"], wq_sum(wq), w_scale, qy["scale"], -qy["offset"], bias)
 
 
@@ -52,9 +52,10 @@ def wq_sum(wq):
     return wq.reshape(-1, wq.shape[-1]).sum(0) if wq.ndim == 4 else wq.sum(1)
 
 
-@pytest.mark.parametrize("act", ["u8", "u16"])
-def test_fully_connected_paths_bit_exact(monkeypatch, act):
-    x, w, b = randn(67, 99, seed=21), randn(83, 99, seed=22) * 0.2, randn(83, seed=23)
+@pytest.mark.parametrize("act,k", [("u8", 99), ("u16", 99), ("u16", 700)])
+def test_fully_connected_paths_bit_exact(monkeypatch, act, k):
+    """k 700: the uint16 vector requantization sums three 256-k int32 blocks as hi / lo."""
+    x, w, b = randn(67, k, seed=21), randn(83, k, seed=22) * 0.2, randn(83, seed=23)
     qx = act_quant(x, ACT[act])
     wq, wparams, wscale = weight_quant(w, 0, 8)
     real = dequantize(quantize(x, qx), qx).astype(np.float64) @ (wq * wscale).T.astype(np.float64) + b
@@ -88,22 +89,49 @@ def test_conv2d_paths_bit_exact(monkeypatch, act, k, stride):
     _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32)))
 
 
-@pytest.mark.parametrize("act", ["u8", "u16"])
-def test_depthwise_threaded_bit_exact(monkeypatch, act):
+@pytest.mark.parametrize("act,stride", [("u8", 1), ("u16", 1), ("u8", 2), ("u16", 2)])
+def test_depthwise_threaded_bit_exact(monkeypatch, act, stride):
+    """uint16 and strided uint8 (HTP's unshifted multiplier) requantize in 64-bit lanes."""
     c = 40
     x, w, b = randn(1, 30, 28, c, seed=27), randn(3, 3, 1, c, seed=28) * 0.3, randn(c, seed=29)
     qx = act_quant(x, ACT[act])
     wq, wparams, wscale = weight_quant(w, 3, 8)
-    real = conv_ref(dequantize(quantize(x, qx), qx), wq * wscale, b, 1, 1, c)
+    real = conv_ref(dequantize(quantize(x, qx), qx), wq * wscale, b, stride, 1, c)
     qy = act_quant(real, ACT[act])
 
     def build():
-        return _weighted("DepthWiseConv2d", x, qx, wq, wparams, b, real.shape, qy, stride=u32([1, 1]),
+        return _weighted("DepthWiseConv2d", x, qx, wq, wparams, b, real.shape, qy, stride=u32([stride, stride]),
                          pad_amount=u32([[1, 1], [1, 1]]), dilation=u32([1, 1]))
 
     outputs = _run_paths(monkeypatch, build)
-    acc = int_conv(quantize(x, qx) + qx["offset"], wq, 1, 1, c)
-    _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32)))
+    acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, 1, c)
+    _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32),
+                          unshifted=stride > 1))
+
+
+@pytest.mark.parametrize("act", ["u8", "u16"])
+def test_softmax_fused_equals_wrapper(monkeypatch, act):
+    """Quantized Softmax over the last axis, fused per row and split over the pool, gives the
+    codes of the dequantize -> float Softmax -> requantize wrapper (QNN_DELEGATE_REFERENCE_KERNELS=1)."""
+    x = randn(2, 6, 50, 77, seed=33) * 3
+    qx = act_quant(x, ACT[act])
+    xr = dequantize(quantize(x, qx), qx).astype(np.float64)
+    e = np.exp(xr - xr.max(-1, keepdims=True))
+    real = e / e.sum(-1, keepdims=True)
+    qy = act_quant(real, ACT[act])
+
+    def build():
+        qg = QGraph()
+        xi = qg.act("x", x, qx)
+        return qg.run("Softmax", [xi], qg.out(real.shape, qy), axis=scalar(U32, 3), beta=scalar(F32, 1.0))
+
+    monkeypatch.delenv("QNN_DELEGATE_REFERENCE_KERNELS", raising=False)
+    fused = build()
+    monkeypatch.setenv("QNN_DELEGATE_REFERENCE_KERNELS", "1")
+    wrapped = build()
+    np.testing.assert_array_equal(fused, wrapped)
+    want = np.clip(np.rint(real / np.float64(np.float32(qy["scale"]))) - qy["offset"], 0, 255 if act == "u8" else 65535)
+    assert np.abs(fused.astype(np.int64) - want).max() <= 1
 
 
 @pytest.mark.parametrize("act,tb", [("u8", True), ("u16", True), ("u16", False)])

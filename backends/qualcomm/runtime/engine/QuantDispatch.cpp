@@ -341,6 +341,8 @@ Status create_wrapped(const OpView& v, KernelEnv& env, KernelFactory float_facto
 
 // kernels/norm.cpp: quantized LayerNorm as QNN computes it (`out` left empty when not applicable).
 Status create_layer_norm_quant(const OpView& v, KernelEnv& env, KernelPtr& out);
+// kernels/norm.cpp: quantized Softmax over the last axis (the wrapper's numbers, fused, threaded).
+Status create_softmax_quant(const OpView& v, KernelEnv& env, KernelPtr& out);
 
 Status create_dispatched_kernel(const OpView& v, KernelEnv& env, KernelPtr& out) {
   const KernelRegistry& floats = float_kernel_registry();
@@ -368,6 +370,10 @@ Status create_dispatched_kernel(const OpView& v, KernelEnv& env, KernelPtr& out)
   if (is_data_movement(v) && shares_one_encoding(v)) return f->second(v, env, out);
   if (is_op(v, ops::OpType::LayerNorm) && !env.reference_only) {
     QNN_RETURN_IF_ERROR(create_layer_norm_quant(v, env, out));
+    if (out) return Status::Ok();
+  }
+  if (is_op(v, ops::OpType::Softmax) && !env.reference_only) {
+    QNN_RETURN_IF_ERROR(create_softmax_quant(v, env, out));
     if (out) return Status::Ok();
   }
   return create_wrapped(v, env, f->second, out);

@@ -158,6 +158,42 @@ void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_p
 // multiple of 8, the VecRequant8 arrays too).
 void requant_u8_row(const VecRequant8& v, const int32_t* acc, size_t i0, size_t cnt, uint8_t* out);
 
+// HTP requantization with a product wider than 32 bits (uint16 activations: 23
+// fractional bits; HTP's unshifted strided uint8 depthwise: up to ~30) in 8 int32 lanes,
+// the products in 64-bit lanes (vpmuldq), when every channel has half 0, the same
+// pre-shift s and a multiplier below 2^31 (ok). The accumulator enters split as
+// hi = sum of (partial >> s) and lo = sum of (partial & (2^s - 1)), so that
+// u + post = hi + (lo >> s) exactly with hi starting at hi0 = (pre + fold) >> s + post
+// and lo at lo0 = (pre + fold) & (2^s - 1); y = (v * M + 2^(f - 1)) >> f on v clamped
+// to +-vlim, past which the output saturates anyway (so y fits int32).
+struct VecRequantW {
+  bool ok = false;
+  int32_t s = 0;
+  std::vector<int32_t> hi0, lo0, mult, frac, vlim;
+  int32_t out_offset = 0, qmin = 0, qmax = 255;
+};
+// Channels as build_vec_requant8; max_hi bounds |hi - hi0| (the shifted partial sums).
+void build_vec_requant_wide(const Requant& rq, size_t groups, size_t nn, size_t nn_pad,
+                            const int64_t* fold, int64_t max_hi, VecRequantW& out);
+// out[j] = requantized acc[j] (one int32 partial per channel) for j < cnt, channel i0 + j.
+template <typename O>
+void requant_wide_row(const VecRequantW& v, const int32_t* acc, size_t i0, size_t cnt, O* out);
+
+// Depthwise (channel multiplier 1, int8 weights) on AVX2: taps in pairs for vpmaddwd,
+// 16 channels per block. x enters as int16: q + in_offset (uint8) or q - 32768 (uint16; a
+// padding tap then adds (zero point - 32768) * w, removed again with corr[c] = hr[c].pre).
+// Weights packed at init: [C / 16][tap pairs][32] int16, the pairs interleaved as
+// vpunpck{l,h}wd interleaves two 16-channel rows.
+constexpr size_t kDwMaxTaps = 64;
+size_t dw_avx2_packed_elems(size_t taps, size_t C);
+// tap_w: [taps][C] (tap-major).
+void pack_dw_avx2(const int8_t* tap_w, size_t taps, size_t C, int16_t* dst);
+// acc[c] = sum over taps t with px[t] != nullptr of (px[t][c] + in_offset) * w[t][c], c < C
+// (equal to the plain loop's int32 sums); corr: uint16 only (else nullptr).
+template <typename A>
+void dw_pixel_avx2(const A* const* px, size_t taps, size_t C, const int16_t* wp, const int8_t* tap_w,
+                   int32_t in_offset, const int32_t* corr, int32_t* acc);
+
 // AVX2 weights: per group, panels of 8 channels x kp / 2 k pairs x (8 x 2) int16,
 // channels padded to 16, k to kp (even).
 constexpr size_t kAvx2RowTile = 32;  // rows converted to int16 at a time
@@ -166,6 +202,7 @@ struct Avx2Weights {
   size_t kp = 0, group_elems = 0;
   std::vector<int64_t> fold;  // (in_offset (+ 32768 for uint16 activations)) * wsum[n]
   VecRequant8 vec;            // uint8 activations and output (per padded channel)
+  VecRequantW vec16;          // uint16 activations and output (per padded channel)
   bool ready() const { return data.size() != 0; }
 };
 size_t avx2_kp(size_t K);

@@ -70,6 +70,44 @@ void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_p
   out.ok = true;
 }
 
+// vlim = ceil(R 2^f / M) + 1 (capped at INT32_MAX: then |y| <= 2^31 M / 2^f < R anyway);
+// with f <= 32, |v| M + 2^(f-1) stays below 2^62 and the low 32 bits of the logical
+// shift are those of the arithmetic one.
+void build_vec_requant_wide(const Requant& rq, size_t groups, size_t nn, size_t nn_pad,
+                            const int64_t* fold, int64_t max_hi, VecRequantW& out) {
+  out.ok = false;
+  if (!rq.htp || rq.hr.empty() || rq.qmin < 0 || rq.qmax > 65535) return;
+  out.s = rq.hr[0].shift;
+  if (out.s < 0 || out.s > 16) return;
+  const size_t total = groups * nn_pad + 8;
+  for (auto* v : {&out.hi0, &out.lo0, &out.mult, &out.vlim}) v->assign(total, 0);
+  out.frac.assign(total, 1);
+  out.out_offset = rq.out_offset;
+  out.qmin = int32_t(rq.qmin);
+  out.qmax = int32_t(rq.qmax);
+  const int64_t reach = rq.qmax + std::abs(int64_t(rq.out_offset)) + 4;
+  const int64_t mask = (int64_t(1) << out.s) - 1;
+  for (size_t g = 0; g < groups; ++g)
+    for (size_t j = 0; j < nn; ++j) {
+      const size_t n = g * nn + j, i = g * nn_pad + j;
+      const HtpRequant& h = rq.hr[n];
+      const int64_t c = h.pre + (fold ? fold[n] : 0);
+      if (h.half != 0 || h.shift != out.s || h.mult <= 0 || h.mult >= (int64_t(1) << 31) ||
+          h.frac < 1 || h.frac > 32 || std::abs(c) >= (int64_t(1) << 60)) {
+        return;
+      }
+      const int64_t hi0 = (c >> out.s) + h.post;
+      if (std::abs(hi0) + max_hi >= (int64_t(1) << 30)) return;
+      out.hi0[i] = int32_t(hi0);
+      out.lo0[i] = int32_t(c & mask);
+      out.mult[i] = int32_t(h.mult);
+      out.frac[i] = h.frac;
+      const double lim = std::ceil(double(reach) * std::ldexp(1.0, h.frac) / double(h.mult)) + 1.0;
+      out.vlim[i] = lim >= 2147483647.0 ? INT32_MAX : int32_t(lim);
+    }
+  out.ok = true;
+}
+
 size_t avx2_kp(size_t K) { return (K + 1) & ~size_t(1); }
 
 size_t avx2_abuf_elems(size_t K) { return kAvx2RowTile * avx2_kp(K); }
@@ -98,6 +136,8 @@ bool prepare_avx2(const QWeights& w, const Requant& rq, size_t groups, bool a16,
   out.fold.resize(w.N);
   for (size_t n = 0; n < w.N; ++n) out.fold[n] = (int64_t(rq.in_offset) + shift) * rq.wsum[n];
   if (!a16) build_vec_requant8(rq, groups, nn, nn_pad, out.fold.data(), int64_t(w.K) * 255 * 128, out.vec);
+  // uint16: |partial| <= 256 k x 2^22 per block, hi grows by <= K 2^14 + one per block.
+  if (a16) build_vec_requant_wide(rq, groups, nn, nn_pad, out.fold.data(), int64_t(w.K) * 16384 + int64_t(w.K) / 256 + 2, out.vec16);
   return true;
 }
 
@@ -161,6 +201,95 @@ __attribute__((target("avx2"))) inline __m256i requant8(__m256i acc, const VecRe
   __m256i y = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(t, ld(v.mult)), _mm256_set1_epi32(1 << 15)), 16);
   y = _mm256_sub_epi32(y, _mm256_set1_epi32(v.out_offset));
   return _mm256_min_epi32(_mm256_max_epi32(y, _mm256_set1_epi32(v.qmin)), _mm256_set1_epi32(v.qmax));
+}
+
+// 8 lanes of VecRequantW requantization (hi, lo as described there): int32 results.
+__attribute__((target("avx2"))) inline __m256i ld8(const std::vector<int32_t>& p, size_t i) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.data() + i));
+}
+
+__attribute__((target("avx2"))) inline __m256i requant_wide(__m256i hi, __m256i lo, const VecRequantW& v,
+                                                            size_t i) {
+  const __m256i lim = ld8(v.vlim, i);
+  __m256i x = _mm256_add_epi32(hi, _mm256_sra_epi32(lo, _mm_cvtsi32_si128(v.s)));
+  x = _mm256_min_epi32(_mm256_max_epi32(x, _mm256_sub_epi32(_mm256_setzero_si256(), lim)), lim);
+  const __m256i m = ld8(v.mult, i), f = ld8(v.frac, i);
+  const __m256i one = _mm256_set1_epi64x(1);
+  const __m256i fe = _mm256_and_si256(f, _mm256_set1_epi64x(0xffffffffLL)), fo = _mm256_srli_epi64(f, 32);
+  // Signed 32 x 32 -> 64 products of the even and the odd lanes; the logical shift
+  // leaves the low 32 bits of the arithmetic one (y fits int32, f <= 32).
+  __m256i pe = _mm256_mul_epi32(x, m);
+  __m256i po = _mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(m, 32));
+  pe = _mm256_srlv_epi64(_mm256_add_epi64(pe, _mm256_sllv_epi64(one, _mm256_sub_epi64(fe, one))), fe);
+  po = _mm256_srlv_epi64(_mm256_add_epi64(po, _mm256_sllv_epi64(one, _mm256_sub_epi64(fo, one))), fo);
+  __m256i y = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
+  y = _mm256_sub_epi32(y, _mm256_set1_epi32(v.out_offset));
+  return _mm256_min_epi32(_mm256_max_epi32(y, _mm256_set1_epi32(v.qmin)), _mm256_set1_epi32(v.qmax));
+}
+
+// 16 uint16 values of two 8-lane results (already in [0, 65535]).
+__attribute__((target("avx2"))) inline void store_u16x16(__m256i lo, __m256i hi, size_t cnt, uint16_t* out) {
+  const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
+  if (cnt == kTileN) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), w16);
+  } else {
+    alignas(32) uint16_t tmp[kTileN];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), w16);
+    std::memcpy(out, tmp, cnt * sizeof(uint16_t));
+  }
+}
+
+// uint16 activations and output (HTP's 16-bit arithmetic), all k blocks: each block's
+// int32 partial goes into hi (>> 8) and lo (& 255), no int64 widening.
+template <int MR>
+__attribute__((target("avx2"))) void tile_u16(const int16_t* a, size_t lda, const int16_t* wp,
+                                              size_t kp, size_t i0, size_t cnt, const VecRequantW& v,
+                                              uint16_t* out, size_t ldo) {
+  const size_t pairs = kp / 2, step = kBlock16 / 2, panel_stride = kp * kPanel;
+  const __m128i sh = _mm_cvtsi32_si128(v.s);
+  const __m256i mask = _mm256_set1_epi32((1 << v.s) - 1);
+  __m256i hi[MR][2], lo[MR][2];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < 2; ++h) {
+      hi[r][h] = ld8(v.hi0, i0 + 8 * h);
+      lo[r][h] = ld8(v.lo0, i0 + 8 * h);
+    }
+  for (size_t q0 = 0; q0 < pairs; q0 += step) {
+    __m256i acc[4][2];
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    tile_pairs<MR>(a, lda, wp, panel_stride, q0, std::min(pairs, q0 + step), acc);
+    for (int r = 0; r < MR; ++r)
+      for (int h = 0; h < 2; ++h) {
+        hi[r][h] = _mm256_add_epi32(hi[r][h], _mm256_sra_epi32(acc[r][h], sh));
+        lo[r][h] = _mm256_add_epi32(lo[r][h], _mm256_and_si256(acc[r][h], mask));
+      }
+  }
+  for (int r = 0; r < MR; ++r) {
+    store_u16x16(requant_wide(hi[r][0], lo[r][0], v, i0), requant_wide(hi[r][1], lo[r][1], v, i0 + 8), cnt,
+                 out + r * ldo);
+  }
+}
+
+template <typename O>
+__attribute__((target("avx2"))) void requant_wide_row_avx2(const VecRequantW& v, const int32_t* acc,
+                                                           size_t i0, size_t cnt, O* out) {
+  const __m128i sh = _mm_cvtsi32_si128(v.s);
+  const __m256i mask = _mm256_set1_epi32((1 << v.s) - 1);
+  for (size_t j = 0; j < cnt; j += 8) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + j));
+    const __m256i hi = _mm256_add_epi32(_mm256_sra_epi32(a, sh), ld8(v.hi0, i0 + j));
+    const __m256i lo = _mm256_add_epi32(_mm256_and_si256(a, mask), ld8(v.lo0, i0 + j));
+    const __m256i y = requant_wide(hi, lo, v, i0 + j);
+    alignas(16) O tmp[16 / sizeof(O)];
+    if constexpr (sizeof(O) == 2) {
+      _mm_store_si128(reinterpret_cast<__m128i*>(tmp),
+                      _mm_packus_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1)));
+    } else {
+      const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), _mm_packus_epi16(w16, w16));
+    }
+    std::memcpy(out + j, tmp, std::min<size_t>(8, cnt - j) * sizeof(O));
+  }
 }
 
 // uint8 activations and output, one k block, vectorized requantization.
@@ -246,6 +375,20 @@ void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t
         continue;
       }
     }
+    if constexpr (sizeof(A) == 2 && sizeof(O) == 2) {
+      if (w.vec16.ok) {
+        const size_t base = grp * (w.group_elems / kp);
+        for (size_t j = j0; j < j0 + nn; j += kTileN) {
+          const size_t cnt = std::min(kTileN, j0 + nn - j);
+          const int16_t* wp = wg + (j / kPanel) * kp * kPanel;
+          O* o = out + m0 * ldo + (j - j0);
+          size_t r = 0;
+          for (; r + 4 <= rows; r += 4) tile_u16<4>(abuf + r * kp, kp, wp, kp, base + j, cnt, w.vec16, o + r * ldo, ldo);
+          for (; r < rows; ++r) tile_u16<1>(abuf + r * kp, kp, wp, kp, base + j, cnt, w.vec16, o + r * ldo, ldo);
+        }
+        continue;
+      }
+    }
     for (size_t j = j0; j < j0 + nn; j += kTileN) {
       const size_t cnt = std::min(kTileN, j0 + nn - j);
       const int16_t* wp = wg + (j / kPanel) * kp * kPanel;
@@ -272,6 +415,100 @@ void requant_u8_row(const VecRequant8& v, const int32_t* acc, size_t i0, size_t 
   (void)v; (void)acc; (void)i0; (void)cnt; (void)out;
 #endif
 }
+
+size_t dw_avx2_packed_elems(size_t taps, size_t C) { return (C / 16) * ((taps + 1) / 2) * 32; }
+
+void pack_dw_avx2(const int8_t* tap_w, size_t taps, size_t C, int16_t* dst) {
+  const size_t pairs = (taps + 1) / 2;
+  // Position of channel j (< 16) of a block in vpunpcklwd (lo) / vpunpckhwd (hi) order.
+  for (size_t b = 0; b < C / 16; ++b)
+    for (size_t p = 0; p < pairs; ++p) {
+      int16_t* d = dst + (b * pairs + p) * 32;
+      for (size_t j = 0; j < 16; ++j) {
+        const size_t half = (j % 8) / 4, lane = j / 8, pos = half * 16 + lane * 8 + (j % 4) * 2;
+        for (size_t e = 0; e < 2; ++e) {
+          const size_t t = 2 * p + e;
+          d[pos + e] = t < taps ? int16_t(tap_w[t * C + b * 16 + j]) : int16_t(0);
+        }
+      }
+    }
+}
+
+namespace {
+#ifdef QNN_X86
+__attribute__((target("avx2"))) inline __m256i dw_load16(const uint8_t* p, __m256i add) {
+  return _mm256_add_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), add);
+}
+__attribute__((target("avx2"))) inline __m256i dw_load16(const uint16_t* p, __m256i) {
+  return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi16(-32768));
+}
+
+template <typename A>
+__attribute__((target("avx2"))) void dw_pixel_avx2_impl(const A* const* px, size_t taps, size_t C,
+                                                        const int16_t* wp, const int8_t* tap_w,
+                                                        int32_t in_offset, const int32_t* corr,
+                                                        int32_t* acc) {
+  const size_t pairs = (taps + 1) / 2, C16 = C & ~size_t(15);
+  const __m256i add = _mm256_set1_epi16(int16_t(sizeof(A) == 1 ? in_offset : 0));
+  // x16 of the input's zero point: what a padding tap holds.
+  const __m256i pad = _mm256_set1_epi16(int16_t(sizeof(A) == 1 ? 0 : -in_offset - 32768));
+  for (size_t c0 = 0; c0 < C16; c0 += 16) {
+    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+    const int16_t* w = wp + (c0 / 16) * pairs * 32;
+    for (size_t p = 0; p < pairs; ++p, w += 32) {
+      const A* p0 = px[2 * p];
+      const A* p1 = 2 * p + 1 < taps ? px[2 * p + 1] : nullptr;
+      const __m256i x0 = p0 ? dw_load16(p0 + c0, add) : pad;
+      const __m256i x1 = p1 ? dw_load16(p1 + c0, add) : pad;
+      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1),
+                                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))));
+      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1),
+                                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16))));
+    }
+    // lo holds channels 0-3 | 8-11, hi 4-7 | 12-15.
+    __m256i a0 = _mm256_permute2x128_si256(lo, hi, 0x20), a1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+    if (corr) {
+      a0 = _mm256_sub_epi32(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + c0)));
+      a1 = _mm256_sub_epi32(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + c0 + 8)));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + c0), a0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + c0 + 8), a1);
+  }
+  for (size_t c = C16; c < C; ++c) {
+    int32_t s = 0;
+    for (size_t t = 0; t < taps; ++t) {
+      if (px[t]) s += (int32_t(px[t][c]) + in_offset) * int32_t(tap_w[t * C + c]);
+    }
+    acc[c] = s;
+  }
+}
+#endif
+} // namespace
+
+template <typename A>
+void dw_pixel_avx2(const A* const* px, size_t taps, size_t C, const int16_t* wp, const int8_t* tap_w,
+                   int32_t in_offset, const int32_t* corr, int32_t* acc) {
+#ifdef QNN_X86
+  dw_pixel_avx2_impl<A>(px, taps, C, wp, tap_w, in_offset, corr, acc);
+#else
+  (void)px; (void)taps; (void)C; (void)wp; (void)tap_w; (void)in_offset; (void)corr; (void)acc;
+#endif
+}
+template void dw_pixel_avx2<uint8_t>(const uint8_t* const*, size_t, size_t, const int16_t*, const int8_t*,
+                                     int32_t, const int32_t*, int32_t*);
+template void dw_pixel_avx2<uint16_t>(const uint16_t* const*, size_t, size_t, const int16_t*, const int8_t*,
+                                      int32_t, const int32_t*, int32_t*);
+
+template <typename O>
+void requant_wide_row(const VecRequantW& v, const int32_t* acc, size_t i0, size_t cnt, O* out) {
+#ifdef QNN_X86
+  requant_wide_row_avx2<O>(v, acc, i0, cnt, out);
+#else
+  (void)v; (void)acc; (void)i0; (void)cnt; (void)out;
+#endif
+}
+template void requant_wide_row<uint8_t>(const VecRequantW&, const int32_t*, size_t, size_t, uint8_t*);
+template void requant_wide_row<uint16_t>(const VecRequantW&, const int32_t*, size_t, size_t, uint16_t*);
 
 #define QNN_AVX2_INSTANCE(A, O)                                                                   \
   template void qgemm_avx2<A, O>(const A*, size_t, const Avx2Weights&, size_t, size_t, size_t,  \

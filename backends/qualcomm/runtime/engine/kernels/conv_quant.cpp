@@ -96,14 +96,31 @@ class QDepthwiseKernel final : public Kernel {
     // |q + offset| <= 65535 (uint16) and |w| <= 2^15: int32 holds taps * 2^31 / 2^(16+bits(W)).
     const int64_t max_w = sizeof(W) == 1 ? 128 : 32768;
     acc32_ = int64_t(taps) * 65535 * max_w < (int64_t(1) << 31);
-    if constexpr (sizeof(A) == 1 && sizeof(O) == 1 && sizeof(W) == 1) {
+    if constexpr (sizeof(W) == 1) {
       if (qgemm_path(false) == QGemmPath::Avx2) {
-        build_vec_requant8(rq_, 1, g_.cout, g_.cout, nullptr, int64_t(taps) * 255 * 128, vec_);
+        const int64_t max_acc = int64_t(taps) * (sizeof(A) == 1 ? 255 : 65535) * 128;
+        if constexpr (sizeof(A) == 1 && sizeof(O) == 1) {
+          build_vec_requant8(rq_, 1, g_.cout, g_.cout, nullptr, max_acc, vec_);
+        }
+        // uint16 (HTP's 16-bit arithmetic) and strided uint8 (unshifted multiplier).
+        if (!vec_.ok && acc32_ && rq_.htp && !rq_.hr.empty()) {
+          build_vec_requant_wide(rq_, 1, g_.cout, g_.cout, nullptr, (max_acc >> rq_.hr[0].shift) + 2, vecw_);
+        }
+        if (acc32_ && mult_ == 1 && taps <= kDwMaxTaps && g_.cout >= 16 && taps_.valid()) {
+          dwp_ = Buffer(s.alloc, dw_avx2_packed_elems(taps, g_.cout) * sizeof(int16_t));
+          if (dwp_.valid()) pack_dw_avx2(taps_.as<int8_t>(), taps, g_.cout, dwp_.as<int16_t>());
+          if (sizeof(A) == 2) {
+            corr_.resize(g_.cout + 8);
+            for (size_t c = 0; c < g_.cout; ++c) {
+              corr_[c] = int32_t((-int64_t(rq_.in_offset) - 32768) * rq_.wsum[c]);
+            }
+          }
+        }
       }
     }
   }
   size_t scratch_bytes() const override { return slots_ * slot_bytes(); }
-  size_t owned_bytes() const override { return taps_.size(); }
+  size_t owned_bytes() const override { return taps_.size() + dwp_.size(); }
 
   Status run(const RunContext& c) const override {
     const A* x = c.at<const A>(ids_.x);
@@ -137,6 +154,24 @@ class QDepthwiseKernel final : public Kernel {
     const size_t C = g_.cout;
     const T off = T(rq_.in_offset);
     for (size_t ox = 0; ox < g_.ow; ++ox) {
+      O* o = out + ((n * g_.oh + oy) * g_.ow + ox) * C;
+      if constexpr (sizeof(W) == 1 && sizeof(T) == 4) {
+        if (dwp_.size() != 0 && dwp_.valid()) {
+          const A* px[kDwMaxTaps];
+          for (size_t ky = 0; ky < g_.kh; ++ky) {
+            const long iy = long(oy * g_.sh + ky * g_.dh) - long(g_.pt);
+            for (size_t kx = 0; kx < g_.kw; ++kx) {
+              const long ix = long(ox * g_.sw + kx * g_.dw) - long(g_.pl);
+              const bool in = iy >= 0 && iy < long(g_.h) && ix >= 0 && ix < long(g_.w);
+              px[ky * g_.kw + kx] = in ? x + ((n * g_.h + iy) * g_.w + ix) * g_.cin : nullptr;
+            }
+          }
+          dw_pixel_avx2<A>(px, g_.kh * g_.kw, C, dwp_.as<int16_t>(), taps_.as<int8_t>(), rq_.in_offset,
+                           corr_.empty() ? nullptr : corr_.data(), acc);
+          requant_row(acc, o);
+          continue;
+        }
+      }
       std::fill(acc, acc + C, T(0));
       for (size_t ky = 0; ky < g_.kh; ++ky) {
         const long iy = long(oy * g_.sh + ky * g_.dh) - long(g_.pt);
@@ -153,15 +188,26 @@ class QDepthwiseKernel final : public Kernel {
           }
         }
       }
-      O* o = out + ((n * g_.oh + oy) * g_.ow + ox) * C;
-      if constexpr (sizeof(A) == 1 && sizeof(O) == 1 && sizeof(W) == 1 && sizeof(T) == 4) {
-        if (vec_.ok) {
-          requant_u8_row(vec_, acc, 0, C, o);
-          continue;
-        }
-      }
-      for (size_t ch = 0; ch < C; ++ch) o[ch] = rq_.apply<O>(int64_t(acc[ch]), ch);
+      requant_row(acc, o);
     }
+  }
+
+  template <typename T>
+  void requant_row(const T* acc, O* o) const {
+    const size_t C = g_.cout;
+    if constexpr (sizeof(A) == 1 && sizeof(O) == 1 && sizeof(W) == 1 && sizeof(T) == 4) {
+      if (vec_.ok) {
+        requant_u8_row(vec_, acc, 0, C, o);
+        return;
+      }
+    }
+    if constexpr (sizeof(W) == 1 && sizeof(T) == 4) {
+      if (vecw_.ok) {
+        requant_wide_row<O>(vecw_, acc, 0, C, o);
+        return;
+      }
+    }
+    for (size_t ch = 0; ch < C; ++ch) o[ch] = rq_.apply<O>(int64_t(acc[ch]), ch);
   }
 
  private:
@@ -172,6 +218,9 @@ class QDepthwiseKernel final : public Kernel {
   size_t mult_ = 1, slots_ = 1;
   Buffer taps_;
   VecRequant8 vec_;  // uint8 in and out on AVX2
+  VecRequantW vecw_;  // otherwise (uint16, strided uint8) on AVX2 when the sums are int32
+  Buffer dwp_;        // AVX2 tap pairs (pack_dw_avx2), channel multiplier 1
+  std::vector<int32_t> corr_;  // uint16 x: (zero point - 32768) * wsum per channel
   bool acc32_ = false;
 };
 
