@@ -1,14 +1,22 @@
-"""_to_copy / _to_dim_order_copy: dtype change -> Cast; same dtype -> identity Reshape."""
+"""_to_copy / _to_dim_order_copy: dtype change -> Cast; same dtype -> identity Reshape.
+
+Two casts QNN 2.51's HTP computes wrong (measured on SM8650 over every uint8 value and
+fractional floats) are lowered another way, on both engines:
+- uint8 -> float: HTP's Cast UINT_8 -> FLOAT_32 gives 0 / 1 (as if the input were bool);
+  UINT_8 -> INT_32 -> FLOAT_32 is exact.
+- float -> bool: HTP's Cast gives False for 0 < |x| < 1 (truncation); torch gives True for
+  every non-zero value (NaN included): ElementWiseNotEqual(x, 0)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
-from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.op_shape import dim_order_ops, edge_ops, is_contiguous_dim_order
 from backends.qualcomm.builders.registry import (
     NodeBuilder, SupportResult, SUPPORTED, register_builder, tensor_vals,
 )
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor
 
 CAST_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool, torch.uint8)
 
@@ -30,7 +38,23 @@ class CastBuilder(NodeBuilder):
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = gb.tensor(node.args[0])
-        same = tensor_vals(node.args[0])[0].dtype == tensor_vals(node)[0].dtype
+        source, target = tensor_vals(node.args[0])[0].dtype, tensor_vals(node)[0].dtype
         # Elementwise: the output keeps the input's dims (a lifted scalar constant may be
         # stored as [1] while the node's meta says []).
-        gb.add_op(node, "Reshape" if same else "Cast", [x], [gb.define_output(node, dims=x.dims)])
+        out = gb.define_output(node, dims=x.dims)
+        if source == target:
+            gb.add_op(node, "Reshape", [x], [out])
+        elif x.data_type == DataType.UINT_8 and target.is_floating_point:
+            gb.add_op(node, "Cast", [cast_uint8_to_int32(node, gb, x)], [out])
+        elif target == torch.bool and source.is_floating_point and x.quant is None:
+            zero = gb.static_tensor(f"{node.name}_zero", np.zeros([1], np.float32))
+            gb.add_op(node, "ElementWiseNotEqual", [x, zero], [out])
+        else:
+            gb.add_op(node, "Cast", [x], [out])
+
+
+def cast_uint8_to_int32(node: torch.fx.Node, gb: GraphBuilder, x: QnnTensor) -> QnnTensor:
+    """x (UINT_8) as INT_32: the exact first half of uint8 -> float on QNN."""
+    wide = gb.native_tensor(f"{node.name}_int32", x.dims, DataType.INT_32)
+    gb.add_op(node, "Cast", [x], [wide], suffix="int32")
+    return wide

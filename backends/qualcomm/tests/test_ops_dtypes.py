@@ -86,3 +86,37 @@ def test_int_and_bool_tensors_on_qnn_equal_the_host_engine(real_qnn):
     expected = _expected(module, inputs)
     _assert_exact(host, expected)
     _assert_exact(qnn, expected)
+
+
+class CastsQnnComputesWrong(torch.nn.Module):
+    """uint8 pixels -> float (QNN 2.51's HTP Cast UINT_8 -> FLOAT_32 gives 0 / 1) and
+    float -> bool of fractional values (its Cast FLOAT_32 -> BOOL_8 truncates: 0.25 -> False)."""
+
+    def forward(self, pixels, x):
+        return pixels.to(torch.float32) * 0.5 - 3.0, x.bool(), (x * 4.0).to(torch.bool)
+
+
+def _cast_inputs():
+    pixels = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(2, 128)
+    x = torch.tensor([[0.0, 0.25, -0.25, 0.5, -0.75, 1.5, -2.0, 0.0, 1e-3, -1e-3, 7.0, 0.1]])
+    return pixels, x
+
+
+def test_casts_qnn_computes_wrong_are_lowered_exactly():
+    module, inputs = CastsQnnComputesWrong().eval(), _cast_inputs()
+    tester = QnnTester(module, inputs).lower()
+    # uint8 -> INT_32 -> FLOAT_32; the bool casts are NotEqual(x, 0)
+    tester.check_one_delegate_ops({"Cast": 2, "ElementWiseNotEqual": 2})
+    tester.to_executorch().run()
+    _assert_exact(tester.outputs, _expected(module, inputs))
+
+
+def test_casts_qnn_computes_wrong_on_qnn_equal_eager(real_qnn):
+    from backends.qualcomm.tests.utils_helpers import payload_on_both_engines
+
+    module, inputs = CastsQnnComputesWrong().eval(), _cast_inputs()
+    tester = QnnTester(module, inputs).lower()
+    qnn, host = payload_on_both_engines(tester.delegate_blobs()[0], inputs, module)
+    expected = _expected(module, inputs)
+    _assert_exact(host, expected)
+    _assert_exact(qnn, expected)  # a single Cast gave 0 / 1 for every pixel, False for 0.25

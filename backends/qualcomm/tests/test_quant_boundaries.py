@@ -207,7 +207,9 @@ class TestQNNQuantizedBoundaries(unittest.TestCase):
         self.assertEqual(sorted(in_types[n] for n in consumer.inputs), sorted(["FLOAT_32", int_type]))
         integer_input = next(n for n in consumer.inputs if in_types[n] == int_type)
         chain = _consumer_chain(consumer, integer_input)
-        self.assertEqual(_compute_types(chain), ["Cast", "ElementWiseSubtract", "ElementWiseMultiply", "Quantize"])
+        # uint8 -> float goes through INT_32 (QNN's Cast UINT_8 -> FLOAT_32 gives 0 / 1: op_cast.py)
+        casts = ["Cast", "Cast"] if int_type == "UINT_8" else ["Cast"]
+        self.assertEqual(_compute_types(chain), casts + ["ElementWiseSubtract", "ElementWiseMultiply", "Quantize"])
         requantized = chain[-1].outputs[0]
         self.assertEqual(in_types[requantized], quant_type)
         self.assertEqual({t.name: t.quant for t in consumer.tensors}[requantized], encoding)
@@ -297,3 +299,32 @@ def test_minilm_bert_with_attention_mask_16a8w(tmp_path):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@pytest.mark.parametrize("dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_integer_boundary_on_qnn_equals_the_host_engine(real_qnn, dtype):
+    """The plain path's integer boundary run on QNN's engine: both delegates on QNN, outputs
+    close to the host engine's (8a8w: one step, and within PT2E_BOUNDS of the QDQ module). (QNN's Cast
+    UINT_8 -> FLOAT_32 gives 0 / 1: before op_cast.py went through INT_32, the 8a8w output was
+    off by the whole output range.)"""
+    from backends.qualcomm.tests.utils_helpers import load_method, native, reset_runtime_options, run
+
+    tester = _lowered(SharedActivation(), (randn(1, 3, 8, 8),), dtype, "plain").check_count(2).to_executorch()
+    outputs = {}
+    try:
+        for engine in ("qnn", "host"):
+            native().set_runtime_option("qnn_runtime_engine", engine)
+            program, method = load_method(tester.pte_path)
+            outputs[engine] = run(method, tester.inputs)[0].numpy()
+            assert native().live_qnn_context_count() == (2 if engine == "qnn" else 0), engine
+            del method, program
+    finally:
+        reset_runtime_options()
+    largest = float(np.abs(outputs["host"]).max())
+    # 8-bit: one output step; 16-bit: QNN's float output has float16 precision (2^-11 relative)
+    bound = largest / 127 if dtype == A8W8 else largest * 2 ** -10
+    assert float(np.abs(outputs["qnn"] - outputs["host"]).max()) <= bound
+    if dtype == A8W8:
+        max_steps, min_exact = PT2E_BOUNDS[("shared", dtype)]
+        tester.outputs = [outputs["qnn"]]
+        tester.compare_steps(max_step_diff=max_steps, min_exact=min_exact)
