@@ -6,6 +6,10 @@ from backends.qualcomm.utils.runtime_options import load_extension as _load_exte
 
 _load_extension()  # registers the QnnDelegate runtime backend when the extension is built
 
+# The out variants of quantize / dequantize: a partly delegated quantized program keeps some
+# of them on the CPU, and to_executorch() needs them registered ("Missing out variants").
+import executorch.kernels.quantized  # noqa: E402,F401
+
 from backends.qualcomm.partitioner import QnnPartitioner  # noqa: E402
 from backends.qualcomm.qnn_preprocess import QnnBackend, QnnDelegate  # noqa: E402
 from backends.qualcomm.serialization.payload_reader import deserialize, describe_payload  # noqa: E402

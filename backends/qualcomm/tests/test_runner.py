@@ -44,6 +44,38 @@ class EmbeddingSplit(torch.nn.Module):
         return self.fc(torch.sigmoid(self.emb(ids)))
 
 
+class PermuteBetween(torch.nn.Module):
+    """linear -> rank-6 view -> permute -> view -> linear: QNN's validation refuses the rank-6
+    Transpose, so the permute and the quantize / dequantize nodes around it stay on the CPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x).view(1, 2, 2, 2, 2, 8).permute(0, 1, 3, 2, 4, 5).reshape(1, 16, 8))
+
+
+def _quantized_split(path: Path, samples: List[List[torch.Tensor]]) -> Path:
+    """PermuteBetween in 8a8w through plain to_edge_transform_and_lower: quantize / dequantize
+    ops stay on the CPU (they need ExecuTorch's quantized kernels in the runner, and their out
+    variants registered at to_executorch)."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    from backends.qualcomm import QnnPartitioner
+
+    quantized = h.quantize(PermuteBetween().eval(), tuple(samples[0]), samples)
+    edge = to_edge_transform_and_lower(
+        torch.export.export(quantized, tuple(samples[0])),
+        partitioner=[QnnPartitioner(h.quantized_specs())])
+    cpu = [getattr(n.target, "__name__", str(n.target)) for n in edge.exported_program().graph.nodes
+           if n.op == "call_function"]
+    assert "quantized_decomposed.quantize_per_tensor.default" in cpu, cpu
+    path.write_bytes(edge.to_executorch().buffer)
+    return path
+
+
 def _runner(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([str(pte_tools.find_runner()), *args], capture_output=True, text=True, timeout=timeout)
 
@@ -104,6 +136,20 @@ class TestRunnerIterations:
         for idx, outs in enumerate(expected):
             got = pte_tools.read_raw_output(tmp_path / "out", idx, 0, outs[0])
             assert torch.equal(got, outs[0]), f"{name} inference {idx}: max diff {(got - outs[0]).abs().max()}"
+
+
+    def test_quantized_program_with_cpu_quantize_ops(self, real_qnn, tmp_path):
+        """Quantize / dequantize kernels on the CPU: the runner links ExecuTorch's quantized
+        kernels (it failed with "Missing operator: quantized_decomposed::quantize_per_tensor.out")."""
+        torch.manual_seed(0)
+        samples = [[torch.randn(1, 16, 8)] for _ in range(2)]
+        pte = _quantized_split(tmp_path / "quantized_split.pte", samples)
+        expected = pte_tools.run_samples_with_runtime(pte, samples)
+        result = h.run_runner(pte, pte_tools.write_input_files(samples, tmp_path / "in"), tmp_path / "out")
+        assert result.returncode == 0, result.stderr[-2000:]
+        for idx, outs in enumerate(expected):
+            got = pte_tools.read_raw_output(tmp_path / "out", idx, 0, outs[0])
+            assert torch.equal(got, outs[0]), f"inference {idx}: max diff {(got - outs[0]).abs().max()}"
 
 
 class TestRunnerMessages:
