@@ -14,6 +14,7 @@ from backends.qualcomm._passes.annotate_quant_attrs import annotate_quant_attrs
 from backends.qualcomm._passes.convert_linear_to_conv2d import MarkLinearAsConv2d, convert_linear_to_conv2d
 from backends.qualcomm._passes.duplicate_quantize import DuplicateQuantize
 from backends.qualcomm._passes.fold_batch_norm import fold_batch_norm_into_conv
+from backends.qualcomm._passes.fold_high_rank_shapes import fold_high_rank_shapes
 from backends.qualcomm._passes.fold_pad_into_conv import fold_pad_into_conv
 from backends.qualcomm._passes.fold_qdq import fold_qdq
 from backends.qualcomm._passes.insert_io_qdq import insert_io_qdq, quantize_integer_inputs, record_output_meta
@@ -43,6 +44,7 @@ PREPROCESS_PASSES: List[Callable[[ExportedProgram], ExportedProgram]] = [
     fold_qdq,
     insert_requantize,
     insert_io_qdq,
+    fold_high_rank_shapes,
     convert_linear_to_conv2d,
     fold_pad_into_conv,
     fold_batch_norm_into_conv,
