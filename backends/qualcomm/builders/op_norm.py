@@ -114,13 +114,14 @@ class BatchNormBuilder(NodeBuilder):
     quant_annotations = dict.fromkeys(aten_ops("batch_norm.default", "_native_batch_norm_legit_no_training.default"),
                                       QuantFamily.COMPUTE)
     layout_policy = LayoutPolicy.SENSITIVE
+    channel_last_ranks = (3, 4, 5)  # BatchNorm1d after a conv1d, BatchNorm3d: channels last
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)
         if not ok:
             return ok, reason
-        if len(logical_shape(node.args[0])) not in (2, 4):
-            return False, "batch norm input must be rank 2 or 4"
+        if len(logical_shape(node.args[0])) not in (2, 3, 4, 5):
+            return False, "batch norm input must be rank 2 to 5"
         if not all(is_constant(a) for a in node.args[1:5] if a is not None):
             return False, "batch norm weight/bias/mean/var must be constants"
         return only_output_zero_used(node)
@@ -134,9 +135,13 @@ class BatchNormBuilder(NodeBuilder):
         scale = gamma / np.sqrt(_float_data(gb, var, "running_var") + eps)
         offset = beta - _float_data(gb, mean, "running_mean") * scale
         x = gb.tensor(x_node, LAYOUT_CHANNEL_LAST)
-        inputs = [x, gb.static_tensor(f"{node.name}_scale", scale.astype(np.float32)),
+        # HTP's Batchnorm takes rank 2 to 4: NDHWC runs as [N, D*H, W, C]
+        dims = list(x.dims) if len(x.dims) < 5 else [x.dims[0], x.dims[1] * x.dims[2], *x.dims[3:]]
+        x_in, out, node_out = view_as(gb, node, x, dims)
+        inputs = [x_in, gb.static_tensor(f"{node.name}_scale", scale.astype(np.float32)),
                   gb.static_tensor(f"{node.name}_offset", offset.astype(np.float32))]
-        gb.add_op(node, "Batchnorm", inputs, [gb.define_output(node)])
+        gb.add_op(node, "Batchnorm", inputs, [out])
+        view_back(gb, node, out, node_out)
 
 
 # ---- normalization with statistics over channels groups / spatial positions (channel-last) ----
