@@ -133,10 +133,14 @@ def _cpu_runnable(graph: torch.fx.Graph, refused: Dict[str, str]) -> Dict[str, s
     """The QNN-refused nodes that can stay on the CPU; the others stay delegated (warned), and
     QNN's refusal then shows at finalize (that delegate runs on the host engine)."""
     kept = {n.name: n for n in graph.nodes if n.name in refused and _kept_whole_for_qnn(n)}
+    by_op: Dict[str, List[str]] = {}
     for name, node in kept.items():
-        logger.warning("QnnPartitioner: node '%s' (%s) stays delegated although QNN refuses it: "
-                       "ExecuTorch kept it undecomposed for this delegate. %s",
-                       name, _op_name(node), refused[name])
+        by_op.setdefault(_op_name(node), []).append(name)
+    for op, names in by_op.items():  # one warning per op, not per node
+        logger.warning("QnnPartitioner: %d %s node(s) stay delegated although QNN refuses them (ExecuTorch "
+                       "kept them undecomposed for this delegate; a refusal at finalize too would run the "
+                       "delegate on the host engine): %s. First: %s", len(names), op, ", ".join(names[:4])
+                       + (", ..." if len(names) > 4 else ""), refused[names[0]])
     return {name: reason for name, reason in refused.items() if name not in kept}
 
 

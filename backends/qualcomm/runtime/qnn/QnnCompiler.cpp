@@ -244,7 +244,13 @@ Status check_op(const QnnLibrary* lib, const fb::Op* op,
   OpBuild b;
   QNN_RETURN_IF_ERROR(make_op(op, tensors, lib, nullptr, b));
   QnnLibrary::take_messages();
-  const QnnStatus st = lib->fn().backend_validate_op_config(lib->backend(), b.config);
+  QnnStatus st;
+  {
+    // What QNN logs here becomes the refusal's reason (the partition summary prints it): not
+    // forwarded to the log as well, which repeated every line of every refused op.
+    QnnLibrary::ScopedQuiet quiet;
+    st = lib->fn().backend_validate_op_config(lib->backend(), b.config);
+  }
   if (st != 0) {
     return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
         "op '" + op->name()->str() + "' (" + op->type()->str() + ") refused by QNN: " +
