@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, List, Sequence
+from typing import Callable, List
 
 import pytest
 import torch
