@@ -14,9 +14,9 @@ fp16 overflows x^2 for |x| > 256 (asinh / acosh give inf there).
 
 Quantized graphs: clamp's intermediate takes the output's encoding (values above it saturate,
 then the Minimum bounds them); reciprocal's 1 is an exact quantized constant. The unary float
-chains (all but atan2) with per-tensor uint8 input and output are a lookup table instead
-(op_lookup.py: Gather of the QDQ reference's output codes by the input code, exact). atan2 and
-16-bit graphs run the chains between a Dequantize of each input and a Quantize to the output's
+chains (all but atan2) with per-tensor uint8 / uint16 input and output are a lookup table
+instead (op_lookup.py: Gather of the QDQ reference's output codes by the input code, exact).
+atan2 and other encodings run the chains between a Dequantize of each input and a Quantize to the output's
 encoding (QNN HTP refuses a FLOAT_32 operand of a quantized op, 3110 'mismatching datatypes',
 measured on QNN 2.51, but takes float ops between Dequantize and Quantize); HTP runs them in fp16."""
 from __future__ import annotations
