@@ -36,7 +36,7 @@ from backends.qualcomm.builders.registry import (
 from backends.qualcomm.builders.op_logic import number_operand, padded_rank
 from backends.qualcomm.builders.op_lookup import emit_lookup
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
-from backends.qualcomm.builders.utils import input_layout, is_quantized, reshape
+from backends.qualcomm.builders.utils import dequantized, input_layout, is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST, QCOM_QUANT_ATTRS
 
@@ -317,8 +317,4 @@ class DecomposedMathBuilder(NodeBuilder):
 
 
 def _dequantized(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, index: int) -> QnnTensor:
-    if tensor.quant is None:
-        return tensor
-    result = gb.native_tensor(f"{node.name}_in{index}_float", tensor.dims)
-    gb.add_op(node, "Dequantize", [tensor], [result], suffix=f"dequantize{index}")
-    return result
+    return dequantized(gb, node, tensor, f"in{index}")
