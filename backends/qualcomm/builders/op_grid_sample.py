@@ -34,6 +34,23 @@ _aten = exir_ops.edge.aten
 _MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
 _PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
 SUPPORTED_MODES, SUPPORTED_PADDINGS = (0, 1), (0, 1)
+# The op types of the 3-D composition (a literal table: test_op_table reads the types builders emit).
+_OPS = {
+    "StridedSlice": "StridedSlice",
+    "Tile": "Tile",
+    "GridSample": "GridSample",
+    "ElementWiseMultiply": "ElementWiseMultiply",
+    "ElementWiseAdd": "ElementWiseAdd",
+    "ElementWiseMaximum": "ElementWiseMaximum",
+    "ElementWiseMinimum": "ElementWiseMinimum",
+    "ElementWiseRound": "ElementWiseRound",
+    "ElementWiseEqual": "ElementWiseEqual",
+    "Cast": "Cast",
+    "ElementWiseSubtract": "ElementWiseSubtract",
+    "ElementWiseAbs": "ElementWiseAbs",
+    "Relu": "Relu",
+    "ReduceSum": "ReduceSum",
+}
 
 
 def _modes(node: torch.fx.Node) -> SupportResult:
@@ -89,7 +106,7 @@ def _params(node: torch.fx.Node) -> list:
 def _op(gb: GraphBuilder, node: torch.fx.Node, op_type: str, inputs, name: str, dims, params=(),
         data_type: int = DataType.FLOAT_32) -> QnnTensor:
     out = gb.native_tensor(f"{node.name}_{name}", list(dims), data_type)
-    gb.add_op(node, op_type, list(inputs), [out], list(params), suffix=name)
+    gb.add_op(node, _OPS[op_type], list(inputs), [out], list(params), suffix=name)
     return out
 
 
