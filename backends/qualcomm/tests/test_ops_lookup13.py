@@ -63,6 +63,24 @@ def _lower(quant_dtype: QuantDtype) -> QuantTester:
         .to_executorch().run()
 
 
+def assert_exact_on_both_engines(tester: QuantTester, blob: bytes, min_codes: int) -> None:
+    """Every output 0 steps from the QDQ reference with more than `min_codes` distinct codes,
+    and (QNN loaded) QNN bit-exact with the host engine."""
+    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
+                                            output_encodings(tester.module))):
+        stats = step_stats(out, ref, enc[0])
+        print(f"output {i} vs QDQ: {stats}")
+        assert stats.max_diff == 0, f"output {i}: {stats}"
+        assert len(np.unique(out)) > min_codes, i  # many codes covered
+    if not QNN_LOADED:
+        return
+    qnn, host = payload_on_both_engines(blob, tester.inputs, tester.module)
+    for i, (q, h, scale) in enumerate(zip(qnn, host, delegate_output_scales(blob))):
+        stats = step_stats(np.asarray(q), np.asarray(h), scale)
+        print(f"QNN vs host, output {i}: {stats}")
+        assert stats.max_diff == 0, f"QNN vs host, output {i}: {stats}"
+
+
 def test_table_ops_are_exact_on_both_engines(qnn_binary):
     """8a8w, every input code: every output 0 steps from the QDQ reference (on QNN and on the
     host engine) and QNN bit-exact with the host; before the tables (fp16 float chains between
@@ -73,19 +91,7 @@ def test_table_ops_are_exact_on_both_engines(qnn_binary):
     assert ops.get("Gather") == TABLE_OPS and ops.get("Cast") == TABLE_OPS, ops
     # the graph inputs' Quantize and the outputs' Dequantize only: no float chain
     assert ops.get("Quantize") == 3 and ops.get("Dequantize") == TABLE_OPS, ops
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings(tester.module))):
-        stats = step_stats(out, ref, enc[0])
-        print(f"output {i} vs QDQ: {stats}")
-        assert stats.max_diff == 0, f"output {i}: {stats}"
-        assert len(np.unique(out)) > 40, i  # many codes covered
-    if not QNN_LOADED:
-        return
-    qnn, host = payload_on_both_engines(blob, tester.inputs, tester.module)
-    for i, (q, h, scale) in enumerate(zip(qnn, host, delegate_output_scales(blob))):
-        stats = step_stats(np.asarray(q), np.asarray(h), scale)
-        print(f"QNN vs host, output {i}: {stats}")
-        assert stats.max_diff == 0, f"QNN vs host, output {i}: {stats}"
+    assert_exact_on_both_engines(tester, blob, min_codes=40)
 
 
 def test_16bit_tables_are_exact_on_both_engines(qnn_binary):
@@ -99,19 +105,7 @@ def test_16bit_tables_are_exact_on_both_engines(qnn_binary):
     assert ops.get("Gather") == TABLE_OPS and ops.get("Convert") == 4 * TABLE_OPS, ops
     assert ops.get("Cast") == 3 * TABLE_OPS and ops.get("ElementWiseSubtract") == TABLE_OPS, ops
     assert ops.get("Quantize") == 3 and ops.get("Dequantize") == TABLE_OPS, ops
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings(tester.module))):
-        stats = step_stats(out, ref, enc[0])
-        print(f"output {i} vs QDQ: {stats}")
-        assert stats.max_diff == 0, f"output {i}: {stats}"
-        assert len(np.unique(out)) > 1000, i  # many codes covered
-    if not QNN_LOADED:
-        return
-    qnn, host = payload_on_both_engines(blob, tester.inputs, tester.module)
-    for i, (q, h, scale) in enumerate(zip(qnn, host, delegate_output_scales(blob))):
-        stats = step_stats(np.asarray(q), np.asarray(h), scale)
-        print(f"QNN vs host, output {i}: {stats}")
-        assert stats.max_diff == 0, f"QNN vs host, output {i}: {stats}"
+    assert_exact_on_both_engines(tester, blob, min_codes=1000)
 
 
 def test_inputs_are_on_their_grid():

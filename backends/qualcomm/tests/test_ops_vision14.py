@@ -224,13 +224,15 @@ def bilinear_grid(n: int, oh: int, ow: int, seed: int) -> torch.Tensor:
 
 class GridSampleFamily(nn.Module):
     """conv -> grid_sample (bilinear, zeros) -> conv, and each mode / padding / align_corners
-    combination on the conv's (channel-last) output."""
+    combination on the conv's (channel-last) output; 2-D (Conv2d 3 -> 4) or 3-D (Conv3d 2 -> 3,
+    5-D grid_sample)."""
 
-    def __init__(self):
+    def __init__(self, spatial: int = 2):
         super().__init__()
         torch.manual_seed(0)
-        self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
-        self.conv2 = nn.Conv2d(4, 4, 1)
+        conv, cin, cout = (nn.Conv2d, 3, 4) if spatial == 2 else (nn.Conv3d, 2, 3)
+        self.conv1 = conv(cin, cout, 3, padding=1)
+        self.conv2 = conv(cout, cout, 1)
 
     def forward(self, x, grid, grid_aligned, grid_half):
         y = self.conv1(x)
@@ -297,25 +299,6 @@ def test_grid_sample_unsupported_modes_stay_on_cpu_with_reason():
 
 # ---- grid_sample 3-D (5-D input) ------------------------------------------------------------
 
-class GridSample3dFamily(nn.Module):
-    """conv3d -> 3-D grid_sample (trilinear, zeros) -> conv3d, and each mode / padding /
-    align_corners combination on the conv's (channel-last) output."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.conv1 = nn.Conv3d(2, 3, 3, padding=1)
-        self.conv2 = nn.Conv3d(3, 3, 1)
-
-    def forward(self, x, grid, grid_aligned, grid_half):
-        y = self.conv1(x)
-        return (self.conv2(F.grid_sample(y, grid, "bilinear", "zeros", align_corners=False)),
-                F.grid_sample(y, grid, "bilinear", "border", align_corners=True),
-                F.grid_sample(y, grid, "bilinear", "zeros", align_corners=True),
-                F.grid_sample(y, grid_aligned, "nearest", "zeros", align_corners=True),
-                F.grid_sample(y, grid_half, "nearest", "border", align_corners=False))
-
-
 def grid3d_inputs(n: int = 1, d: int = 3, h: int = 4, w: int = 5, out: Tuple[int, int, int] = (2, 3, 4)
                   ) -> Tuple[torch.Tensor, ...]:
     points = (n,) + out
@@ -328,13 +311,13 @@ def grid3d_inputs(n: int = 1, d: int = 3, h: int = 4, w: int = 5, out: Tuple[int
 
 
 def _grid3d_tester(quant_dtype):
-    module, inputs = GridSample3dFamily(), grid3d_inputs()
+    module, inputs = GridSampleFamily(3), grid3d_inputs()
     tester = QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype)
     tester.lower().check_fully_delegated().to_executorch().run()
     types = tester.payload().op_types()
     # one 2-D GridSample per grid_sample (QNN 2.51 refuses a 5-D GridSample); one Transpose for
     # x and one per output, none between the convs and the sampling
-    assert types.get("GridSample") == 5 and types.get("Transpose") == 1 + 5, types
+    assert types.get("GridSample") == 4 and types.get("Transpose") == GRID_TRANSPOSES, types
     return tester
 
 
