@@ -14,9 +14,10 @@ from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
     register_builder, tensor_vals,
 )
-from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs
-from backends.qualcomm.builders.utils import int_list, is_quantized, reshape
+from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs, is_dequantize
+from backends.qualcomm.builders.utils import int_list, is_constant, is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
+from backends.qualcomm.builders.conv_rows import append_bias_rows
 from backends.qualcomm.utils.constants import (
     LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_PAD_AMOUNT, QCOM_QUANT_ATTRS,
 )
@@ -99,12 +100,13 @@ def _transposed_support(node: torch.fx.Node) -> SupportResult:
         return False, (f"depthwise transposed convolution with output_padding {output_padding}: QNN 2.51's "
                        "TransposeConv computes it wrong (measured fp16 up to 1.5 off on every row; one input "
                        "and one output channel per group, any padding)")
-    unset = rows_qnn_leaves_unset(node)
-    if any(unset):
-        return False, (f"transposed convolution whose output ends {unset} rows per spatial axis beyond "
-                       "what QNN's TransposeConv writes (output_padding > padding and kernel + output_padding "
-                       "- padding > stride): QNN 2.51 leaves them unset (0 or garbage instead of the bias; "
-                       "measured fp16 up to 1.3e5 off, 8a8w 76% exact)")
+    bias = args.get("bias")
+    while is_dequantize(bias):  # a quantized bias reads its int32 constant through a Dequantize
+        bias = bias.args[0]
+    if any(rows_qnn_leaves_unset(node)) and isinstance(bias, torch.fx.Node) and not is_constant(bias):
+        return False, (f"transposed convolution whose output ends {rows_qnn_leaves_unset(node)} rows per spatial "
+                       "axis beyond what QNN's TransposeConv writes, with a bias that is not a constant (those "
+                       "rows are the bias, appended as constant rows)")
     return SUPPORTED
 
 
@@ -112,7 +114,10 @@ def rows_qnn_leaves_unset(node: torch.fx.Node) -> List[int]:
     """Per spatial axis, the trailing output rows of a transposed conv that QNN's TransposeConv
     does not write. Measured (QNN 2.51, SM8650, fp16 / 8a8w / 16a8w): it writes output rows up
     to full position max((in - 1) * stride + kernel, in * stride) (position = output row +
-    padding); rows past that hold 0 or garbage where torch has the bias."""
+    padding); rows past that hold 0 or garbage where torch has the bias. They are the bias alone (no
+    kernel tap reaches past position (in - 1) * stride + kernel), so the builder lowers the
+    TransposeConv on the rows QNN writes (output_padding less the unset rows) and appends them as
+    constant bias rows (append_bias_rows)."""
     args = conv_args(node)
     sizes = logical_shape(args["input"])[2:]
     kernels = logical_shape(args["weight"])[2:]
@@ -192,12 +197,13 @@ class ConvolutionBuilder(NodeBuilder):
             return gb.quantized_static(f"{node.name}_bias", np.zeros([cout], np.int64), attrs)
         return gb.static_tensor(f"{node.name}_bias", np.zeros([cout], dtype=np.float32))
 
-    def _params(self, node: torch.fx.Node, depthwise: bool) -> list:
+    def _params(self, node: torch.fx.Node, depthwise: bool, unset: List[int]) -> list:
         spatial = spatial_dims(node)
         params = [uint32_tensor("stride", spatial_args(node, "stride", 1)),
                   uint32_tensor("pad_amount", conv_pad_amount(node), [spatial, 2])]
         if is_transposed(node):
-            params.append(uint32_tensor("output_padding", spatial_args(node, "output_padding", 0)))
+            output_padding = [p - u for p, u in zip(spatial_args(node, "output_padding", 0), unset)]
+            params.append(uint32_tensor("output_padding", output_padding))
         else:
             params.append(uint32_tensor("dilation", spatial_args(node, "dilation", 1)))
         if not depthwise:
@@ -223,9 +229,16 @@ class ConvolutionBuilder(NodeBuilder):
         inputs = [x, weight, self._bias(gb, node, args.get("bias"), cout, x, weight)]
         qnn_type = "DepthWiseConv2d" if depthwise else _QNN_TYPES[(spatial_dims(node), is_transposed(node))]
         out = gb.define_output(node)
-        if not unit_height(node):
-            gb.add_op(node, qnn_type, inputs, [out], self._params(node, depthwise))
-            return
-        out_2d = gb.like(out, f"{node.name}_2d", [out.dims[0], 1] + list(out.dims[1:]))
-        gb.add_op(node, qnn_type, inputs, [out_2d], self._params(node, depthwise))
-        gb.add_op(node, "Reshape", [out_2d], [out], suffix="drop_unit_height")
+        target = out if not unit_height(node) else gb.like(out, f"{node.name}_2d", [out.dims[0], 1] + list(out.dims[1:]))
+        # per spatial axis of the QNN op: the trailing rows its TransposeConv leaves unset
+        unset = ([0] if unit_height(node) else []) + (rows_qnn_leaves_unset(node) if is_transposed(node) else [])
+        unset = unset or [0] * spatial_dims(node)
+        written = target
+        if any(unset):
+            written = gb.like(target, f"{node.name}_written",
+                              [target.dims[0]] + [d - u for d, u in zip(target.dims[1:-1], unset)] + [target.dims[-1]])
+        gb.add_op(node, qnn_type, inputs, [written], self._params(node, depthwise, unset))
+        if any(unset):
+            append_bias_rows(gb, node, written, inputs[2], unset, target)
+        if unit_height(node):
+            gb.add_op(node, "Reshape", [target], [out], suffix="drop_unit_height")

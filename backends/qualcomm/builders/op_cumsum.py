@@ -16,7 +16,7 @@ from backends.qualcomm.builders.registry import (
     NodeBuilder, SUPPORTED, SupportResult, check_static_shapes, first_failure, node_val, register_builder,
     table_quant_annotations, tensor_vals,
 )
-from backends.qualcomm.builders.utils import is_quantized, normalize_axis
+from backends.qualcomm.builders.utils import dequantized, is_quantized, normalize_axis
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, bool_scalar, uint32_scalar
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
@@ -55,9 +55,7 @@ def _source(gb: GraphBuilder, node: torch.fx.Node) -> QnnTensor:
     Dequantized to float32 when quantized."""
     x = gb.tensor(node.args[0])
     if x.quant is not None:
-        x_float = gb.native_tensor(f"{node.name}_in_float", x.dims, DataType.FLOAT_32)
-        gb.add_op(node, "Dequantize", [x], [x_float], suffix="dequantize")
-        return x_float
+        return dequantized(gb, node, x, "in")
     source, out = _dtypes(node)
     if source == out:
         return x

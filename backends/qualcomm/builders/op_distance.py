@@ -22,7 +22,7 @@ from backends.qualcomm.builders.registry import (
     NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, first_failure,
     register_builder,
 )
-from backends.qualcomm.builders.utils import is_quantized
+from backends.qualcomm.builders.utils import dequantized, is_quantized
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, bool_scalar, int32_scalar, uint32_tensor
 
 _aten = exir_ops.edge.aten
@@ -89,12 +89,7 @@ class DistanceBuilder(NodeBuilder):
         self._reduce(gb, node, diff, _p(node))
 
     def _float_input(self, gb: GraphBuilder, node: torch.fx.Node, index: int) -> QnnTensor:
-        x = gb.tensor(node.args[index])
-        if x.quant is None:
-            return x
-        x_float = gb.native_tensor(f"{node.name}_in{index}_float", x.dims, DataType.FLOAT_32)
-        gb.add_op(node, "Dequantize", [x], [x_float], suffix=f"dequantize{index}")
-        return x_float
+        return dequantized(gb, node, gb.tensor(node.args[index]), f"in{index}")
 
     def _cdist_difference(self, gb: GraphBuilder, node: torch.fx.Node) -> QnnTensor:
         a, b = self._float_input(gb, node, 0), self._float_input(gb, node, 1)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
+from backends.qualcomm.builders.utils import dequantized as _dequantized
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor
 
 # The op types the compositions emit (a literal table: test_op_table reads the types builders emit).
@@ -165,11 +166,3 @@ def integer_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b:
     e = _Emitter(gb, node, out.data_type)
     multiple = e.op("ElementWiseSubtract", [a, e.op("ElementWiseMod", [a, b])])
     e.last("ElementWiseDivide", [multiple, b], out)
-
-
-def _dequantized(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, name: str) -> QnnTensor:
-    if tensor.quant is None:
-        return tensor
-    result = gb.native_tensor(f"{node.name}_{name}_float", tensor.dims)
-    gb.add_op(node, "Dequantize", [tensor], [result], suffix=f"dequantize_{name}")
-    return result

@@ -14,9 +14,9 @@ fp16 overflows x^2 for |x| > 256 (asinh / acosh give inf there).
 
 Quantized graphs: clamp's intermediate takes the output's encoding (values above it saturate,
 then the Minimum bounds them); reciprocal's 1 is an exact quantized constant. The unary float
-chains (all but atan2) with per-tensor uint8 input and output are a lookup table instead
-(op_lookup.py: Gather of the QDQ reference's output codes by the input code, exact). atan2 and
-16-bit graphs run the chains between a Dequantize of each input and a Quantize to the output's
+chains (all but atan2) with per-tensor uint8 / uint16 input and output are a lookup table
+instead (op_lookup.py: Gather of the QDQ reference's output codes by the input code, exact).
+atan2 and other encodings run the chains between a Dequantize of each input and a Quantize to the output's
 encoding (QNN HTP refuses a FLOAT_32 operand of a quantized op, 3110 'mismatching datatypes',
 measured on QNN 2.51, but takes float ops between Dequantize and Quantize); HTP runs them in fp16."""
 from __future__ import annotations
@@ -36,7 +36,7 @@ from backends.qualcomm.builders.registry import (
 from backends.qualcomm.builders.op_logic import number_operand, padded_rank
 from backends.qualcomm.builders.op_lookup import emit_lookup
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
-from backends.qualcomm.builders.utils import input_layout, is_quantized, reshape
+from backends.qualcomm.builders.utils import dequantized, input_layout, is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST, QCOM_QUANT_ATTRS
 
@@ -317,8 +317,4 @@ class DecomposedMathBuilder(NodeBuilder):
 
 
 def _dequantized(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, index: int) -> QnnTensor:
-    if tensor.quant is None:
-        return tensor
-    result = gb.native_tensor(f"{node.name}_in{index}_float", tensor.dims)
-    gb.add_op(node, "Dequantize", [tensor], [result], suffix=f"dequantize{index}")
-    return result
+    return dequantized(gb, node, tensor, f"in{index}")

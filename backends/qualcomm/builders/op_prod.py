@@ -26,8 +26,8 @@ from backends.qualcomm.builders.registry import (
     NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, check_static_shapes,
     first_failure, register_builder,
 )
-from backends.qualcomm.builders.utils import is_quantized, normalize_axis, one_element_dims, reshape
-from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, int32_tensor
+from backends.qualcomm.builders.utils import dequantized, is_quantized, normalize_axis, one_element_dims, reshape
+from backends.qualcomm.serialization.qnn_graph import QnnTensor, int32_tensor
 
 _aten = exir_ops.edge.aten
 PROD_OPS = (_aten.prod.dim_int, _aten.prod.default)
@@ -90,12 +90,7 @@ def product_tree(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, axis: int)
 
 def _float_input(gb: GraphBuilder, node: torch.fx.Node) -> QnnTensor:
     """The input, Dequantized to FLOAT_32 when quantized."""
-    x = gb.tensor(node.args[0])
-    if x.quant is None:
-        return x
-    x_float = gb.native_tensor(f"{node.name}_in_float", x.dims, DataType.FLOAT_32)
-    gb.add_op(node, "Dequantize", [x], [x_float], suffix="dequantize")
-    return x_float
+    return dequantized(gb, node, gb.tensor(node.args[0]), "in")
 
 
 @register_builder

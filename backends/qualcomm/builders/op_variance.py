@@ -17,7 +17,7 @@ from backends.qualcomm.builders.registry import (
     NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, first_failure,
     register_builder,
 )
-from backends.qualcomm.builders.utils import is_quantized, normalize_axis
+from backends.qualcomm.builders.utils import dequantized, is_quantized, normalize_axis
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, bool_scalar, uint32_tensor
 
 _aten = exir_ops.edge.aten
@@ -62,11 +62,7 @@ class VarianceBuilder(NodeBuilder):
         return first_failure(lambda: check_float_io(node), lambda: _check_args(node))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        x = gb.tensor(node.args[0])
-        if x.quant is not None:
-            x_float = gb.native_tensor(f"{node.name}_in_float", x.dims, DataType.FLOAT_32)
-            gb.add_op(node, "Dequantize", [x], [x_float], suffix="dequantize")
-            x = x_float
+        x = dequantized(gb, node, gb.tensor(node.args[0]), "in")
         axes = variance_axes(node)
         keep = bool(node.kwargs.get("keepdim", False))
         kept_dims = [1 if d in axes else n for d, n in enumerate(x.dims)]

@@ -107,6 +107,28 @@ def one_element_dims(node: torch.fx.Node) -> Optional[List[int]]:
     return [1] if not logical_shape(node) else None
 
 
+def dequantized(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, name: str) -> QnnTensor:
+    """`tensor` in FLOAT_32 for a float composition: a Dequantize of a quantized tensor (named
+    after `name`), the tensor itself otherwise. QNN 2.51's HTP drops a Quantize -> Dequantize
+    pair (the float value passes unrounded, measured on SM8650; a Convert or Reshape between
+    them is dropped too), unlike the PT2E reference, so a tensor a Quantize wrote goes through
+    ElementWiseMaximum(t, t) first (exact, and QNN keeps it)."""
+    if tensor.quant is None:
+        return tensor
+    if _written_by(gb, tensor) == "Quantize":
+        kept = gb.like(tensor, f"{node.name}_{name}_rounded")
+        gb.add_op(node, "ElementWiseMaximum", [tensor, tensor], [kept], suffix=f"rounded_{name}")
+        tensor = kept
+    result = gb.native_tensor(f"{node.name}_{name}_float", tensor.dims)
+    gb.add_op(node, "Dequantize", [tensor], [result], suffix=f"dequantize_{name}")
+    return result
+
+
+def _written_by(gb: GraphBuilder, tensor: QnnTensor) -> Optional[str]:
+    """QNN op type of the op that writes `tensor` (None for a graph input or a static)."""
+    return next((op.type for op in reversed(gb.graph.ops) if tensor.id in op.outputs), None)
+
+
 def reshape(gb: GraphBuilder, node: torch.fx.Node, source: QnnTensor, dims: Sequence[int],
             suffix: str) -> QnnTensor:
     out = gb.like(source, f"{node.name}_{suffix}", dims)

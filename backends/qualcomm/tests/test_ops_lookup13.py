@@ -1,8 +1,9 @@
 """Unary quantized float ops as lookup tables (builders/op_lookup.py): tan, acos, sinh, cosh, asinh,
-acosh, atanh, expm1, log2, log10, log1p with per-tensor uint8 input and output lower to
-Gather(table of output codes, Cast(x) to INT_32), exact against the QDQ reference (0 steps) on
-both engines; and the host engine's Cast of a quantized tensor those codes rely on, against QNN
-HTP on hand-built graphs.
+acosh, atanh, expm1, log2, log10, log1p with per-tensor uint8 / uint16 input and output lower to
+Gather(table of output codes, index of the input code) (8-bit: Cast(x) to INT_32; 16-bit: exact
+8-bit pieces of the code), exact against the QDQ reference (0 steps) on both engines; and the
+host engine's Cast of a quantized tensor those codes rely on, against QNN HTP on hand-built
+graphs.
 
 Inputs lie on their encoding's grid (the observers give scales 2^-k), so the graph input's
 Quantize gives the PT2E codes on both engines and a difference can only come from the ops."""
@@ -38,11 +39,12 @@ class TableFamily(torch.nn.Module):
 
 
 def grid(bits: int, low_code: int, high_code: int, scale: float) -> torch.Tensor:
-    """(64, 64) values code * scale, codes spread evenly over [low, high] with both ends present
-    (8-bit: every code)."""
-    codes = np.linspace(low_code, high_code, 4096).round().astype(np.int64)
+    """Values code * scale, codes spread evenly over [low, high] with both ends present, every
+    code present: (64, 64) for 8 bits, (256, 256) for 16 bits."""
+    side = 64 if bits == 8 else 256
+    codes = np.linspace(low_code, high_code, side * side).round().astype(np.int64)
     rng = np.random.default_rng(bits)
-    return torch.tensor(rng.permutation(codes).reshape(64, 64) * scale, dtype=torch.float32)
+    return torch.tensor(rng.permutation(codes).reshape(side, side) * scale, dtype=torch.float32)
 
 
 def grid_inputs(bits: int) -> Tuple[torch.Tensor, ...]:
@@ -61,6 +63,24 @@ def _lower(quant_dtype: QuantDtype) -> QuantTester:
         .to_executorch().run()
 
 
+def assert_exact_on_both_engines(tester: QuantTester, blob: bytes, min_codes: int) -> None:
+    """Every output 0 steps from the QDQ reference with more than `min_codes` distinct codes,
+    and (QNN loaded) QNN bit-exact with the host engine."""
+    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
+                                            output_encodings(tester.module))):
+        stats = step_stats(out, ref, enc[0])
+        print(f"output {i} vs QDQ: {stats}")
+        assert stats.max_diff == 0, f"output {i}: {stats}"
+        assert len(np.unique(out)) > min_codes, i  # many codes covered
+    if not QNN_LOADED:
+        return
+    qnn, host = payload_on_both_engines(blob, tester.inputs, tester.module)
+    for i, (q, h, scale) in enumerate(zip(qnn, host, delegate_output_scales(blob))):
+        stats = step_stats(np.asarray(q), np.asarray(h), scale)
+        print(f"QNN vs host, output {i}: {stats}")
+        assert stats.max_diff == 0, f"QNN vs host, output {i}: {stats}"
+
+
 def test_table_ops_are_exact_on_both_engines(qnn_binary):
     """8a8w, every input code: every output 0 steps from the QDQ reference (on QNN and on the
     host engine) and QNN bit-exact with the host; before the tables (fp16 float chains between
@@ -71,27 +91,21 @@ def test_table_ops_are_exact_on_both_engines(qnn_binary):
     assert ops.get("Gather") == TABLE_OPS and ops.get("Cast") == TABLE_OPS, ops
     # the graph inputs' Quantize and the outputs' Dequantize only: no float chain
     assert ops.get("Quantize") == 3 and ops.get("Dequantize") == TABLE_OPS, ops
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings(tester.module))):
-        stats = step_stats(out, ref, enc[0])
-        print(f"output {i} vs QDQ: {stats}")
-        assert stats.max_diff == 0, f"output {i}: {stats}"
-        assert len(np.unique(out)) > 40, i  # many codes covered
-    if not QNN_LOADED:
-        return
-    qnn, host = payload_on_both_engines(blob, tester.inputs, tester.module)
-    for i, (q, h, scale) in enumerate(zip(qnn, host, delegate_output_scales(blob))):
-        stats = step_stats(np.asarray(q), np.asarray(h), scale)
-        print(f"QNN vs host, output {i}: {stats}")
-        assert stats.max_diff == 0, f"QNN vs host, output {i}: {stats}"
+    assert_exact_on_both_engines(tester, blob, min_codes=40)
 
 
-def test_16bit_keeps_the_float_chains():
-    """16a8w: no table (HTP refuses a Cast of UFIXED_POINT_16 to INT_32): the float chains
-    between Dequantize and Quantize (their bounds: test_ops_rest13.py)."""
-    tester = QuantTester(TableFamily(), grid_inputs(16), A16W8).lower().check_fully_delegated()
+def test_16bit_tables_are_exact_on_both_engines(qnn_binary):
+    """16a8w, every input code of x and w (z: 49152 of 65536 codes, z >= 1): every output 0 steps
+    from the QDQ reference on QNN and on the host engine, QNN bit-exact with the host; the index
+    from exact integer ops (HTP refuses a Cast of UFIXED_POINT_16 to INT_32); before (fp16 float
+    chains) 22-61 steps."""
+    tester = _lower(A16W8)
+    blob = one_delegate_blob(tester)
     ops = tester.payload().op_types()
-    assert "Gather" not in ops and "Cast" not in ops and ops.get("Dequantize", 0) >= 2 * TABLE_OPS, ops
+    assert ops.get("Gather") == TABLE_OPS and ops.get("Convert") == 4 * TABLE_OPS, ops
+    assert ops.get("Cast") == 3 * TABLE_OPS and ops.get("ElementWiseSubtract") == TABLE_OPS, ops
+    assert ops.get("Quantize") == 3 and ops.get("Dequantize") == TABLE_OPS, ops
+    assert_exact_on_both_engines(tester, blob, min_codes=1000)
 
 
 def test_inputs_are_on_their_grid():

@@ -152,10 +152,14 @@ def test_int_bool_family_is_exact_on_both_engines(qnn_binary):
 PROD_OUTPUTS = 3  # QuantFamily's first outputs
 FIRST_CHAIN = 15  # QuantFamily's float_chains outputs: from here on
 ATAN2 = FIRST_CHAIN + 7  # the binary chain (no table)
-TABLE_CHAINS = 11  # the unary chains: 8-bit lookup tables
+TABLE_CHAINS = 11  # the unary chains: lookup tables (8- and 16-bit)
 # prod / float chains on QNN (fp16) vs PT2E or vs the host engine, 8-bit / 16-bit (quant_tester's
 # MAX_STEP_DIFF_8; 16-bit: 0.15% of the range)
 QUANT_STEPS = {False: 4, True: 96}
+# 16-bit tables of a quantized u * k on QNN vs PT2E: exact for their input codes, but QNN's 16-bit
+# u * k is off PT2E's by a few steps, times the slope (measured max 28: cosh(u * 4); 0 on the
+# tables of x); the fp16 chains were 22-61.
+TABLE_STEPS_16 = 32
 # QNN vs the host engine, 8-bit: the 8-bit tables are exact on both, but the quantized u * 4 they
 # read differs by up to 2 steps between the engines (QNN's 8-bit Multiply, not decoded), times
 # cosh's slope (measured max 7).
@@ -164,20 +168,16 @@ QNN_VS_HOST_STEPS = {False: 7, True: 96}
 
 @pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
 def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
-    """prod and atan2 run in float between Dequantize and Quantize, the unary chains too in
-    16-bit; in 8-bit the unary chains are lookup tables (op_lookup.py, exact for their input
-    codes: test_ops_lookup13.py). The program runs on QNN when its library loads (context
+    """prod and atan2 run in float between Dequantize and Quantize; the unary chains are lookup
+    tables (op_lookup.py, exact for their input codes: test_ops_lookup13.py). The program runs on QNN when its library loads (context
     binary), else on the host engine. Measured on QNN against PT2E (float32): views and all
     exact; prod / atan2 8-bit within 1 step; the 8-bit tables within 4 steps (tan / sinh / cosh /
     asinh / expm1 of a quantized u * k: QNN's requantized u * k differs from PT2E's by up to 2
     steps, times the slope; acos / atanh within 1; acosh / log2 / log10 / log1p of x, 0 steps
-    with x + 1 on acosh); 16-bit chains within 22-61
-    steps (0.1% of the range: fp16's 2^-11 relative precision). QNN vs the payload run on the
-    host engine by the extension (run_payload, float32 chains: bit-exact with PT2E in 16-bit):
-    16-bit the same; 8-bit within 7 steps (QNN_VS_HOST_STEPS).
-    Not within 1 step in 16-bit (the issue's aim): HTP refuses a Cast of a 16-bit tensor to
-    INT_32 (op validation 3110) and a Reshape between encodings does not keep codes on QNN, so
-    the 16-bit codes cannot index a table (README, "Quantized float chains")."""
+    with x + 1 on acosh); 16-bit tables within TABLE_STEPS_16 (0 steps on the tables of x),
+    prod / atan2 16-bit chains within 22-61 steps (0.1% of the range: fp16's 2^-11 relative
+    precision). QNN vs the payload run on the host engine by the extension (run_payload):
+    8-bit within 7 steps (QNN_VS_HOST_STEPS), 16-bit within 96."""
     inputs = (grid_input(),)
     tester = _lower(QuantFamily(), inputs, quant_dtype)
     encodings = output_encodings(tester.module)
@@ -190,14 +190,16 @@ def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
         stats = step_stats(out, ref, enc[0])
         label = f"output {i} ({quant_dtype.name}): {stats}"
         print(label)
-        if i < PROD_OUTPUTS or i >= FIRST_CHAIN:
+        if i >= FIRST_CHAIN and i != ATAN2 and quant_dtype == A16W8:
+            assert stats.max_diff <= TABLE_STEPS_16, label
+        elif i < PROD_OUTPUTS or i >= FIRST_CHAIN:
             assert stats.max_diff <= limit, label
         else:
             assert_pt2e_bounds(stats, 65535 if quant_dtype == A16W8 else 255, label)
     ops = tester.payload().op_types()
-    tables = 0 if quant_dtype == A16W8 else TABLE_CHAINS  # op_lookup.py: 8-bit unary chains
-    assert ops.get("Dequantize", 0) >= PROD_OUTPUTS + 12 and ops.get("Gather") == 6 + tables, ops
-    assert ops.get("Cast", 0) == 9 + tables, ops  # 9: all() and the bool outputs
+    assert ops.get("Dequantize", 0) >= PROD_OUTPUTS + 12 and ops.get("Gather") == 6 + TABLE_CHAINS, ops
+    # 9: all() and the bool outputs; a 16-bit table's index takes 3 Casts (op_lookup.py)
+    assert ops.get("Cast", 0) == 9 + TABLE_CHAINS * (3 if quant_dtype == A16W8 else 1), ops
     scales = delegate_output_scales(tester.delegate_blobs()[0])
     assert sum(s is not None for s in scales) == 25, scales
     for i, stats in enumerate(_qnn_vs_host(tester, inputs, scales)):

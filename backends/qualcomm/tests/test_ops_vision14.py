@@ -19,7 +19,7 @@ from backends.qualcomm import QuantDtype, to_edge_transform_and_lower_to_qnn
 from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
 from backends.qualcomm.tests.quant_tester import QuantTester, compare_with_qdq
 from backends.qualcomm.tests.tester import QnnTester, randn
-from backends.qualcomm.tests.utils_helpers import assert_qnn_matches_host, needs_qnn, one_delegate_blob
+from backends.qualcomm.tests.utils_helpers import QNN_LOADED, assert_qnn_matches_host, needs_qnn, one_delegate_blob
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 nn = torch.nn
@@ -203,16 +203,19 @@ def test_rms_norm_fusion_quantized_matches_qdq_reference(quant_dtype):
 
 # ---- grid_sample ------------------------------------------------------------------------------
 
+def nearest_axis(size: int, points: Tuple[int, ...], align: bool, g: torch.Generator) -> torch.Tensor:
+    """Normalized coordinates along an axis of `size` pixels whose source coordinates sit 0.25
+    to 0.35 pixel off the pixel centres (so nearest never sees a tie, in fp16 either), some of
+    them outside the image."""
+    pixel = torch.randint(-2, size + 2, points, generator=g).float()
+    src = pixel + (torch.rand(points, generator=g) * 0.1 + 0.25) * torch.where(
+        torch.rand(points, generator=g) < 0.5, -1.0, 1.0)
+    return 2 * src / (size - 1) - 1 if align else (2 * src + 1) / size - 1
+
+
 def nearest_grid(n: int, oh: int, ow: int, h: int, w: int, align: bool, seed: int) -> torch.Tensor:
-    """A grid whose source coordinates sit 0.25 to 0.35 pixel off the pixel centres (so nearest
-    never sees a tie, in fp16 either), some of them outside the image."""
     g = torch.Generator().manual_seed(seed)
-    def axis(size: int) -> torch.Tensor:
-        pixel = torch.randint(-2, size + 2, (n, oh, ow), generator=g).float()
-        src = pixel + (torch.rand(n, oh, ow, generator=g) * 0.1 + 0.25) * torch.where(
-            torch.rand(n, oh, ow, generator=g) < 0.5, -1.0, 1.0)
-        return 2 * src / (size - 1) - 1 if align else (2 * src + 1) / size - 1
-    return torch.stack([axis(w), axis(h)], dim=-1)
+    return torch.stack([nearest_axis(w, (n, oh, ow), align, g), nearest_axis(h, (n, oh, ow), align, g)], dim=-1)
 
 
 def bilinear_grid(n: int, oh: int, ow: int, seed: int) -> torch.Tensor:
@@ -221,13 +224,15 @@ def bilinear_grid(n: int, oh: int, ow: int, seed: int) -> torch.Tensor:
 
 class GridSampleFamily(nn.Module):
     """conv -> grid_sample (bilinear, zeros) -> conv, and each mode / padding / align_corners
-    combination on the conv's (channel-last) output."""
+    combination on the conv's (channel-last) output; 2-D (Conv2d 3 -> 4) or 3-D (Conv3d 2 -> 3,
+    5-D grid_sample)."""
 
-    def __init__(self):
+    def __init__(self, spatial: int = 2):
         super().__init__()
         torch.manual_seed(0)
-        self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
-        self.conv2 = nn.Conv2d(4, 4, 1)
+        conv, cin, cout = (nn.Conv2d, 3, 4) if spatial == 2 else (nn.Conv3d, 2, 3)
+        self.conv1 = conv(cin, cout, 3, padding=1)
+        self.conv2 = conv(cout, cout, 1)
 
     def forward(self, x, grid, grid_aligned, grid_half):
         y = self.conv1(x)
@@ -258,6 +263,12 @@ def test_grid_sample_fp16_matches_eager():
 # another order of operations), a 2-step difference there; measured 91.5% exact, 3.6% at 2 steps
 # (output 3, nearest / border). 16-bit: the default PT2E bounds.
 GRID_BOUNDS_8BIT = (2, 0.85)
+# 3-D grid_sample: the composition runs in float between Dequantize and Quantize, in fp16 on QNN.
+# Measured vs QDQ, 8a8w: QNN max 2, 49-89% exact (the chain runs in fp16), the host
+# engine max 1, 92-96% exact; 16a8w: QNN max 28 steps (fp16's 2^-11 relative precision), the
+# host engine max 2.
+GRID3D_BOUNDS_8BIT = (2, 0.4)
+GRID3D_STEPS_16 = 32
 
 
 @pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
@@ -284,6 +295,68 @@ def test_grid_sample_unsupported_modes_stay_on_cpu_with_reason():
     for expected in ("interpolation mode 'bicubic' is not supported", "padding_mode 'reflection' is not supported"):
         assert expected in reasons, reasons
     tester.to_executorch().run().compare(atol=1e-5, rtol=1e-5)
+
+
+# ---- grid_sample 3-D (5-D input) ------------------------------------------------------------
+
+def grid3d_inputs(n: int = 1, d: int = 3, h: int = 4, w: int = 5, out: Tuple[int, int, int] = (2, 3, 4)
+                  ) -> Tuple[torch.Tensor, ...]:
+    points = (n,) + out
+    bilinear = torch.rand(points + (3,), generator=torch.Generator().manual_seed(12)) * 2.4 - 1.2
+    nearest = []
+    for align, seed in ((True, 13), (False, 14)):
+        g = torch.Generator().manual_seed(seed)
+        nearest.append(torch.stack([nearest_axis(size, points, align, g) for size in (w, h, d)], dim=-1))
+    return (randn(n, 2, d, h, w, seed=15), bilinear, *nearest)
+
+
+def _grid3d_tester(quant_dtype):
+    module, inputs = GridSampleFamily(3), grid3d_inputs()
+    tester = QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype)
+    tester.lower().check_fully_delegated().to_executorch().run()
+    types = tester.payload().op_types()
+    # one 2-D GridSample per grid_sample (QNN 2.51 refuses a 5-D GridSample); one Transpose for
+    # x and one per output, none between the convs and the sampling
+    assert types.get("GridSample") == 4 and types.get("Transpose") == GRID_TRANSPOSES, types
+    return tester
+
+
+def test_grid_sample_3d_fp16_matches_eager(qnn_binary):
+    """fp16 on QNN (when its library loads; else the host engine) within 1e-2 of eager, and QNN
+    vs the host engine. Measured on QNN: max |qnn - eager| 7.6e-4, QNN vs host 4.9e-4."""
+    tester = _grid3d_tester(None).compare(atol=1e-2, rtol=1e-2)
+    if QNN_LOADED:
+        assert_qnn_matches_host(one_delegate_blob(tester), tester.inputs, tester.module, 5e-3, 0)
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_grid_sample_3d_quantized_matches_qdq_reference(qnn_binary, quant_dtype):
+    """In float (fp16 on QNN) between Dequantize and Quantize: 8a8w within GRID3D_BOUNDS_8BIT
+    of the QDQ reference; 16a8w within GRID3D_STEPS_16 (fp16's 2^-11 relative precision is 32
+    16-bit steps of a full range). QNN vs host: 8a8w 2 steps, 16a8w GRID3D_STEPS_16 (measured
+    26)."""
+    tester = _grid3d_tester(quant_dtype)
+    if quant_dtype == A8W8:
+        tester.compare_steps(max_step_diff=GRID3D_BOUNDS_8BIT[0], min_exact=GRID3D_BOUNDS_8BIT[1])
+    else:
+        tester.compare_steps(max_step_diff=GRID3D_STEPS_16, min_exact=0.0)
+    if QNN_LOADED:
+        assert_qnn_matches_host(one_delegate_blob(tester), tester.inputs, tester.module, 0.0,
+                                2 if quant_dtype == A8W8 else GRID3D_STEPS_16)
+
+
+def test_grid_sample_3d_unsupported_modes_stay_on_cpu_with_reason():
+    """Rejected with the reason (ExecuTorch's CPU kernels have no grid_sampler_3d either, so such
+    a program does not load: not run here)."""
+    class Rejected(nn.Module):
+        def forward(self, x, grid):
+            return F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False)
+
+    x, grid = randn(1, 2, 3, 4, 4, seed=1), grid3d_inputs()[1]
+    tester = QnnTester(Rejected(), (x, grid)).lower()
+    reasons = " | ".join(tester.partitioner.rejected_nodes.values())
+    assert "grid_sampler_3d: padding_mode 'reflection' is not supported" in reasons, reasons
+    assert tester.cpu_nodes(), "the rejected grid_sampler_3d stays on the CPU"
 
 
 # ---- cdist / pdist ----------------------------------------------------------------------------
