@@ -6,6 +6,7 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.op_conv import zero_bias_attrs
 from backends.qualcomm.builders.registry import (
     NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, register_builder,
     tensor_vals,
@@ -34,6 +35,10 @@ class LinearBuilder(NodeBuilder):
         bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
         if isinstance(bias, torch.fx.Node):
             b = gb.tensor(bias)
+        elif w.quant is not None and w.quant.block_size and x.quant is not None:
+            # LPBQ: QNN 2.51's finalize fails (error 1002) next to a FLOAT_32 bias
+            b = gb.quantized_static(f"{node.name}_bias", np.zeros([w.dims[0]], np.int64),
+                                    zero_bias_attrs(x, w, w.dims[0]))
         else:
             b = gb.static_tensor(f"{node.name}_bias", np.zeros([w.dims[0]], dtype=np.float32))
         out = gb.define_output(node)
