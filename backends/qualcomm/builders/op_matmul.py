@@ -33,12 +33,14 @@ class LinearBuilder(NodeBuilder):
         x = gb.tensor(node.args[0])
         w = gb.tensor(node.args[1])
         bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        # LPBQ weights: an int32 zero bias (QNN 2.51's finalize fails, error 1002, next to a
+        # FLOAT_32 one); other weights keep the FLOAT_32 zero bias QNN accepts
+        lpbq = w.quant is not None and bool(w.quant.block_size)
+        attrs = zero_bias_attrs(x, w, w.dims[0]) if lpbq else None
         if isinstance(bias, torch.fx.Node):
             b = gb.tensor(bias)
-        elif w.quant is not None and w.quant.block_size and x.quant is not None:
-            # LPBQ: QNN 2.51's finalize fails (error 1002) next to a FLOAT_32 bias
-            b = gb.quantized_static(f"{node.name}_bias", np.zeros([w.dims[0]], np.int64),
-                                    zero_bias_attrs(x, w, w.dims[0]))
+        elif attrs is not None:
+            b = gb.quantized_static(f"{node.name}_bias", np.zeros([w.dims[0]], np.int64), attrs)
         else:
             b = gb.static_tensor(f"{node.name}_bias", np.zeros([w.dims[0]], dtype=np.float32))
         out = gb.define_output(node)
