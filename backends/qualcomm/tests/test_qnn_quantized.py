@@ -198,6 +198,10 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         self.assertFalse(any("batch_norm" in str(n.target) for n in tester.module.graph.nodes))
         tester.run_and_compare_steps()
         self.assertEqual(count_op_types(tester.payload(), "Conv2d"), 1)
+        summary = tester.payload()
+        types = {t.name: t.data_type for t in summary.tensors}
+        conv = next(op for op in summary.ops if op.type == "Conv2d")
+        self.assertEqual(types[conv.inputs[2]], "SFIXED_POINT_32")  # the folded bias, LPBQ included
 
     @parameterized.expand([("8a8w", A8W8), ("16a4w_block", QuantDtype.use_16a4w_block)])
     def test_linear_to_conv2d(self, _, dtype):
