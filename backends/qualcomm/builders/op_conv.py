@@ -71,12 +71,14 @@ def zero_bias_attrs(x: QnnTensor, weight: QnnTensor, cout: int) -> Optional[Quan
     return QuantAttrs(scales, np.zeros(cout, np.int64), zero.qmin, zero.qmax, zero.dtype, axis=0)
 
 
-def lpbq_on_qnn(node: torch.fx.Node, weight_shape: List[int]) -> bool:
-    """Whether QNN computes this conv right with BLOCKWISE_EXPANSION (LPBQ) weights. Measured
-    on QNN 2.51 (SM8650): a Conv2d with a 1x1 kernel equals the same conv with 8-bit per-channel
-    weights k * q (100% of outputs); with a larger kernel QNN uses only the kernel's first tap
-    (outputs equal a conv with every other tap zeroed). The others get lpbq_as_per_channel."""
-    return not is_transposed(node) and len(weight_shape) == 4 and all(k == 1 for k in weight_shape[2:])
+def lpbq_in_payload(node: torch.fx.Node, weight_shape: List[int]) -> bool:
+    """Whether the payload keeps this conv's LPBQ weights as BLOCKWISE_EXPANSION: a Conv2d
+    (conv1d included) whose host kernel takes block scales. Transposed, 3-D and depthwise
+    convs get the same weights as 8-bit per-channel codes k * q (lpbq_as_per_channel), which
+    is also how every LPBQ weight goes to QNN (runtime/qnn/QnnTensorDesc.h)."""
+    args = conv_args(node)
+    depthwise = int(args.get("groups", 1)) > 1 and weight_shape[1] == 1
+    return not is_transposed(node) and len(weight_shape) == 4 and not depthwise
 
 
 def conv_args(node: torch.fx.Node) -> dict:
@@ -181,7 +183,7 @@ class ConvolutionBuilder(NodeBuilder):
         if data is not None:
             array = data.detach().contiguous().numpy().reshape(shape)
             attrs = weight.meta.get(QCOM_QUANT_ATTRS)
-            if attrs is not None and attrs.block_size is not None and not lpbq_on_qnn(node, shape):
+            if attrs is not None and attrs.block_size is not None and not lpbq_in_payload(node, shape):
                 array, attrs = lpbq_as_per_channel(array, attrs)
             array = array.transpose(perm)
             if attrs is not None:

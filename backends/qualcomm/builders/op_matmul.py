@@ -33,10 +33,9 @@ class LinearBuilder(NodeBuilder):
         x = gb.tensor(node.args[0])
         w = gb.tensor(node.args[1])
         bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
-        # LPBQ weights: an int32 zero bias (QNN 2.51's finalize fails, error 1002, next to a
-        # FLOAT_32 one); other weights keep the FLOAT_32 zero bias QNN accepts
-        lpbq = w.quant is not None and bool(w.quant.block_size)
-        attrs = zero_bias_attrs(x, w, w.dims[0]) if lpbq else None
+        # quantized: an int32 zero bias (QNN 2.51 refuses a 16-bit FullyConnected next to a
+        # FLOAT_32 one: op validation 3110, finalize 1002)
+        attrs = zero_bias_attrs(x, w, w.dims[0])
         if isinstance(bias, torch.fx.Node):
             b = gb.tensor(bias)
         elif attrs is not None:
