@@ -29,9 +29,13 @@ def _affine_attrs(ep: ExportedProgram, node: torch.fx.Node) -> QuantAttrs:
     _, block_size, scale, zp, dtype, qmin, qmax = list(node.args[:7])
     scale = np.asarray(_value(ep, scale, node), np.float32)
     zp = np.asarray(_value(ep, zp, node)) if zp is not None else np.zeros(scale.shape, np.int32)
-    shape = scale.shape
-    return QuantAttrs(scale.reshape(shape[0], -1), zp, int(qmin), int(qmax), dtype, axis=0,
-                      block_size=tuple(int(b) for b in block_size))
+    block_size = tuple(int(b) for b in block_size)
+    # A transposed conv's weight [Cin, Cout, k..] is blocked along dim 0 (block (b, 1, k..)):
+    # its channel axis is 1. The effective scales are kept as [channel, block].
+    axis = 1 if len(block_size) > 2 and block_size[0] > 1 and block_size[1] == 1 else 0
+    scale = np.moveaxis(scale, axis, 0)
+    return QuantAttrs(scale.reshape(scale.shape[0], -1), zp, int(qmin), int(qmax), dtype, axis=axis,
+                      block_size=block_size)
 
 
 def _per_channel_attrs(ep: ExportedProgram, node: torch.fx.Node) -> QuantAttrs:

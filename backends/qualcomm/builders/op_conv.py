@@ -14,7 +14,7 @@ from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
     register_builder, tensor_vals,
 )
-from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs, is_dequantize
+from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs, is_dequantize, lpbq_as_per_channel
 from backends.qualcomm.builders.utils import int_list, is_constant, is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
 from backends.qualcomm.builders.conv_rows import append_bias_rows
@@ -58,10 +58,10 @@ def conv_pad_amount(node: torch.fx.Node) -> List[List[int]]:
 
 
 def zero_bias_attrs(x: QnnTensor, weight: QnnTensor, cout: int) -> Optional[QuantAttrs]:
-    """int32 encoding of the zero bias of a quantized conv without one: HTP wants the bias
-    scale = input scale x weight scale (per output channel when the weight is); None for
-    LPBQ / float weights."""
-    if x.quant is None or weight.quant is None or weight.quant.block_size:
+    """int32 encoding of the zero bias of a quantized conv / linear without one: HTP wants the
+    bias scale = input scale x weight scale (per output channel when the weight is; LPBQ: its
+    float channel scale); None for float weights."""
+    if x.quant is None or weight.quant is None:
         return None
     wq = weight.quant
     w_scales = np.asarray(wq.scales if wq.scales is not None else [wq.scale] * cout, np.float64)
@@ -70,6 +70,16 @@ def zero_bias_attrs(x: QnnTensor, weight: QnnTensor, cout: int) -> Optional[Quan
     if wq.scales is None:
         return QuantAttrs(float(scales[0]), 0, zero.qmin, zero.qmax, zero.dtype)
     return QuantAttrs(scales, np.zeros(cout, np.int64), zero.qmin, zero.qmax, zero.dtype, axis=0)
+
+
+def lpbq_in_payload(node: torch.fx.Node, weight_shape: List[int]) -> bool:
+    """Whether the payload keeps this conv's LPBQ weights as BLOCKWISE_EXPANSION: a Conv2d
+    (conv1d included) whose host kernel takes block scales. Transposed, 3-D and depthwise
+    convs get the same weights as 8-bit per-channel codes k * q (lpbq_as_per_channel), which
+    is also how every LPBQ weight goes to QNN (runtime/qnn/QnnTensorDesc.h)."""
+    args = conv_args(node)
+    depthwise = int(args.get("groups", 1)) > 1 and weight_shape[1] == 1
+    return not is_transposed(node) and len(weight_shape) == 4 and not depthwise
 
 
 def conv_args(node: torch.fx.Node) -> dict:
@@ -176,8 +186,11 @@ class ConvolutionBuilder(NodeBuilder):
         perm = weight_perm(len(shape), is_transposed(node))
         data = gb.constant_data(weight)
         if data is not None:
-            array = data.detach().contiguous().numpy().reshape(shape).transpose(perm)
+            array = data.detach().contiguous().numpy().reshape(shape)
             attrs = weight.meta.get(QCOM_QUANT_ATTRS)
+            if attrs is not None and attrs.block_size is not None and not lpbq_in_payload(node, shape):
+                array, attrs = lpbq_as_per_channel(array, attrs)
+            array = array.transpose(perm)
             if attrs is not None:
                 return gb.quantized_static(weight.name, np.ascontiguousarray(array), attrs, perm)
             return gb.static_tensor(weight.name, array)

@@ -6,6 +6,7 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.op_conv import zero_bias_attrs
 from backends.qualcomm.builders.registry import (
     NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, register_builder,
     tensor_vals,
@@ -32,8 +33,13 @@ class LinearBuilder(NodeBuilder):
         x = gb.tensor(node.args[0])
         w = gb.tensor(node.args[1])
         bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        # quantized: an int32 zero bias (QNN 2.51 refuses a 16-bit FullyConnected next to a
+        # FLOAT_32 one: op validation 3110, finalize 1002)
+        attrs = zero_bias_attrs(x, w, w.dims[0])
         if isinstance(bias, torch.fx.Node):
             b = gb.tensor(bias)
+        elif attrs is not None:
+            b = gb.quantized_static(f"{node.name}_bias", np.zeros([w.dims[0]], np.int64), attrs)
         else:
             b = gb.static_tensor(f"{node.name}_bias", np.zeros([w.dims[0]], dtype=np.float32))
         out = gb.define_output(node)

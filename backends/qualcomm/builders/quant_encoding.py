@@ -18,7 +18,8 @@ LPBQ_BLOCK_SCALE_BITWIDTH = 4
 class QuantAttrs:
     """Encoding in torch terms: real = scale * (q - zero_point), q in [qmin, qmax].
     Per tensor: scale/zero_point are numbers, axis = -1. Per channel: arrays along `axis`.
-    LPBQ: `scale` is the [C, num_blocks] effective scale, `block_size` the torch block size."""
+    LPBQ: `scale` is the [C, num_blocks] effective scale, `block_size` the torch block size,
+    `axis` the channel dim (0; 1 for a transposed conv's [Cin, Cout, k..], blocked along dim 0)."""
 
     scale: object
     zero_point: object
@@ -76,6 +77,27 @@ def lpbq_split(effective: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return channel, ints
 
 
+def lpbq_block_axis(attrs: QuantAttrs) -> int:
+    """The blocked (input channel) dim of an LPBQ weight: dim 1, or dim 0 when the channel
+    axis is 1 (a transposed conv's [Cin, Cout, k..])."""
+    return 0 if attrs.axis == 1 else 1
+
+
+def lpbq_as_per_channel(values: np.ndarray, attrs: QuantAttrs) -> Tuple[np.ndarray, QuantAttrs]:
+    """LPBQ weight codes q in [-8, 7] (logical layout) with block scales k in [1, 15] and
+    channel scales S[c] -> the same weight as 8-bit per-channel codes k * q in [-120, 105]
+    with scales S[c]: the same integer products, twice the bytes of 4-bit storage."""
+    channel, ints = lpbq_split(np.asarray(attrs.scale))
+    axis, block_axis = attrs.axis, lpbq_block_axis(attrs)
+    k = np.repeat(ints.astype(np.int64), int(attrs.block_size[block_axis]), axis=1)  # [C, Cin]
+    if axis == 1:
+        k = k.T
+    k = k.reshape(k.shape + (1,) * (values.ndim - 2))
+    codes = np.asarray(values, np.int64) * k
+    per_channel = QuantAttrs(channel, np.zeros(len(channel), np.int64), -128, 127, torch.int8, axis=axis)
+    return codes, per_channel
+
+
 def quant_params(attrs: QuantAttrs, perm: Optional[Sequence[int]] = None) -> QuantParams:
     """QuantParams in the stored layout (`perm`: stored dims = logical dims[perm])."""
     def stored(axis: int) -> int:
@@ -85,9 +107,10 @@ def quant_params(attrs: QuantAttrs, perm: Optional[Sequence[int]] = None) -> Qua
     sub_byte = attrs.signed and bits < 8
     if attrs.block_size is not None:
         channel, ints = lpbq_split(np.asarray(attrs.scale))
-        return QuantParams(QuantEncoding.BLOCKWISE_EXPANSION, bits, axis=stored(0), scales=channel.tolist(),
-                           offsets=[0] * len(channel), block_axis=stored(1),
-                           block_size=int(attrs.block_size[1]),
+        block_axis = lpbq_block_axis(attrs)
+        return QuantParams(QuantEncoding.BLOCKWISE_EXPANSION, bits, axis=stored(max(attrs.axis, 0)),
+                           scales=channel.tolist(), offsets=[0] * len(channel), block_axis=stored(block_axis),
+                           block_size=int(attrs.block_size[block_axis]),
                            block_scale_bitwidth=LPBQ_BLOCK_SCALE_BITWIDTH, block_scales=ints.reshape(-1))
     if attrs.axis >= 0:
         scales = np.asarray(attrs.scale, np.float32).reshape(-1)

@@ -22,6 +22,7 @@ from torchao.quantization.pt2e.quantizer import (
 
 import backends.qualcomm.builders  # noqa: F401  (registers the builders and their quant families)
 from backends.qualcomm.builders.registry import QuantFamily, aten_ops, quant_annotated_ops, quant_family
+from backends.qualcomm.quantizer.block_sizes import transposed_conv_groups
 from backends.qualcomm.quantizer.qconfig import QuantConfig, bias_spec, symmetric_16bit_activation
 
 Q_ANNOTATION_KEY = "quantization_annotation"
@@ -31,7 +32,7 @@ Q_ANNOTATION_KEY = "quantization_annotation"
 # builder lowers them, is the builders' quant_annotations: registry.quant_family).
 CONV_OPS = aten_ops("conv1d.default", "conv1d.padding", "conv2d.default", "conv2d.padding", "conv3d.default",
                     "conv3d.padding", "convolution.default")
-# Weight [Cin, Cout/group, k..]: per-channel encodings run along axis 1; no LPBQ.
+# Weight [Cin, Cout/group, k..]: per-channel encodings run along axis 1, LPBQ blocks along axis 0.
 TRANSPOSED_CONV_OPS = aten_ops("conv_transpose1d.default", "conv_transpose2d.input", "conv_transpose3d.input")
 LINEAR_OPS = aten_ops("linear.default")
 BATCH_NORM_OPS = aten_ops("batch_norm.default", "_native_batch_norm_legit_no_training.default")
@@ -58,16 +59,11 @@ def is_transposed_conv(node: Node) -> bool:
     return node.target == torch.ops.aten.convolution.default and len(node.args) > 6 and bool(node.args[6])
 
 
-def _transposed_conv_groups(node: Node) -> int:
-    position = 8 if node.target == torch.ops.aten.convolution.default else 6
-    return int(node.args[position]) if len(node.args) > position else int(node.kwargs.get("groups", 1))
-
-
 def _transposed_weight_spec(node: Node, config: QuantConfig, per_channel: bool):
     """(spec, per channel) of a transposed conv's weight [Cin, Cout/group, k..]: per output
     channel (axis 1) with one group; per tensor when grouped (axis 1 holds Cout/group channels,
     which cannot give the Cout bias scales)."""
-    if not per_channel or _transposed_conv_groups(node) != 1 or config.weight_per_channel_axis1 is None:
+    if not per_channel or transposed_conv_groups(node) != 1 or config.weight_per_channel_axis1 is None:
         return config.weight, False
     return config.weight_per_channel_axis1, True
 
@@ -110,21 +106,23 @@ def _weight_spec(node: Node, config: QuantConfig, per_channel: bool, block_size:
 
 
 def annotate_weighted(node: Node, config: QuantConfig, block_size: Optional[Tuple[int, ...]] = None) -> None:
-    """conv2d / linear: input, weight (LPBQ with the torch block size (1, b, *kernel)),
-    bias (derived, own-range or float), output."""
+    """conv / transposed conv / linear: input, weight (LPBQ with the torch block size
+    (1, b, *kernel); transposed: (b, 1, *kernel)), bias (derived, own-range), output."""
     x, weight = node.args[0], node.args[1]
     bias = node.args[2] if len(node.args) > 2 else None
-    if is_transposed_conv(node):
-        (w_spec, per_channel), is_block = _transposed_weight_spec(node, config, config.is_conv_per_channel), False
+    if is_transposed_conv(node) and not block_size:
+        w_spec, per_channel = _transposed_weight_spec(node, config, config.is_conv_per_channel)
     else:
         per_channel = config.is_conv_per_channel if node.target in CONV_OPS else config.is_linear_per_channel
         w_spec, is_block = _weight_spec(node, config, per_channel, block_size)
+        per_channel = per_channel or is_block
     # Order input, weight, bias: torchao's QAT conv-bn rewrite remaps the keys by position.
     inputs: Dict[Node, object] = {}
     if config.input_activation is not None:
         inputs[x] = config.input_activation
     inputs[weight] = w_spec
-    if config.input_activation is not None and isinstance(bias, Node) and not is_block:
+    if config.input_activation is not None and isinstance(bias, Node):
+        # LPBQ: int32 with scale input x float channel scale (qconfig._bias_weight_scale)
         inputs[bias] = config.bias or bias_spec((x, node), (weight, node), per_channel)
     output = None if feeds_batch_norm(node) else config.output_activation
     _set(node, inputs, output)

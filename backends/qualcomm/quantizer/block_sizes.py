@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 from typing import Dict, Iterable, Tuple, Union
 
+import torch
 from torch.fx import Node
 
 BlockSize = Union[int, Tuple[int, ...]]
@@ -40,47 +41,56 @@ def unknown_node_error(missing: Iterable[str], candidates: Iterable[str]) -> Val
                       f"conv/linear nodes: {', '.join(candidates) or 'none'}")
 
 
-def weight_block_size(node: Node, block: BlockSize) -> Tuple[int, ...]:
-    """Torch block size (1, b, *kernel) of a conv/linear weight [Cout, Cin, ...]; raises
-    ValueError naming the node when the entry does not fit the weight."""
+def transposed_takes_lpbq(node: Node) -> bool:
+    """A transposed conv takes LPBQ weights with one group (its weight [Cin, Cout/group, k..]
+    holds all Cout channels on axis 1 then) and more than one input channel (a block of 1
+    could not be told from a conv's (1, b, ..) block)."""
+    return transposed_conv_groups(node) == 1 and int(node.args[1].meta["val"].shape[0]) > 1
+
+
+def weight_block_size(node: Node, block: BlockSize, transposed: bool = False) -> Tuple[int, ...]:
+    """Torch block size (1, b, *kernel) of a conv/linear weight [Cout, Cin, ...] (transposed
+    conv: (b, 1, *kernel) of [Cin, Cout, ...]); raises ValueError naming the node when the
+    entry does not fit the weight."""
     shape = tuple(node.args[1].meta["val"].shape)
+    cin_dim = 0 if transposed else 1
+    if transposed and not transposed_takes_lpbq(node):
+        raise ValueError(f"set_block_size_map: transposed conv '{node.name}' takes no LPBQ weights: "
+                         f"{TRANSPOSED_LPBQ_REASON}")
     if isinstance(block, int):
-        block = (1, block) + shape[2:]
+        block = ((block, 1) if transposed else (1, block)) + shape[2:]
     if len(block) != len(shape):
         raise ValueError(f"set_block_size_map: block size {block} of node '{node.name}' needs one entry "
                          f"per weight dim, weight shape {shape}")
-    if block[0] != 1 or tuple(block[2:]) != shape[2:]:
+    expected = ("(b, 1" if transposed else "(1, b") + "".join(", " + str(d) for d in shape[2:]) + ")"
+    if block[1 - cin_dim] != 1 or tuple(block[2:]) != shape[2:] or (transposed and block[0] == 1):
         raise ValueError(f"set_block_size_map: block size {block} of node '{node.name}' is not supported: "
-                         f"LPBQ blocks the input channels (dim 1) only, so it must be "
-                         f"(1, b{''.join(', ' + str(d) for d in shape[2:])}) for weight shape {shape}")
-    if shape[1] % block[1]:
-        raise ValueError(f"set_block_size_map: block size {block[1]} of node '{node.name}' does not "
-                         f"divide its input channels {shape[1]}")
+                         f"LPBQ blocks the input channels (dim {cin_dim}) only, so it must be "
+                         f"{expected} for weight shape {shape}" + (", b > 1" if transposed else ""))
+    if shape[cin_dim] % block[cin_dim]:
+        raise ValueError(f"set_block_size_map: block size {block[cin_dim]} of node '{node.name}' does not "
+                         f"divide its input channels {shape[cin_dim]}")
     return tuple(block)
 
 
-# Why a transposed conv takes no LPBQ weights (it keeps per-output-channel weights of the
-# dtype's width, 4-bit under 16a4w_block).
+def transposed_conv_groups(node: Node) -> int:
+    position = 8 if node.target == torch.ops.aten.convolution.default else 6
+    return int(node.args[position]) if len(node.args) > position else int(node.kwargs.get("groups", 1))
+
+
+# Why a grouped (or single input channel) transposed conv takes no LPBQ weights.
 TRANSPOSED_LPBQ_REASON = (
-    "LPBQ (block) weights are not supported for transposed convolutions: their weight [Cin, "
-    "Cout/group, k..] has its blocks along Cin (axis 0) and its per-channel scales along Cout "
-    "(axis 1), and neither the LPBQ observer nor the BLOCKWISE_EXPANSION lowering handles that "
-    "layout (QNN's LPBQ is only measured correct on FullyConnected); under 16a4w_block they keep "
-    "4-bit per-output-channel weights")
+    "LPBQ needs one group (the weight [Cin, Cout/group, k..] then holds every output channel on "
+    "axis 1, whose float scales the blocks along Cin share) and more than one input channel")
 
 
-def check_names(block_size_map: Dict[str, BlockSize], nodes: Dict[str, Node], weighted: Iterable[object],
-                transposed: Iterable[object] = ()) -> None:
-    """Every entry names a conv/linear node of the graph (not a transposed conv)."""
-    weighted, transposed = set(weighted), set(transposed)
+def check_names(block_size_map: Dict[str, BlockSize], nodes: Dict[str, Node], weighted: Iterable[object]) -> None:
+    """Every entry names a conv / transposed conv / linear node of the graph."""
+    weighted = set(weighted)
     names = {n for n, node in nodes.items() if node.target in weighted}
     missing = [n for n in block_size_map if n not in nodes]
     if missing:
         raise unknown_node_error(missing, names)
-    refused = [n for n in block_size_map if nodes[n].target in transposed]
-    if refused:
-        raise ValueError(f"set_block_size_map: node(s) {', '.join(repr(n) for n in refused)}: "
-                         f"{TRANSPOSED_LPBQ_REASON}")
     wrong = [n for n in block_size_map if n not in names]
     if wrong:
         raise ValueError(f"set_block_size_map: node(s) {', '.join(repr(n) for n in wrong)} are not "

@@ -14,12 +14,21 @@ import torch
 from torchao.quantization.pt2e import AffineQuantizedObserverBase, MappingType, MovingAverageMinMaxObserver, PerBlock
 
 
+def lpbq_channel_axis(block_size: Tuple[int, ...]) -> int:
+    """Output channel dim of an LPBQ weight: 0 ([Cout, Cin, ..] blocked along dim 1, block
+    (1, b, ..)), or 1 for a transposed conv's [Cin, Cout, ..] blocked along dim 0 (block (b, 1, ..))."""
+    return 1 if len(block_size) > 2 and block_size[0] > 1 and block_size[1] == 1 else 0
+
+
 def lpbq_scales(weight: torch.Tensor, block_size: Tuple[int, ...], qmin: int, qmax: int,
                 block_scale_bitwidth: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """(per-channel float scale [C], integer block scales [C, num_blocks]) of a weight whose
-    dim 0 is the output channel and dim 1 the blocked input channel."""
+    output channel and blocked input channel are dims 0 and 1 (1 and 0: lpbq_channel_axis)."""
+    axis = lpbq_channel_axis(block_size)
+    if axis == 1:
+        weight = weight.transpose(0, 1)
     cout, cin = weight.shape[0], weight.shape[1]
-    bs = int(block_size[1])
+    bs = int(block_size[1 - axis])
     if cin % bs:
         raise ValueError(f"LPBQ block size {bs} does not divide input channels {cin}")
     blocks = weight.detach().float().reshape(cout, cin // bs, -1) if weight.dim() == 2 else \
@@ -62,7 +71,9 @@ class LpbqObserver(AffineQuantizedObserverBase):
         return weight
 
     def calculate_qparams(self) -> Tuple[torch.Tensor, torch.Tensor]:
-        scale = effective_scales(self.channel_scale, self.block_ints)
+        scale = effective_scales(self.channel_scale, self.block_ints)  # [C, blocks]
+        if lpbq_channel_axis(self.block_size) == 1:
+            scale = scale.t()
         shape = [s // b for s, b in zip(self.weight_shape, self.block_size)]
         scale = scale.reshape(shape)
         return scale, torch.zeros_like(scale, dtype=torch.int32)

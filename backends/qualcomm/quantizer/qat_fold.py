@@ -45,11 +45,17 @@ def fold_qat_conv_bn(model: GraphModule, conv: Node) -> bool:
     eps = float(bn.args[7]) if len(bn.args) > 7 else 1e-5
     scale = gamma / torch.sqrt(var + eps)
     bias = ((conv_bias if conv_bias is not None else torch.zeros_like(mean)) - mean) * scale + beta
-    with model.graph.inserting_before(conv):
-        bias_node = create_getattr_from_value(model, model.graph, "_qat_folded_bias", bias.float())
     args = list(conv.args) + [None] * (3 - len(conv.args))
-    args[2] = bias_node
-    conv.args = tuple(args)
+    observer = args[2]
+    first_use = observer if isinstance(observer, Node) and observer.op == "call_module" else conv
+    with model.graph.inserting_before(first_use):
+        bias_node = create_getattr_from_value(model, model.graph, "_qat_folded_bias", bias.float())
+    if isinstance(observer, Node) and observer.op == "call_module":
+        # the conv's bias is observed (LPBQ: int32, scale input x channel scale): observe the folded one
+        observer.args = (bias_node,) + tuple(observer.args[1:])
+    else:
+        args[2] = bias_node
+        conv.args = tuple(args)
     bn.replace_all_uses_with(conv)
     for node in (bn, add, div):
         model.graph.erase_node(node)

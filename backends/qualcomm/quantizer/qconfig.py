@@ -20,7 +20,9 @@ from torchao.quantization.pt2e import (
 )
 from torchao.quantization.pt2e.quantizer import DerivedQuantizationSpec, QuantizationSpec
 
-from backends.qualcomm.quantizer.observers import LpbqFakeQuantize, LpbqObserver, PassUnionMovingAverageObserver
+from backends.qualcomm.quantizer.observers import (
+    LpbqFakeQuantize, LpbqObserver, PassUnionMovingAverageObserver, effective_scales,
+)
 
 
 class QuantDtype(enum.IntEnum):
@@ -240,10 +242,21 @@ def _norm_weight_spec(act_bits: int, act: QuantizationSpec, is_qat: bool, eps: f
     return act if act_bits == 8 else _weight_spec(16, False, is_qat, eps)
 
 
+def _bias_weight_scale(weight_obs) -> torch.Tensor:
+    """The weight scale(s) of a bias encoding. LPBQ: the float channel scale the lowering gives
+    QNN (lpbq_split: max effective block scale / (2**bits - 1)); HTP wants the bias of LPBQ
+    weights int32 with scale input scale x that channel scale."""
+    if isinstance(weight_obs, LpbqObserver):
+        effective = effective_scales(weight_obs.channel_scale, weight_obs.block_ints)
+        return effective.amax(dim=1) / float((1 << weight_obs.block_scale_bitwidth) - 1)
+    weight_scale, _ = weight_obs.calculate_qparams()
+    return weight_scale
+
+
 def _derive_bias_qparams(observers) -> Tuple[torch.Tensor, torch.Tensor]:
     act_obs, weight_obs = observers
     act_scale, _ = act_obs.calculate_qparams()
-    weight_scale, _ = weight_obs.calculate_qparams()
+    weight_scale = _bias_weight_scale(weight_obs)
     scale = (act_scale * weight_scale).to(torch.float32).reshape(-1)
     return scale, torch.zeros_like(scale, dtype=torch.int32)
 

@@ -23,7 +23,8 @@ from torchao.quantization.pt2e.quantizer import Quantizer
 from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
 from backends.qualcomm.quantizer import block_sizes
 from backends.qualcomm.quantizer.annotators import (
-    CONV_OPS, LINEAR_OPS, TRANSPOSED_CONV_OPS, annotate_weighted, annotator_for, is_annotated, supported_ops,
+    CONV_OPS, LINEAR_OPS, TRANSPOSED_CONV_OPS, annotate_weighted, annotator_for, is_annotated, is_transposed_conv,
+    supported_ops,
 )
 from backends.qualcomm.quantizer.batch_stats_norm import rewrite_batch_stats_norms
 from backends.qualcomm.quantizer.decompose_sdpa import decompose_sdpa
@@ -180,19 +181,21 @@ class QnnQuantizer(Quantizer):
         return self.default_config
 
     def _block_size(self, node: Node, config: QuantConfig) -> Optional[Tuple[int, ...]]:
-        if node.target not in CONV_OPS + LINEAR_OPS:
+        if node.target not in CONV_OPS + LINEAR_OPS + TRANSPOSED_CONV_OPS:
             return None
+        transposed = is_transposed_conv(node)
         if node.name in self.block_size_map:
             if config.weight_block is None:
                 raise ValueError(f"set_block_size_map: node '{node.name}' has a block size but its config "
                                  f"has no block weights; LPBQ needs QuantDtype.use_16a4w_block")
-            return block_sizes.weight_block_size(node, self.block_size_map[node.name])
-        if config.weight_block is None:
+            return block_sizes.weight_block_size(node, self.block_size_map[node.name], transposed)
+        if config.weight_block is None or (transposed and not block_sizes.transposed_takes_lpbq(node)):
             return None
         if config.block_size is not None:
-            return block_sizes.weight_block_size(node, config.block_size)
-        cin = int(node.args[1].meta["val"].shape[1])
-        return block_sizes.weight_block_size(node, DEFAULT_BLOCK_SIZE if cin % DEFAULT_BLOCK_SIZE == 0 else cin)
+            return block_sizes.weight_block_size(node, config.block_size, transposed)
+        cin = int(node.args[1].meta["val"].shape[0 if transposed else 1])
+        default = DEFAULT_BLOCK_SIZE if cin % DEFAULT_BLOCK_SIZE == 0 else cin
+        return block_sizes.weight_block_size(node, default, transposed)
 
     def _skipped(self, node: Node) -> bool:
         return node.name in self.discard_nodes or node.target not in self.quant_ops
@@ -200,7 +203,7 @@ class QnnQuantizer(Quantizer):
     # ---- Quantizer API ------------------------------------------------------------------
     def annotate(self, model: GraphModule) -> GraphModule:
         nodes = {n.name: n for n in model.graph.nodes}
-        block_sizes.check_names(self.block_size_map, nodes, CONV_OPS + LINEAR_OPS, TRANSPOSED_CONV_OPS)
+        block_sizes.check_names(self.block_size_map, nodes, CONV_OPS + LINEAR_OPS + TRANSPOSED_CONV_OPS)
         rules = self._resolved_rules()
         for node in model.graph.nodes:
             if node.op != "call_function" or is_annotated(node) or self._skipped(node):

@@ -29,7 +29,7 @@ FAMILIES = ("conv", "linear", "elementwise_binary", "elementwise_unary", "norm",
 QUANT_RULES = ("compute", "shared", "weighted", "float", "convert")
 LAYOUTS = ("nhwc", "any")
 PORT_TYPES = ("activation", "weight", "bias", "index", "float", "static")
-QNN_PRECISIONS = ("fp16", "8a8w", "16a8w")
+QNN_PRECISIONS = ("fp16", "8a8w", "16a8w", "16a4w_block")
 _OP_KEYS = {"name", "family", "semantics", "inputs", "outputs", "params", "layout", "quant", "lut",
             "data_movement", "aten", "qnn", "lpbq"}
 _REQUIRED = {"name", "family", "semantics", "inputs", "outputs", "layout", "quant", "aten"}

@@ -94,6 +94,18 @@ def lpbq_quant(w: np.ndarray, axis: int, block_axis: int, block_size: int) -> Tu
     return back(qv), params, back(np.asarray(eff_full, np.float32))
 
 
+def lpbq_codes(qv: np.ndarray, params: dict) -> Tuple[np.ndarray, np.ndarray]:
+    """LPBQ codes q and block scales k -> (8-bit per-channel codes k * q, channel scale
+    broadcast to the weight shape): the weight HTP computes an LPBQ op with."""
+    axis, block_axis, size = params["axis"], params["block_axis"], params["block_size"]
+    qm = np.moveaxis(qv, (axis, block_axis), (0, 1))
+    k = params["block_scales"].astype(np.int64).reshape(qm.shape[0], -1)
+    k = np.repeat(k, size, axis=1).reshape(k.shape[0], -1, *([1] * (qm.ndim - 2)))
+    scale = np.broadcast_to(np.asarray(params["scales"], np.float32).reshape(-1, *([1] * (qm.ndim - 1))), qm.shape)
+    back = lambda a: np.moveaxis(a, (0, 1), (axis, block_axis))  # noqa: E731
+    return back(qm * k), back(scale)
+
+
 def pack_bits(qv: np.ndarray, bits: int) -> np.ndarray:
     """OPS.md packing: 8 -> int8 bytes; 4 / 2 -> low bits first."""
     flat = qv.reshape(-1).astype(np.int64)

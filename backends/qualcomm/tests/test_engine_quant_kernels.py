@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.tests.htp_requant_reference import htp_requantize, htp_requantize16
 from backends.qualcomm.tests.quant_reference import (
-    E, QGraph, S32, U8, U16, act_quant, assert_within_one_step, dequantize, int32_bias, lpbq_quant,
+    E, QGraph, S32, U8, U16, act_quant, assert_within_one_step, dequantize, int32_bias, lpbq_codes, lpbq_quant,
     pack_bits, quantize, requantize, weight_dtype, weight_quant)
 from backends.qualcomm.tests.test_engine_kernels import I32, U32, GraphBuilder, randn, scalar, u32
 
@@ -105,15 +105,15 @@ def test_fully_connected_quantized(case):
     real = dequantize(quantize(x, qx), qx).astype(np.float64) @ (wq * wscale).T.astype(np.float64) + b_real
     qy = act_quant(real, ACT[act])
     got = qg.run("FullyConnected", [xi, wi, bi], qg.out((5, 3, 24), qy), keep_dims=scalar(gen_bool(), 1))
-    if act == "u8" and bits == 8 and not block:
+    if block:  # HTP computes LPBQ with 8-bit per-channel codes k * q (measured on QNN: equal)
+        wq, wscale = lpbq_codes(wq, wparams)
+    if bits == 8 or block:
         acc = (quantize(x, qx) + qx["offset"]) @ wq.T
         b32 = bq.astype(np.float32) * bias_scale.astype(np.float32) if int_bias else b.astype(np.float32)
-        assert_htp(got, acc, qx, wscale[:, 0], qy, b32, real)
-        return
-    if act == "u16" and bits == 8 and not block:
-        acc = (quantize(x, qx) + qx["offset"]) @ wq.T
-        b32 = bq.astype(np.float32) * bias_scale.astype(np.float32) if int_bias else b.astype(np.float32)
-        assert_htp16(got, acc, qx, wq.sum(1), wscale[:, 0], qy, b32, real)
+        if act == "u8":
+            assert_htp(got, acc, qx, wscale[:, 0], qy, b32, real)
+        else:
+            assert_htp16(got, acc, qx, wq.sum(1), wscale[:, 0], qy, b32, real)
         return
     assert_within_one_step(got, requantize(real, qy))
 
@@ -153,11 +153,13 @@ def test_conv2d_quantized(case):
     qy = act_quant(real, ACT[act])
     got = qg.run("Conv2d", [xi, wi, bi], qg.out(real.shape, qy), stride=u32([stride, stride]),
                  pad_amount=u32([[pad, pad], [pad, pad]]), dilation=u32([1, 1]), group=scalar(U32, groups))
-    if act == "u8" and bits == 8 and not block:
+    if block:  # HTP computes LPBQ with 8-bit per-channel codes k * q
+        wq, wscale = lpbq_codes(wq, wparams)
+    if act == "u8" and bits == 8:
         acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, pad, groups)
         assert_htp(got, acc, qx, wscale[0, 0, 0], qy, b.astype(np.float32), real)
         return
-    if act == "u16" and bits == 8 and not block:
+    if act == "u16" and (bits == 8 or block):
         acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, pad, groups)
         assert_htp16(got, acc, qx, wq.sum(axis=(0, 1, 2)), wscale[0, 0, 0], qy, b.astype(np.float32), real)
         return

@@ -142,9 +142,9 @@ def test_malformed_table_is_rejected_naming_op_and_field(tmp_path, broken, messa
         op_table.load(path)
 
 
-def test_coverage_table_says_lpbq_only_where_the_quantizer_takes_block_weights():
-    """A transposed conv's block_size_map entry is refused (TRANSPOSED_LPBQ_REASON): its rows say
-    LPBQ is rejected; the other conv / linear rows offer LPBQ weights."""
+def test_coverage_table_says_lpbq_where_the_quantizer_takes_block_weights():
+    """Every conv / transposed conv / linear row offers LPBQ weights (the quantizer's block
+    sizes cover all three); rows of other ops say nothing about LPBQ."""
     from backends.qualcomm.quantizer.annotators import CONV_OPS, LINEAR_OPS, TRANSPOSED_CONV_OPS
 
     readme = op_table.render_readme_sections(op_table.load())["coverage"].splitlines()
@@ -152,12 +152,9 @@ def test_coverage_table_says_lpbq_only_where_the_quantizer_takes_block_weights()
     for row in (r for r in OP_TABLE.values() if r.family != "quant"):
         targets = {getattr(getattr(torch.ops.aten, a.split(".")[0]), a.split(".")[1]) for a in row.aten}
         line = next(line for line in readme if f"| `{row.name}` |" in line)
-        if targets & set(TRANSPOSED_CONV_OPS):
-            assert not row.lpbq and "LPBQ rejected" in line and "LPBQ weights" not in line, line
-            checked.add("transposed")
-        elif targets & set(CONV_OPS + LINEAR_OPS):
+        if targets & set(CONV_OPS + LINEAR_OPS + TRANSPOSED_CONV_OPS):
             assert row.lpbq and "LPBQ weights" in line, line
-            checked.add("lpbq")
+            checked.add("transposed" if targets & set(TRANSPOSED_CONV_OPS) else "lpbq")
         elif row.quant != "weighted":
             assert not row.lpbq and "LPBQ" not in line, line
     assert checked == {"transposed", "lpbq"}

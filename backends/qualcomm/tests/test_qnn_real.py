@@ -153,23 +153,39 @@ def test_each_struct_kind_is_accepted(struct_cases, tensor_version):
     assert {"SCALE_OFFSET", "AXIS_SCALE_OFFSET", "BW_AXIS_SCALE_OFFSET"} <= encodings
 
 
-def test_blockwise_expansion_is_built_and_refusal_is_a_clear_warning(caplog):
-    """LPBQ weights reach QNN; QNN 2.51 refuses this LPBQ conv at finalize on x86: the delegate
-    then carries no context binary, and the warning names the graph and QNN's error."""
-    torch.manual_seed(0)
-    tester = QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_16a4w_block, per_channel=True,
-                         block_size_map={"linear": 8})
+class LpbqLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(32, 16, bias=False)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_lpbq_graph_finalizes_and_a_refusal_is_a_clear_warning(caplog, monkeypatch):
+    """A bias-free LPBQ linear gets an int32 zero bias (scale input x channel scale) and QNN
+    finalizes it; with the FLOAT_32 zero bias it had before, QNN 2.51's finalize fails (error
+    1002): the delegate then carries no context binary, the warning names the graph and QNN's
+    error, and the host engine runs it."""
+    from backends.qualcomm.builders import op_matmul
+
+    inputs = (torch.randn(1, 4, 32),)
+    tester = QuantTester(LpbqLinear(), inputs, QuantDtype.use_16a4w_block, block_size_map={"linear": 16})
+    blob = tester.lower().delegate_blobs()[0]
+    tensors = describe_payload(blob)[0].tensors
+    assert any(t.quant.startswith("BLOCKWISE_EXPANSION") for t in tensors)
+    assert any(t.name.endswith("_bias") and t.quant.startswith("AXIS_SCALE_OFFSET(bw=32") for t in tensors)
+    assert qnn_binary_of(blob) is not None
+    monkeypatch.setattr(op_matmul, "zero_bias_attrs", lambda *args: None)
     with caplog.at_level("WARNING", logger="backends.qualcomm"):
-        tester.lower()
-    # QNN's op validation keeps the conv (LPBQ weights next to a FLOAT_32 bias) on the CPU:
-    # the LPBQ linear is in the delegate after it
-    blob = next(b for b in tester.delegate_blobs()
-                if any("BLOCKWISE_EXPANSION" in t.quant for g in describe_payload(b) for t in g.tensors))
-    if qnn_binary_of(blob) is None:
-        assert "graph 'forward' gets no QNN context binary" in caplog.text
-        assert "QNN graphFinalize failed: QNN error" in caplog.text
-    with pytest.raises(RuntimeError, match=r"graph 'forward': QNN graphFinalize failed: QNN error \d+"):
-        native().qnn_compile(blob, SM8650)
+        refused = tester.lower().delegate_blobs()[0]
+    assert qnn_binary_of(refused) is None
+    assert "graph 'forward' gets no QNN context binary" in caplog.text
+    assert "QNN graphFinalize failed: QNN error 1002" in caplog.text
+    with pytest.raises(RuntimeError, match=r"graph 'forward': QNN graphFinalize failed: QNN error 1002"):
+        native().qnn_compile(refused, SM8650)
+    tester.to_executorch().run().compare_steps()
 
 
 def test_op_validation_reports_qnn_reason():

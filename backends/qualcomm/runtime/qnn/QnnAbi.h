@@ -78,6 +78,8 @@ struct QnnBwAxisScaleOffset {
   float* scales;
   int32_t* offsets;  // may be null (all zero)
 };
+// LPBQ (checked against public users of the ABI; not sent: QNN 2.51 computes some LPBQ ops
+// wrong, so LPBQ weights go to QNN as 8-bit per-channel codes, see QnnTensorDesc.h).
 enum QnnBlockScaleStorage : int32_t { kQnnBlockScale8 = 0, kQnnBlockScale16 = 1 };
 struct QnnBlockwiseExpansion {
   int32_t axis;

@@ -80,28 +80,56 @@ Status fill_quant(const fb::QuantizeParams* q, TensorDesc& d, bool sub_byte) {
       }
       return Status::Ok();
     case fb::QnnQuantEncoding::BLOCKWISE_EXPANSION: {
+      // LPBQ goes to QNN as the same weight in 8-bit per-channel codes k * q (see
+      // expand_block_scales): QNN 2.51 computes its own BLOCKWISE_EXPANSION exactly so where it
+      // works, and wrongly or not at all elsewhere.
       copy_axis(q, d);
       const size_t channels = d.scales.size();
       const size_t total = q->block_scales() ? q->block_scales()->size() : 0;
-      if (channels == 0 || total % channels != 0) {
+      if (channels == 0 || total % channels != 0 || q->block_size() == 0) {
         return make_error(ErrorKind::InvalidProgram, "tensor '%s': LPBQ has %zu block scales for "
-                          "%zu channels", d.name.c_str(), total, channels);
+                          "%zu channels (block size %u)", d.name.c_str(), total, channels,
+                          q->block_size());
       }
       d.block_scales.assign(q->block_scales()->begin(), q->block_scales()->end());
-      d.blockwise.axis = q->axis();
-      d.blockwise.per_channel = d.scale_offsets.data();
-      d.blockwise.blocks_per_axis = uint32_t(total / channels);
-      d.blockwise.block_scale_bitwidth = q->block_scale_bitwidth();
-      d.blockwise.block_scale_storage = kQnnBlockScale8;
-      d.blockwise.block_scales = d.block_scales.data();
-      out.encoding = kQnnEncBlockwiseExpansion;
-      out.blockwise = &d.blockwise;
+      out.encoding = kQnnEncAxisScaleOffset;
+      out.axis_scale_offset = {q->axis(), uint32_t(channels), d.scale_offsets.data()};
       return Status::Ok();
     }
     default:
       return make_error(ErrorKind::NotSupported, "tensor '%s': quantization encoding %d has no QNN "
                         "counterpart", d.name.c_str(), int(q->encoding()));
   }
+}
+
+// LPBQ codes q (one int8 per element) -> k * q with k the block scale of the element's
+// (channel, block): codes in [-120, 105] for 4-bit q and k <= 15.
+Status expand_block_scales(const fb::QuantizeParams* q, TensorDesc& d) {
+  const int rank = int(d.dims.size());
+  const int axis = q->axis(), block_axis = q->block_axis();
+  if (axis < 0 || axis >= rank || block_axis < 0 || block_axis >= rank || axis == block_axis) {
+    return make_error(ErrorKind::InvalidProgram, "tensor '%s': LPBQ axis %d / block axis %d of a "
+                      "rank-%d tensor", d.name.c_str(), axis, block_axis, rank);
+  }
+  size_t axis_stride = 1, block_stride = 1;
+  for (int i = rank - 1; i > axis; --i) axis_stride *= d.dims[i];
+  for (int i = rank - 1; i > block_axis; --i) block_stride *= d.dims[i];
+  const size_t channels = d.dims[axis], blocks = d.block_scales.size() / channels;
+  if (channels != d.scales.size() || blocks * q->block_size() != d.dims[block_axis]) {
+    return make_error(ErrorKind::InvalidProgram, "tensor '%s': LPBQ scales do not fit dims",
+                      d.name.c_str());
+  }
+  for (size_t i = 0; i < d.numel; ++i) {
+    const size_t c = i / axis_stride % channels;
+    const size_t b = i / block_stride % d.dims[block_axis] / q->block_size();
+    const int32_t v = int32_t(int8_t(d.data[i])) * int32_t(d.block_scales[c * blocks + b]);
+    if (v < -128 || v > 127) {
+      return make_error(ErrorKind::InvalidProgram, "tensor '%s': LPBQ code x block scale %d does "
+                        "not fit int8", d.name.c_str(), v);
+    }
+    d.data[i] = uint8_t(int8_t(v));
+  }
+  return Status::Ok();
 }
 
 // Sub-byte signed values packed low bits first -> one sign-extended int8 per element.
@@ -183,7 +211,16 @@ Status describe_tensor(const fb::Tensor* t, uint32_t version, std::unique_ptr<Te
       }
       d.data.assign(src, src + d.nbytes());
     }
+    const bool lpbq = t->quant() && t->quant()->encoding() == fb::QnnQuantEncoding::BLOCKWISE_EXPANSION;
+    if (lpbq && d.element_size != 1) {
+      return make_error(ErrorKind::NotSupported, "tensor '%s': LPBQ codes of %zu bytes (int8 or "
+                        "4-bit expected)", d.name.c_str(), d.element_size);
+    }
+    if (lpbq) QNN_RETURN_IF_ERROR(expand_block_scales(t->quant(), d));
     core(d.tensor).buffer = {d.data.data(), uint32_t(d.data.size())};
+  } else if (t->quant() && t->quant()->encoding() == fb::QnnQuantEncoding::BLOCKWISE_EXPANSION) {
+    return make_error(ErrorKind::NotSupported, "tensor '%s': LPBQ encoding on a non-static tensor",
+                      d.name.c_str());
   }
   return Status::Ok();
 }

@@ -4,7 +4,13 @@
 // Conversions to what the HTP backend accepts:
 // - INT_64 becomes INT_32 (static data narrowed; graph I/O converted by the runner);
 // - SFIXED_POINT_4 (2 or 4-bit values packed in bytes) becomes SFIXED_POINT_8 with one
-//   value per byte and a BW_* encoding of the original bit width.
+//   value per byte and a BW_* encoding of the original bit width;
+// - BLOCKWISE_EXPANSION (LPBQ: 4-bit codes q, integer block scales k, float channel scales)
+//   becomes SFIXED_POINT_8 AXIS_SCALE_OFFSET codes k * q with the channel scales: the same
+//   integer products. QNN 2.51 (SM8650, x86) computes its own LPBQ exactly so where it works
+//   (FullyConnected with N <= K, 1x1 Conv2d), but a Conv2d with a larger kernel from the
+//   first tap only, a FullyConnected with N > K with channels >= K zero, and some block
+//   sizes (64x64, block 8) crash graphExecute.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +34,7 @@ struct TensorDesc {
   std::vector<QnnScaleOffset> scale_offsets;
   std::vector<float> scales;
   std::vector<int32_t> offsets;
-  QnnBlockwiseExpansion blockwise{};
-  std::vector<uint8_t> block_scales;
+  std::vector<uint8_t> block_scales;  // LPBQ: [channel][block], folded into `data`
   std::vector<uint8_t> data;  // static data after conversion
   bool int64_narrowed = false;
   size_t numel = 1;

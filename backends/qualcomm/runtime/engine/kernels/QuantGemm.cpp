@@ -102,7 +102,9 @@ void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, const QWeigh
   } else {
     weight_sums(w.data.as<int8_t>(), w.N, w.K, rq.wsum);
   }
-  const bool w8 = w_info.dtype == DType::SFIXED_POINT_8 && !w_info.quant.blockwise() && !w.wide;
+  // LPBQ weights count as 8-bit per-channel weights k * q (folded in w): QNN 2.51 computes an
+  // LPBQ FullyConnected / 1x1 Conv2d exactly as that per-channel conv (measured: equal outputs).
+  const bool w8 = (w_info.dtype == DType::SFIXED_POINT_8 || w_info.quant.blockwise()) && !w.wide;
   const bool a8 = x.dtype == DType::UFIXED_POINT_8 && out.dtype == DType::UFIXED_POINT_8;
   const bool a16 = x.dtype == DType::UFIXED_POINT_16 && out.dtype == DType::UFIXED_POINT_16;
   rq.htp = w8 && (a8 || a16);

@@ -22,7 +22,8 @@ namespace engine {
 // htp (uint8 or uint16 activations in and out, 8-bit weights per tensor / channel):
 //   out_q = clamp(hr[n].apply(acc) - out_offset), QNN HTP's fixed-point arithmetic
 //   (HtpRequant.h; bias and zero-point folds in hr[n].pre / post).
-// otherwise (sub-byte / LPBQ / 16-bit weights, mixed 8/16-bit activations, whose HTP
+// (LPBQ weights count as 8-bit per-channel weights k * q.)
+// otherwise (sub-byte / 16-bit weights, mixed 8/16-bit activations, whose HTP
 // arithmetic is not reproduced): out_q = clamp(rne(acc * mult[n] + bias[n]) -
 // out_offset), the PT2E float reference (double multiplier, round half even).
 struct Requant {
