@@ -1,7 +1,9 @@
 """The integer Conv2d / FullyConnected / DepthWiseConv2d kernels give the same integers on
 every path: the SIMD one the machine picks (AVX2, or AVX-512 VNNI for uint8) split over the
 thread pool, and the plain C++ loops forced with QNN_HOST_ENGINE_KERNELS=plain. Shapes are
-large enough to be split over threads; each path must also equal HTP's numpy model.
+large enough to be split over threads; each path must also equal HTP's numpy model. Each run
+also reads the code path the kernel picked (Kernel::path, "<mac>/<requant>", through the test
+hooks), so a silent fallback to the plain loops or to scalar requantization fails the test.
 """
 from __future__ import annotations
 
@@ -13,19 +15,30 @@ from backends.qualcomm.tests.quant_reference import (
     QGraph, U8, U16, act_quant, dequantize, pack_bits, quantize, weight_dtype, weight_quant)
 from backends.qualcomm.tests.test_engine_kernels import F32, U32, randn, scalar, u32
 from backends.qualcomm.tests.test_engine_quant_kernels import conv_ref, gen_bool, int_conv
+from backends.qualcomm.tests.utils_helpers import test_hooks
 
 ACT = {"u8": U8, "u16": U16}
+# The AVX2 path of each activation type: int16-pair vpmaddwd, requantization in 8 int32 lanes
+# (uint8) or with 64-bit products (uint16: 23 fractional bits).
+LANES = {"u8": "avx2/lanes8", "u16": "avx2/lanes64"}
 
 
-def _run_paths(monkeypatch, build):
-    """build() -> integer output, once per path."""
+def _run_paths(monkeypatch, build, simd_path):
+    """build() -> (integer output, kernel path), once per path; asserts the kernel path:
+    `simd_path` ("avx2/lanes8", ...) for the default and the avx2 runs on an AVX2 machine
+    (default: "vnni/scalar" instead where `vnni` applies), "plain/scalar" when forced."""
+    features = test_hooks().kernel_features()
     outputs = {}
     for path in ("default", "avx2", "plain"):
         if path == "default":
             monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
         else:
             monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
-        outputs[path] = build()
+        outputs[path], ran = build()
+        want = simd_path if features["avx2"] and path != "plain" else "plain/scalar"
+        if path == "default" and features["vnni"] and want.startswith("avx2") and ran.startswith("vnni"):
+            want = "vnni/scalar"
+        assert ran == want, f"QNN_HOST_ENGINE_KERNELS={path}: ran {ran}, expected {want}"
     return outputs
 
 
@@ -41,11 +54,13 @@ def _want(act, acc, qx, wq, w_scale, qy, bias, unshifted=False):
 
 
 def _weighted(op, x, qx, wq, wparams, b, shape, qy, **params):
-    """Runs one weighted op (8-bit weights wq, float bias b) on the quantized x."""
+    """Runs one weighted op (8-bit weights wq, float bias b) on the quantized x; returns the
+    integer output and the op kernel's code path."""
     qg = QGraph()
     xi = qg.act("x", x, qx)
     wi = qg.static_q("w", pack_bits(wq, 8), wq.shape, weight_dtype(8), wparams)
-    return qg.run(op, [xi, wi, qg.static_f("b", b)], qg.out(shape, qy), **params)
+    out = qg.run(op, [xi, wi, qg.static_f("b", b)], qg.out(shape, qy), **params)
+    return out, qg.kernel_path(op)
 
 
 def wq_sum(wq):
@@ -65,7 +80,7 @@ def test_fully_connected_paths_bit_exact(monkeypatch, act, k):
         return _weighted("FullyConnected", x, qx, wq, wparams, b, real.shape, qy,
                          keep_dims=scalar(gen_bool(), 0))
 
-    outputs = _run_paths(monkeypatch, build)
+    outputs = _run_paths(monkeypatch, build, LANES[act])
     acc = (quantize(x, qx) + qx["offset"]) @ wq.T
     _check(outputs, _want(act, acc, qx, wq, wscale[:, 0], qy, b.astype(np.float32)))
 
@@ -84,7 +99,7 @@ def test_conv2d_paths_bit_exact(monkeypatch, act, k, stride):
                          pad_amount=u32([[pad, pad], [pad, pad]]), dilation=u32([1, 1]),
                          group=scalar(U32, 1))
 
-    outputs = _run_paths(monkeypatch, build)
+    outputs = _run_paths(monkeypatch, build, LANES[act])
     acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, pad, 1)
     _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32)))
 
@@ -103,7 +118,8 @@ def test_depthwise_threaded_bit_exact(monkeypatch, act, stride):
         return _weighted("DepthWiseConv2d", x, qx, wq, wparams, b, real.shape, qy, stride=u32([stride, stride]),
                          pad_amount=u32([[1, 1], [1, 1]]), dilation=u32([1, 1]))
 
-    outputs = _run_paths(monkeypatch, build)
+    # strided uint8: HTP's unshifted multiplier needs the 64-bit-product lanes
+    outputs = _run_paths(monkeypatch, build, LANES["u16" if stride > 1 else act])
     acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, 1, c)
     _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32),
                           unshifted=stride > 1))
@@ -112,7 +128,8 @@ def test_depthwise_threaded_bit_exact(monkeypatch, act, stride):
 @pytest.mark.parametrize("act", ["u8", "u16"])
 def test_softmax_fused_equals_wrapper(monkeypatch, act):
     """Quantized Softmax over the last axis, fused per row and split over the pool, gives the
-    codes of the dequantize -> float Softmax -> requantize wrapper (QNN_DELEGATE_REFERENCE_KERNELS=1)."""
+    codes of the dequantize -> float Softmax -> requantize wrapper (QNN_DELEGATE_REFERENCE_KERNELS=1),
+    with exp in vector lanes and with std::exp (QNN_HOST_ENGINE_KERNELS=plain)."""
     x = randn(2, 6, 50, 77, seed=33) * 3
     qx = act_quant(x, ACT[act])
     xr = dequantize(quantize(x, qx), qx).astype(np.float64)
@@ -123,13 +140,23 @@ def test_softmax_fused_equals_wrapper(monkeypatch, act):
     def build():
         qg = QGraph()
         xi = qg.act("x", x, qx)
-        return qg.run("Softmax", [xi], qg.out(real.shape, qy), axis=scalar(U32, 3), beta=scalar(F32, 1.0))
+        out = qg.run("Softmax", [xi], qg.out(real.shape, qy), axis=scalar(U32, 3), beta=scalar(F32, 1.0))
+        return out, qg.kernel_path("Softmax")
 
+    lanes = "avx2/exp-lanes" if test_hooks().kernel_features()["avx2"] else "plain/exp-scalar"
     monkeypatch.delenv("QNN_DELEGATE_REFERENCE_KERNELS", raising=False)
-    fused = build()
+    monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+    fused, ran = build()
+    assert ran == lanes
+    monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", "plain")  # std::exp per element
+    fused_plain, ran = build()
+    assert ran == "plain/exp-scalar"
+    monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS")
     monkeypatch.setenv("QNN_DELEGATE_REFERENCE_KERNELS", "1")
-    wrapped = build()
+    wrapped, ran = build()
+    assert ran == "dequant+" + lanes
     np.testing.assert_array_equal(fused, wrapped)
+    np.testing.assert_array_equal(fused_plain, wrapped)
     want = np.clip(np.rint(real / np.float64(np.float32(qy["scale"]))) - qy["offset"], 0, 255 if act == "u8" else 65535)
     assert np.abs(fused.astype(np.int64) - want).max() <= 1
 

@@ -8,6 +8,7 @@
 //   STATIC inputs (weight-only fp16a8w, quantized gamma/tables) are dequantized once at init.
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "qnn_payload_generated.h"
 
@@ -95,8 +96,11 @@ class DequantWrappedKernel final : public Kernel {
       QNN_RETURN_IF_ERROR(add_local(v, *t, true, env));
       inner.outputs.push_back(&locals_.back());
     }
-    return float_factory(inner, env, inner_);
+    QNN_RETURN_IF_ERROR(float_factory(inner, env, inner_));
+    if (inner_) path_ = std::string("dequant+") + inner_->path();
+    return Status::Ok();
   }
+  const char* path() const override { return path_.c_str(); }
 
   Status run(const RunContext& ctx) const override {
     char* scratch = static_cast<char*>(ctx.scratch);
@@ -184,6 +188,7 @@ class DequantWrappedKernel final : public Kernel {
   mutable std::vector<void*> ptrs_;  // by local id; rewritten on every run
   size_t own_scratch_ = 0;
   KernelPtr inner_;
+  std::string path_;  // "dequant+" and the float kernel's path
 };
 
 // Output code is a function of one input code (op table: lut).
@@ -199,6 +204,7 @@ bool is_unary_lut_op(const OpView& v) {
 //   dequantized input value (same numbers as the wrapped path).
 class LutKernel final : public Kernel {
  public:
+  const char* path() const override { return "lut"; }
   Status init_from_payload(const OpView& v, const flatbuffers::Vector<uint8_t>& table, KernelEnv& env) {
     bind(v);
     const size_t bytes = table.size();
@@ -324,7 +330,9 @@ Status check_stored_table(const OpView& v, const flatbuffers::Vector<uint8_t>& t
   return Status::Ok();
 }
 
-Status create_wrapped(const OpView& v, KernelEnv& env, KernelFactory float_factory, KernelPtr& out) {
+Status create_wrapped(const OpView& v, KernelEnv& graph_env, KernelFactory float_factory, KernelPtr& out) {
+  KernelEnv env = graph_env;  // the float kernel writes scratch, not the op's outputs
+  env.round_fp16_outputs = false;
   if (takes_lut(v) && !env.reference_only) {
     std::unique_ptr<LutKernel> k(new LutKernel());
     QNN_RETURN_IF_ERROR(k->init_from_float(v, env, float_factory));

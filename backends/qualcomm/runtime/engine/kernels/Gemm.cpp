@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/qualcomm/runtime/engine/DataType.h"
 #include "backends/qualcomm/runtime/engine/ThreadPool.h"
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 namespace qnn_delegate {
 namespace engine {
@@ -44,8 +49,24 @@ inline VecF load_vec(const float* p) {
 
 inline void store_vec(float* p, VecF v) { __builtin_memcpy(p, &v, sizeof(v)); }
 
-// C[0..MR) x [0..cols) = A[0..MR) x panel (+ bias); MR rows are all valid.
-template <size_t MR>
+// round_to_half of every lane (F16C: 8 lanes per conversion, the same rounding).
+inline VecF round_half_vec(VecF v) {
+  alignas(32) float f[kGemmVecFloats];
+  __builtin_memcpy(f, &v, sizeof(v));
+#if defined(__F16C__)
+  for (size_t h = 0; h < kGemmVecFloats; h += 8) {
+    _mm256_store_ps(f + h, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_load_ps(f + h), _MM_FROUND_TO_NEAREST_INT)));
+  }
+#else
+  for (float& x : f) x = round_to_half(x);
+#endif
+  __builtin_memcpy(&v, f, sizeof(v));
+  return v;
+}
+
+// C[0..MR) x [0..cols) = A[0..MR) x panel (+ bias), rounded to fp16 when Round; MR rows
+// are all valid.
+template <size_t MR, bool Round>
 inline void micro_kernel(const float* A, size_t lda, const float* panel, size_t K,
                          const float* bias, float* C, size_t ldc, size_t cols) {
   VecF acc0[MR], acc1[MR];
@@ -67,8 +88,13 @@ inline void micro_kernel(const float* A, size_t lda, const float* panel, size_t 
     const VecF bias0 = bias ? load_vec(bias) : VecF{};
     const VecF bias1 = bias ? load_vec(bias + kGemmVecFloats) : VecF{};
     for (size_t i = 0; i < MR; ++i) {
-      store_vec(C + i * ldc, acc0[i] + bias0);
-      store_vec(C + i * ldc + kGemmVecFloats, acc1[i] + bias1);
+      VecF c0 = acc0[i] + bias0, c1 = acc1[i] + bias1;
+      if (Round) {
+        c0 = round_half_vec(c0);
+        c1 = round_half_vec(c1);
+      }
+      store_vec(C + i * ldc, c0);
+      store_vec(C + i * ldc + kGemmVecFloats, c1);
     }
     return;
   }
@@ -76,7 +102,10 @@ inline void micro_kernel(const float* A, size_t lda, const float* panel, size_t 
     float tmp[kGemmNR];
     store_vec(tmp, acc0[i]);
     store_vec(tmp + kGemmVecFloats, acc1[i]);
-    for (size_t j = 0; j < cols; ++j) C[i * ldc + j] = tmp[j] + (bias ? bias[j] : 0.f);
+    for (size_t j = 0; j < cols; ++j) {
+      const float c = tmp[j] + (bias ? bias[j] : 0.f);
+      C[i * ldc + j] = Round ? round_to_half(c) : c;
+    }
   }
 }
 
@@ -92,6 +121,7 @@ struct PackedGemmJob {
   float* C;
   size_t ldc, M, N, K;
   size_t panels;
+  bool round_half;
 };
 
 constexpr size_t kRowBlock = 96;
@@ -99,8 +129,8 @@ constexpr size_t kRowBlock = 96;
 constexpr size_t kMinParallelMacs = size_t(1) << 20;
 
 // Tile t = (row block t / panels, panel t % panels).
-void run_packed_tiles(void* ctx, size_t begin, size_t end) {
-  const PackedGemmJob& j = *static_cast<const PackedGemmJob*>(ctx);
+template <bool Round>
+void run_tiles(const PackedGemmJob& j, size_t begin, size_t end) {
   for (size_t t = begin; t < end; ++t) {
     const size_t m0 = (t / j.panels) * kRowBlock;
     const size_t p = t % j.panels;
@@ -111,20 +141,29 @@ void run_packed_tiles(void* ctx, size_t begin, size_t end) {
     const float* pb = j.bias ? j.bias + n0 : nullptr;
     size_t m = m0;
     for (; m + kGemmMR <= m_end; m += kGemmMR) {
-      micro_kernel<kGemmMR>(j.A + m * j.lda, j.lda, panel, j.K, pb, j.C + m * j.ldc + n0, j.ldc, cols);
+      micro_kernel<kGemmMR, Round>(j.A + m * j.lda, j.lda, panel, j.K, pb, j.C + m * j.ldc + n0, j.ldc, cols);
     }
     for (; m < m_end; ++m) {
-      micro_kernel<1>(j.A + m * j.lda, j.lda, panel, j.K, pb, j.C + m * j.ldc + n0, j.ldc, cols);
+      micro_kernel<1, Round>(j.A + m * j.lda, j.lda, panel, j.K, pb, j.C + m * j.ldc + n0, j.ldc, cols);
     }
+  }
+}
+
+void run_packed_tiles(void* ctx, size_t begin, size_t end) {
+  const PackedGemmJob& j = *static_cast<const PackedGemmJob*>(ctx);
+  if (j.round_half) {
+    run_tiles<true>(j, begin, end);
+  } else {
+    run_tiles<false>(j, begin, end);
   }
 }
 
 } // namespace
 
 void gemm_packed(const float* A, size_t lda, const float* Bp, const float* bias, float* C,
-                 size_t ldc, size_t M, size_t N, size_t K) {
+                 size_t ldc, size_t M, size_t N, size_t K, bool round_half) {
   const size_t panels = (N + kGemmNR - 1) / kGemmNR;
-  PackedGemmJob job{A, lda, Bp, bias, C, ldc, M, N, K, panels};
+  PackedGemmJob job{A, lda, Bp, bias, C, ldc, M, N, K, panels, round_half};
   const size_t tiles = ((M + kRowBlock - 1) / kRowBlock) * panels;
   if (M * N * K < kMinParallelMacs) {
     run_packed_tiles(&job, 0, tiles);

@@ -27,9 +27,10 @@ void pack_b_kn(const float* b, size_t K, size_t N, size_t ldb, float* dst);
 // B given transposed: w[n * K + k] (FullyConnected weights [N, K]).
 void pack_b_nk(const float* w, size_t K, size_t N, float* dst);
 
-// C[m * ldc + n] = sum_k A[m * lda + k] * B[k][n] + (bias ? bias[n] : 0).
+// C[m * ldc + n] = sum_k A[m * lda + k] * B[k][n] + (bias ? bias[n] : 0), rounded to fp16
+// (round_to_half) as it is stored when round_half.
 void gemm_packed(const float* A, size_t lda, const float* Bp, const float* bias, float* C,
-                 size_t ldc, size_t M, size_t N, size_t K);
+                 size_t ldc, size_t M, size_t N, size_t K, bool round_half = false);
 
 // Unpacked GEMM for dynamic operands (MatMul): B given as b[k * ldb + n].
 // C must not alias A or B. Overwrites C.

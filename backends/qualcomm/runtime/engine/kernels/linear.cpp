@@ -45,21 +45,23 @@ class FcReferenceKernel final : public Kernel {
 
 class FcPackedKernel final : public Kernel {
  public:
-  FcPackedKernel(const FcShape& s, const float* w, TrackingAllocator* a)
-      : s_(s), packed_(a, packed_b_floats(s.K, s.N) * sizeof(float)) {
+  FcPackedKernel(const FcShape& s, const float* w, TrackingAllocator* a, bool round_half)
+      : s_(s), packed_(a, packed_b_floats(s.K, s.N) * sizeof(float)), round_(round_half) {
     if (packed_.valid()) pack_b_nk(w, s.K, s.N, packed_.as<float>());
   }
   bool valid() const { return packed_.valid(); }
   size_t owned_bytes() const override { return packed_.size(); }
+  bool rounds_fp16_outputs() const override { return round_; }
   Status run(const RunContext& c) const override {
     gemm_packed(c.at<const float>(s_.x), s_.K, packed_.as<float>(), c.at<const float>(s_.b),
-                c.at<float>(s_.out), s_.N, s_.M, s_.N, s_.K);
+                c.at<float>(s_.out), s_.N, s_.M, s_.N, s_.K, round_);
     return Status::Ok();
   }
 
  private:
   FcShape s_;
   Buffer packed_;
+  bool round_ = false;  // fp16: outputs rounded as they are stored
 };
 
 Status create_fully_connected(const OpView& v, KernelEnv& env, KernelPtr& out) {
@@ -69,7 +71,8 @@ Status create_fully_connected(const OpView& v, KernelEnv& env, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(fc_shape(v, DType::FLOAT_32, s));
   const TensorInfo& w = *v.inputs[1];
   if (env.reference_only || w.static_data == nullptr) return emplace_kernel<FcReferenceKernel>(out, s);
-  auto* k = new FcPackedKernel(s, static_cast<const float*>(w.static_data), env.allocator);
+  auto* k = new FcPackedKernel(s, static_cast<const float*>(w.static_data), env.allocator,
+                               env.round_fp16_outputs);
   out.reset(k);
   if (!k->valid()) return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate packed weights");
   return Status::Ok();

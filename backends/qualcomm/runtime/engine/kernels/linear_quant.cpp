@@ -22,6 +22,7 @@ class QFcKernel final : public Kernel {
   explicit QFcKernel(QFcSetup& s) : s_(s.s) { core_.init(std::move(*s.w), std::move(s.rq), 1, s.alloc); }
   size_t owned_bytes() const override { return core_.owned_bytes(); }
   size_t scratch_bytes() const override { return core_.slots() * core_.slot_bytes(); }
+  const char* path() const override { return core_.path_name(); }
   Status run(const RunContext& c) const override {
     core_.gemm_parallel(c.at<const A>(s_.x), s_.K, 0, s_.M, c.at<O>(s_.out), s_.N,
                         static_cast<char*>(c.scratch));
