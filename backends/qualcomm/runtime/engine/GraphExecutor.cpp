@@ -108,6 +108,7 @@ const TensorInfo* GraphExecutor::clamped_output(const ActivationFusion& fusion, 
   clamped = tensors_[act_op->outputs()->Get(0)];
   clamped.clamp_min = fusion.clamp_min[act];
   clamped.clamp_max = fusion.clamp_max[act];
+  clamped.fused_act = fusion.float_act[act];
   return &clamped;
 }
 

@@ -49,6 +49,17 @@ inline VecF load_vec(const float* p) {
 
 inline void store_vec(float* p, VecF v) { __builtin_memcpy(p, &v, sizeof(v)); }
 
+// FloatActivation::apply on every lane (ordered compares: a NaN lane stays NaN for
+// ReluMinMax and becomes 0 for Relu, as there).
+inline VecF activate_vec(VecF x, const FloatActivation& a) {
+  if (a.kind == FloatActivation::Relu) return x > VecF{} ? x : VecF{};
+  if (a.kind == FloatActivation::ReluMinMax) {
+    const VecF lo = VecF{} + a.lo, hi = VecF{} + a.hi;
+    return x < lo ? lo : (x > hi ? hi : x);
+  }
+  return x;
+}
+
 // round_to_half of every lane (F16C: 8 lanes per conversion, the same rounding).
 inline VecF round_half_vec(VecF v) {
   alignas(32) float f[kGemmVecFloats];
@@ -64,11 +75,12 @@ inline VecF round_half_vec(VecF v) {
   return v;
 }
 
-// C[0..MR) x [0..cols) = A[0..MR) x panel (+ bias), rounded to fp16 when Round; MR rows
+// C[0..MR) x [0..cols) = ep(A[0..MR) x panel (+ bias)) (Round: ep.round_half); MR rows
 // are all valid.
 template <size_t MR, bool Round>
 inline void micro_kernel(const float* A, size_t lda, const float* panel, size_t K,
-                         const float* bias, float* C, size_t ldc, size_t cols) {
+                         const float* bias, float* C, size_t ldc, size_t cols,
+                         const GemmEpilogue& ep) {
   VecF acc0[MR], acc1[MR];
   for (size_t i = 0; i < MR; ++i) {
     acc0[i] = VecF{};
@@ -88,7 +100,7 @@ inline void micro_kernel(const float* A, size_t lda, const float* panel, size_t 
     const VecF bias0 = bias ? load_vec(bias) : VecF{};
     const VecF bias1 = bias ? load_vec(bias + kGemmVecFloats) : VecF{};
     for (size_t i = 0; i < MR; ++i) {
-      VecF c0 = acc0[i] + bias0, c1 = acc1[i] + bias1;
+      VecF c0 = activate_vec(acc0[i] + bias0, ep.act), c1 = activate_vec(acc1[i] + bias1, ep.act);
       if (Round) {
         c0 = round_half_vec(c0);
         c1 = round_half_vec(c1);
@@ -103,7 +115,7 @@ inline void micro_kernel(const float* A, size_t lda, const float* panel, size_t 
     store_vec(tmp, acc0[i]);
     store_vec(tmp + kGemmVecFloats, acc1[i]);
     for (size_t j = 0; j < cols; ++j) {
-      const float c = tmp[j] + (bias ? bias[j] : 0.f);
+      const float c = ep.act.apply(tmp[j] + (bias ? bias[j] : 0.f));
       C[i * ldc + j] = Round ? round_to_half(c) : c;
     }
   }
@@ -121,7 +133,7 @@ struct PackedGemmJob {
   float* C;
   size_t ldc, M, N, K;
   size_t panels;
-  bool round_half;
+  GemmEpilogue ep;
 };
 
 constexpr size_t kRowBlock = 96;
@@ -141,17 +153,18 @@ void run_tiles(const PackedGemmJob& j, size_t begin, size_t end) {
     const float* pb = j.bias ? j.bias + n0 : nullptr;
     size_t m = m0;
     for (; m + kGemmMR <= m_end; m += kGemmMR) {
-      micro_kernel<kGemmMR, Round>(j.A + m * j.lda, j.lda, panel, j.K, pb, j.C + m * j.ldc + n0, j.ldc, cols);
+      micro_kernel<kGemmMR, Round>(j.A + m * j.lda, j.lda, panel, j.K, pb, j.C + m * j.ldc + n0, j.ldc, cols,
+                                   j.ep);
     }
     for (; m < m_end; ++m) {
-      micro_kernel<1, Round>(j.A + m * j.lda, j.lda, panel, j.K, pb, j.C + m * j.ldc + n0, j.ldc, cols);
+      micro_kernel<1, Round>(j.A + m * j.lda, j.lda, panel, j.K, pb, j.C + m * j.ldc + n0, j.ldc, cols, j.ep);
     }
   }
 }
 
 void run_packed_tiles(void* ctx, size_t begin, size_t end) {
   const PackedGemmJob& j = *static_cast<const PackedGemmJob*>(ctx);
-  if (j.round_half) {
+  if (j.ep.round_half) {
     run_tiles<true>(j, begin, end);
   } else {
     run_tiles<false>(j, begin, end);
@@ -161,9 +174,9 @@ void run_packed_tiles(void* ctx, size_t begin, size_t end) {
 } // namespace
 
 void gemm_packed(const float* A, size_t lda, const float* Bp, const float* bias, float* C,
-                 size_t ldc, size_t M, size_t N, size_t K, bool round_half) {
+                 size_t ldc, size_t M, size_t N, size_t K, const GemmEpilogue& ep) {
   const size_t panels = (N + kGemmNR - 1) / kGemmNR;
-  PackedGemmJob job{A, lda, Bp, bias, C, ldc, M, N, K, panels, round_half};
+  PackedGemmJob job{A, lda, Bp, bias, C, ldc, M, N, K, panels, ep};
   const size_t tiles = ((M + kRowBlock - 1) / kRowBlock) * panels;
   if (M * N * K < kMinParallelMacs) {
     run_packed_tiles(&job, 0, tiles);

@@ -51,11 +51,15 @@ void conv_reference(const ConvGeometry& g, size_t mult, const float* x, const fl
 
 class ConvReferenceKernel final : public Kernel {
  public:
-  ConvReferenceKernel(const ConvGeometry& g, const ConvIds& ids, size_t mult)
-      : g_(g), ids_(ids), mult_(mult) {}
+  ConvReferenceKernel(const ConvGeometry& g, const ConvIds& ids, size_t mult, FloatActivation act)
+      : g_(g), ids_(ids), mult_(mult), act_(act) {}
   Status run(const RunContext& c) const override {
+    float* out = c.at<float>(ids_.out);
     conv_reference(g_, mult_, c.at<const float>(ids_.x), c.at<const float>(ids_.w),
-                   c.at<const float>(ids_.b), c.at<float>(ids_.out));
+                   c.at<const float>(ids_.b), out);
+    if (act_.kind != FloatActivation::None) {
+      for (size_t i = 0, n = g_.n * g_.oh * g_.ow * g_.cout; i < n; ++i) out[i] = act_.apply(out[i]);
+    }
     return Status::Ok();
   }
 
@@ -63,14 +67,15 @@ class ConvReferenceKernel final : public Kernel {
   ConvGeometry g_;
   ConvIds ids_;
   size_t mult_;
+  FloatActivation act_;  // fused Relu / ReluMinMax (ActivationFusion.h)
 };
 
 // ---- fast conv: GEMM on packed weights --------------------------------------
 class ConvGemmKernel final : public Kernel {
  public:
   ConvGemmKernel(const ConvGeometry& g, const ConvIds& ids, const float* w, TrackingAllocator* a,
-                 bool round_half)
-      : g_(g), ids_(ids), round_(round_half) {
+                 const GemmEpilogue& ep)
+      : g_(g), ids_(ids), ep_(ep) {
     k_ = g.kh * g.kw * g.cin_g();
     pointwise_ = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.group == 1 &&
                  g.pt + g.pb + g.pl + g.pr == 0;
@@ -84,14 +89,14 @@ class ConvGemmKernel final : public Kernel {
   bool valid() const { return packed_.valid(); }
   size_t scratch_bytes() const override { return pointwise_ ? 0 : kIm2colTile * k_ * sizeof(float); }
   size_t owned_bytes() const override { return packed_.size(); }
-  bool rounds_fp16_outputs() const override { return round_; }
+  bool rounds_fp16_outputs() const override { return ep_.round_half; }
 
   Status run(const RunContext& c) const override {
     const float* x = c.at<const float>(ids_.x);
     const float* b = c.at<const float>(ids_.b);
     float* out = c.at<float>(ids_.out);
     if (pointwise_) {
-      gemm_packed(x, g_.cin, packed_.as<float>(), b, out, g_.cout, g_.n * g_.h * g_.w, g_.cout, g_.cin, round_);
+      gemm_packed(x, g_.cin, packed_.as<float>(), b, out, g_.cout, g_.n * g_.h * g_.w, g_.cout, g_.cin, ep_);
       return Status::Ok();
     }
     float* cols = static_cast<float*>(c.scratch);
@@ -101,7 +106,7 @@ class ConvGemmKernel final : public Kernel {
       for (size_t grp = 0; grp < g_.group; ++grp) {
         im2col_rows(g_, k_, x, p0, np, grp, 0.0f, cols);
         gemm_packed(cols, k_, packed_.as<float>() + grp * group_floats_, b + grp * g_.cout_g(),
-                    out + p0 * g_.cout + grp * g_.cout_g(), g_.cout, np, g_.cout_g(), k_, round_);
+                    out + p0 * g_.cout + grp * g_.cout_g(), g_.cout, np, g_.cout_g(), k_, ep_);
       }
     }
     return Status::Ok();
@@ -112,7 +117,7 @@ class ConvGemmKernel final : public Kernel {
   ConvIds ids_;
   size_t k_ = 0, group_floats_ = 0;
   bool pointwise_ = false;
-  bool round_ = false;  // fp16: outputs rounded as they are stored
+  GemmEpilogue ep_;  // fused activation, fp16 rounding
   Buffer packed_;
 };
 
@@ -128,8 +133,8 @@ constexpr size_t kDwMaxTapsF = 64;
 
 class DepthwiseKernel final : public Kernel {
  public:
-  DepthwiseKernel(const ConvGeometry& g, const ConvIds& ids, bool round_half)
-      : g_(g), ids_(ids), round_(round_half) {
+  DepthwiseKernel(const ConvGeometry& g, const ConvIds& ids, FloatActivation act, bool round_half)
+      : g_(g), ids_(ids), act_(act), round_(round_half) {
 #ifdef QNN_DW_BLOCKED
     blocked_ = g.kh * g.kw <= kDwMaxTapsF && !plain_kernels_forced();
 #else
@@ -193,6 +198,9 @@ class DepthwiseKernel final : public Kernel {
         const float* pw = w + (ky * g_.kw + kx) * C;
         for (size_t ch = 0; ch < C; ++ch) o[ch] += px[ch] * pw[ch];
       }
+    if (act_.kind != FloatActivation::None) {
+      for (size_t ch = 0; ch < C; ++ch) o[ch] = act_.apply(o[ch]);
+    }
     if (round_) round_to_half_inplace(o, C);
   }
 
@@ -222,26 +230,34 @@ class DepthwiseKernel final : public Kernel {
         a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xp + 16), _mm256_loadu_ps(wp + 16), a2);
         a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xp + 24), _mm256_loadu_ps(wp + 24), a3);
       }
-      _mm256_storeu_ps(o + c0, half(a0));
-      _mm256_storeu_ps(o + c0 + 8, half(a1));
-      _mm256_storeu_ps(o + c0 + 16, half(a2));
-      _mm256_storeu_ps(o + c0 + 24, half(a3));
+      _mm256_storeu_ps(o + c0, finish(a0));
+      _mm256_storeu_ps(o + c0 + 8, finish(a1));
+      _mm256_storeu_ps(o + c0 + 16, finish(a2));
+      _mm256_storeu_ps(o + c0 + 24, finish(a3));
     }
     for (; c0 + 8 <= C; c0 += 8) {
       __m256 acc = _mm256_loadu_ps(b + c0);
       for (size_t t = 0; t < taps; ++t) acc = _mm256_fmadd_ps(_mm256_loadu_ps(px[t] + c0), _mm256_loadu_ps(pw[t] + c0), acc);
-      _mm256_storeu_ps(o + c0, half(acc));
+      _mm256_storeu_ps(o + c0, finish(acc));
     }
     for (size_t ch = c0; ch < C; ++ch) {
       float acc = b[ch];
       for (size_t t = 0; t < taps; ++t) acc = std::fma(px[t][ch], pw[t][ch], acc);
+      acc = act_.apply(acc);
       o[ch] = round_ ? round_to_half(acc) : acc;
     }
   }
 
-  // round_to_half of 8 lanes when the kernel rounds its outputs (F16C: F16C is implied by
-  // the FMA machines this path is built for, and checked at compile time).
-  __m256 half(__m256 v) const {
+  // The fused activation (as FloatActivation::apply: ordered compares, so NaN stays NaN for
+  // ReluMinMax and becomes 0 for Relu), then round_to_half when the kernel rounds its outputs.
+  __m256 finish(__m256 v) const {
+    if (act_.kind == FloatActivation::Relu) {
+      v = _mm256_and_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ), v);
+    } else if (act_.kind == FloatActivation::ReluMinMax) {
+      const __m256 lo = _mm256_set1_ps(act_.lo), hi = _mm256_set1_ps(act_.hi);
+      const __m256 below = _mm256_cmp_ps(v, lo, _CMP_LT_OQ), above = _mm256_cmp_ps(v, hi, _CMP_GT_OQ);
+      v = _mm256_blendv_ps(_mm256_blendv_ps(v, hi, above), lo, below);
+    }
 #if defined(__F16C__)
     return round_ ? _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)) : v;
 #else
@@ -261,7 +277,8 @@ class DepthwiseKernel final : public Kernel {
 
   ConvGeometry g_;
   ConvIds ids_;
-  bool round_ = false;  // fp16: outputs rounded as they are stored
+  FloatActivation act_;  // fused Relu / ReluMinMax (ActivationFusion.h)
+  bool round_ = false;   // fp16: outputs rounded as they are stored
   bool blocked_ = false;
 };
 
@@ -277,11 +294,14 @@ Status create_conv2d(const OpView& v, KernelEnv& env, KernelPtr& out) {
   ConvIds ids;
   QNN_RETURN_IF_ERROR(make_geometry(v, false, g, ids));
   const TensorInfo& w = *v.inputs[1];
+  const FloatActivation act = v.outputs[0]->fused_act;
   if (env.reference_only || w.static_data == nullptr) {
-    return emplace_kernel<ConvReferenceKernel>(out, g, ids, 0);
+    return emplace_kernel<ConvReferenceKernel>(out, g, ids, 0, act);
   }
-  auto* k = new ConvGemmKernel(g, ids, static_cast<const float*>(w.static_data), env.allocator,
-                               env.round_fp16_outputs);
+  GemmEpilogue ep;
+  ep.act = act;
+  ep.round_half = env.round_fp16_outputs;
+  auto* k = new ConvGemmKernel(g, ids, static_cast<const float*>(w.static_data), env.allocator, ep);
   out.reset(k);
   if (!k->valid()) return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate packed weights");
   return Status::Ok();
@@ -292,8 +312,9 @@ Status create_depthwise(const OpView& v, KernelEnv& env, KernelPtr& out) {
   ConvIds ids;
   QNN_RETURN_IF_ERROR(make_geometry(v, true, g, ids));
   const size_t mult = g.cout / g.cin;
-  if (env.reference_only || mult != 1) return emplace_kernel<ConvReferenceKernel>(out, g, ids, mult);
-  return emplace_kernel<DepthwiseKernel>(out, g, ids, env.round_fp16_outputs);
+  const FloatActivation act = v.outputs[0]->fused_act;
+  if (env.reference_only || mult != 1) return emplace_kernel<ConvReferenceKernel>(out, g, ids, mult, act);
+  return emplace_kernel<DepthwiseKernel>(out, g, ids, act, env.round_fp16_outputs);
 }
 
 } // namespace
