@@ -87,7 +87,8 @@ class ConvGemmKernel final : public Kernel {
     }
   }
   bool valid() const { return packed_.valid(); }
-  size_t scratch_bytes() const override { return pointwise_ ? 0 : kIm2colTile * k_ * sizeof(float); }
+  // im2col: one tile per pool thread.
+  size_t scratch_bytes() const override { return pointwise_ ? 0 : slots_ * tile_bytes(); }
   size_t owned_bytes() const override { return packed_.size(); }
   bool rounds_fp16_outputs() const override { return ep_.round_half; }
 
@@ -99,15 +100,13 @@ class ConvGemmKernel final : public Kernel {
       gemm_packed(x, g_.cin, packed_.as<float>(), b, out, g_.cout, g_.n * g_.h * g_.w, g_.cout, g_.cin, ep_);
       return Status::Ok();
     }
-    float* cols = static_cast<float*>(c.scratch);
     const size_t pixels = g_.n * g_.oh * g_.ow;
-    for (size_t p0 = 0; p0 < pixels; p0 += kIm2colTile) {
-      const size_t np = std::min(kIm2colTile, pixels - p0);
-      for (size_t grp = 0; grp < g_.group; ++grp) {
-        im2col_rows(g_, k_, x, p0, np, grp, 0.0f, cols);
-        gemm_packed(cols, k_, packed_.as<float>() + grp * group_floats_, b + grp * g_.cout_g(),
-                    out + p0 * g_.cout + grp * g_.cout_g(), g_.cout, np, g_.cout_g(), k_, ep_);
-      }
+    const size_t S = pixels * g_.cout * k_ < kMinParallelIm2colMacs ? 1 : slots_;
+    Im2colJob job{this, x, b, out, static_cast<char*>(c.scratch), S};
+    if (S == 1) {
+      im2col_slots(&job, 0, 1);
+    } else {
+      ThreadPool::instance().parallel_for(S, &im2col_slots, &job);
     }
     return Status::Ok();
   }
@@ -115,7 +114,40 @@ class ConvGemmKernel final : public Kernel {
  private:
   ConvGeometry g_;
   ConvIds ids_;
+  static constexpr size_t kMinParallelIm2colMacs = size_t(1) << 20;
+  struct Im2colJob {
+    const ConvGemmKernel* k;
+    const float* x;
+    const float* b;
+    float* out;
+    char* scratch;
+    size_t S;  // slots the pixels are split into
+  };
+  size_t tile_bytes() const { return (kIm2colTile * k_ * sizeof(float) + 63) & ~size_t(63); }
+
+  // Slots [begin, end) of j.S: slot s takes pixels [P s / S, P (s + 1) / S) in im2col tiles,
+  // its own tile of scratch.
+  static void im2col_slots(void* ctx, size_t begin, size_t end) {
+    const Im2colJob& j = *static_cast<const Im2colJob*>(ctx);
+    const ConvGemmKernel& k = *j.k;
+    const ConvGeometry& g = k.g_;
+    const size_t pixels = g.n * g.oh * g.ow, S = j.S;
+    for (size_t s = begin; s < end; ++s) {
+      float* cols = reinterpret_cast<float*>(j.scratch + s * k.tile_bytes());
+      const size_t p_end = pixels * (s + 1) / S;
+      for (size_t p0 = pixels * s / S; p0 < p_end; p0 += kIm2colTile) {
+        const size_t np = std::min(kIm2colTile, p_end - p0);
+        for (size_t grp = 0; grp < g.group; ++grp) {
+          im2col_rows(g, k.k_, j.x, p0, np, grp, 0.0f, cols);
+          gemm_packed(cols, k.k_, k.packed_.as<float>() + grp * k.group_floats_, j.b + grp * g.cout_g(),
+                      j.out + p0 * g.cout + grp * g.cout_g(), g.cout, np, g.cout_g(), k.k_, k.ep_);
+        }
+      }
+    }
+  }
+
   size_t k_ = 0, group_floats_ = 0;
+  size_t slots_ = ThreadPool::instance().max_threads();
   bool pointwise_ = false;
   GemmEpilogue ep_;  // fused activation, fp16 rounding
   Buffer packed_;
