@@ -162,10 +162,17 @@ def test_softmax_fused_equals_wrapper(monkeypatch, act):
 
 
 @pytest.mark.parametrize("act,tb", [("u8", True), ("u16", True), ("u16", False)])
-def test_matmul_batched_threaded_exact(act, tb):
+@pytest.mark.parametrize("path", ["default", "plain"])
+def test_matmul_batched_threaded_exact(monkeypatch, act, tb, path):
     """Batched MatMul split over the pool: uint8 equals HTP's model, uint16 the exact
-    accumulator times s_a s_b / s_out rounded half even (the double accumulation is exact)."""
-    a, b = randn(2, 3, 40, 24, seed=31), randn(2, 3, 24, 50, seed=32)
+    accumulator times s_a s_b / s_out rounded half even (the double accumulation is exact),
+    with 4 x 8 register tiles (path "blocked"; 41 rows and 50 columns leave tails) and with
+    the plain row loop (QNN_HOST_ENGINE_KERNELS=plain)."""
+    if path == "plain":
+        monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", "plain")
+    else:
+        monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+    a, b = randn(2, 3, 41, 24, seed=31), randn(2, 3, 24, 50, seed=32)
     qa, qb = act_quant(a, ACT[act]), act_quant(b, ACT[act])
     real = dequantize(quantize(a, qa), qa).astype(np.float64) @ dequantize(quantize(b, qb), qb).astype(np.float64)
     qy = act_quant(real, ACT[act])
@@ -173,6 +180,7 @@ def test_matmul_batched_threaded_exact(act, tb):
     ai = qg.act("a", a, qa)
     bi = qg.act("b", np.swapaxes(b, -1, -2).copy() if tb else b, qb)
     got = qg.run("MatMul", [ai, bi], qg.out(real.shape, qy), transpose_in1=scalar(gen_bool(), int(tb)))
+    assert qg.kernel_path("MatMul") == ("plain" if path == "plain" else "blocked")
     acc = (quantize(a, qa).astype(np.int64) + qa["offset"]) @ (quantize(b, qb).astype(np.int64) + qb["offset"])
     if act == "u8":
         want = htp_requantize(acc, qa["scale"], np.float32(qb["scale"]), qy["scale"], -qy["offset"])
