@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from backends.qualcomm.tests.htp_requant_reference import htp_requantize, htp_requantize16
 from backends.qualcomm.tests.quant_reference import (
@@ -188,3 +189,34 @@ def test_matmul_batched_threaded_exact(monkeypatch, act, tb, path):
         m = np.float64(np.float32(qa["scale"])) * np.float64(np.float32(qb["scale"])) / np.float64(np.float32(qy["scale"]))
         want = np.clip(np.rint(acc * m) - qy["offset"], 0, 65535)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["Gelu", "Sigmoid", "Tanh"])
+def test_uint16_unary_table_equals_wrapper(monkeypatch, op):
+    """A uint16 unary op without a stored QNN table runs as a 65536-code table built at init
+    from the float kernel (path "lut"), with the codes of the dequantize -> float op ->
+    quantize wrapper (QNN_DELEGATE_REFERENCE_KERNELS=1) on every input code."""
+    x = np.linspace(-6, 6, 65536 * 2, dtype=np.float32).reshape(2, 256, 256)
+    qx = act_quant(x, U16)
+    xt = torch.from_numpy(x.astype(np.float64))
+    ref = {"Gelu": torch.nn.functional.gelu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh}[op](xt).numpy()
+    qy = act_quant(ref, U16)
+
+    def build():
+        qg = QGraph()
+        out = qg.run(op, [qg.act("x", x, qx)], qg.out(x.shape, qy))
+        return out, qg.kernel_path(op)
+
+    monkeypatch.delenv("QNN_DELEGATE_REFERENCE_KERNELS", raising=False)
+    table, ran = build()
+    assert ran == "lut"
+    monkeypatch.setenv("QNN_DELEGATE_REFERENCE_KERNELS", "1")
+    wrapped, ran = build()
+    assert ran.startswith("dequant+")
+    np.testing.assert_array_equal(table, wrapped)
+    assert len(np.unique(quantize(x, qx))) > 60000  # (nearly) every input code is looked up
+    # vs float64 on the dequantized input: the input's own step moves the output too
+    xr = torch.from_numpy(dequantize(quantize(x, qx), qx).astype(np.float64))
+    want = {"Gelu": torch.nn.functional.gelu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh}[op](xr).numpy()
+    want = np.clip(np.rint(want / np.float64(np.float32(qy["scale"]))) - qy["offset"], 0, 65535)
+    assert np.abs(table - want).max() <= 1

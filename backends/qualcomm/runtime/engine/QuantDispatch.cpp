@@ -200,8 +200,9 @@ bool is_unary_lut_op(const OpView& v) {
 // Unary quantized op as a table of output codes by input code:
 // - QNN's own table when the payload carries one (Op.lookup_table, measured on QNN HTP at
 //   lowering: 256 codes for uint8, 65536 for uint16), so the engine computes what QNN does;
-// - else, 8-bit only, a 256-entry table built at init by running the float kernel on every
-//   dequantized input value (same numbers as the wrapped path).
+// - else a table built at init by running the float kernel on every dequantized input value
+//   (256 for uint8, 65536 for uint16; same numbers as the wrapped path, which dequantizes,
+//   runs the same elementwise float kernel and quantizes each element alike).
 class LutKernel final : public Kernel {
  public:
   const char* path() const override { return "lut"; }
@@ -224,15 +225,16 @@ class LutKernel final : public Kernel {
 
   Status init_from_float(const OpView& v, KernelEnv& env, KernelFactory float_factory) {
     bind(v);
+    const size_t codes = wide_ ? 65536 : 256;
     TensorInfo x, y;
     x.id = 0;
     x.name = v.inputs[0]->name;
     y.id = 1;
     y.name = v.outputs[0]->name;
     for (TensorInfo* t : {&x, &y}) {
-      t->dims = {256};
-      t->numel = 256;
-      t->nbytes = 256 * sizeof(float);
+      t->dims = {uint32_t(codes)};
+      t->numel = codes;
+      t->nbytes = codes * sizeof(float);
     }
     OpView table_view;
     table_view.op = v.op;
@@ -243,16 +245,24 @@ class LutKernel final : public Kernel {
     table_view.outputs = {&y};
     KernelPtr table_kernel;
     QNN_RETURN_IF_ERROR(float_factory(table_view, env, table_kernel));
-    std::vector<float> xs(256), ys(256);
+    std::vector<float> xs(codes), ys(codes);
     std::vector<char> scratch(table_kernel->scratch_bytes() + 1);
     const QuantParams pin = quant_params_of(*v.inputs[0]), pout = quant_params_of(*v.outputs[0]);
-    for (int q = 0; q < 256; ++q) xs[q] = float(q + pin.offset) * pin.scale;
+    for (size_t q = 0; q < codes; ++q) xs[q] = float(int32_t(q) + pin.offset) * pin.scale;
     void* ptrs[2] = {xs.data(), ys.data()};
     RunContext ctx;
     ctx.ptrs = ptrs;
     ctx.scratch = scratch.data();
     QNN_RETURN_IF_ERROR(table_kernel->run(ctx));
-    for (int q = 0; q < 256; ++q) lut_[q] = quantize_one<uint8_t>(ys[q], pout);
+    if (wide_) {
+      table16_ = Buffer(env.allocator, codes * sizeof(uint16_t));
+      if (!table16_.valid()) {
+        return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate its 65536-code lookup table");
+      }
+      for (size_t q = 0; q < codes; ++q) table16_.as<uint16_t>()[q] = quantize_one<uint16_t>(ys[q], pout);
+      return Status::Ok();
+    }
+    for (size_t q = 0; q < codes; ++q) lut_[q] = quantize_one<uint8_t>(ys[q], pout);
     return Status::Ok();
   }
 
@@ -294,7 +304,9 @@ bool is_table_op(const OpView& v, DType dtype) {
          v.inputs[0]->dims == v.outputs[0]->dims;
 }
 
-bool takes_lut(const OpView& v) { return is_table_op(v, DType::UFIXED_POINT_8); }
+bool takes_lut(const OpView& v) {
+  return is_table_op(v, DType::UFIXED_POINT_8) || is_table_op(v, DType::UFIXED_POINT_16);
+}
 
 // The op's Op.lookup_table, or nullptr when it has none.
 const flatbuffers::Vector<uint8_t>* stored_table(const OpView& v) {
