@@ -1,7 +1,8 @@
 // Profiling of one execute into ExecuTorch's event tracer (ETDump) through the
 // delegate profiling hooks. Basic: one event per graph execute, named after
 // the graph. Detailed: also one event per op, named after the QNN op, with
-// "type=<QNN type>;us=<microseconds>;cycles=<rdtsc cycles>" as metadata.
+// "type=<QNN type>;us=<microseconds>;cycles=<rdtsc cycles>;path=<kernel path>" as metadata
+// (path: the host engine kernel's code path, Kernel::path).
 #pragma once
 
 #include <cstdint>
@@ -28,8 +29,9 @@ class ExecuteProfiler final : public engine::OpObserver {
   void op_finished(size_t op_index) override;
 
  private:
-  void log_event(const char* name, const char* type, uint64_t start_ticks, uint64_t end_ticks,
-                 uint64_t cycles) const;
+  // path: the op kernel's code path (Kernel::path), nullptr for the graph event.
+  void log_event(const char* name, const char* type, const char* path, uint64_t start_ticks,
+                 uint64_t end_ticks, uint64_t cycles) const;
 
   executorch::runtime::EventTracer* tracer_;
   const engine::GraphExecutor& graph_;

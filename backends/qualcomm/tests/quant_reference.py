@@ -161,8 +161,17 @@ class QGraph:
         shape = self.g.tensors[out]["dims"]
         y = self.g.output("y", shape)
         self.g.op("Dequantize", [out], [y])
-        real = qd.run_payload(self.g.blob(), self.feeds)[0]
+        self.blob = self.g.blob()
+        real = qd.run_payload(self.blob, self.feeds)[0]
         return np.rint(real.astype(np.float64) / np.float32(self.out_q["scale"])).astype(np.int64) - self.out_q["offset"]
+
+    def kernel_path(self, op_type: str) -> str:
+        """The code path the engine's kernel for the (one) op of `op_type` picked in the last run."""
+        from backends.qualcomm.tests.utils_helpers import test_hooks
+
+        paths = [p for _, t, p in test_hooks().kernel_paths(self.blob) if t == op_type]
+        assert len(paths) == 1, paths
+        return paths[0]
 
 
 def assert_within_one_step(got: np.ndarray, want: np.ndarray, min_exact: float = 0.99) -> Dict[str, float]:

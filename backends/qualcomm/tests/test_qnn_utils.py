@@ -123,6 +123,8 @@ class TestQNNFloatingPointUtils:
         assert [runs for _, _, runs in events] == [2] * (len(names) + 1)
         meta = [h.parse_metadata(m) for _, m, _ in events]
         assert [m["type"] for m in meta] == types + ["Graph"]
+        # each op event names the code path its kernel picked (Kernel::path); the graph's none
+        assert all(m.get("path") for m in meta[:-1]) and "path" not in meta[-1]
         op_us, graph_us = [float(m["us"]) for m in meta[:-1]], float(meta[-1]["us"])
         op_cycles, graph_cycles = [int(m["cycles"]) for m in meta[:-1]], int(meta[-1]["cycles"])
         assert all(us >= 0.0 for us in op_us) and graph_us > 0.0

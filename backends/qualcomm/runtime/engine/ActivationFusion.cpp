@@ -68,6 +68,7 @@ ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph,
   f.producer_of.assign(num_ops, -1);
   f.clamp_min.assign(num_ops, INT64_MIN);
   f.clamp_max.assign(num_ops, INT64_MAX);
+  f.float_act.assign(num_ops, FloatActivation());
   std::vector<int64_t> reader(n, -1);  // the one op reading a tensor; -2 = several
   for (size_t i = 0; i < num_ops; ++i) {
     const auto* ins = ops->Get(i)->inputs();
@@ -87,6 +88,16 @@ ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph,
     if (!activation_range(act, lo, hi) || !single_id(act->outputs(), n, out)) continue;
     const TensorInfo& m = tensors[mid];
     const TensorInfo& y = tensors[out];
+    if (m.kind == TensorKind::NATIVE && m.dtype == DType::FLOAT_32 && y.dtype == DType::FLOAT_32 &&
+        !m.is_quantized() && !y.is_quantized()) {
+      FloatActivation& a = f.float_act[static_cast<size_t>(j)];
+      a.kind = type_is(act, ops::OpType::Relu) ? FloatActivation::Relu : FloatActivation::ReluMinMax;
+      a.lo = lo;
+      a.hi = hi;
+      f.activation_of[i] = j;
+      f.producer_of[static_cast<size_t>(j)] = int64_t(i);
+      continue;
+    }
     const bool readable = m.kind == TensorKind::APP_READ;
     if ((m.kind != TensorKind::NATIVE && !readable) || !is_quant_activation(m) || !is_quant_activation(y) ||
         m.dtype != y.dtype || !y.quant.per_tensor()) {

@@ -6,7 +6,8 @@
 // unfused two-rounding arithmetic and 100% equal to the fused one.
 //
 // A pair is fused when the producer's output is read by the activation alone and
-// both are quantized with the same data type. When the activation's output
+// both are quantized with the same data type, or both are float32 and the producer's
+// output is NATIVE (not dumped). When the activation's output
 // encoding reaches beyond its clamp range (e.g. a ReLU output whose encoding a
 // concat shares with signed tensors), HTP still fuses and clamps the codes to
 // the clamp range's (measured on QNN 2.51: conv -> relu -> cat, 8a8w, 92.7%
@@ -37,6 +38,10 @@ struct ActivationFusion {
   // Per activation op fused into its producer: the output codes its clamp keeps (the whole
   // range of the output's data type when its encoding lies inside the clamp range).
   std::vector<int64_t> clamp_min, clamp_max;
+  // Per activation op fused into a float producer: the activation it applies (the float
+  // Conv2d / DepthWiseConv2d / FullyConnected kernels apply it as they store, then round
+  // to fp16 in fp16 graphs: round(act(round(y))) = round(act(y)) for these clamps).
+  std::vector<FloatActivation> float_act;
 };
 
 ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph,

@@ -17,6 +17,7 @@ constexpr size_t kNotProduced = SIZE_MAX;
 class FusedActivationKernel final : public Kernel {
  public:
   Status run(const RunContext&) const override { return Status::Ok(); }
+  const char* path() const override { return "fused"; }  // its producer's step wrote it
 };
 }  // namespace
 
@@ -107,6 +108,7 @@ const TensorInfo* GraphExecutor::clamped_output(const ActivationFusion& fusion, 
   clamped = tensors_[act_op->outputs()->Get(0)];
   clamped.clamp_min = fusion.clamp_min[act];
   clamped.clamp_max = fusion.clamp_max[act];
+  clamped.fused_act = fusion.float_act[act];
   return &clamped;
 }
 
@@ -119,6 +121,7 @@ Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
   KernelEnv env;
   env.allocator = &allocator_;
   env.fp16 = fp16_;
+  env.round_fp16_outputs = fp16_;
   env.reference_only = options_.reference_only;
   const auto& registry = kernel_registry();
   const auto* ops = graph->ops();
@@ -164,7 +167,9 @@ Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
       produced[t->id] = true;
       first_step_[t->id] = step_index;
       last_step_[t->id] = step_index;
-      if (fp16_ && t->dtype == DType::FLOAT_32) step.round_outputs.push_back(t->id);
+      if (fp16_ && t->dtype == DType::FLOAT_32 && !kernel->rounds_fp16_outputs()) {
+        step.round_outputs.push_back(t->id);
+      }
     }
     steps_.push_back(std::move(step));
     kernels_.push_back(std::move(kernel));

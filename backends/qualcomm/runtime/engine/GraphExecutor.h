@@ -51,6 +51,8 @@ class GraphExecutor {
   size_t num_ops() const { return kernels_.size(); }
   const std::string& op_name(size_t i) const { return op_names_[i]; }
   const std::string& op_type(size_t i) const { return op_types_[i]; }
+  // The code path op i's kernel picked at init (Kernel::path).
+  const char* op_path(size_t i) const { return kernels_[i]->path(); }
   size_t arena_bytes() const { return arena_.size(); }
   // APP_READ tensors that are not graph outputs (intermediate dumps): produced by an op,
   // kept in the arena for the whole execute, readable at tensor_data(id) after it.

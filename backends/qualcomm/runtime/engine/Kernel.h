@@ -49,6 +49,10 @@ struct KernelEnv {
   TrackingAllocator* allocator = nullptr;
   bool fp16 = false;
   bool reference_only = false;  // force the reference (oracle) kernels
+  // fp16 graph: a kernel may round its float outputs to fp16 as it stores them (then it says
+  // so with rounds_fp16_outputs() and the executor does not round them again). Cleared for
+  // float kernels that run inside a quantized op's wrapper.
+  bool round_fp16_outputs = false;
 };
 
 class Kernel {
@@ -59,6 +63,13 @@ class Kernel {
   virtual size_t scratch_bytes() const { return 0; }
   // Bytes this kernel packed / owns (weights).
   virtual size_t owned_bytes() const { return 0; }
+  // The code path picked at init, "<mac>/<requant>" for the integer kernels ("avx2/lanes8",
+  // "plain/scalar", ...; kernels with one path: "plain"). Read at init or in the profiler's
+  // metadata, never on the execute path; tests assert it (QNN_HOST_ENGINE_KERNELS).
+  virtual const char* path() const { return "plain"; }
+  // Whether run() rounds its float outputs to fp16 itself (KernelEnv::round_fp16_outputs):
+  // the same bits as the executor's rounding pass after it, without a second pass over memory.
+  virtual bool rounds_fp16_outputs() const { return false; }
 };
 
 using KernelPtr = std::unique_ptr<Kernel>;

@@ -8,6 +8,7 @@
 //   STATIC inputs (weight-only fp16a8w, quantized gamma/tables) are dequantized once at init.
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "qnn_payload_generated.h"
 
@@ -95,8 +96,11 @@ class DequantWrappedKernel final : public Kernel {
       QNN_RETURN_IF_ERROR(add_local(v, *t, true, env));
       inner.outputs.push_back(&locals_.back());
     }
-    return float_factory(inner, env, inner_);
+    QNN_RETURN_IF_ERROR(float_factory(inner, env, inner_));
+    if (inner_) path_ = std::string("dequant+") + inner_->path();
+    return Status::Ok();
   }
+  const char* path() const override { return path_.c_str(); }
 
   Status run(const RunContext& ctx) const override {
     char* scratch = static_cast<char*>(ctx.scratch);
@@ -184,6 +188,7 @@ class DequantWrappedKernel final : public Kernel {
   mutable std::vector<void*> ptrs_;  // by local id; rewritten on every run
   size_t own_scratch_ = 0;
   KernelPtr inner_;
+  std::string path_;  // "dequant+" and the float kernel's path
 };
 
 // Output code is a function of one input code (op table: lut).
@@ -195,10 +200,12 @@ bool is_unary_lut_op(const OpView& v) {
 // Unary quantized op as a table of output codes by input code:
 // - QNN's own table when the payload carries one (Op.lookup_table, measured on QNN HTP at
 //   lowering: 256 codes for uint8, 65536 for uint16), so the engine computes what QNN does;
-// - else, 8-bit only, a 256-entry table built at init by running the float kernel on every
-//   dequantized input value (same numbers as the wrapped path).
+// - else a table built at init by running the float kernel on every dequantized input value
+//   (256 for uint8, 65536 for uint16; same numbers as the wrapped path, which dequantizes,
+//   runs the same elementwise float kernel and quantizes each element alike).
 class LutKernel final : public Kernel {
  public:
+  const char* path() const override { return "lut"; }
   Status init_from_payload(const OpView& v, const flatbuffers::Vector<uint8_t>& table, KernelEnv& env) {
     bind(v);
     const size_t bytes = table.size();
@@ -218,15 +225,16 @@ class LutKernel final : public Kernel {
 
   Status init_from_float(const OpView& v, KernelEnv& env, KernelFactory float_factory) {
     bind(v);
+    const size_t codes = wide_ ? 65536 : 256;
     TensorInfo x, y;
     x.id = 0;
     x.name = v.inputs[0]->name;
     y.id = 1;
     y.name = v.outputs[0]->name;
     for (TensorInfo* t : {&x, &y}) {
-      t->dims = {256};
-      t->numel = 256;
-      t->nbytes = 256 * sizeof(float);
+      t->dims = {uint32_t(codes)};
+      t->numel = codes;
+      t->nbytes = codes * sizeof(float);
     }
     OpView table_view;
     table_view.op = v.op;
@@ -237,16 +245,24 @@ class LutKernel final : public Kernel {
     table_view.outputs = {&y};
     KernelPtr table_kernel;
     QNN_RETURN_IF_ERROR(float_factory(table_view, env, table_kernel));
-    std::vector<float> xs(256), ys(256);
+    std::vector<float> xs(codes), ys(codes);
     std::vector<char> scratch(table_kernel->scratch_bytes() + 1);
     const QuantParams pin = quant_params_of(*v.inputs[0]), pout = quant_params_of(*v.outputs[0]);
-    for (int q = 0; q < 256; ++q) xs[q] = float(q + pin.offset) * pin.scale;
+    for (size_t q = 0; q < codes; ++q) xs[q] = float(int32_t(q) + pin.offset) * pin.scale;
     void* ptrs[2] = {xs.data(), ys.data()};
     RunContext ctx;
     ctx.ptrs = ptrs;
     ctx.scratch = scratch.data();
     QNN_RETURN_IF_ERROR(table_kernel->run(ctx));
-    for (int q = 0; q < 256; ++q) lut_[q] = quantize_one<uint8_t>(ys[q], pout);
+    if (wide_) {
+      table16_ = Buffer(env.allocator, codes * sizeof(uint16_t));
+      if (!table16_.valid()) {
+        return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate its 65536-code lookup table");
+      }
+      for (size_t q = 0; q < codes; ++q) table16_.as<uint16_t>()[q] = quantize_one<uint16_t>(ys[q], pout);
+      return Status::Ok();
+    }
+    for (size_t q = 0; q < codes; ++q) lut_[q] = quantize_one<uint8_t>(ys[q], pout);
     return Status::Ok();
   }
 
@@ -288,7 +304,9 @@ bool is_table_op(const OpView& v, DType dtype) {
          v.inputs[0]->dims == v.outputs[0]->dims;
 }
 
-bool takes_lut(const OpView& v) { return is_table_op(v, DType::UFIXED_POINT_8); }
+bool takes_lut(const OpView& v) {
+  return is_table_op(v, DType::UFIXED_POINT_8) || is_table_op(v, DType::UFIXED_POINT_16);
+}
 
 // The op's Op.lookup_table, or nullptr when it has none.
 const flatbuffers::Vector<uint8_t>* stored_table(const OpView& v) {
@@ -324,7 +342,9 @@ Status check_stored_table(const OpView& v, const flatbuffers::Vector<uint8_t>& t
   return Status::Ok();
 }
 
-Status create_wrapped(const OpView& v, KernelEnv& env, KernelFactory float_factory, KernelPtr& out) {
+Status create_wrapped(const OpView& v, KernelEnv& graph_env, KernelFactory float_factory, KernelPtr& out) {
+  KernelEnv env = graph_env;  // the float kernel writes scratch, not the op's outputs
+  env.round_fp16_outputs = false;
   if (takes_lut(v) && !env.reference_only) {
     std::unique_ptr<LutKernel> k(new LutKernel());
     QNN_RETURN_IF_ERROR(k->init_from_float(v, env, float_factory));

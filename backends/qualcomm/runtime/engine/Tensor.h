@@ -14,6 +14,19 @@ namespace engine {
 
 using Dims = std::vector<uint32_t>;
 
+// A float Relu / ReluMinMax computed by the op that produces its input (ActivationFusion.h):
+// the same expressions as their kernels (elementwise.cpp), so the bits are theirs.
+struct FloatActivation {
+  enum Kind : uint8_t { None, Relu, ReluMinMax };
+  Kind kind = None;
+  float lo = 0.f, hi = 0.f;  // ReluMinMax's min_value / max_value
+  float apply(float x) const {
+    if (kind == Relu) return x > 0.f ? x : 0.f;
+    if (kind == ReluMinMax) return x < lo ? lo : (x > hi ? hi : x);
+    return x;
+  }
+};
+
 struct TensorInfo {
   uint32_t id = 0;
   std::string name;
@@ -31,6 +44,8 @@ struct TensorInfo {
   // Codes a fused activation clamps this tensor to (quant_min / quant_max narrow to them): set
   // on the view of a producer that writes a Relu / ReluMinMax output whose encoding is wider.
   int64_t clamp_min = INT64_MIN, clamp_max = INT64_MAX;
+  // Float tensors: the activation a fused producer applies before storing (view only).
+  FloatActivation fused_act;
 
   size_t rank() const { return dims.size(); }
   bool is_float() const { return dtype == DType::FLOAT_32; }

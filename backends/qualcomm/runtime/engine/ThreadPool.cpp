@@ -33,24 +33,27 @@ size_t ThreadPool::thread_limit() { return t_thread_limit; }
 
 void ThreadPool::set_thread_limit(size_t threads) { t_thread_limit = std::max<size_t>(1, threads); }
 
-void ThreadPool::run_chunk(size_t chunk) const {
-  const size_t begin = n_ * chunk / chunks_;
-  const size_t end = n_ * (chunk + 1) / chunks_;
-  if (begin < end) fn_(ctx_, begin, end);
+void ThreadPool::run_items() {
+  for (;;) {
+    const size_t begin = next_.fetch_add(grain_, std::memory_order_relaxed);
+    if (begin >= n_) return;
+    fn_(ctx_, begin, std::min(n_, begin + grain_));
+  }
 }
 
 void ThreadPool::worker_loop(size_t index) {
   size_t seen = 0;
+  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    std::unique_lock<std::mutex> lock(mutex_);
     wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
     if (stop_) return;
     seen = generation_;
-    if (index >= chunks_) continue;
+    if (!open_ || index >= chunks_) continue;
+    ++running_;
     lock.unlock();
-    run_chunk(index);
+    run_items();
     lock.lock();
-    if (--pending_ == 0) done_.notify_one();
+    if (--running_ == 0 && !open_) done_.notify_one();
   }
 }
 
@@ -67,13 +70,16 @@ void ThreadPool::parallel_for(size_t n, RangeFn fn, void* ctx) {
     ctx_ = ctx;
     n_ = n;
     chunks_ = chunks;
-    pending_ = chunks - 1;
+    grain_ = std::max<size_t>(1, n / (chunks * 8));
+    next_.store(0, std::memory_order_relaxed);
+    open_ = true;
     ++generation_;
   }
   wake_.notify_all();
-  run_chunk(0);
+  run_items();
   std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  open_ = false;  // workers that wake from now on skip this job
+  done_.wait(lock, [&] { return running_ == 0; });
 }
 
 } // namespace engine

@@ -4,6 +4,7 @@
 // the caller (ScopedThreadLimit), from the HTP performance mode.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <mutex>
@@ -24,8 +25,11 @@ class ThreadPool {
   // Threads the pool can use, the caller included (= hardware threads).
   size_t max_threads() const { return workers_.size() + 1; }
 
-  // Splits [0, n) into at most thread_limit() contiguous chunks; the caller
-  // runs the first. Runs serially when the pool is busy (another execute).
+  // Runs fn over [0, n) on up to thread_limit() threads, the caller included: the threads
+  // claim contiguous ranges of items from a shared counter until none is left, so a thread
+  // the OS has not scheduled yet leaves its share to the others, and the caller waits only
+  // for threads that are running a range. Each item is processed exactly once, by one
+  // thread. Runs serially when the pool is busy (another execute).
   void parallel_for(size_t n, RangeFn fn, void* ctx);
 
   // Threads parallel_for may use on the calling thread (default 1).
@@ -35,7 +39,7 @@ class ThreadPool {
  private:
   ThreadPool();
   void worker_loop(size_t index);
-  void run_chunk(size_t chunk) const;
+  void run_items();
 
   std::vector<std::thread> workers_;
   std::mutex busy_;  // one parallel_for at a time
@@ -43,13 +47,16 @@ class ThreadPool {
   std::condition_variable wake_;
   std::condition_variable done_;
   size_t generation_ = 0;
-  size_t pending_ = 0;
+  size_t running_ = 0;  // workers inside the current job
+  bool open_ = false;   // the current job still takes workers
   bool stop_ = false;
-  // The current job.
+  // The current job (written under mutex_ before it opens).
   RangeFn fn_ = nullptr;
   void* ctx_ = nullptr;
   size_t n_ = 0;
-  size_t chunks_ = 0;
+  size_t chunks_ = 0;  // threads it may use
+  size_t grain_ = 1;   // items per claim
+  std::atomic<size_t> next_{0};
 };
 
 // Sets the calling thread's limit for its lifetime, restores the old one after.

@@ -8,12 +8,14 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <executorch/runtime/backend/interface.h>
 
 #include "backends/qualcomm/runtime/ContextCache.h"
 #include "backends/qualcomm/runtime/QnnDelegateBackend.h"
+#include "backends/qualcomm/runtime/engine/kernels/QuantGemm.h"
 #include "backends/qualcomm/runtime/python/engine_arrays.h"
 
 namespace py = pybind11;
@@ -29,6 +31,29 @@ py::list execute_many(const py::bytes& blob, const std::vector<std::vector<py::a
   py::list results;
   for (const auto& inputs : input_sets) results.append(pyengine::execute_once(*g, inputs));
   return results;
+}
+
+// (op name, op type, kernel path) of every op of a payload graph built on the host engine
+// (Kernel::path: the code path each kernel picked at init, e.g. "avx2/lanes8").
+std::vector<std::tuple<std::string, std::string, std::string>> kernel_paths(const py::bytes& blob,
+                                                                            int graph_index) {
+  const std::unique_ptr<engine::GraphExecutor> g = pyengine::build_graph(std::string(blob), graph_index);
+  std::vector<std::tuple<std::string, std::string, std::string>> out;
+  for (size_t i = 0; i < g->num_ops(); ++i) out.emplace_back(g->op_name(i), g->op_type(i), g->op_path(i));
+  return out;
+}
+
+// What the engine's kernels can pick on this machine and build: {"avx2": CPU has AVX2,
+// "vnni": the uint8 AVX-512 VNNI GEMM is compiled in}.
+py::dict kernel_features() {
+  py::dict d;
+#if defined(__x86_64__) || defined(__i386__)
+  d["avx2"] = bool(__builtin_cpu_supports("avx2"));
+#else
+  d["avx2"] = false;
+#endif
+  d["vnni"] = engine::vnni_available();
+  return d;
 }
 
 // Inits two delegate handles from one blob through the backend interface
@@ -63,6 +88,9 @@ PYBIND11_MODULE(_qnn_test_hooks, m) {
   m.doc() = "qnn-delegate test hooks (test-only; not part of the package API)";
   m.def("execute_many", &execute_many, py::arg("blob"), py::arg("input_sets"), py::arg("graph_index") = 0,
         "Build a payload graph once, execute it per input set with new output buffers each time.");
+  m.def("kernel_paths", &kernel_paths, py::arg("blob"), py::arg("graph_index") = 0,
+        "(op name, op type, code path) per op of a payload graph built on the host engine.");
+  m.def("kernel_features", &kernel_features, "Which SIMD paths the host engine's kernels can pick here.");
   m.def("init_destroy_twice", &init_destroy_twice, py::arg("blob"),
         "Lifecycle check: two handles of one blob, the first destroyed twice; live contexts per step.");
 }

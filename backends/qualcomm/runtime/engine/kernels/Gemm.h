@@ -6,6 +6,8 @@
 
 #include <cstddef>
 
+#include "backends/qualcomm/runtime/engine/Tensor.h"
+
 namespace qnn_delegate {
 namespace engine {
 
@@ -27,9 +29,16 @@ void pack_b_kn(const float* b, size_t K, size_t N, size_t ldb, float* dst);
 // B given transposed: w[n * K + k] (FullyConnected weights [N, K]).
 void pack_b_nk(const float* w, size_t K, size_t N, float* dst);
 
-// C[m * ldc + n] = sum_k A[m * lda + k] * B[k][n] + (bias ? bias[n] : 0).
+// What gemm_packed applies to each result before it stores it: a fused activation
+// (FloatActivation::apply), then fp16 rounding (round_to_half) when round_half.
+struct GemmEpilogue {
+  FloatActivation act;
+  bool round_half = false;
+};
+
+// C[m * ldc + n] = ep(sum_k A[m * lda + k] * B[k][n] + (bias ? bias[n] : 0)).
 void gemm_packed(const float* A, size_t lda, const float* Bp, const float* bias, float* C,
-                 size_t ldc, size_t M, size_t N, size_t K);
+                 size_t ldc, size_t M, size_t N, size_t K, const GemmEpilogue& ep = GemmEpilogue());
 
 // Unpacked GEMM for dynamic operands (MatMul): B given as b[k * ldb + n].
 // C must not alias A or B. Overwrites C.

@@ -77,6 +77,10 @@ void apply_broadcast(const T* a, const T* b, T* out, size_t numel, size_t a_nume
   } while (next_index(idx, outer));
 }
 
+// Env QNN_HOST_ENGINE_KERNELS=plain: kernels created now take their plain C++ loops (no
+// AVX2 / VNNI / vector exp), so tests can run every path; read when a kernel is created.
+bool plain_kernels_forced();
+
 // Element size of a byte-addressable tensor (fails for packed 4-bit types).
 Status byte_element_size(const OpView& view, const TensorInfo& t, size_t& out);
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -142,6 +143,9 @@ void prepare_vnni(QWeights& w, size_t groups, TrackingAllocator* alloc, VnniWeig
 // (read when a kernel is created). Every path gives the same integers.
 enum class QGemmPath { Plain, Avx2, Vnni };
 QGemmPath qgemm_path(bool a8_w8);
+inline std::string qgemm_path_name(QGemmPath p) {
+  return p == QGemmPath::Vnni ? "vnni" : (p == QGemmPath::Avx2 ? "avx2" : "plain");
+}
 
 // HTP requantization of uint8 outputs in 8 int32 lanes, when every channel stays within
 // int32 bounds (ok): per channel pre (+ fold), shift, half, mult and the bound of the
@@ -263,7 +267,14 @@ class QGemmCore {
         path_ = QGemmPath::Plain;
       }
     }
+    // What gemm() runs (the same conditions as qgemm_avx2's requantization choice).
+    const char* requant = "scalar";
+    if (path_ == QGemmPath::Avx2 && sizeof(A) == 1 && sizeof(O) == 1 && avx2_.vec.ok) requant = "lanes8";
+    if (path_ == QGemmPath::Avx2 && sizeof(A) == 2 && sizeof(O) == 2 && avx2_.vec16.ok) requant = "lanes64";
+    path_name_ = qgemm_path_name(path_) + "/" + requant;
   }
+  // "<plain|avx2|vnni>/<scalar|lanes8|lanes64>" (Kernel::path).
+  const char* path_name() const { return path_name_.c_str(); }
   size_t K() const { return w_.K; }
   size_t owned_bytes() const { return w_.data.size() + vnni_.data.size() + avx2_.data.size(); }
   // int16 scratch bytes one slot needs.
@@ -324,6 +335,7 @@ class QGemmCore {
   Avx2Weights avx2_;
   Requant rq_;
   QGemmPath path_ = QGemmPath::Plain;
+  std::string path_name_;
   size_t groups_ = 1, cg_ = 0, slots_ = 1;
 };
 

@@ -28,9 +28,8 @@ constexpr size_t kBlock16 = 256;    // k per int32 partial sum with 16-bit activ
 
 QGemmPath qgemm_path(bool a8_w8) {
   const char* force = std::getenv("QNN_HOST_ENGINE_KERNELS");
-  const bool plain = force && std::strcmp(force, "plain") == 0;
   const bool no_vnni = force && std::strcmp(force, "avx2") == 0;
-  if (plain) return QGemmPath::Plain;
+  if (plain_kernels_forced()) return QGemmPath::Plain;
   if (a8_w8 && vnni_available() && !no_vnni) return QGemmPath::Vnni;
 #ifdef QNN_X86
   if (__builtin_cpu_supports("avx2")) return QGemmPath::Avx2;

@@ -36,6 +36,7 @@ class QConvGemmKernel final : public Kernel {
   // pointwise: the core's int16 rows per slot; im2col: + one im2col tile per slot.
   size_t scratch_bytes() const override { return core_.slots() * slot_bytes(); }
   size_t owned_bytes() const override { return core_.owned_bytes(); }
+  const char* path() const override { return core_.path_name(); }
 
   Status run(const RunContext& c) const override {
     const A* x = c.at<const A>(ids_.x);
@@ -117,10 +118,14 @@ class QDepthwiseKernel final : public Kernel {
           }
         }
       }
-    }
+    }    // What run_row / requant_row run: tap pairs when packed, lanes when the sums are int32.
+    const bool taps_avx2 = acc32_ && dwp_.size() != 0 && dwp_.valid();
+    const char* requant = !acc32_ ? "scalar" : (vec_.ok ? "lanes8" : (vecw_.ok ? "lanes64" : "scalar"));
+    path_ = std::string(taps_avx2 ? "avx2" : "plain") + "/" + requant;
   }
   size_t scratch_bytes() const override { return slots_ * slot_bytes(); }
   size_t owned_bytes() const override { return taps_.size() + dwp_.size(); }
+  const char* path() const override { return path_.c_str(); }
 
   Status run(const RunContext& c) const override {
     const A* x = c.at<const A>(ids_.x);
@@ -222,6 +227,7 @@ class QDepthwiseKernel final : public Kernel {
   Buffer dwp_;        // AVX2 tap pairs (pack_dw_avx2), channel multiplier 1
   std::vector<int32_t> corr_;  // uint16 x: (zero point - 32768) * wsum per channel
   bool acc32_ = false;
+  std::string path_;  // Kernel::path
 };
 
 // HTP's strided uint8 depthwise kernel requantizes without the pre-shift

@@ -1,8 +1,10 @@
 // Elementwise ops: one templated binary kernel (with numpy broadcasting) and
 // one templated unary kernel; one table row per op type.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
+#include "backends/qualcomm/runtime/engine/DataType.h"
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
 namespace qnn_delegate {
@@ -212,13 +214,25 @@ struct SignFn {
 template <typename Fn>
 class UnaryKernel final : public Kernel {
  public:
-  UnaryKernel(const OpView& v, UnaryParams p)
-      : in_(v.inputs[0]->id), out_(v.outputs[0]->id), numel_(v.inputs[0]->numel), p_(p) {}
+  UnaryKernel(const OpView& v, UnaryParams p, bool round_half)
+      : in_(v.inputs[0]->id), out_(v.outputs[0]->id), numel_(v.inputs[0]->numel), p_(p),
+        round_(round_half) {}
+  bool rounds_fp16_outputs() const override { return round_; }
 
   Status run(const RunContext& ctx) const override {
     const float* in = ctx.at<const float>(in_);
     float* out = ctx.at<float>(out_);
-    for (size_t i = 0; i < numel_; ++i) out[i] = Fn::apply(in[i], p_);
+    if (!round_) {
+      for (size_t i = 0; i < numel_; ++i) out[i] = Fn::apply(in[i], p_);
+      return Status::Ok();
+    }
+    // fp16: rounded by chunks while they are in L1.
+    constexpr size_t kChunk = 512;
+    for (size_t i0 = 0; i0 < numel_; i0 += kChunk) {
+      const size_t i1 = std::min(numel_, i0 + kChunk);
+      for (size_t i = i0; i < i1; ++i) out[i] = Fn::apply(in[i], p_);
+      round_to_half_inplace(out + i0, i1 - i0);
+    }
     return Status::Ok();
   }
 
@@ -226,10 +240,11 @@ class UnaryKernel final : public Kernel {
   uint32_t in_, out_;
   size_t numel_;
   UnaryParams p_;
+  bool round_;
 };
 
 template <typename Fn>
-Status create_unary(const OpView& v, KernelEnv&, KernelPtr& out) {
+Status create_unary(const OpView& v, KernelEnv& env, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(v.expect_arity(1, 1, 1));
   QNN_RETURN_IF_ERROR(v.expect_float(*v.inputs[0]));
   QNN_RETURN_IF_ERROR(v.expect_output(0, v.inputs[0]->dims, DType::FLOAT_32));
@@ -258,7 +273,7 @@ Status create_unary(const OpView& v, KernelEnv&, KernelPtr& out) {
     QNN_RETURN_IF_ERROR(params.scalar_float("alpha", p.alpha));
     QNN_RETURN_IF_ERROR(params.scalar_float("beta", p.beta));
   }
-  return emplace_kernel<UnaryKernel<Fn>>(out, v, p);
+  return emplace_kernel<UnaryKernel<Fn>>(out, v, p, env.round_fp16_outputs);
 }
 
 } // namespace

@@ -24,7 +24,7 @@ void gemm_strided(const float* A, size_t sam, size_t sak, const float* B, size_t
 // ---- FullyConnected ---------------------------------------------------------
 class FcReferenceKernel final : public Kernel {
  public:
-  explicit FcReferenceKernel(const FcShape& s) : s_(s) {}
+  FcReferenceKernel(const FcShape& s, FloatActivation act) : s_(s), act_(act) {}
   Status run(const RunContext& c) const override {
     const float* x = c.at<const float>(s_.x);
     const float* w = c.at<const float>(s_.w);
@@ -34,32 +34,35 @@ class FcReferenceKernel final : public Kernel {
       for (size_t n = 0; n < s_.N; ++n) {
         float acc = b[n];
         for (size_t k = 0; k < s_.K; ++k) acc += x[m * s_.K + k] * w[n * s_.K + k];
-        out[m * s_.N + n] = acc;
+        out[m * s_.N + n] = act_.apply(acc);
       }
     return Status::Ok();
   }
 
  private:
   FcShape s_;
+  FloatActivation act_;  // fused Relu / ReluMinMax (ActivationFusion.h)
 };
 
 class FcPackedKernel final : public Kernel {
  public:
-  FcPackedKernel(const FcShape& s, const float* w, TrackingAllocator* a)
-      : s_(s), packed_(a, packed_b_floats(s.K, s.N) * sizeof(float)) {
+  FcPackedKernel(const FcShape& s, const float* w, TrackingAllocator* a, const GemmEpilogue& ep)
+      : s_(s), packed_(a, packed_b_floats(s.K, s.N) * sizeof(float)), ep_(ep) {
     if (packed_.valid()) pack_b_nk(w, s.K, s.N, packed_.as<float>());
   }
   bool valid() const { return packed_.valid(); }
   size_t owned_bytes() const override { return packed_.size(); }
+  bool rounds_fp16_outputs() const override { return ep_.round_half; }
   Status run(const RunContext& c) const override {
     gemm_packed(c.at<const float>(s_.x), s_.K, packed_.as<float>(), c.at<const float>(s_.b),
-                c.at<float>(s_.out), s_.N, s_.M, s_.N, s_.K);
+                c.at<float>(s_.out), s_.N, s_.M, s_.N, s_.K, ep_);
     return Status::Ok();
   }
 
  private:
   FcShape s_;
   Buffer packed_;
+  GemmEpilogue ep_;  // fused activation, fp16 rounding
 };
 
 Status create_fully_connected(const OpView& v, KernelEnv& env, KernelPtr& out) {
@@ -68,8 +71,12 @@ Status create_fully_connected(const OpView& v, KernelEnv& env, KernelPtr& out) {
   FcShape s;
   QNN_RETURN_IF_ERROR(fc_shape(v, DType::FLOAT_32, s));
   const TensorInfo& w = *v.inputs[1];
-  if (env.reference_only || w.static_data == nullptr) return emplace_kernel<FcReferenceKernel>(out, s);
-  auto* k = new FcPackedKernel(s, static_cast<const float*>(w.static_data), env.allocator);
+  const FloatActivation act = v.outputs[0]->fused_act;
+  if (env.reference_only || w.static_data == nullptr) return emplace_kernel<FcReferenceKernel>(out, s, act);
+  GemmEpilogue ep;
+  ep.act = act;
+  ep.round_half = env.round_fp16_outputs;
+  auto* k = new FcPackedKernel(s, static_cast<const float*>(w.static_data), env.allocator, ep);
   out.reset(k);
   if (!k->valid()) return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate packed weights");
   return Status::Ok();

@@ -22,6 +22,7 @@ class QFcKernel final : public Kernel {
   explicit QFcKernel(QFcSetup& s) : s_(s.s) { core_.init(std::move(*s.w), std::move(s.rq), 1, s.alloc); }
   size_t owned_bytes() const override { return core_.owned_bytes(); }
   size_t scratch_bytes() const override { return core_.slots() * core_.slot_bytes(); }
+  const char* path() const override { return core_.path_name(); }
   Status run(const RunContext& c) const override {
     core_.gemm_parallel(c.at<const A>(s_.x), s_.K, 0, s_.M, c.at<O>(s_.out), s_.N,
                         static_cast<char*>(c.scratch));
@@ -71,8 +72,10 @@ struct QMatMulSetup {
 template <typename A, typename B, typename Acc, typename O>
 class QMatMulKernel final : public Kernel {
  public:
-  explicit QMatMulKernel(QMatMulSetup& s) : q_(std::move(s)), slots_(qgemm_slots()) {}
+  explicit QMatMulKernel(QMatMulSetup& s)
+      : q_(std::move(s)), slots_(qgemm_slots()), blocked_(!plain_kernels_forced()) {}
   size_t scratch_bytes() const override { return slots_ * slot_bytes(); }
+  const char* path() const override { return blocked_ ? "blocked" : "plain"; }
   Status run(const RunContext& c) const override {
     const MatMulShape& s = q_.s;
     const A* a = c.at<const A>(s.a);
@@ -100,7 +103,53 @@ class QMatMulKernel final : public Kernel {
   }
 
  private:
-  size_t slot_bytes() const { return align64((q_.s.K * q_.s.N + q_.s.K + q_.s.N) * sizeof(double)); }
+  // B as double [K][N], kRows rows of A as double [kRows][K], N sums.
+  size_t slot_bytes() const {
+    return align64((q_.s.K * q_.s.N + kRows * q_.s.K + q_.s.N) * sizeof(double));
+  }
+
+  static constexpr size_t kRows = 4;  // rows of A per register tile
+  typedef double VecD __attribute__((vector_size(32)));
+
+  static VecD load4(const double* p) {
+    VecD v;
+    __builtin_memcpy(&v, p, sizeof(v));
+    return v;
+  }
+
+  // Rows m0 .. m0 + kRows of C: 4 rows x 8 columns of sums in registers over the k loop (the
+  // sums are exact integers in any order, so they equal the plain loop's).
+  void rows_blocked(const A* a, const double* bd, double* ad, size_t m0, O* c) const {
+    const MatMulShape& s = q_.s;
+    const size_t M = s.M, N = s.N, K = s.K;
+    const size_t sam = s.ta ? 1 : K, sak = s.ta ? M : 1;
+    const double oa = q_.off_a;
+    for (size_t r = 0; r < kRows; ++r)
+      for (size_t k = 0; k < K; ++k) ad[r * K + k] = double(a[(m0 + r) * sam + k * sak]) + oa;
+    size_t n0 = 0;
+    for (; n0 + 8 <= N; n0 += 8) {
+      VecD acc[kRows][2] = {};
+      for (size_t k = 0; k < K; ++k) {
+        const VecD b0 = load4(bd + k * N + n0), b1 = load4(bd + k * N + n0 + 4);
+#pragma GCC unroll 4
+        for (size_t r = 0; r < kRows; ++r) {
+          const double av = ad[r * K + k];
+          acc[r][0] += av * b0;
+          acc[r][1] += av * b1;
+        }
+      }
+      for (size_t r = 0; r < kRows; ++r)
+        for (size_t j = 0; j < 8; ++j) {
+          c[(m0 + r) * N + n0 + j] = q_.rq.apply<O>(int64_t(acc[r][j / 4][j % 4]), 0);
+        }
+    }
+    for (size_t r = 0; r < kRows; ++r)
+      for (size_t n = n0; n < N; ++n) {
+        double sum = 0.0;
+        for (size_t k = 0; k < K; ++k) sum += ad[r * K + k] * bd[k * N + n];
+        c[(m0 + r) * N + n] = q_.rq.apply<O>(int64_t(sum), 0);
+      }
+  }
 
   void multiply(const A* a, const B* b, double* buf, O* c) const {
     const MatMulShape& s = q_.s;
@@ -110,10 +159,14 @@ class QMatMulKernel final : public Kernel {
     const double oa = q_.off_a, ob = q_.off_b;
     double* bd = buf;
     double* ad = buf + K * N;
-    double* acc = ad + K;
+    double* acc = ad + kRows * K;
     for (size_t k = 0; k < K; ++k)
       for (size_t n = 0; n < N; ++n) bd[k * N + n] = double(b[k * sbk + n * sbn]) + ob;
-    for (size_t m = 0; m < M; ++m) {
+    size_t m_begin = 0;
+    if (blocked_) {
+      for (; m_begin + kRows <= M; m_begin += kRows) rows_blocked(a, bd, ad, m_begin, c);
+    }
+    for (size_t m = m_begin; m < M; ++m) {
       for (size_t k = 0; k < K; ++k) ad[k] = double(a[m * sam + k * sak]) + oa;
       std::fill(acc, acc + N, 0.0);
       for (size_t k = 0; k < K; ++k) {
@@ -127,6 +180,7 @@ class QMatMulKernel final : public Kernel {
 
   QMatMulSetup q_;
   size_t slots_ = 1;
+  bool blocked_ = true;  // register tiles (QNN_HOST_ENGINE_KERNELS=plain: the row loop only)
 };
 
 Status create_qmatmul(const OpView& v, KernelEnv&, KernelPtr& out) {

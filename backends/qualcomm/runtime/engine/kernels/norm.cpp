@@ -85,10 +85,23 @@ bool vec_exp_matches() {
 }
 #endif
 
-// One lane: px[a * inner] -> py[a * inner], a < axis. Not inlined, so that the float
-// kernel and the quantized one (QuantSoftmaxKernel) run the same instructions.
+// Whether softmax lanes over a contiguous axis take exp in vector lanes (decided when a
+// kernel is created; QNN_HOST_ENGINE_KERNELS=plain keeps std::exp). Same numbers either way.
+bool softmax_vec_exp() {
+#ifdef QNN_SOFTMAX_VEC
+  return !plain_kernels_forced() && vec_exp_matches();
+#else
+  return false;
+#endif
+}
+
+const char* softmax_path(bool vec_exp) { return vec_exp ? "avx2/exp-lanes" : "plain/exp-scalar"; }
+
+// One lane: px[a * inner] -> py[a * inner], a < axis (vec_exp: softmax_vec_exp(), inner 1).
+// Not inlined, so that the float kernel and the quantized one (QuantSoftmaxKernel) run the
+// same instructions.
 __attribute__((noinline)) void softmax_lane(const float* px, float* py, size_t axis, size_t inner,
-                                            float beta) {
+                                            float beta, bool vec_exp) {
   float mx = -INFINITY;
   for (size_t a = 0; a < axis; ++a) mx = std::max(mx, beta * px[a * inner]);
   float sum = 0.f;
@@ -96,13 +109,15 @@ __attribute__((noinline)) void softmax_lane(const float* px, float* py, size_t a
 #ifdef QNN_SOFTMAX_VEC
   // beta * x - mx fused, as the compiler contracts the scalar loop below with FMA; the sum
   // stays sequential.
-  if (inner == 1 && vec_exp_matches()) {
+  if (vec_exp && inner == 1) {
     const __m256 b = _mm256_set1_ps(beta), m = _mm256_set1_ps(mx);
     for (; a0 + 8 <= axis; a0 += 8) {
       _mm256_storeu_ps(py + a0, expf8(_mm256_fmsub_ps(b, _mm256_loadu_ps(px + a0), m)));
       for (size_t j = 0; j < 8; ++j) sum += py[a0 + j];
     }
   }
+#else
+  (void)vec_exp;
 #endif
   for (size_t a = a0; a < axis; ++a) {
     const float e = std::exp(beta * px[a * inner] - mx);
@@ -116,13 +131,15 @@ __attribute__((noinline)) void softmax_lane(const float* px, float* py, size_t a
 class SoftmaxKernel final : public Kernel {
  public:
   SoftmaxKernel(uint32_t in, uint32_t out, size_t outer, size_t axis, size_t inner, float beta)
-      : in_(in), out_(out), outer_(outer), axis_(axis), inner_(inner), beta_(beta) {}
+      : in_(in), out_(out), outer_(outer), axis_(axis), inner_(inner), beta_(beta),
+        vec_exp_(inner == 1 && softmax_vec_exp()) {}
+  const char* path() const override { return softmax_path(vec_exp_); }
   Status run(const RunContext& c) const override {
     const float* x = c.at<const float>(in_);
     float* y = c.at<float>(out_);
     for (size_t o = 0; o < outer_; ++o)
       for (size_t i = 0; i < inner_; ++i) {
-        softmax_lane(x + o * axis_ * inner_ + i, y + o * axis_ * inner_ + i, axis_, inner_, beta_);
+        softmax_lane(x + o * axis_ * inner_ + i, y + o * axis_ * inner_ + i, axis_, inner_, beta_, vec_exp_);
       }
     return Status::Ok();
   }
@@ -131,6 +148,7 @@ class SoftmaxKernel final : public Kernel {
   uint32_t in_, out_;
   size_t outer_, axis_, inner_;
   float beta_;
+  bool vec_exp_;
 };
 
 Status create_softmax(const OpView& v, KernelEnv&, KernelPtr& out) {
@@ -161,7 +179,8 @@ class QuantSoftmaxKernel final : public Kernel {
   QuantSoftmaxKernel(uint32_t in, uint32_t out, size_t rows, size_t axis, float beta, QuantParams pin,
                      QuantParams pout)
       : in_(in), out_(out), rows_(rows), axis_(axis), beta_(beta), pin_(pin), pout_(pout),
-        slots_(ThreadPool::instance().max_threads()) {}
+        slots_(ThreadPool::instance().max_threads()), vec_exp_(softmax_vec_exp()) {}
+  const char* path() const override { return softmax_path(vec_exp_); }
 
   Status run(const RunContext& c) const override {
     const Q* x = c.at<const Q>(in_);
@@ -173,7 +192,7 @@ class QuantSoftmaxKernel final : public Kernel {
       float* b = a + lane_floats();
       for (size_t r = rows_ * s / S, r1 = rows_ * (s + 1) / S; r < r1; ++r) {
         dequantize_run<Q>(x + r * axis_, a, axis_, pin_);
-        softmax_lane(a, b, axis_, 1, beta_);
+        softmax_lane(a, b, axis_, 1, beta_, vec_exp_);
         quantize_run<Q>(b, y + r * axis_, axis_, pout_);
       }
     };
@@ -199,6 +218,7 @@ class QuantSoftmaxKernel final : public Kernel {
   float beta_;
   QuantParams pin_, pout_;
   size_t slots_;
+  bool vec_exp_;
 };
 
 // ---- LayerNorm ----------------------------------------------------------------
