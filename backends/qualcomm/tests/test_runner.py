@@ -44,9 +44,10 @@ class EmbeddingSplit(torch.nn.Module):
         return self.fc(torch.sigmoid(self.emb(ids)))
 
 
-class PermuteBetween(torch.nn.Module):
-    """linear -> rank-6 view -> permute -> view -> linear: QNN's validation refuses the rank-6
-    Transpose, so the permute and the quantize / dequantize nodes around it stay on the CPU."""
+class Rank6Between(torch.nn.Module):
+    """linear -> rank-6 view -> mul -> view -> linear: QNN's validation refuses rank-6 tensors
+    (a view / clone / permute chain would be folded to rank <= 5, a mul is not), so the rank-6
+    ops and the quantize / dequantize nodes around them stay on the CPU."""
 
     def __init__(self):
         super().__init__()
@@ -54,18 +55,18 @@ class PermuteBetween(torch.nn.Module):
         self.b = torch.nn.Linear(8, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.b(self.a(x).view(1, 2, 2, 2, 2, 8).permute(0, 1, 3, 2, 4, 5).reshape(1, 16, 8))
+        return self.b((self.a(x).view(1, 2, 2, 2, 2, 8) * 2.0).reshape(1, 16, 8))
 
 
 def _quantized_split(path: Path, samples: List[List[torch.Tensor]]) -> Path:
-    """PermuteBetween in 8a8w through plain to_edge_transform_and_lower: quantize / dequantize
+    """Rank6Between in 8a8w through plain to_edge_transform_and_lower: quantize / dequantize
     ops stay on the CPU (they need ExecuTorch's quantized kernels in the runner, and their out
     variants registered at to_executorch)."""
     from executorch.exir import to_edge_transform_and_lower
 
     from backends.qualcomm import QnnPartitioner
 
-    quantized = h.quantize(PermuteBetween().eval(), tuple(samples[0]), samples)
+    quantized = h.quantize(Rank6Between().eval(), tuple(samples[0]), samples)
     edge = to_edge_transform_and_lower(
         torch.export.export(quantized, tuple(samples[0])),
         partitioner=[QnnPartitioner(h.quantized_specs())])
