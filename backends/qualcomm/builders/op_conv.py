@@ -105,11 +105,6 @@ def _transposed_support(node: torch.fx.Node) -> SupportResult:
     output_padding = int_list(args.get("output_padding"), len(dilation), 0)
     if any(p < 0 or p >= s for p, s in zip(output_padding, stride)):
         return False, f"output_padding {output_padding} must be in [0, stride {stride})"
-    cin, cout = logical_shape(args["input"])[1], logical_shape(node)[1]
-    if any(output_padding) and int(args.get("groups", 1)) == cin == cout:
-        return False, (f"depthwise transposed convolution with output_padding {output_padding}: QNN 2.51's "
-                       "TransposeConv computes it wrong (measured fp16 up to 1.5 off on every row; one input "
-                       "and one output channel per group, any padding)")
     bias = args.get("bias")
     while is_dequantize(bias):  # a quantized bias reads its int32 constant through a Dequantize
         bias = bias.args[0]
@@ -134,12 +129,25 @@ def rows_qnn_leaves_unset(node: torch.fx.Node) -> List[int]:
     n = len(sizes)
     stride, padding = int_list(args.get("stride"), n, 1), int_list(args.get("padding"), n, 0)
     output_padding = int_list(args.get("output_padding"), n, 0)
+    if depthwise_transposed(node):  # output_padding becomes less padding at the end (below)
+        return [max(0, op - p) for p, op in zip(padding, output_padding)]
     unset = []
     for size, k, s, p, op in zip(sizes, kernels, stride, padding, output_padding):
         out = (size - 1) * s - 2 * p + k + op
         written = max((size - 1) * s + k, size * s) - p
         unset.append(max(0, out - written))
     return unset
+
+
+def depthwise_transposed(node: torch.fx.Node) -> bool:
+    """A transposed conv with one input and one output channel per group and an output_padding:
+    QNN 2.51's TransposeConv computes its output_padding wrong on every row (measured fp16 up to
+    1.5 off), so the builder gives it output_padding 0 and crops op fewer rows at the end
+    (pad_amount [p, p - op]); rows past the uncropped output (op > p) are bias rows."""
+    args = conv_args(node)
+    cin, cout = logical_shape(args["input"])[1], logical_shape(node)[1]
+    output_padding = int_list(args.get("output_padding"), len(logical_shape(node)) - 2, 0)
+    return is_transposed(node) and any(output_padding) and int(args.get("groups", 1)) == cin == cout
 
 
 def _conv3d_support(node: torch.fx.Node) -> SupportResult:
@@ -212,10 +220,14 @@ class ConvolutionBuilder(NodeBuilder):
 
     def _params(self, node: torch.fx.Node, depthwise: bool, unset: List[int]) -> list:
         spatial = spatial_dims(node)
+        pad_amount = conv_pad_amount(node)
+        output_padding = [p - u for p, u in zip(spatial_args(node, "output_padding", 0), unset)]
+        if depthwise_transposed(node):
+            pad_amount = [[b, e - op] for (b, e), op in zip(pad_amount, output_padding)]
+            output_padding = [0] * len(output_padding)
         params = [uint32_tensor("stride", spatial_args(node, "stride", 1)),
-                  uint32_tensor("pad_amount", conv_pad_amount(node), [spatial, 2])]
+                  uint32_tensor("pad_amount", pad_amount, [spatial, 2])]
         if is_transposed(node):
-            output_padding = [p - u for p, u in zip(spatial_args(node, "output_padding", 0), unset)]
             params.append(uint32_tensor("output_padding", output_padding))
         else:
             params.append(uint32_tensor("dilation", spatial_args(node, "dilation", 1)))
