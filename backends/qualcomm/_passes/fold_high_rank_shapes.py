@@ -19,20 +19,14 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.export import ExportedProgram
 
+from backends.qualcomm._passes.remove_identity_ops import identity_targets
+from backends.qualcomm.builders.op_shape import is_contiguous_dim_order
 from backends.qualcomm.utils.constants import DEBUG_HANDLE, QCOM_QUANT_ATTRS
 
 MAX_RANK = 5
 _aten = exir_ops.edge.aten
 _VIEW = _aten.view_copy.default
 _PERMUTE = _aten.permute_copy.default
-
-
-def _clone_targets() -> set:
-    targets = {_aten.clone.default}
-    clone_dim_order = getattr(exir_ops.edge.dim_order_ops, "_clone_dim_order", None)
-    if clone_dim_order is not None:
-        targets.add(clone_dim_order.default)
-    return targets
 
 
 def merged_permutation(shape: Sequence[int], perm: Sequence[int]) -> Tuple[List[int], List[int]]:
@@ -59,10 +53,7 @@ def _rank(node: torch.fx.Node) -> int:
 
 
 def _is_shape_op(node: torch.fx.Node, clones: set) -> bool:
-    if node.op != "call_function" or node.target not in {_VIEW, _PERMUTE} | clones:
-        return False
-    dim_order = node.kwargs.get("dim_order")
-    return dim_order is None or list(dim_order) == list(range(len(dim_order)))
+    return node.op == "call_function" and node.target in {_VIEW, _PERMUTE} | clones and is_contiguous_dim_order(node)
 
 
 def _chain_from(first: torch.fx.Node, clones: set) -> Optional[List[torch.fx.Node]]:
@@ -114,7 +105,7 @@ def _fold(graph: torch.fx.Graph, chain: List[torch.fx.Node]) -> bool:
 
 
 def fold_high_rank_shapes(ep: ExportedProgram) -> ExportedProgram:
-    graph, clones = ep.graph_module.graph, _clone_targets()
+    graph, clones = ep.graph_module.graph, identity_targets()
     changed, erased = False, set()
     for node in list(graph.nodes):
         if node in erased or not _is_shape_op(node, clones) or _rank(node) <= MAX_RANK:

@@ -5,10 +5,13 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 
+from backends.qualcomm.builders.op_shape import is_contiguous_dim_order
+
 _aten = exir_ops.edge.aten
 
 
-def _identity_targets() -> set:
+def identity_targets() -> set:
+    """clone / alias_copy / _clone_dim_order: ops that copy data unchanged (when contiguous)."""
     targets = {_aten.clone.default, _aten.alias_copy.default}
     clone_dim_order = getattr(exir_ops.edge.dim_order_ops, "_clone_dim_order", None)
     if clone_dim_order is not None:
@@ -16,19 +19,12 @@ def _identity_targets() -> set:
     return targets
 
 
-def _keeps_layout(node: torch.fx.Node) -> bool:
-    dim_order = node.kwargs.get("dim_order")
-    if dim_order is not None and list(dim_order) != list(range(len(dim_order))):
-        return False
-    return node.kwargs.get("memory_format") in (None, torch.contiguous_format, torch.preserve_format)
-
-
 def _removable(node: torch.fx.Node, targets: set) -> bool:
     if node.op != "call_function" or not isinstance(node.args[0], torch.fx.Node):
         return False
     if node.target == _aten.dropout.default:
         return not (len(node.args) > 2 and node.args[2])
-    if node.target not in targets or not _keeps_layout(node):
+    if node.target not in targets or not is_contiguous_dim_order(node):
         return False
     feeds_output = any(u.op == "output" for u in node.users)
     return not (feeds_output and node.args[0].op == "placeholder")
@@ -38,7 +34,7 @@ class RemoveIdentityOps:
     """Graph-module pass usable as an ExecuTorch transform pass."""
 
     def __call__(self, graph_module: torch.fx.GraphModule) -> PassResult:
-        targets = _identity_targets()
+        targets = identity_targets()
         modified = False
         for node in list(graph_module.graph.nodes):
             if _removable(node, targets):

@@ -108,8 +108,9 @@ def _transposed_support(node: torch.fx.Node) -> SupportResult:
     bias = args.get("bias")
     while is_dequantize(bias):  # a quantized bias reads its int32 constant through a Dequantize
         bias = bias.args[0]
-    if any(rows_qnn_leaves_unset(node)) and isinstance(bias, torch.fx.Node) and not is_constant(bias):
-        return False, (f"transposed convolution whose output ends {rows_qnn_leaves_unset(node)} rows per spatial "
+    unset = rows_qnn_leaves_unset(node)
+    if any(unset) and isinstance(bias, torch.fx.Node) and not is_constant(bias):
+        return False, (f"transposed convolution whose output ends {unset} rows per spatial "
                        "axis beyond what QNN's TransposeConv writes, with a bias that is not a constant (those "
                        "rows are the bias, appended as constant rows)")
     return SUPPORTED
