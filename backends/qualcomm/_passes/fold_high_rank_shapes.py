@@ -69,7 +69,7 @@ def _chain_from(first: torch.fx.Node, clones: set) -> Optional[List[torch.fx.Nod
     return chain
 
 
-def _new_node(graph: torch.fx.Graph, target, args: tuple, like: torch.fx.Node, shape: Sequence[int],
+def new_shape_node(graph: torch.fx.Graph, target, args: tuple, like: torch.fx.Node, shape: Sequence[int],
               template: torch.fx.Node) -> torch.fx.Node:
     node = graph.call_function(target, args)
     node.meta["val"] = like.meta["val"].new_empty(list(shape))
@@ -88,16 +88,16 @@ def _fold(graph: torch.fx.Graph, chain: List[torch.fx.Node]) -> bool:
     end_shape = list(end.meta["val"].shape)
     with graph.inserting_before(end):
         if not permutes:
-            folded = _new_node(graph, _VIEW, (source, end_shape), source, end_shape, end)
+            folded = new_shape_node(graph, _VIEW, (source, end_shape), source, end_shape, end)
         else:
             permute = permutes[0]
             in_shape = list(permute.args[0].meta["val"].shape)
             merged, perm = merged_permutation(in_shape, [int(d) % len(in_shape) for d in permute.args[1]])
             if len(merged) > MAX_RANK:
                 return False
-            flat = _new_node(graph, _VIEW, (source, merged), source, merged, permute)
-            moved = _new_node(graph, _PERMUTE, (flat, perm), source, [merged[d] for d in perm], permute)
-            folded = _new_node(graph, _VIEW, (moved, end_shape), source, end_shape, end)
+            flat = new_shape_node(graph, _VIEW, (source, merged), source, merged, permute)
+            moved = new_shape_node(graph, _PERMUTE, (flat, perm), source, [merged[d] for d in perm], permute)
+            folded = new_shape_node(graph, _VIEW, (moved, end_shape), source, end_shape, end)
     end.replace_all_uses_with(folded)
     for node in reversed(chain):
         graph.erase_node(node)

@@ -17,6 +17,7 @@ from backends.qualcomm._passes.fold_batch_norm import fold_batch_norm_into_conv
 from backends.qualcomm._passes.fold_high_rank_shapes import fold_high_rank_shapes
 from backends.qualcomm._passes.fold_pad_into_conv import fold_pad_into_conv
 from backends.qualcomm._passes.fold_qdq import fold_qdq
+from backends.qualcomm._passes.fold_reshape_chains import fold_reshape_chains
 from backends.qualcomm._passes.insert_io_qdq import insert_io_qdq, quantize_integer_inputs, record_output_meta
 from backends.qualcomm._passes.insert_requantize import insert_requantize
 from backends.qualcomm._passes.layout_transform import annotate_layout
@@ -45,6 +46,7 @@ PREPROCESS_PASSES: List[Callable[[ExportedProgram], ExportedProgram]] = [
     insert_requantize,
     insert_io_qdq,
     fold_high_rank_shapes,
+    fold_reshape_chains,
     convert_linear_to_conv2d,
     fold_pad_into_conv,
     fold_batch_norm_into_conv,
