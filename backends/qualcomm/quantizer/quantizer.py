@@ -28,6 +28,8 @@ from backends.qualcomm.quantizer.annotators import (
 )
 from backends.qualcomm.quantizer.batch_stats_norm import rewrite_batch_stats_norms
 from backends.qualcomm.quantizer.decompose_sdpa import decompose_sdpa
+from backends.qualcomm.quantizer.fold_constant_views import fold_constant_views
+from backends.qualcomm.quantizer.inf_masks import rewrite_inf_masked_softmax
 from backends.qualcomm.quantizer.module_config import (  # noqa: F401 (upstream's names here)
     ModuleQConfig, get_submodule_name_predicate, get_submodule_type_predicate, module_matches,
 )
@@ -232,6 +234,10 @@ class QnnQuantizer(Quantizer):
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         """scaled_dot_product_attention -> matmul / softmax / elementwise ops (decompose_sdpa.py);
         a hand-written RMSNorm -> one rms_norm (annotated as a whole, _passes/fuse_rms_norm.py);
-        batch norms with batch statistics -> _native_batch_norm_legit.no_stats (batch_stats_norm.py)."""
+        batch norms with batch statistics -> _native_batch_norm_legit.no_stats (batch_stats_norm.py);
+        softmax of a -inf masked tensor (MultiheadAttention's masks) -> softmax * keep, renormalized
+        (inf_masks.py: a quantized tensor cannot hold -inf); splits / views / concatenations of
+        parameters -> constants (fold_constant_views.py: MultiheadAttention's packed weights)."""
         fuse_rms_norm(model)
-        return rewrite_batch_stats_norms(decompose_sdpa(model))
+        model = rewrite_inf_masked_softmax(decompose_sdpa(fold_constant_views(model)))
+        return rewrite_batch_stats_norms(model)
