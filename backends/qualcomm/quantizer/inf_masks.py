@@ -4,7 +4,8 @@ A quantized tensor cannot hold -inf: an observer that sees one computes a NaN sc
 fails at convert with "min nan should be less than max"). Yet -inf masks are everywhere in
 attention: nn.MultiheadAttention turns every key_padding_mask and bool attn_mask into
 `zeros_like(mask, float).masked_fill_(mask, -inf)` (adding the two when both are given), and
-hand-written attention fills scores with -inf (or finfo.min) before the softmax. The masked
+hand-written attention fills scores with -inf (or finfo.min) before the softmax; transformers
+builds `where(keep, 0, finfo.min)`. The masked
 entries only reach a softmax, where they weigh exp(-inf) = 0, so with keep = ~pad (a bool
 tensor, never quantized):
 
@@ -29,6 +30,7 @@ _aten = torch.ops.aten
 SHAPE_OPS = {_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default, _aten.expand.default,
              _aten.unsqueeze.default, _aten.squeeze.dim, _aten.clone.default, _aten.contiguous.default}
 MASKED_FILL = {_aten.masked_fill.Scalar, _aten.masked_fill_.Scalar}
+WHERE_FILL = {_aten.where.ScalarOther: 2, _aten.where.ScalarSelf: 1}  # the number's position
 ZEROS = {_aten.zeros_like.default, _aten.zeros.default, _aten.new_zeros.default}
 SOFTMAX = {_aten.softmax.int, _aten._softmax.default}
 _FLOAT_MIN = torch.finfo(torch.float32).min
@@ -60,6 +62,8 @@ def has_inf_fill(node: object) -> bool:
         return has_inf_fill(node.args[0])
     if node.target in MASKED_FILL:
         return fills_minus_inf(node.args[2])
+    if node.target in WHERE_FILL:
+        return fills_minus_inf(node.args[WHERE_FILL[node.target]])
     if node.target == _aten.add.Tensor and len(node.args) == 2 and not node.kwargs:
         return has_inf_fill(node.args[0]) or has_inf_fill(node.args[1])
     return False
@@ -92,8 +96,8 @@ class _Nodes:
         node.meta["val"] = value
         return node
 
-    def expanded(self, keep: Node, shape: list) -> Node:
-        return keep if _shape(keep) == shape else self.call(_aten.expand.default, (keep, shape))
+    def expanded(self, node: Node, shape: list) -> Node:
+        return node if _shape(node) == shape else self.call(_aten.expand.default, (node, shape))
 
 
 def _shape(node: Node) -> list:
@@ -120,6 +124,13 @@ def split_inf_mask(nodes: _Nodes, node: Node) -> Tuple[Optional[Node], Optional[
         keep, finite = split_inf_mask(nodes, node.args[0])
         kept = nodes.expanded(nodes.call(_aten.logical_not.default, (node.args[1],)), _shape(node))
         return (kept if keep is None else nodes.call(_aten.logical_and.default, (keep, kept))), finite
+    if node.target in WHERE_FILL:  # transformers: where(keep, zeros, finfo.min)
+        cond, tensor = node.args[0], node.args[3 - WHERE_FILL[node.target]]
+        if node.target == _aten.where.ScalarSelf:
+            cond = nodes.call(_aten.logical_not.default, (cond,))
+        _, finite = split_inf_mask(nodes, tensor)
+        finite = nodes.expanded(finite, _shape(node)) if finite is not None else None
+        return nodes.expanded(cond, _shape(node)), finite
     (keep_a, finite_a), (keep_b, finite_b) = (split_inf_mask(nodes, a) for a in node.args)  # add
     keeps = [nodes.expanded(k, _shape(node)) for k in (keep_a, keep_b) if k is not None]
     keep = keeps[0] if len(keeps) == 1 else nodes.call(_aten.logical_and.default, tuple(keeps))
