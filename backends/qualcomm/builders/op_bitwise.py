@@ -8,15 +8,17 @@ the host engine) and exact divisions of multiples, a_{k+1} = (a_k - b_k) / 256; 
 b3 = Mod(a_3, 256) is unsigned too. Each result byte is Gather(table, 256 b_k(a) + b_k(b)) from
 one STATIC 65536-entry table of op(x, y) per op and graph, shared by the four byte positions and
 every node of that op. The result is r3s * 2^24 + (r2 * 2^16 + r1 * 256 + r0) in Horner form,
-r3s = Mod(r3 + 128, 256) - 128 the top byte as signed (no partial sum leaves int32). A Scalar or
-constant operand is split at lowering (STATIC bytes). uint8: one byte, Cast to INT_32 and back.
+r3s = Mod(r3 + 128, 256) - 128 the top byte as signed (no partial sum leaves int32). A constant
+tensor operand is split at lowering (STATIC bytes). A number operand (Scalar forms) needs no
+index: per byte a 256-entry row op(x, its byte) * 256^k (the top one signed), and the result is
+the sum of the four lookups. uint8: one byte, Cast to INT_32 and back.
 
 Measured (QNN 2.51 SM8650 emulation and the host engine, tests/test_ops_bitwise13.py): equal to
 eager on random int32 / int64 operands with -2^31, 2^31 - 1, -1, 0, 255, -256 among them."""
 from __future__ import annotations
 
 import functools
-from typing import List, Optional, Union
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -44,7 +46,6 @@ _INTEGER = {
     torch.uint8: (np.int32, DataType.INT_32, 1),
 }
 _VALUE_RANGES = {torch.int32: (-2 ** 31, 2 ** 31 - 1), torch.int64: (-2 ** 31, 2 ** 31 - 1), torch.uint8: (0, 255)}
-Operand = Union[torch.fx.Node, int]
 
 
 def _dtype(arg: object) -> Optional[torch.dtype]:
@@ -99,21 +100,23 @@ class _Bytes:
         self.gb, self.node, self.uint8 = gb, node, dtype == torch.uint8
         self.e = Emitter(gb, node, data_type)
         self.rank = len(logical_shape(node))
-        self.c256, self.c128 = self.constant(256), self.constant(128)
 
-    def constant(self, value: int) -> QnnTensor:
-        return self.static("c", np.full([1] * self.rank, value))
+    @functools.cached_property
+    def c256(self) -> QnnTensor:
+        return self.static("c256", np.full([1] * self.rank, 256))
+
+    @functools.cached_property
+    def c128(self) -> QnnTensor:
+        return self.static("c128", np.full([1] * self.rank, 128))
 
     def static(self, name: str, values: np.ndarray) -> QnnTensor:
         return self.gb.static_tensor(f"{self.node.name}_{name}", values.astype(self.np_dtype))
 
-    def split(self, arg: Operand, name: str) -> List[QnnTensor]:
-        """The operand's bytes, low first, each in [0, 255]: STATIC for a number or a constant."""
-        data = None if isinstance(arg, torch.fx.Node) else np.full([1] * self.rank, arg)
-        if data is None and self.gb.constant_data(arg) is not None:
-            data = self.gb.constant_data(arg).numpy()
+    def split(self, arg: torch.fx.Node, name: str) -> List[QnnTensor]:
+        """The operand's bytes, low first, each in [0, 255] (STATIC for a constant tensor)."""
+        data = self.gb.constant_data(arg)
         if data is not None:
-            return [self.static(f"{name}_b{k}", b) for k, b in enumerate(_number_bytes(data, self.count))]
+            return [self.static(f"{name}_b{k}", b) for k, b in enumerate(_number_bytes(data.numpy(), self.count))]
         rest = self.gb.tensor(arg)
         if self.uint8:
             return [cast_uint8_to_int32(self.node, self.gb, rest)]
@@ -124,27 +127,40 @@ class _Bytes:
                 rest = self.e.op("ElementWiseDivide", [self.e.op("ElementWiseSubtract", [rest, pieces[-1]]), self.c256])
         return pieces
 
-    def lookup(self, table: QnnTensor, x: QnnTensor, y: QnnTensor, out: Optional[QnnTensor] = None) -> QnnTensor:
-        """table[256 x + y] (into `out` when given)."""
-        index = self.e.op("ElementWiseAdd", [self.e.op("ElementWiseMultiply", [x, self.c256]), y])
-        if out is None:
-            out = self.gb.native_tensor(f"{index.name}_byte", index.dims, self.e.data_type)
-        self.gb.add_op(self.node, "Gather", [table, index], [out], [int32_scalar("axis", 0)],
-                       suffix="gather")
+    def lookup(self, table: QnnTensor, x: QnnTensor, y: QnnTensor) -> QnnTensor:
+        """table[256 x + y]."""
+        return self.gather(table, self.e.op("ElementWiseAdd", [self.e.op("ElementWiseMultiply", [x, self.c256]), y]))
+
+    def gather(self, table: QnnTensor, index: QnnTensor) -> QnnTensor:
+        out = self.gb.native_tensor(f"{index.name}_byte", index.dims, self.e.data_type)
+        self.gb.add_op(self.node, "Gather", [table, index], [out], [int32_scalar("axis", 0)], suffix="gather")
         return out
+
+
+def _scaled_rows(op: np.ufunc, number: int, count: int) -> List[np.ndarray]:
+    """Per byte k of `number`: op(x, its byte k) * 256^k for the 256 bytes x (the top byte of a
+    four-byte split as signed), so the result is the sum of one lookup per byte."""
+    x = np.arange(256, dtype=np.int64)
+    rows = [op(x, byte) << (8 * k) for k, byte in enumerate(_number_bytes(np.array(number), count))]
+    if count == 4:
+        rows[3] = np.where(rows[3] >= 2 ** 31, rows[3] - 2 ** 32, rows[3])
+    return rows
 
 
 def emit_integer_bitwise(gb: GraphBuilder, node: torch.fx.Node) -> None:
     """The node as byte-table lookups (module docstring) into its output."""
     op = BITWISE_OPS[node.target]
     b = _Bytes(gb, node)
+    xs = b.split(node.args[0], "a")
+    out = gb.define_output(node)
+    if node.target in SCALAR_OPS:
+        _emit_number(b, op, xs, int(node.args[1]), out)
+        return
     table = gb.shared_static(f"bitwise_{op.__name__}_table_{np.dtype(b.np_dtype).name}",
                              lambda: byte_table(op).astype(b.np_dtype))
-    xs, ys = b.split(node.args[0], "a"), b.split(node.args[1], "b")
-    out = gb.define_output(node)
+    ys = b.split(node.args[1], "b")
     if b.uint8:
-        wide = b.lookup(table, xs[0], ys[0])
-        gb.add_op(node, "Cast", [wide], [out], suffix="uint8")
+        gb.add_op(node, "Cast", [b.lookup(table, xs[0], ys[0])], [out], suffix="uint8")
         return
     e = b.e
     r = [b.lookup(table, x, y) for x, y in zip(xs, ys)]
@@ -153,3 +169,17 @@ def emit_integer_bitwise(gb: GraphBuilder, node: torch.fx.Node) -> None:
     for k in (2, 1):
         acc = e.op("ElementWiseAdd", [e.op("ElementWiseMultiply", [acc, b.c256]), r[k]])
     e.last("ElementWiseAdd", [e.op("ElementWiseMultiply", [acc, b.c256]), r[0]], out)
+
+
+def _emit_number(b: _Bytes, op: np.ufunc, xs: List[QnnTensor], number: int, out: QnnTensor) -> None:
+    """A number operand: per byte a 256-entry row of its byte's results, already scaled by
+    256^k (the top one signed): the result is the sum of the lookups (no index, no recombination)."""
+    rows = [b.static(f"row{k}", row) for k, row in enumerate(_scaled_rows(op, number, b.count))]
+    parts = [b.gather(row, x) for row, x in zip(rows, xs)]
+    if b.uint8:
+        b.gb.add_op(b.node, "Cast", [parts[0]], [out], suffix="uint8")
+        return
+    acc = parts[0]
+    for part in parts[1:-1]:
+        acc = b.e.op("ElementWiseAdd", [acc, part])
+    b.e.last("ElementWiseAdd", [acc, parts[-1]], out)
