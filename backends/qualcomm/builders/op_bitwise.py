@@ -11,7 +11,8 @@ every node of that op. The result is r3s * 2^24 + (r2 * 2^16 + r1 * 256 + r0) in
 r3s = Mod(r3 + 128, 256) - 128 the top byte as signed (no partial sum leaves int32). A constant
 tensor operand is split at lowering (STATIC bytes). A number operand (Scalar forms) needs no
 index: per byte a 256-entry row op(x, its byte) * 256^k (the top one signed), and the result is
-the sum of the four lookups. uint8: one byte, Cast to INT_32 and back.
+the sum of the four lookups. uint8: one byte, Cast to INT_32 and back. A tensor that several
+bitwise nodes read is split once per graph.
 
 Measured (QNN 2.51 SM8650 emulation and the host engine, tests/test_ops_bitwise13.py): equal to
 eager on random int32 / int64 operands with -2^31, 2^31 - 1, -1, 0, 255, -256 among them."""
@@ -117,6 +118,10 @@ class _Bytes:
         data = self.gb.constant_data(arg)
         if data is not None:
             return [self.static(f"{name}_b{k}", b) for k, b in enumerate(_number_bytes(data.numpy(), self.count))]
+        # every bitwise node of a graph that reads `arg` shares its split
+        return self.gb.shared(("bitwise_bytes", arg), lambda: self._emit_split(arg))
+
+    def _emit_split(self, arg: torch.fx.Node) -> List[QnnTensor]:
         rest = self.gb.tensor(arg)
         if self.uint8:
             return [cast_uint8_to_int32(self.node, self.gb, rest)]

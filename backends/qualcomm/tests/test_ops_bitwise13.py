@@ -1,0 +1,148 @@
+"""Issue 13, bitwise_and / bitwise_or / bitwise_xor of integer tensors (builders/op_bitwise.py): four
+bytes split with INT_32 Mod and exact divisions, one shared 65536-entry table per op read by
+Gather at 256 x + y, the top byte recombined as signed; Scalar forms as per-byte rows summed.
+
+Each module is lowered once to one delegate, with QNN's context binary when QNN's library loads
+(`qnn_binary`): outputs equal eager exactly (host engine), and QNN's outputs equal the host
+engine's (hence eager) on the same blob. Operands hold -2^31, 2^31 - 1, -1, 0, 255, -256 next to
+random int32 values."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from backends.qualcomm.tests.test_ops_rest13 import _lower, _qnn_vs_host
+from backends.qualcomm.tests.tester import QnnTester
+
+BOUNDARY = [-2 ** 31, 2 ** 31 - 1, -1, 0, 255, -256, 256, 128, -128, 65535, -65536, 2 ** 24 - 1]
+
+
+def _int32(shape, seed: int, boundary=BOUNDARY) -> torch.Tensor:
+    """Random int32 over the whole range, the boundary values first."""
+    g = torch.Generator().manual_seed(seed)
+    count = int(np.prod(shape))
+    rand = torch.randint(-2 ** 31, 2 ** 31 - 1, (count,), generator=g, dtype=torch.int64)
+    values = torch.cat([torch.tensor(boundary[:count], dtype=torch.int64), rand[len(boundary):]])
+    return values[torch.randperm(count, generator=g)].to(torch.int32).reshape(shape)
+
+
+def _assert_exact(tester: QnnTester) -> None:
+    for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
+        assert out.dtype == ref.dtype and out.shape == ref.shape, (i, out.dtype, ref.dtype, out.shape, ref.shape)
+        np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
+
+
+def _tables(tester: QnnTester) -> int:
+    """STATIC 65536-entry tables in the delegate."""
+    return sum(1 for t in tester.payload().tensors if t.kind == "STATIC" and t.dims == [65536])
+
+
+class TensorForms(torch.nn.Module):
+    """and / or / xor of two int32 tensors (one broadcast) and of two int64 tensors."""
+
+    def forward(self, a, b, c, d):
+        return a & b, a | b, a ^ b, torch.bitwise_and(a, b[0]), c ^ d, c | d, c & d, (a & b) ^ (a | b)
+
+
+def tensor_inputs():
+    a, b = _int32((2, 3, 8), 1), _int32((2, 3, 8), 2, BOUNDARY[::-1])
+    return a, b, a.to(torch.int64), b[:, :1].to(torch.int64)
+
+
+def test_tensor_forms_exact_on_both_engines(qnn_binary):
+    """int32 and int64 (INT_32 on QNN), broadcasting: every output equals eager; QNN equals the
+    host engine. One table per op and data type, shared by the byte positions and the nodes."""
+    inputs = tensor_inputs()
+    tester = _lower(TensorForms(), inputs, None)
+    _assert_exact(tester)
+    ops = tester.payload().op_types()
+    assert not {"ElementWiseAnd", "ElementWiseOr", "ElementWiseXor"} & set(ops), ops
+    assert ops["Gather"] == 4 * 10 and ops["ElementWiseDivide"] == 3 * 7, ops  # 7 operands split once each
+    assert _tables(tester) == 6, "one 65536-entry table per op (and / or / xor) and dtype (int32 / int64)"
+    _qnn_vs_host(tester, inputs)
+
+
+class ScalarForms(torch.nn.Module):
+    """Numbers (bitwise_*.Scalar, `5 & a` included), and constant tensors on either side."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k", torch.tensor([1, -2, 300, -2 ** 31, 2 ** 31 - 1, 0, -1, 255], dtype=torch.int32))
+
+    def forward(self, a, c):
+        return (a | 3, a & 0xFF, a ^ -7, 5 & a, a & -2 ** 31, a ^ (2 ** 31 - 1), c | -256, c & 0x7F00,
+                a & self.k, self.k ^ a)
+
+
+def test_scalar_and_constant_forms_exact_on_both_engines(qnn_binary):
+    """A number operand needs four lookups and three adds (no split of the number, no index):
+    every output equals eager on both engines."""
+    a = _int32((3, 8), 3)
+    inputs = (a, a.to(torch.int64) * -1 - 1)
+    tester = _lower(ScalarForms(), inputs, None)
+    _assert_exact(tester)
+    ops = tester.payload().op_types()
+    # Scalars: 4 Gathers each (8); constant tensors: 4 each (2)
+    assert ops["Gather"] == 4 * 10, ops
+    assert _tables(tester) == 2, "the constant-tensor forms share the and / xor tables"
+    _qnn_vs_host(tester, inputs)
+
+
+class Uint8Forms(torch.nn.Module):
+    def forward(self, u, v):
+        return u & v, u | v, u ^ v, u | 3, v & 0xF0, u ^ 255
+
+
+def test_uint8_forms_exact_on_both_engines(qnn_binary):
+    """uint8 tensors: one byte, Cast to INT_32, one lookup, Cast back."""
+    g = torch.Generator().manual_seed(4)
+    u = torch.randint(0, 256, (4, 8), generator=g, dtype=torch.uint8)
+    u[0, :4] = torch.tensor([0, 255, 128, 127], dtype=torch.uint8)
+    inputs = (u, torch.randint(0, 256, (8,), generator=g, dtype=torch.uint8))
+    tester = _lower(Uint8Forms(), inputs, None)
+    _assert_exact(tester)
+    assert tester.payload().op_types()["Gather"] == 6
+    _qnn_vs_host(tester, inputs)
+
+
+class TokenMask(torch.nn.Module):
+    """Bit tricks on token ids next to the integer ops a delegate takes (floor_divide, remainder,
+    comparisons, where, bitwise_not; int add / mul stay on the CPU): a low byte with flag bits,
+    a bucket hash, a parity mask."""
+
+    def forward(self, ids, flags):
+        low = (ids & 0xFF) | flags
+        bucket = torch.remainder(ids, 1000) ^ (ids // 256)
+        picked = torch.where(ids > 0, ids & flags, ids | flags)
+        return low, bucket, (low & 1) == 0, ~(bucket ^ flags), picked
+
+
+def test_model_mixing_bitwise_with_integer_ops_on_both_engines(qnn_binary):
+    """One delegate with remainder / floor_divide / gt / eq / where / bitwise_not around the
+    bitwise ops (negative ids included): every output equals eager on both engines."""
+    g = torch.Generator().manual_seed(6)
+    ids = torch.randint(-50000, 50000, (2, 16), generator=g, dtype=torch.int32)
+    ids[0, :3] = torch.tensor([0, -1, 2 ** 31 - 1], dtype=torch.int32)
+    flags = torch.randint(-(2 ** 20), 2 ** 20, (1, 16), generator=g, dtype=torch.int32)
+    inputs = (ids, flags)
+    tester = _lower(TokenMask(), inputs, None)
+    _assert_exact(tester)
+    _qnn_vs_host(tester, inputs)
+
+
+def test_refused_with_a_reason():
+    """int8 tensors, mixed int32 / int64 operands and a bool tensor next to a number stay on the
+    CPU, each with its reason; the rest of the program still runs."""
+
+    class Rejected(torch.nn.Module):
+        def forward(self, a, b, s, m):
+            return a & b, s | s, m & True
+
+    a = torch.tensor([5, -3, 12], dtype=torch.int32)
+    inputs = (a, torch.tensor([3, 6, -1]), torch.tensor([1, -2, 3], dtype=torch.int8), a > 0)
+    tester = QnnTester(Rejected(), inputs).lower()
+    reasons = tester.partitioner.rejected_nodes
+    assert any("cast it first" in r for r in reasons.values()), reasons
+    assert any("torch.int8 is not supported" in r for r in reasons.values()), reasons
+    assert any("next to a bool tensor" in r for r in reasons.values()), reasons
+    tester.to_executorch().run().compare()
