@@ -29,7 +29,9 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_cast import cast_uint8_to_int32
 from backends.qualcomm.builders.op_division import Emitter
 from backends.qualcomm.builders.registry import SUPPORTED, SupportResult, node_val, tensor_vals
-from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, int32_scalar
+from backends.qualcomm.serialization.qnn_graph import (
+    DataType, QnnTensor, QuantEncoding, QuantParams, TensorType, int32_scalar,
+)
 
 _aten = exir_ops.edge.aten
 
@@ -46,6 +48,9 @@ _INTEGER = {
     torch.int64: (np.int64, DataType.INT_64, 4),
     torch.uint8: (np.int32, DataType.INT_32, 1),
 }
+# The byte table's encoding: uint8 codes that are the values (HTP refuses a UINT_8 Gather table,
+# 3110; Cast of a UFIXED_POINT_8 tensor to INT_32 gives its codes, on QNN and the host engine)
+_CODES = QuantParams(QuantEncoding.SCALE_OFFSET, 8, 1.0, 0)
 _VALUE_RANGES = {torch.int32: (-2 ** 31, 2 ** 31 - 1), torch.int64: (-2 ** 31, 2 ** 31 - 1), torch.uint8: (0, 255)}
 
 
@@ -137,9 +142,13 @@ class _Bytes:
         return self.gather(table, self.e.op("ElementWiseAdd", [self.e.op("ElementWiseMultiply", [x, self.c256]), y]))
 
     def gather(self, table: QnnTensor, index: QnnTensor) -> QnnTensor:
-        out = self.gb.native_tensor(f"{index.name}_byte", index.dims, self.e.data_type)
+        out = self.gb.native_tensor(f"{index.name}_byte", index.dims, table.data_type, table.quant)
         self.gb.add_op(self.node, "Gather", [table, index], [out], [int32_scalar("axis", 0)], suffix="gather")
-        return out
+        if table.data_type == self.e.data_type:
+            return out
+        wide = self.gb.native_tensor(f"{index.name}_wide", index.dims, self.e.data_type)
+        self.gb.add_op(self.node, "Cast", [out], [wide], suffix="wide")
+        return wide
 
 
 def _scaled_rows(op: np.ufunc, number: int, count: int) -> List[np.ndarray]:
@@ -161,8 +170,9 @@ def emit_integer_bitwise(gb: GraphBuilder, node: torch.fx.Node) -> None:
     if node.target in SCALAR_OPS:
         _emit_number(b, op, xs, int(node.args[1]), out)
         return
-    table = gb.shared_static(f"bitwise_{op.__name__}_table_{np.dtype(b.np_dtype).name}",
-                             lambda: byte_table(op).astype(b.np_dtype))
+    table = gb.shared(("bitwise_table", op), lambda: gb.add_tensor(
+        f"bitwise_{op.__name__}_table", TensorType.STATIC, DataType.UFIXED_POINT_8, [1 << 16],
+        byte_table(op).astype(np.uint8), _CODES))
     ys = b.split(node.args[1], "b")
     if b.uint8:
         gb.add_op(node, "Cast", [b.lookup(table, xs[0], ys[0])], [out], suffix="uint8")
