@@ -1,13 +1,15 @@
 """Integer bitwise_and / bitwise_or / bitwise_xor (Tensor and Scalar forms) from exact integer ops
 and a byte table: QNN's ElementWiseAnd / Or / Xor are logical (BOOL_8), so LogicBuilder lowers
-them on bool tensors only and hands int32 / int64 / uint8 tensors here.
+them on bool tensors only and hands int32 / int64 / uint8 tensors here (int8: see _INTEGER).
 
-int32 / int64 (int64 runs as INT_32 on QNN, narrowed by wrapping): each operand is split into
+int32 / int64 (int64 runs as INT_32 on QNN, narrowed by wrapping; the host engine's INT_64 result
+is the op on the low 32 bits, sign-extended, the same): each operand is split into
 four bytes with INT_32 Mod (the divisor's sign, so b = Mod(a, 256) is in [0, 255] on QNN and on
 the host engine) and exact divisions of multiples, a_{k+1} = (a_k - b_k) / 256; the top byte
 b3 = Mod(a_3, 256) is unsigned too. Each result byte is Gather(table, 256 b_k(a) + b_k(b)) from
-one STATIC 65536-entry table of op(x, y) per op and graph, shared by the four byte positions and
-every node of that op. The result is r3s * 2^24 + (r2 * 2^16 + r1 * 256 + r0) in Horner form,
+one STATIC 65536-entry table of op(x, y) per op and graph (UFIXED_POINT_8 codes at scale 1, 64 KB,
+Cast to the integer type after the Gather), shared by the four byte positions and every node of
+that op. The result is r3s * 2^24 + (r2 * 2^16 + r1 * 256 + r0) in Horner form,
 r3s = Mod(r3 + 128, 256) - 128 the top byte as signed (no partial sum leaves int32). A constant
 tensor operand is split at lowering (STATIC bytes). A number operand (Scalar forms) needs no
 index: per byte a 256-entry row op(x, its byte) * 256^k (the top one signed), and the result is
@@ -42,7 +44,9 @@ BITWISE_OPS = {
     _aten.bitwise_xor.Tensor: np.bitwise_xor, _aten.bitwise_xor.Scalar: np.bitwise_xor,
 }
 SCALAR_OPS = (_aten.bitwise_and.Scalar, _aten.bitwise_or.Scalar, _aten.bitwise_xor.Scalar)
-# tensor dtype -> (numpy dtype of the composition, its QNN data type, bytes split)
+# tensor dtype -> (numpy dtype of the composition, its QNN data type, bytes split); uint8 tensors
+# are Cast to INT_32 and the result back. int8 stays on the CPU: QNN 2.51 HTP has no Cast between
+# INT_8 and INT_32 (op validation 3110 both ways, measured on SM8650).
 _INTEGER = {
     torch.int32: (np.int32, DataType.INT_32, 4),
     torch.int64: (np.int64, DataType.INT_64, 4),
@@ -67,6 +71,8 @@ def is_integer_bitwise(node: torch.fx.Node) -> bool:
 def check_integer_bitwise(node: torch.fx.Node) -> SupportResult:
     outputs = tensor_vals(node)
     dtype = outputs[0].dtype if outputs else None
+    if dtype == torch.int8:
+        return False, "int8 tensors: QNN 2.51 HTP has no Cast between INT_8 and INT_32 (op validation 3110, measured)"
     if dtype not in _INTEGER:
         return False, f"output dtype {dtype} is not supported (int32, int64, uint8; bool: ElementWiseAnd / Or / Xor)"
     if not logical_shape(node):
@@ -103,7 +109,8 @@ class _Bytes:
     def __init__(self, gb: GraphBuilder, node: torch.fx.Node):
         dtype = tensor_vals(node)[0].dtype
         self.np_dtype, data_type, self.count = _INTEGER[dtype]
-        self.gb, self.node, self.uint8 = gb, node, dtype == torch.uint8
+        self.gb, self.node = gb, node
+        self.uint8 = dtype == torch.uint8
         self.e = Emitter(gb, node, data_type)
         self.rank = len(logical_shape(node))
 
@@ -151,6 +158,12 @@ class _Bytes:
         return wide
 
 
+    def signed_byte(self, byte: QnnTensor) -> QnnTensor:
+        """byte in [0, 255] as signed: Mod(byte + 128, 256) - 128."""
+        shifted = self.e.op("ElementWiseMod", [self.e.op("ElementWiseAdd", [byte, self.c128]), self.c256])
+        return self.e.op("ElementWiseSubtract", [shifted, self.c128])
+
+
 def _scaled_rows(op: np.ufunc, number: int, count: int) -> List[np.ndarray]:
     """Per byte k of `number`: op(x, its byte k) * 256^k for the 256 bytes x (the top byte of a
     four-byte split as signed), so the result is the sum of one lookup per byte."""
@@ -174,16 +187,14 @@ def emit_integer_bitwise(gb: GraphBuilder, node: torch.fx.Node) -> None:
         f"bitwise_{op.__name__}_table", TensorType.STATIC, DataType.UFIXED_POINT_8, [1 << 16],
         byte_table(op).astype(np.uint8), _CODES))
     ys = b.split(node.args[1], "b")
-    if b.uint8:
-        gb.add_op(node, "Cast", [b.lookup(table, xs[0], ys[0])], [out], suffix="uint8")
-        return
-    e = b.e
     r = [b.lookup(table, x, y) for x, y in zip(xs, ys)]
-    # the top byte as signed: Mod(r3 + 128, 256) - 128
-    acc = e.op("ElementWiseSubtract", [e.op("ElementWiseMod", [e.op("ElementWiseAdd", [r[3], b.c128]), b.c256]), b.c128])
+    if b.uint8:  # the byte itself
+        gb.add_op(node, "Cast", [r[0]], [out], suffix="uint8")
+        return
+    acc = b.signed_byte(r[3])  # the top byte as signed, then Horner: acc * 256 + r_k
     for k in (2, 1):
-        acc = e.op("ElementWiseAdd", [e.op("ElementWiseMultiply", [acc, b.c256]), r[k]])
-    e.last("ElementWiseAdd", [e.op("ElementWiseMultiply", [acc, b.c256]), r[0]], out)
+        acc = b.e.op("ElementWiseAdd", [b.e.op("ElementWiseMultiply", [acc, b.c256]), r[k]])
+    b.e.last("ElementWiseAdd", [b.e.op("ElementWiseMultiply", [acc, b.c256]), r[0]], out)
 
 
 def _emit_number(b: _Bytes, op: np.ufunc, xs: List[QnnTensor], number: int, out: QnnTensor) -> None:

@@ -94,7 +94,7 @@ class Uint8Forms(torch.nn.Module):
 
 
 def test_uint8_forms_exact_on_both_engines(qnn_binary):
-    """uint8 tensors: one byte, Cast to INT_32, one lookup, Cast back."""
+    """uint8 tensors (graph inputs and outputs): one byte, Cast to INT_32, one lookup, Cast back."""
     g = torch.Generator().manual_seed(4)
     u = torch.randint(0, 256, (4, 8), generator=g, dtype=torch.uint8)
     u[0, :4] = torch.tensor([0, 255, 128, 127], dtype=torch.uint8)
@@ -131,18 +131,23 @@ def test_model_mixing_bitwise_with_integer_ops_on_both_engines(qnn_binary):
 
 
 def test_refused_with_a_reason():
-    """int8 tensors, mixed int32 / int64 operands and a bool tensor next to a number stay on the
-    CPU, each with its reason; the rest of the program still runs."""
+    """Mixed int32 / int64 operands, int8 (HTP has no Cast between INT_8 and INT_32) and int16
+    tensors, a number outside uint8 next to a uint8 tensor and a bool tensor next to a number
+    stay on the CPU, each with its reason; the rest of the program still runs."""
 
     class Rejected(torch.nn.Module):
-        def forward(self, a, b, s, m):
-            return a & b, s | s, m & True
+        def forward(self, a, b, s, h, u, m):
+            return a & b, s ^ s, h | h, u & 256, m & True
 
     a = torch.tensor([5, -3, 12], dtype=torch.int32)
-    inputs = (a, torch.tensor([3, 6, -1]), torch.tensor([1, -2, 3], dtype=torch.int8), a > 0)
+    inputs = (a, torch.tensor([3, 6, -1]), torch.tensor([1, -2, 3], dtype=torch.int8),
+              torch.tensor([1, -2, 3], dtype=torch.int16), torch.tensor([1, 2, 3], dtype=torch.uint8), a > 0)
     tester = QnnTester(Rejected(), inputs).lower()
-    reasons = tester.partitioner.rejected_nodes
-    assert any("cast it first" in r for r in reasons.values()), reasons
-    assert any("torch.int8 is not supported" in r for r in reasons.values()), reasons
-    assert any("next to a bool tensor" in r for r in reasons.values()), reasons
+    reasons = list(tester.partitioner.rejected_nodes.values())
+    assert len(reasons) == 5, reasons
+    assert any("cast it first" in r for r in reasons), reasons
+    assert any("no Cast between INT_8 and INT_32" in r for r in reasons), reasons
+    assert any("torch.int16 is not supported" in r for r in reasons), reasons
+    assert any("256 does not fit torch.uint8" in r for r in reasons), reasons
+    assert any("next to a bool tensor" in r for r in reasons), reasons
     tester.to_executorch().run().compare()
