@@ -122,12 +122,32 @@ def test_model_mixing_bitwise_with_integer_ops_on_both_engines(qnn_binary):
     bitwise ops (negative ids included): every output equals eager on both engines."""
     g = torch.Generator().manual_seed(6)
     ids = torch.randint(-50000, 50000, (2, 16), generator=g, dtype=torch.int32)
-    ids[0, :3] = torch.tensor([0, -1, 2 ** 31 - 1], dtype=torch.int32)
+    ids[0, :4] = torch.tensor([0, -1, 2 ** 31 - 1, -2 ** 31], dtype=torch.int32)
     flags = torch.randint(-(2 ** 20), 2 ** 20, (1, 16), generator=g, dtype=torch.int32)
     inputs = (ids, flags)
     tester = _lower(TokenMask(), inputs, None)
     _assert_exact(tester)
     _qnn_vs_host(tester, inputs)
+
+
+class Int64Pair(torch.nn.Module):
+    def forward(self, c, d):
+        return c & d, c ^ d, c | 0x7F
+
+
+def test_int64_beyond_int32_is_the_op_on_the_low_32_bits(qnn_binary):
+    """int64 values must fit int32 in a delegate (QNN narrows them by wrapping); beyond it both
+    engines give the op on the low 32 bits, sign-extended (documented, not eager's)."""
+    g = torch.Generator().manual_seed(7)
+    c = torch.randint(-2 ** 40, 2 ** 40, (2, 8), generator=g)
+    d = torch.randint(-2 ** 40, 2 ** 40, (2, 8), generator=g)
+    tester = _lower(Int64Pair(), (c, d), None)
+    low = [x.to(torch.int32) for x in (c, d)]  # wraps
+    want = [(low[0] & low[1]), (low[0] ^ low[1]), (low[0] | 0x7F)]
+    for i, (out, ref) in enumerate(zip(tester.outputs, want)):
+        np.testing.assert_array_equal(out, ref.to(torch.int64).numpy(), err_msg=f"output {i}")
+    assert not np.array_equal(tester.outputs[0], tester.reference_outputs()[0]), "inputs beyond int32 expected"
+    _qnn_vs_host(tester, (c, d))
 
 
 def test_refused_with_a_reason():
