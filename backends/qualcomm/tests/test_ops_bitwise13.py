@@ -11,8 +11,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from backends.qualcomm.serialization.payload_writer import serialize_graphs
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnGraph, QnnOp, QnnTensor, TensorType
+from backends.qualcomm.tests.test_ops_lookup13 import with_qnn_binary
 from backends.qualcomm.tests.test_ops_rest13 import _lower, _qnn_vs_host
 from backends.qualcomm.tests.tester import QnnTester
+from backends.qualcomm.tests.utils_helpers import needs_qnn
+from backends.qualcomm.utils.runtime_options import require_extension
 
 BOUNDARY = [-2 ** 31, 2 ** 31 - 1, -1, 0, 255, -256, 256, 128, -128, 65535, -65536, 2 ** 24 - 1]
 
@@ -171,3 +176,47 @@ def test_refused_with_a_reason():
     assert any("256 does not fit torch.uint8" in r for r in reasons), reasons
     assert any("next to a bool tensor" in r for r in reasons), reasons
     tester.to_executorch().run().compare()
+
+
+# ---- the INT_32 ops the composition uses, at the int32 boundaries, QNN against the host engine --
+def _int32_graph(ops, n: int) -> bytes:
+    """x, y (INT_32 [n]) and a STATIC 256 -> one APP_READ output per (QNN type, input ids)."""
+    g = QnnGraph("forward")
+    g.tensors += [QnnTensor(0, "x", TensorType.APP_WRITE, DataType.INT_32, [n]),
+                  QnnTensor(1, "y", TensorType.APP_WRITE, DataType.INT_32, [n]),
+                  QnnTensor(2, "c256", TensorType.STATIC, DataType.INT_32, [1], None, np.array([256], np.int32))]
+    for k, (qnn_type, inputs) in enumerate(ops):
+        g.tensors.append(QnnTensor(3 + k, f"out{k}", TensorType.APP_READ, DataType.INT_32, [n]))
+        g.ops.append(QnnOp(f"op{k}", qnn_type, inputs, [3 + k]))
+    g.inputs, g.outputs = [0, 1], [3 + k for k in range(len(ops))]
+    return with_qnn_binary(serialize_graphs([g]))
+
+
+@needs_qnn
+def test_int32_split_ops_at_the_boundaries_qnn_equals_host():
+    """What the split relies on, measured on QNN 2.51 SM8650 and the host engine at -2^31,
+    2^31 - 1, -1, 0, 255, -256, ...: Mod(x, 256) in [0, 255] (the divisor's sign), Mod by
+    tensors of both signs, x - Mod(x, 256) and its exact division by 256. What it avoids
+    (QNN differs from the host engine and from torch there, measured): Add / Subtract /
+    Multiply saturate on overflow (the host engine wraps, as torch), and Divide by the STATIC
+    256 floors (-1 / 256 = -1) while Divide by a tensor truncates (-7 / 2 = -3)."""
+    x = np.array(BOUNDARY + [-255, 2 ** 31 - 256, -2 ** 31 + 255, 1000, -1000, 7, -7, -7], np.int32)
+    y = np.array([-1000, 1000, 3, -3, 2, -2, 7, -7, 1, -1, 256, -256, 255, -255, 9, 2, -2, 2, 5, 2], np.int32)
+    ops = [("ElementWiseMod", [0, 2]), ("ElementWiseMod", [0, 1]), ("ElementWiseSubtract", [0, 3]),
+           ("ElementWiseDivide", [5, 2]), ("ElementWiseAdd", [0, 1]), ("ElementWiseMultiply", [0, 2]),
+           ("ElementWiseDivide", [0, 2]), ("ElementWiseDivide", [0, 1])]
+    ext = require_extension()
+    blob = _int32_graph(ops, x.size)
+    host = [np.asarray(o).reshape(-1) for o in ext.run_payload(blob, [x, y])]
+    qnn = [np.asarray(o).reshape(-1) for o in ext.run_payload_qnn(blob, [x, y])[0]]
+    wide = x.astype(np.int64)
+    expected = [wide % 256, wide % y, wide - wide % 256, (wide - wide % 256) // 256]
+    for i, want in enumerate(expected):
+        np.testing.assert_array_equal(host[i], want, err_msg=f"host, {ops[i]}")
+        np.testing.assert_array_equal(qnn[i], want, err_msg=f"QNN, {ops[i]}")
+    saturated = np.clip(wide + y, -2 ** 31, 2 ** 31 - 1), np.clip(wide * 256, -2 ** 31, 2 ** 31 - 1)
+    assert (saturated[0] != wide + y).any() and (saturated[1] != wide * 256).any()
+    np.testing.assert_array_equal(qnn[4], saturated[0], err_msg="QNN's INT_32 Add saturates")
+    np.testing.assert_array_equal(qnn[5], saturated[1], err_msg="QNN's INT_32 Multiply saturates")
+    np.testing.assert_array_equal(qnn[6], wide // 256, err_msg="QNN's Divide by a STATIC 256 floors")
+    np.testing.assert_array_equal(qnn[7], np.trunc(wide / y), err_msg="QNN's Divide by a tensor truncates")
