@@ -204,7 +204,7 @@ def test_int32_split_ops_at_the_boundaries_qnn_equals_host():
     y = np.array([-1000, 1000, 3, -3, 2, -2, 7, -7, 1, -1, 256, -256, 255, -255, 9, 2, -2, 2, 5, 2], np.int32)
     ops = [("ElementWiseMod", [0, 2]), ("ElementWiseMod", [0, 1]), ("ElementWiseSubtract", [0, 3]),
            ("ElementWiseDivide", [5, 2]), ("ElementWiseAdd", [0, 1]), ("ElementWiseMultiply", [0, 2]),
-           ("ElementWiseDivide", [0, 2]), ("ElementWiseDivide", [0, 1])]
+           ("ElementWiseDivide", [0, 2]), ("ElementWiseDivide", [0, 1]), ("ElementWiseSubtract", [0, 2])]
     ext = require_extension()
     blob = _int32_graph(ops, x.size)
     host = [np.asarray(o).reshape(-1) for o in ext.run_payload(blob, [x, y])]
@@ -214,9 +214,9 @@ def test_int32_split_ops_at_the_boundaries_qnn_equals_host():
     for i, want in enumerate(expected):
         np.testing.assert_array_equal(host[i], want, err_msg=f"host, {ops[i]}")
         np.testing.assert_array_equal(qnn[i], want, err_msg=f"QNN, {ops[i]}")
-    saturated = np.clip(wide + y, -2 ** 31, 2 ** 31 - 1), np.clip(wide * 256, -2 ** 31, 2 ** 31 - 1)
-    assert (saturated[0] != wide + y).any() and (saturated[1] != wide * 256).any()
-    np.testing.assert_array_equal(qnn[4], saturated[0], err_msg="QNN's INT_32 Add saturates")
-    np.testing.assert_array_equal(qnn[5], saturated[1], err_msg="QNN's INT_32 Multiply saturates")
+    for i, exact in ((4, wide + y), (5, wide * 256), (8, wide - 256)):
+        saturated = np.clip(exact, -2 ** 31, 2 ** 31 - 1)
+        assert (saturated != exact).any(), ops[i]
+        np.testing.assert_array_equal(qnn[i], saturated, err_msg=f"QNN's INT_32 {ops[i]} saturates")
     np.testing.assert_array_equal(qnn[6], wide // 256, err_msg="QNN's Divide by a STATIC 256 floors")
     np.testing.assert_array_equal(qnn[7], np.trunc(wide / y), err_msg="QNN's Divide by a tensor truncates")
