@@ -157,7 +157,6 @@ class _Bytes:
         self.gb.add_op(self.node, "Cast", [out], [wide], suffix="wide")
         return wide
 
-
     def signed_byte(self, byte: QnnTensor) -> QnnTensor:
         """byte in [0, 255] as signed: Mod(byte + 128, 256) - 128."""
         shifted = self.e.op("ElementWiseMod", [self.e.op("ElementWiseAdd", [byte, self.c128]), self.c256])
