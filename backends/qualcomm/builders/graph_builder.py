@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import operator
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -101,6 +101,7 @@ class GraphBuilder:
         self._tensors: Dict[Tuple[torch.fx.Node, str], QnnTensor] = {}
         self._tensor_names: Set[str] = set()
         self._op_names: Set[str] = set()
+        self._shared: Dict[object, object] = {}
 
     # ---- names ----------------------------------------------------------------
     def _unique(self, base: str, taken: Set[str]) -> str:
@@ -126,6 +127,18 @@ class GraphBuilder:
             raise QnnLoweringError(f"static tensor '{name}' has unsupported dtype {array.dtype}")
         return self.add_tensor(name, TensorType.STATIC, _NUMPY_TO_QNN_DTYPE[array.dtype],
                                list(array.shape), array, quant)
+
+    def shared(self, key: object, make: Callable[[], object]) -> object:
+        """One value per graph under `key` (tensors several nodes' ops read, emitted once by the
+        first of them): `make()` builds it the first time."""
+        if key not in self._shared:
+            self._shared[key] = make()
+        return self._shared[key]
+
+    def shared_static(self, name: str, make: Callable[[], np.ndarray]) -> QnnTensor:
+        """One STATIC tensor per graph under `name` (a table several ops read): `make()` gives
+        its data the first time."""
+        return self.shared(("static", name), lambda: self.static_tensor(name, make()))
 
     def native_tensor(self, name: str, dims: Sequence[int], data_type: int = DataType.FLOAT_32,
                       quant: Optional[QuantParams] = None) -> QnnTensor:

@@ -55,7 +55,7 @@ _OPS = {
 _WHOLE_DIVISOR = 1.0 - 2.0 ** -8
 
 
-class _Emitter:
+class Emitter:
     """Adds the composition's ops; intermediates take `data_type` (BOOL_8 for conditions)."""
 
     def __init__(self, gb: GraphBuilder, node: torch.fx.Node, data_type: int):
@@ -83,7 +83,7 @@ class _Emitter:
         return self.gb.static_tensor(f"{self.node.name}_zero{self._count}", np.zeros([1] * rank, dtype))
 
 
-def _corrected_remainder(e: _Emitter, a: QnnTensor, b: QnnTensor, truncate: bool) -> List[QnnTensor]:
+def _corrected_remainder(e: Emitter, a: QnnTensor, b: QnnTensor, truncate: bool) -> List[QnnTensor]:
     """Inputs of the Select that gives a - round(a / b) * b in FLOAT_32, round = trunc (fmod) or
     floor (remainder), with |b| taken off a remainder of a whole |b|."""
     q = e.op("ElementWiseDivide", [a, b])
@@ -103,7 +103,7 @@ def _corrected_remainder(e: _Emitter, a: QnnTensor, b: QnnTensor, truncate: bool
     return [whole_divisor, reduced, r]
 
 
-def _signed_remainder(e: _Emitter, a: QnnTensor, b: QnnTensor, truncate: bool) -> List[QnnTensor]:
+def _signed_remainder(e: Emitter, a: QnnTensor, b: QnnTensor, truncate: bool) -> List[QnnTensor]:
     """Inputs of the Select that gives the corrected remainder with its sign fixed: HTP's fp16
     a / b may land on an integer k while the quotient is just below it (2.9999 -> 3.0), and
     Floor / trunc then give k: r = a - k * b has the sign opposite to the divisor's (remainder)
@@ -116,7 +116,7 @@ def _signed_remainder(e: _Emitter, a: QnnTensor, b: QnnTensor, truncate: bool) -
     return [wrong_sign, e.op("ElementWiseAdd", [r, step]), r]
 
 
-def _write(e: _Emitter, qnn_type: str, inputs: List[QnnTensor], out: QnnTensor) -> None:
+def _write(e: Emitter, qnn_type: str, inputs: List[QnnTensor], out: QnnTensor) -> None:
     """The last op of a float composition: into `out`, or (quantized `out`) into a FLOAT_32
     intermediate Quantized to out's encoding."""
     if out.quant is None:
@@ -129,7 +129,7 @@ def float_remainder(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnT
                     truncate: bool) -> None:
     """fmod (truncate) or remainder: the corrected remainder; quantized operands are Dequantized
     and the result Quantized to `out`'s encoding."""
-    e = _Emitter(gb, node, DataType.FLOAT_32)
+    e = Emitter(gb, node, DataType.FLOAT_32)
     a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
     _write(e, "ElementWiseSelect", _signed_remainder(e, a, b, truncate), out)
 
@@ -139,7 +139,7 @@ def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: Q
     quotient is an integer up to rounding (HTP's single ElementWiseFloorDiv gives one less at an
     exact integer quotient, 3 // 1.5 = 1, measured on QNN 2.51). Where r is NaN (b = 0 or +-inf,
     a infinite) the single op gives torch's value (+-inf / NaN, 0 or -1 for an infinite b)."""
-    e = _Emitter(gb, node, DataType.FLOAT_32)
+    e = Emitter(gb, node, DataType.FLOAT_32)
     a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
     r = e.op("ElementWiseSelect", _signed_remainder(e, a, b, truncate=False))
     whole = e.op("ElementWiseRound", [e.op("ElementWiseDivide", [e.op("ElementWiseSubtract", [a, r]), b])])
@@ -149,7 +149,7 @@ def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: Q
 
 def integer_fmod(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
     """Select(r != 0 and (a < 0) != (b < 0), r - b, r) with r = Mod(a, b) (the divisor's sign)."""
-    e = _Emitter(gb, node, out.data_type)
+    e = Emitter(gb, node, out.data_type)
     r = e.op("ElementWiseMod", [a, b])
     rank = len(r.dims)
     nonzero = e.op("ElementWiseNotEqual", [r, e.zero(rank)], boolean=True)
@@ -163,6 +163,6 @@ def integer_fmod(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTens
 
 def integer_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
     """(a - Mod(a, b)) / b: a multiple of b divided by b, exact whatever the division rounds."""
-    e = _Emitter(gb, node, out.data_type)
+    e = Emitter(gb, node, out.data_type)
     multiple = e.op("ElementWiseSubtract", [a, e.op("ElementWiseMod", [a, b])])
     e.last("ElementWiseDivide", [multiple, b], out)

@@ -2,7 +2,8 @@
 BOOL_8 (logical_and / or / xor / not and their bitwise_ forms on bool tensors; logical_not of a
 float32 / int tensor as ElementWiseEqual(x, 0)), and selection
 (where, masked_fill; threshold = Select(Greater(x, t), x, value)) as ElementWiseSelect; isnan ->
-IsNan (float32 -> BOOL_8; isinf stays on the CPU: see ClassifyBuilder); bitwise_not of an int32 / int64 tensor = -1 - x (two's complement). Tensors may be FLOAT_32, INT_32 / INT_64 (int64
+IsNan (float32 -> BOOL_8; isinf stays on the CPU: see ClassifyBuilder); bitwise_not of an int32 / int64 tensor = -1 - x (two's complement); bitwise_and / or / xor of int32 / int64 / uint8
+tensors (Tensor and Scalar forms): byte-table lookups, op_bitwise.py. Tensors may be FLOAT_32, INT_32 / INT_64 (int64
 stays INT_64 in the payload; the QNN side narrows it to INT_32) or BOOL_8.
 
 Quantized graphs: a comparison reads its quantized inputs as they are (QnnQuantizer annotates
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
+from backends.qualcomm.builders import op_bitwise as bitwise
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_elementwise import as_rank0
 from backends.qualcomm.builders.registry import (
@@ -166,9 +168,14 @@ class CompareBuilder(NodeBuilder):
 
 @register_builder
 class LogicBuilder(NodeBuilder):
-    targets = list(LOGIC_OPS)  # bool tensors only: never quantized (op table quant = "float")
+    # bool tensors, and int tensors' bitwise ops: never quantized (op table quant = "float")
+    targets = list(LOGIC_OPS) + list(bitwise.SCALAR_OPS)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        if bitwise.is_integer_bitwise(node):
+            return bitwise.check_integer_bitwise(node)
+        if node.target in bitwise.SCALAR_OPS:
+            return False, f"a number next to a bool tensor is not supported ({node.args[1]!r})"
         arity = 1 if LOGIC_OPS[node.target] == "ElementWiseNot" else 2
         if _is_value_not(node):
             return _output_dtype_is(node, (torch.bool,))
@@ -178,12 +185,13 @@ class LogicBuilder(NodeBuilder):
             if not isinstance(arg, torch.fx.Node):
                 return False, f"operand {i} ({arg!r}) is not a tensor"
             if _dtype(arg) != torch.bool:
-                return False, (f"operand {i} has dtype {_dtype(arg)}; only bool tensors are supported (QNN has no "
-                               "bitwise op on integers: its ElementWiseAnd / Or / Xor are logical, BOOL_8, and an "
-                               "exact composition would take one op per bit)")
+                return False, f"operand {i} has dtype {_dtype(arg)}; the other is bool"
         return _output_dtype_is(node, (torch.bool,))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        if bitwise.is_integer_bitwise(node):
+            bitwise.emit_integer_bitwise(gb, node)
+            return
         arity = 1 if LOGIC_OPS[node.target] == "ElementWiseNot" else 2
         operands = [gb.tensor(a) for a in node.args[:arity]]
         if _is_integer_not(node):  # ~x = -1 - x
