@@ -120,3 +120,19 @@ def test_casts_qnn_computes_wrong_on_qnn_equal_eager(real_qnn):
     expected = _expected(module, inputs)
     _assert_exact(host, expected)
     _assert_exact(qnn, expected)  # a single Cast gave 0 / 1 for every pixel, False for 0.25
+
+
+class BoolConstants(torch.nn.Module):
+    """bool constants created in forward (a causal mask `torch.ones(T, T, dtype=torch.bool)`):
+    STATIC BOOL_8 tensors (they stayed on the CPU: 'only float32, int32 and int64 constants')."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keep = torch.ones(x.shape[-2], x.shape[-1], dtype=torch.bool)
+        return torch.where((x > 0) & keep & torch.ones_like(x, dtype=torch.bool), x, -x)
+
+
+def test_bool_constants_are_delegated():
+    x = torch.randn(2, 4, 8)
+    tester = QnnTester(BoolConstants().eval(), (x,)).lower()
+    assert tester.cpu_op_names() == [], tester.partitioner.rejected_nodes
+    tester.to_executorch().run().compare(rtol=1e-3, atol=1e-3)  # fp16
