@@ -23,7 +23,10 @@ _aten = exir_ops.edge.aten
 
 def sigmoid_encoding(node: torch.fx.Node) -> tuple:
     """(data type, encoding) of silu's inner Sigmoid: FLOAT_32 even in quantized graphs, so
-    that x * sigmoid(x) is rounded once, to the output encoding, like the QDQ reference."""
+    that x * sigmoid(x) is rounded once, to the output encoding, like the QDQ reference.
+    QNN 2.51's op validation refuses the quantized-input FLOAT_32-output Sigmoid and the
+    Multiply of the two (3110 'mismatching datatypes'); its finalize accepts them and the result
+    matches the host engine (measured on SM8650), so both ops are marked finalize_accepts."""
     return DataType.FLOAT_32, None
 
 
@@ -155,7 +158,9 @@ class UnaryActivationBuilder(NodeBuilder):
         x = gb.tensor(node.args[0], input_layout(node))
         if node.target == _aten.silu.default:
             sigmoid = gb.native_tensor(f"{node.name}_sigmoid", x.dims, *sigmoid_encoding(node))
-            gb.add_op(node, "Sigmoid", [x], [sigmoid], suffix="sigmoid")
-            gb.add_op(node, "ElementWiseMultiply", [x, sigmoid], [gb.define_output(node)])
+            ops = [gb.add_op(node, "Sigmoid", [x], [sigmoid], suffix="sigmoid"),
+                   gb.add_op(node, "ElementWiseMultiply", [x, sigmoid], [gb.define_output(node)])]
+            for op in ops:  # quantized x with the FLOAT_32 sigmoid: see sigmoid_encoding
+                op.finalize_accepts = x.quant is not None
             return
         gb.add_op(node, qnn_type, [x], [gb.define_output(node)], params_fn(node))

@@ -230,7 +230,7 @@ class PartitionValidator:
         reasons = _op_reasons(blob, len(graph.ops), _soc_model(options))
         self.report.ops += len(graph.ops)
         for op, reason in zip(graph.ops, reasons):
-            if reason is None:
+            if reason is None or op.finalize_accepts:
                 continue
             node = source_node(op, partition.nodes)
             if node is None:

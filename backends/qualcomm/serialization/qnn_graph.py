@@ -65,6 +65,9 @@ class QnnOp:
     # Unary quantized ops: QNN's output code per input code, see qnn_tables.py (a uint16 array
     # for uint16 ops; uint8 values otherwise, or the raw little-endian bytes of either).
     lookup_table: Optional[np.ndarray] = None
+    # Measured: QNN's op validation refuses this op, its graph finalize accepts it and computes
+    # it right (the partitioner does not leave the node on the CPU for that refusal).
+    finalize_accepts: bool = False
 
 
 @dataclass

@@ -248,8 +248,24 @@ def test_refusals_are_not_forwarded_to_the_log(capfd, caplog):
     tester = QnnTester(LinearRelu(), (torch.randn(2, 8),)).lower().to_executorch().run()  # log level set
     capfd.readouterr()
     with caplog.at_level(logging.WARNING, logger="backends.qualcomm"):
-        QuantTester(torch.nn.SiLU(), (torch.randn(1, 16),), QuantDtype.use_16a8w).lower()
-    assert "aten.silu.default node(s) stay delegated although QNN refuses them" in caplog.text  # refused
+        # a quantized batch norm that folds into no conv: QNN's op validation refuses it
+        refused = QuantTester(torch.nn.BatchNorm2d(4).eval(), (torch.randn(1, 4, 3, 3),)).lower()
+    assert "QNN refused it" in str(refused.partitioner.rejected_nodes)
     err = capfd.readouterr().err
     assert "QNN[1]" not in err and "validateNativeOps" not in err, err[-2000:]
     del tester
+
+
+@pytest.mark.parametrize("dtype", [QuantDtype.use_8a8w, QuantDtype.use_16a8w], ids=["8a8w", "16a8w"])
+def test_quantized_silu_is_not_reported_as_refused(real_qnn, caplog, dtype):
+    """Quantized SiLU's FLOAT_32 inner Sigmoid and its Multiply: QNN's op validation refuses
+    them, its finalize accepts them (finalize_accepts): no 'stay delegated although QNN refuses'
+    warning on every quantized model with a SiLU; QNN and the host engine agree."""
+    from backends.qualcomm.tests.utils_helpers import assert_qnn_matches_host, one_delegate_blob
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 64) * 4,)
+    with caplog.at_level(logging.WARNING, logger="backends.qualcomm"):
+        tester = QuantTester(torch.nn.SiLU(), inputs, dtype).lower()
+    assert "refuses" not in caplog.text, caplog.text
+    assert_qnn_matches_host(one_delegate_blob(tester), inputs, None, float_rel=0.0, max_steps=1, min_exact=0.9)
