@@ -1,7 +1,7 @@
 """The end of issue 13: max() / min() of every element (ReduceMax / ReduceMin of the flattened
 input, the 0-d result stored as [1]); the division family where QNN 2.51's HTP refuses the single
 op (fmod, float / quantized remainder, integer floor_divide: builders/op_division.py); integer
-bitwise_not as -1 - x. Kept on the CPU with a reason: isinf (HTP cannot finalize IsInf, and it
+bitwise_not as -1 - x. Kept on the CPU with a reason: isinf of an internal tensor (HTP cannot finalize IsInf, and it
 holds an infinite input like NaN, so no composition is exact: measured), integer bitwise
 and / or / xor.
 
@@ -264,7 +264,7 @@ def test_host_engine_float_division_edges():
 def test_integer_bitwise_and_or_xor_and_isinf_stay_on_cpu_with_a_reason():
     class Rejected(torch.nn.Module):
         def forward(self, a, b, x):
-            return a & b, a | b, a ^ b, (a > 0) & (b > 0), torch.isinf(x), torch.isnan(x)
+            return a & b, a | b, a ^ b, (a > 0) & (b > 0), torch.isinf(x * 2.0), torch.isnan(x)
 
     a, b = torch.tensor([5, -3, 12], dtype=torch.int32), torch.tensor([3, 6, -1], dtype=torch.int32)
     x = torch.tensor([1.0, float("inf"), float("nan")])
