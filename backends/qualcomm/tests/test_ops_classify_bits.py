@@ -10,6 +10,7 @@ outputs on the same blob equal to eager too. isinf of an internal tensor stays o
 of one is QNN's IsNan."""
 from __future__ import annotations
 
+import gc
 from typing import List
 
 import numpy as np
@@ -23,7 +24,8 @@ from backends.qualcomm.serialization.qnn_graph import DataType, QnnGraph, QnnOp,
 from backends.qualcomm.tests.quant_tester import QuantTester, compare_with_qdq, step_stats
 from backends.qualcomm.tests.tester import QnnTester
 from backends.qualcomm.tests.utils_helpers import (
-    QNN_LOADED, delegate_output_scales, native, one_delegate_blob, payload_on_both_engines,
+    QNN_LOADED, delegate_output_scales, load_method, lower_to_pte, native, one_delegate_blob, payload_on_both_engines,
+    run,
 )
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -227,3 +229,19 @@ def test_nonfinite_cleanup_quantized_fully_delegated(qnn_binary, quant_dtype):
         stats = step_stats(qnn[0], host[0], scale)
         print(f"QNN vs host ({quant_dtype.name}): {stats}")
         assert stats.max_diff == 0, stats
+
+
+def test_pte_on_qnn_through_executorch(real_qnn, tmp_path):
+    """The .pte run by ExecuTorch with qnn_runtime_engine = qnn (the backend's QNN runner binds
+    each input's buffer to its bits view): on QNN, equal to eager; then the host engine too."""
+    x, y = special_input((4, 8)), special_input((3, 5, 2))
+    path = lower_to_pte(Classify(), (x, y), tmp_path / "classify.pte")
+    refs = [r.numpy() for r in Classify()(x, y)]
+    for engine in ("qnn", "host"):
+        native().set_runtime_option("qnn_runtime_engine", engine)
+        program, method = load_method(path)
+        outputs = [o.numpy() for o in run(method, (x, y))]
+        assert (native().live_qnn_context_count() > 0) == (engine == "qnn")
+        _assert_exact(outputs, refs, f"{engine} through ExecuTorch")
+        del method, program
+        gc.collect()
