@@ -99,6 +99,8 @@ class GraphBuilder:
         self.edge_program = edge_program
         self.graph = QnnGraph(graph_name, fp16_precision=fp16_precision)
         self._tensors: Dict[Tuple[torch.fx.Node, str], QnnTensor] = {}
+        self._graph_inputs: Dict[torch.fx.Node, QnnTensor] = {}  # APP_WRITE tensor of each graph input
+        self._input_bits: Dict[torch.fx.Node, QnnTensor] = {}    # input_bits() results
         self._tensor_names: Set[str] = set()
         self._op_names: Set[str] = set()
         self._shared: Dict[object, object] = {}
@@ -241,16 +243,40 @@ class GraphBuilder:
                                  [shape[d] for d in order] if order else shape)
         tensor.dim_order = list(order)
         self.graph.inputs.append(tensor.id)
+        self._graph_inputs[node] = tensor
         if order == NCHW_TO_NHWC:
             self._tensors[(node, LAYOUT_CHANNEL_LAST)] = tensor
-        elif order:
-            logical = self.like(tensor, f"{node.name}_contiguous", shape)
-            self.add_op(node, "Transpose", [tensor], [logical], [uint32_tensor("perm", inverse_perm(order))],
-                        suffix="contiguous")
-            self._tensors[(node, LAYOUT_CHANNEL_FIRST)] = logical
         else:
-            self._tensors[(node, LAYOUT_CHANNEL_FIRST)] = tensor
+            self._tensors[(node, LAYOUT_CHANNEL_FIRST)] = self._in_logical_dims(node, tensor, order, "contiguous")
         return tensor
+
+    def _in_logical_dims(self, node: torch.fx.Node, tensor: QnnTensor, order: Sequence[int], suffix: str) -> QnnTensor:
+        """Graph input `tensor`, stored in dim order `order`, in the logical dims (one Transpose
+        unless contiguous)."""
+        if not order:
+            return tensor
+        logical = self.like(tensor, f"{node.name}_{suffix}", permute_dims(tensor.dims, inverse_perm(order)))
+        self.add_op(node, "Transpose", [tensor], [logical], [uint32_tensor("perm", inverse_perm(order))], suffix=suffix)
+        return logical
+
+    def is_graph_input(self, node: object) -> bool:
+        """True when `node` is a graph input of this delegate (a FLOAT_32 one has input_bits)."""
+        return node in self._graph_inputs
+
+    def input_bits(self, node: torch.fx.Node) -> QnnTensor:
+        """The caller's buffer of FLOAT_32 graph input `node` read as INT_32: its exact IEEE
+        bits (HTP holds floats without infinities, and QNN passes integer inputs unconverted),
+        as an APP_WRITE tensor outside graph.inputs (bits_of_input), in the logical dims."""
+        if node in self._input_bits:
+            return self._input_bits[node]
+        source = self._graph_inputs.get(node)
+        if source is None or source.data_type != DataType.FLOAT_32:
+            raise QnnLoweringError("input_bits: not a FLOAT_32 graph input of the delegate", node)
+        bits = self.add_tensor(f"{node.name}_bits", TensorType.APP_WRITE, DataType.INT_32, source.dims)
+        bits.dim_order = list(source.dim_order)
+        bits.bits_of_input = self.graph.inputs.index(source.id)
+        self._input_bits[node] = self._in_logical_dims(node, bits, source.dim_order, "bits_contiguous")
+        return self._input_bits[node]
 
     def _define_static_placeholder(self, node: torch.fx.Node, layout: str) -> QnnTensor:
         data = self.constant_data(node)

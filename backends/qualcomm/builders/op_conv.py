@@ -72,14 +72,27 @@ def zero_bias_attrs(x: QnnTensor, weight: QnnTensor, cout: int) -> Optional[Quan
     return QuantAttrs(scales, np.zeros(cout, np.int64), zero.qmin, zero.qmax, zero.dtype, axis=0)
 
 
-def lpbq_in_payload(node: torch.fx.Node, weight_shape: List[int]) -> bool:
+def lpbq_in_payload(node: torch.fx.Node) -> bool:
     """Whether the payload keeps this conv's LPBQ weights as BLOCKWISE_EXPANSION: a Conv2d
     (conv1d included) whose host kernel takes block scales. Transposed, 3-D and depthwise
     convs get the same weights as 8-bit per-channel codes k * q (lpbq_as_per_channel), which
     is also how every LPBQ weight goes to QNN (runtime/qnn/QnnTensorDesc.h)."""
+    return not is_transposed(node) and spatial_dims(node) == 2 and not is_depthwise(node)
+
+
+def is_depthwise(node: torch.fx.Node) -> bool:
+    """One input channel per group: groups == Cin > 1 (QNN's DepthWiseConv2d, any channel
+    multiplier); a transposed conv also one output channel per group (groups == Cin == Cout)."""
     args = conv_args(node)
-    depthwise = int(args.get("groups", 1)) > 1 and weight_shape[1] == 1
-    return not is_transposed(node) and len(weight_shape) == 4 and not depthwise
+    groups, cin = int(args.get("groups", 1)), logical_shape(args["input"])[1]
+    if is_transposed(node):
+        return groups == cin == logical_shape(node)[1]
+    return groups == cin > 1
+
+
+def uses_depthwise_op(node: torch.fx.Node) -> bool:
+    """A depthwise conv1d / conv2d: lowered as QNN's DepthWiseConv2d."""
+    return not is_transposed(node) and spatial_dims(node) == 2 and is_depthwise(node)
 
 
 def conv_args(node: torch.fx.Node) -> dict:
@@ -145,10 +158,8 @@ def depthwise_transposed(node: torch.fx.Node) -> bool:
     QNN 2.51's TransposeConv computes its output_padding wrong on every row (measured fp16 up to
     1.5 off), so the builder gives it output_padding 0 and crops op fewer rows at the end
     (pad_amount [p, p - op]); rows past the uncropped output (op > p) are bias rows."""
-    args = conv_args(node)
-    cin, cout = logical_shape(args["input"])[1], logical_shape(node)[1]
-    output_padding = int_list(args.get("output_padding"), len(logical_shape(node)) - 2, 0)
-    return is_transposed(node) and any(output_padding) and int(args.get("groups", 1)) == cin == cout
+    output_padding = int_list(conv_args(node).get("output_padding"), len(logical_shape(node)) - 2, 0)
+    return is_transposed(node) and any(output_padding) and is_depthwise(node)
 
 
 def _conv3d_support(node: torch.fx.Node) -> SupportResult:
@@ -197,7 +208,7 @@ class ConvolutionBuilder(NodeBuilder):
         if data is not None:
             array = data.detach().contiguous().numpy().reshape(shape)
             attrs = weight.meta.get(QCOM_QUANT_ATTRS)
-            if attrs is not None and attrs.block_size is not None and not lpbq_in_payload(node, shape):
+            if attrs is not None and attrs.block_size is not None and not lpbq_in_payload(node):
                 array, attrs = lpbq_as_per_channel(array, attrs)
             array = array.transpose(perm)
             if attrs is not None:
@@ -236,20 +247,12 @@ class ConvolutionBuilder(NodeBuilder):
             params.append(uint32_scalar("group", int(conv_args(node).get("groups", 1))))
         return params
 
-    def _is_depthwise(self, node: torch.fx.Node) -> bool:
-        args = conv_args(node)
-        groups = int(args.get("groups", 1))
-        cin_per_group = logical_shape(args["weight"])[1]
-        cin = logical_shape(args["input"])[1]
-        return (not is_transposed(node) and spatial_dims(node) == 2 and groups > 1 and groups == cin
-                and cin_per_group == 1)
-
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         args = conv_args(node)
         x = gb.tensor(args["input"], LAYOUT_CHANNEL_LAST)
         weight = self._weight(gb, node, args["weight"])
         cout = logical_shape(node)[1]
-        depthwise = self._is_depthwise(node)
+        depthwise = uses_depthwise_op(node)
         if unit_height(node):  # [N, L, C] -> [N, 1, L, C]
             x = reshape(gb, node, x, [x.dims[0], 1] + list(x.dims[1:]), "unit_height")
         inputs = [x, weight, self._bias(gb, node, args.get("bias"), cout, x, weight)]

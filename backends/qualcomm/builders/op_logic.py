@@ -1,9 +1,10 @@
 """Comparisons (eq / ne / lt / le / gt / ge, Tensor and Scalar overloads) to BOOL_8, logic on
 BOOL_8 (logical_and / or / xor / not and their bitwise_ forms on bool tensors; logical_not of a
 float32 / int tensor as ElementWiseEqual(x, 0)), and selection
-(where, masked_fill; threshold = Select(Greater(x, t), x, value)) as ElementWiseSelect; isnan ->
-IsNan (float32 -> BOOL_8; isinf stays on the CPU: see ClassifyBuilder); bitwise_not of an int32 / int64 tensor = -1 - x (two's complement); bitwise_and / or / xor of int32 / int64 / uint8
-tensors (Tensor and Scalar forms): byte-table lookups, op_bitwise.py. Tensors may be FLOAT_32, INT_32 / INT_64 (int64
+(where, masked_fill; threshold = Select(Greater(x, t), x, value)) as ElementWiseSelect; isinf /
+isnan of a graph input from its exact bits, isnan of another tensor -> IsNan (see ClassifyBuilder);
+bitwise_not of an int32 / int64 tensor = -1 - x (two's complement); bitwise_and / or / xor of int32 /
+int64 / uint8 tensors (Tensor and Scalar forms): byte-table lookups, op_bitwise.py. Tensors may be FLOAT_32, INT_32 / INT_64 (int64
 stays INT_64 in the payload; the QNN side narrows it to INT_32) or BOOL_8.
 
 Quantized graphs: a comparison reads its quantized inputs as they are (QnnQuantizer annotates
@@ -25,7 +26,7 @@ from backends.qualcomm.builders.op_elementwise import as_rank0
 from backends.qualcomm.builders.registry import (
     NodeBuilder, SUPPORTED, SupportResult, node_val, register_builder, table_quant_annotations, tensor_vals,
 )
-from backends.qualcomm.builders.utils import reshape, scalar_tensor
+from backends.qualcomm.builders.utils import is_constant, reshape, scalar_tensor
 from backends.qualcomm.builders.quant_encoding import is_dequantize
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
@@ -231,32 +232,73 @@ def one_element_operands(node: torch.fx.Node, operands: List[QnnTensor]) -> bool
 # edge op -> QNN classification op (FLOAT_32 -> BOOL_8)
 CLASSIFY_OPS = {_aten.isnan.default: "IsNan"}
 ISINF = _aten.isinf.default
+# IEEE float32 bit patterns as int32: +inf, -inf (0xff800000); NaNs lie above +inf and between
+# -inf and 0 (sign bit set, exponent all ones, mantissa not 0).
+POS_INF_BITS, NEG_INF_BITS = 0x7F800000, -0x800000
+# name -> (exact INT_32 comparison, the number the bits are compared with)
+BIT_TESTS = {
+    "pos_inf": ("ElementWiseEqual", POS_INF_BITS), "neg_inf": ("ElementWiseEqual", NEG_INF_BITS),
+    "pos_nan": ("ElementWiseGreater", POS_INF_BITS), "signed": ("ElementWiseLess", 0),
+    "above_neg_inf": ("ElementWiseGreater", NEG_INF_BITS),
+}
 
 
 @register_builder
 class ClassifyBuilder(NodeBuilder):
-    """isnan -> IsNan (float tensors only: a quantized tensor holds no NaN). isinf stays on the
-    CPU: QNN 2.51 HTP validates IsInf but its graphFinalize fails ('no properties registered for
-    q::IsInf', error 1002), and no composition can tell inf from NaN there (measured on QNN:
-    an infinite input compares like NaN, x != x and IsNan(x) are True for +-inf and for
-    |x| > 65504, Abs(x) > 65504 and Abs(x) == inf are False, x - x is 0)."""
+    """isinf / isnan of a FLOAT_32 graph input: exact, from its IEEE bits. The caller's buffer is
+    bound a second time as an INT_32 graph input (GraphBuilder.input_bits; QNN passes integer
+    inputs unconverted) and tested with exact INT_32 comparisons: isinf = bits == +inf | bits ==
+    -inf; isnan = bits > +inf | (bits < 0 & bits > -inf). isnan of another tensor -> IsNan, which
+    on QNN is also true for +-inf and |x| > 65504 (HTP holds floats without infinities; measured).
+    isinf of another tensor stays on the CPU: QNN 2.51 HTP validates IsInf but its graphFinalize
+    fails ('no properties registered for q::IsInf', error 1002), and no float composition can
+    tell inf from NaN there (measured: an infinite tensor compares like NaN, x != x and IsNan(x)
+    are True for +-inf and for |x| > 65504, Abs(x) > 65504 and Abs(x) == inf are False)."""
 
     targets = list(CLASSIFY_OPS) + [ISINF]
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         x = node.args[0]
-        if node.target == ISINF:
-            return False, ("isinf: QNN 2.51 HTP cannot finalize IsInf (error 1002) and holds an infinite input like "
-                           "NaN (x != x, IsNan true; Abs(x) == inf false: measured), so no composition is exact")
         if not isinstance(x, torch.fx.Node) or _dtype(x) != torch.float32:
             return False, f"input dtype {_dtype(x) if isinstance(x, torch.fx.Node) else x!r} is not supported (float32)"
         if QCOM_QUANT_ATTRS in x.meta or is_dequantize(x):
-            return False, f"{CLASSIFY_OPS[node.target]} of a quantized tensor (which holds no NaN / inf) stays on the CPU"
+            return False, f"{'isinf' if node.target == ISINF else 'isnan'} of a quantized tensor (which holds no NaN / inf) stays on the CPU"
+        if node.target == ISINF and not is_user_input(x):
+            return False, ("isinf of a tensor that is not a graph input: QNN 2.51 HTP cannot finalize IsInf (error "
+                           "1002) and holds an infinite tensor like NaN (x != x, IsNan true; Abs(x) == inf false: "
+                           "measured); only a graph input's exact bits tell them apart")
         return _output_dtype_is(node, (torch.bool,))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        operands = _rank0(gb, node, [gb.tensor(node.args[0])])
-        gb.add_op(node, CLASSIFY_OPS[node.target], operands, [gb.define_output(node)])
+        x = node.args[0]
+        out = gb.define_output(node)
+        if not gb.is_graph_input(x):  # isnan only (is_supported)
+            gb.add_op(node, CLASSIFY_OPS[node.target], _rank0(gb, node, [gb.tensor(x)]), [out])
+            return
+        bits = gb.input_bits(x)
+        if node.target == ISINF:
+            positive, negative = (_bits_test(gb, node, bits, name) for name in ("pos_inf", "neg_inf"))
+            gb.add_op(node, "ElementWiseOr", [positive, negative], [out])
+            return
+        positive, signed, above = (_bits_test(gb, node, bits, name) for name in ("pos_nan", "signed", "above_neg_inf"))
+        negative = gb.native_tensor(f"{node.name}_neg_nan", out.dims, DataType.BOOL_8)
+        gb.add_op(node, "ElementWiseAnd", [signed, above], [negative], suffix="neg_nan")
+        gb.add_op(node, "ElementWiseOr", [positive, negative], [out])
+
+
+def is_user_input(node: torch.fx.Node) -> bool:
+    """A placeholder that is not a param / buffer / constant: a graph input of every delegate
+    that reads it."""
+    return node.op == "placeholder" and not is_constant(node)
+
+
+def _bits_test(gb: GraphBuilder, node: torch.fx.Node, bits: QnnTensor, name: str) -> QnnTensor:
+    """BOOL_8 result of BIT_TESTS[name] on `bits` (an exact INT_32 comparison with a number)."""
+    op_type, value = BIT_TESTS[name]
+    operands = _rank0(gb, node, [bits, scalar_tensor(gb, f"{node.name}_{name}_bits", value, dtype=np.int32)])
+    out = gb.native_tensor(f"{node.name}_{name}", logical_shape(node), DataType.BOOL_8)
+    gb.add_op(node, op_type, operands, [out], suffix=name)
+    return out
 
 
 @register_builder

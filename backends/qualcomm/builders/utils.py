@@ -140,13 +140,14 @@ def reshape(gb: GraphBuilder, node: torch.fx.Node, source: QnnTensor, dims: Sequ
 def view_as(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, dims: Sequence[int],
             out_dims: Optional[Sequence[int]] = None) -> Tuple[QnnTensor, QnnTensor, QnnTensor]:
     """(input, output, node output) of an op lowering `node` on a view of x: x as `dims` (a
-    Reshape unless x has those dims), the op's output in `out_dims` (default: dims), and the
-    node's own output, into which view_back reshapes the op's output."""
+    Reshape unless x has those dims; named `<node>_view`), the op's output in `out_dims`
+    (default: dims; `<node>_view_out`), and the node's own output, into which view_back
+    reshapes the op's output."""
     out = gb.define_output(node)
     if list(x.dims) == list(dims):
         return x, out, out
     viewed = reshape(gb, node, x, dims, "view")
-    return viewed, gb.like(out, f"{node.name}_view", list(out_dims or dims)), out
+    return viewed, gb.like(out, f"{node.name}_view_out", list(out_dims or dims)), out
 
 
 def view_back(gb: GraphBuilder, node: torch.fx.Node, out_view: QnnTensor, out: QnnTensor) -> None:

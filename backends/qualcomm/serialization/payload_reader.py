@@ -38,6 +38,7 @@ class TensorSummary:
     nbytes: int
     quant: str = ""  # e.g. "SCALE_OFFSET(bw=8, scale=0.0203, offset=-117)"; "" when not quantized
     dim_order: List[int] = field(default_factory=list)  # graph IO: ExecuTorch dim order; [] = contiguous
+    bits_of_input: int = -1  # APP_WRITE view of graph input k's buffer (its bits as INT_32); -1 = none
 
 
 @dataclass
@@ -112,6 +113,7 @@ def _summarize_tensor(tensor: gen.TensorT) -> TensorSummary:
         int(tensor.id), _decode(tensor.name), _TENSOR_TYPE_NAMES.get(tensor.type, str(tensor.type)),
         _DATA_TYPE_NAMES.get(tensor.dataType, str(tensor.dataType)), dims, nbytes,
         describe_quant(tensor.quant), [] if tensor.dimOrder is None else [int(d) for d in tensor.dimOrder],
+        int(tensor.bitsOfInput),
     )
 
 

@@ -93,6 +93,8 @@ def _write_tensor(builder: flatbuffers.Builder, tensor: QnnTensor,
         gen.TensorAddData(builder, data)
     if dim_order is not None:
         gen.TensorAddDimOrder(builder, dim_order)
+    if tensor.bits_of_input >= 0:
+        gen.TensorAddBitsOfInput(builder, tensor.bits_of_input)
     return gen.TensorEnd(builder)
 
 

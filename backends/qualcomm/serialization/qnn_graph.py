@@ -41,6 +41,9 @@ class QnnTensor:
     quant: Optional[QuantParams] = None
     data: Optional[np.ndarray] = None  # STATIC only
     dim_order: List[int] = field(default_factory=list)  # graph IO: ExecuTorch dim order; [] = contiguous
+    # APP_WRITE outside QnnGraph.inputs: bound to the caller's buffer of inputs[k], read in this
+    # tensor's data type (the exact bits of a FLOAT_32 input as INT_32); -1 = none
+    bits_of_input: int = -1
 
 
 @dataclass

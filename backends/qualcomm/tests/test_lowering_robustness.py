@@ -94,8 +94,8 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
         lambda a, b: torch.fmod(a, 1.5), lambda a, b: a // (b - 3.0), lambda a, b: 2.0 ** a,
         lambda a, b: torch.fmod((a * 8.0).to(torch.int32), 3), lambda a, b: (a * 8.0).to(torch.int32) // -3),
         inputs_of((2, 3, 4), (4,))),
-    "ClassifyBuilder": (lambda: _outputs(lambda a: torch.isnan(a * 0.0), lambda a: torch.isinf(a / 0.0)),
-                        inputs_of((2, 3, 4))),
+    "ClassifyBuilder": (lambda: _outputs(lambda a: torch.isnan(a * 0.0), lambda a: torch.isinf(a / 0.0),
+                                         torch.isinf, torch.isnan), inputs_of((2, 3, 4))),
     "CompareBuilder": (lambda: _outputs(torch.eq, lambda a, b: a <= 0.5), inputs_of((2, 3, 4), (4,))),
     "LogicBuilder": (lambda: _outputs(lambda a, b: torch.logical_and(a > 0, b > 0),
                                       lambda a, b: torch.logical_not(a > b),
@@ -229,7 +229,8 @@ UNUSUAL_CASES = {
         lambda x: x.sum() + 1.0, lambda x: x.sum() * 2.0, lambda x: x.sum().pow(2),
         lambda x: torch.relu(x.sum()).clamp(-1, 1), lambda x: x[0, 1, 2] * 3.0,
         lambda x: x * x.sum(), lambda x: x.sum().expand(3, 4).pow(2)), (_A,)),
-    "zero_d_input": (lambda: _outputs(lambda s, x: s * 3.0 + 1.0, lambda s, x: x * s + 1.0),
+    "zero_d_input": (lambda: _outputs(lambda s, x: s * 3.0 + 1.0, lambda s, x: x * s + 1.0,
+                                      lambda s, x: torch.isinf(s), lambda s, x: torch.isnan(s)),
                      (torch.tensor(1.5), _A)),
     # norms (pow -> sum -> pow)
     "norms": (lambda: _outputs(

@@ -1,9 +1,10 @@
 """The end of issue 13: max() / min() of every element (ReduceMax / ReduceMin of the flattened
 input, the 0-d result stored as [1]); the division family where QNN 2.51's HTP refuses the single
 op (fmod, float / quantized remainder, integer floor_divide: builders/op_division.py); integer
-bitwise_not as -1 - x. Kept on the CPU with a reason: isinf (HTP cannot finalize IsInf, and it
-holds an infinite input like NaN, so no composition is exact: measured). Integer bitwise
-and / or / xor: test_ops_bitwise13.py.
+bitwise_not as -1 - x. Kept on the CPU with a reason: isinf of an internal tensor (HTP cannot
+finalize IsInf, and it holds an infinite input like NaN, so no composition is exact: measured;
+isinf of a graph input: test_ops_classify_bits.py). Integer bitwise and / or / xor:
+test_ops_bitwise13.py.
 
 Each family is one multi-output module lowered once to one delegate, with QNN's context binary
 when QNN's library loads (`qnn_binary`): fp16 against eager, int / bool exactly; 8a8w / 16a8w
@@ -264,7 +265,7 @@ def test_host_engine_float_division_edges():
 def test_isinf_stays_on_cpu_with_a_reason():
     class Rejected(torch.nn.Module):
         def forward(self, a, b, x):
-            return a & b, a | b, a ^ b, (a > 0) & (b > 0), torch.isinf(x), torch.isnan(x)
+            return a & b, a | b, a ^ b, (a > 0) & (b > 0), torch.isinf(x * 2.0), torch.isnan(x)
 
     a, b = torch.tensor([5, -3, 12], dtype=torch.int32), torch.tensor([3, 6, -1], dtype=torch.int32)
     x = torch.tensor([1.0, float("inf"), float("nan")])

@@ -1,10 +1,10 @@
 """The rest of issue 13's elementwise math: tan / acos / sinh / cosh / asinh / acosh / atanh /
 atan2 (decomposed, float graphs only), trunc (Select of Ceil / Floor), pow (tensor ^ tensor;
 scalar ^ tensor in float graphs), floor_divide (QNN ElementWiseFloorDiv, float), remainder
-(QNN ElementWiseMod: HTP takes INT_32 only), isnan (QNN IsNan), prelu with a weight tensor (per
+(QNN ElementWiseMod: HTP takes INT_32 only), isnan of an internal tensor (QNN IsNan), prelu with a weight tensor (per
 channel and single; 16-bit refused by QNN), log_softmax (QNN LogSoftmax), hardsigmoid (QNN
 ElementWiseNeuron) / hardswish. fmod, float remainder and int floor_divide (compositions: HTP refuses
-the single op) and isinf (kept on the CPU) are test_ops_finish13.py's.
+the single op) are test_ops_finish13.py's; isinf / isnan of a graph input test_ops_classify_bits.py's.
 One multi-output module per precision, lowered once:
 
 - fp16: fully delegated (one delegate), host engine vs eager within fp16 tolerance;

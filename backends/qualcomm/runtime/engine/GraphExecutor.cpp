@@ -235,6 +235,7 @@ Status GraphExecutor::plan_and_allocate() {
 
 Status GraphExecutor::execute(void* const* inputs, void* const* outputs, OpObserver* observer) {
   for (size_t i = 0; i < input_ids_.size(); ++i) ptrs_[input_ids_[i]] = inputs[i];
+  for (const BitsView& v : bits_views_) ptrs_[v.id] = inputs[v.input];
   for (size_t i = 0; i < output_ids_.size(); ++i) ptrs_[output_ids_[i]] = outputs[i];
   RunContext ctx;
   ctx.ptrs = ptrs_.data();
@@ -263,6 +264,7 @@ Status GraphExecutor::execute(void* const* inputs, void* const* outputs, OpObser
 void GraphExecutor::release_io_pointers() {
   // Do not keep the caller's pointers beyond this call.
   for (uint32_t id : input_ids_) ptrs_[id] = nullptr;
+  for (const BitsView& v : bits_views_) ptrs_[v.id] = nullptr;
   for (uint32_t id : output_ids_) ptrs_[id] = nullptr;
 }
 

@@ -72,6 +72,7 @@ class GraphExecutor {
   Status copy_static_data(TensorInfo& info, const ::qnn_delegate::Tensor* t);
   Status load_dim_order(const ::qnn_delegate::Tensor* t, TensorInfo& info);
   Status load_io(const ::qnn_delegate::Graph* graph);
+  Status load_bits_view(int32_t input_index, const TensorInfo& view);
   Status create_kernels(const ::qnn_delegate::Graph* graph);
   Status make_view(const ::qnn_delegate::Op* op, size_t index, OpView& view,
                    std::vector<bool>& produced);
@@ -95,6 +96,12 @@ class GraphExecutor {
   std::vector<Step> steps_;
   std::vector<int64_t> shadow_of_;  // tensor id -> fp16 shadow id (-1 none)
   std::vector<uint32_t> input_ids_;
+  // APP_WRITE views of input buffers (Tensor.bits_of_input): {tensor id, input index}.
+  struct BitsView {
+    uint32_t id;
+    uint32_t input;
+  };
+  std::vector<BitsView> bits_views_;
   std::vector<uint32_t> output_ids_;
   std::vector<uint32_t> readable_ids_;
   // Lifetimes (step indices) of arena tensors.

@@ -164,13 +164,34 @@ Status GraphExecutor::load_io(const ::qnn_delegate::Graph* graph) {
   QNN_RETURN_IF_ERROR(load_list(graph->outputs(), TensorKind::APP_READ, "graph output", output_ids_));
   for (const TensorInfo& t : tensors_) {
     if (t.kind == TensorKind::APP_WRITE && !seen[t.id]) {
-      return make_error(ErrorKind::InvalidProgram,
-                        "graph '%s': tensor '%s' is APP_WRITE but not listed in the graph inputs",
-                        name_.c_str(), t.name.c_str());
+      QNN_RETURN_IF_ERROR(load_bits_view(graph->tensors()->Get(t.id)->bits_of_input(), t));
+      continue;
     }
     // APP_READ outside the graph outputs: readable after execute (intermediate dumps).
     if (t.kind == TensorKind::APP_READ && !seen[t.id]) readable_ids_.push_back(t.id);
   }
+  return Status::Ok();
+}
+
+// An APP_WRITE tensor outside the graph inputs: a view of input k's buffer in its own data
+// type (Tensor.bits_of_input), with the same element size, dims and dim order.
+Status GraphExecutor::load_bits_view(int32_t k, const TensorInfo& view) {
+  const char* g = name_.c_str();
+  if (k < 0 || size_t(k) >= input_ids_.size()) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "graph '%s': tensor '%s' is APP_WRITE but not listed in the graph inputs "
+                      "(bits_of_input %d; %zu inputs)", g, view.name.c_str(), k, input_ids_.size());
+  }
+  const TensorInfo& source = tensors_[input_ids_[k]];
+  if (element_bits(source.dtype) != element_bits(view.dtype) || source.dims != view.dims ||
+      source.dim_order != view.dim_order || view.quant.defined()) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "graph '%s': tensor '%s' (%s %s) cannot view graph input %d, '%s' (%s %s): "
+                      "element size, dims and dim order must match, and no encoding", g,
+                      view.name.c_str(), dtype_name(view.dtype), dims_to_string(view.dims).c_str(), k,
+                      source.name.c_str(), dtype_name(source.dtype), dims_to_string(source.dims).c_str());
+  }
+  bits_views_.push_back({view.id, uint32_t(k)});
   return Status::Ok();
 }
 

@@ -157,6 +157,7 @@ Status QnnGraphRunner::bind(const fb::Graph* g, const std::vector<uint32_t>& ids
   };
   QNN_RETURN_IF_ERROR(take(g->inputs(), inputs_, in_tensors_, in_scratch_));
   QNN_RETURN_IF_ERROR(take(g->outputs(), outputs_, out_tensors_, out_scratch_));
+  QNN_RETURN_IF_ERROR(bind_bits_views(g, ids));
   for (size_t i = 0; g->outputs() && i < g->outputs()->size(); ++i) {
     output_infos_.push_back(payload_info(g->tensors()->Get(g->outputs()->Get(i))));
   }
@@ -195,6 +196,31 @@ Status QnnGraphRunner::bind_readables(const fb::Graph* g, const std::vector<uint
   return Status::Ok();
 }
 
+// APP_WRITE tensors outside the graph inputs view an input's buffer (Tensor.bits_of_input):
+// QNN takes them as graph inputs of their own, bound to that buffer on every execute.
+Status QnnGraphRunner::bind_bits_views(const fb::Graph* g, const std::vector<uint32_t>& ids) {
+  std::vector<bool> is_input(g->tensors()->size(), false);
+  for (size_t i = 0; g->inputs() && i < g->inputs()->size(); ++i) is_input[g->inputs()->Get(i)] = true;
+  for (size_t i = 0; i < g->tensors()->size(); ++i) {
+    const fb::Tensor* t = g->tensors()->Get(i);
+    if (t->type() != fb::QnnTensorType::APP_WRITE || is_input[i]) continue;
+    const int32_t k = t->bits_of_input();
+    BitsView v;
+    QNN_RETURN_IF_ERROR(describe_tensor(t, 1, v.desc));
+    if (k < 0 || size_t(k) >= inputs_.size() || i >= ids.size() || inputs_[k]->int64_narrowed ||
+        inputs_[k]->nbytes() != v.desc->nbytes() || v.desc->int64_narrowed) {
+      return make_error(ErrorKind::InvalidProgram, "graph '%s': APP_WRITE tensor '%s' is not a graph "
+                        "input and cannot view input %d (bits_of_input: an input of its byte size)",
+                        name_.c_str(), v.desc->name.c_str(), k);
+    }
+    core(v.desc->tensor).id = ids[i];
+    v.input = size_t(k);
+    bits_views_.push_back(std::move(v));
+  }
+  for (const BitsView& v : bits_views_) in_tensors_.push_back(v.desc->tensor);
+  return Status::Ok();
+}
+
 Status QnnGraphRunner::prepare_profile(int profile_level) {
   const int level = clamp_level(profile_level);
   if (level == 0 || profiles_[level] != nullptr) return Status::Ok();
@@ -212,7 +238,7 @@ Status QnnGraphRunner::prepare_profile(int profile_level) {
 Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int profile_level,
                                std::vector<QnnProfileSample>* samples) {
   const QnnLibrary* lib = QnnLibrary::get();
-  for (size_t i = 0; i < in_tensors_.size(); ++i) {
+  for (size_t i = 0; i < inputs_.size(); ++i) {
     void* data = inputs[i];
     if (inputs_[i]->int64_narrowed) {
       const auto* src = static_cast<const int64_t*>(inputs[i]);
@@ -220,6 +246,10 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
       data = in_scratch_[i].data();
     }
     core(in_tensors_[i]).buffer = {data, uint32_t(inputs_[i]->nbytes())};
+  }
+  for (size_t j = 0; j < bits_views_.size(); ++j) {
+    core(in_tensors_[inputs_.size() + j]).buffer = {inputs[bits_views_[j].input],
+                                                    uint32_t(bits_views_[j].desc->nbytes())};
   }
   for (size_t i = 0; i < outputs_.size(); ++i) {
     void* data = outputs_[i]->int64_narrowed ? out_scratch_[i].data() : outputs[i];

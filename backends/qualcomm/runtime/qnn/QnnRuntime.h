@@ -64,6 +64,7 @@ class QnnGraphRunner {
   friend class QnnLoadedContext;
   engine::Status bind(const ::qnn_delegate::Graph* graph, const std::vector<uint32_t>& ids);
   engine::Status bind_readables(const ::qnn_delegate::Graph* graph, const std::vector<uint32_t>& ids);
+  engine::Status bind_bits_views(const ::qnn_delegate::Graph* graph, const std::vector<uint32_t>& ids);
 
   struct Readable {
     engine::TensorInfo info;
@@ -78,7 +79,15 @@ class QnnGraphRunner {
   QnnHandle backend_ = nullptr;
   std::vector<std::unique_ptr<TensorDesc>> inputs_;
   std::vector<std::unique_ptr<TensorDesc>> outputs_;
-  std::vector<QnnTensor> in_tensors_;   // passed to graphExecute, buffers set per call
+  std::vector<QnnTensor> in_tensors_;   // passed to graphExecute, buffers set per call: the
+                                        // inputs, then the views of their buffers (bits_views_)
+  // APP_WRITE tensors outside the graph inputs (Tensor.bits_of_input): the caller's buffer of
+  // input `input` read in the view's data type (the exact bits of a FLOAT_32 input as INT_32).
+  struct BitsView {
+    std::unique_ptr<TensorDesc> desc;
+    size_t input = 0;
+  };
+  std::vector<BitsView> bits_views_;
   std::vector<QnnTensor> out_tensors_;  // graph outputs, then the readables (buffers fixed)
   std::vector<engine::TensorInfo> output_infos_;
   std::vector<Readable> readables_;

@@ -1,6 +1,6 @@
 // More elementwise math (issue 13, part 2):
-// - IsNan: FLOAT_32 -> BOOL_8 (isinf is a composition, Abs == inf: QNN 2.51 HTP cannot
-//   finalize its IsInf);
+// - IsNan: FLOAT_32 -> BOOL_8 (isinf / isnan of a graph input are INT_32 comparisons of its
+//   bits instead, builders/op_logic.py ClassifyBuilder: QNN 2.51 HTP cannot finalize IsInf);
 // - LogSoftmax: x - max - log(sum(exp(x - max))) along `axis` (beta scales x first).
 // Quantized inputs run through QuantDispatch's float path.
 #include <algorithm>
