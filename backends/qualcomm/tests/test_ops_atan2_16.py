@@ -1,0 +1,187 @@
+"""16a8w atan2 (builders/op_atan2.py): exact integer ops on the uint16 codes (Y = qy - zy, X =
+qx - zx, fixed-point ratios by long division) and one table of output codes, within 1 step of
+the QDQ reference (dequantize both inputs, float32 atan2, quantize) on the host engine and on QNN
+HTP, QNN bit-exact with the host; the float chain it replaces (fp16 on HTP) was 22 steps off.
+
+The first test checks the plan and the table over many encodings with a numpy model of the
+emitted integer ops (no lowering); the others lower real graphs: atan2 of two graph inputs on
+their encodings' grids (the graph input's Quantize gives the PT2E codes on both engines, so a
+difference comes from atan2 alone) and of computed tensors."""
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+import pytest
+import torch
+
+from backends.qualcomm import QuantDtype
+from backends.qualcomm.builders.op_atan2 import FRACTION_BITS, Atan2Plan, atan2_plan, atan2_table
+from backends.qualcomm.builders.quant_encoding import QuantAttrs
+from backends.qualcomm.tests.quant_tester import QuantTester, output_encodings, step_stats
+from backends.qualcomm.tests.utils_helpers import (
+    QNN_LOADED, delegate_output_scales, one_delegate_blob, payload_on_both_engines,
+)
+
+A16W8 = QuantDtype.use_16a8w
+# exact fraction vs QDQ: the table's index resolves the angle to sqrt(2) 2^-16 rad (0.23 step);
+# measured 95.1-97.4% over random encodings, 99.x% on the graph-input grid below
+MIN_EXACT = 0.93
+
+
+def _uint16(scale: float, zero_point: int) -> QuantAttrs:
+    return QuantAttrs(scale=scale, zero_point=zero_point, qmin=0, qmax=65535, dtype=torch.uint16)
+
+
+def model_codes(plan: Atan2Plan, table: np.ndarray, signed_y: np.ndarray, signed_x: np.ndarray) -> np.ndarray:
+    """The output codes the emitted integer ops compute (op_atan2.emit_atan2), in numpy int64."""
+    a, b = np.abs(signed_y), np.abs(signed_x)
+    t = (a << (FRACTION_BITS + plan.k)) // np.maximum(b, 1)
+    s = (b << (FRACTION_BITS - plan.k)) // np.maximum(a, 1)
+    index = np.where((t <= plan.t_limit) & (b > 0), t, s + plan.t_limit + 1)
+    index = np.where((a == 0) & (b == 0), 0, index)
+    return table[index + (signed_y < 0) * 2 * plan.block + (signed_x < 0) * plan.block]
+
+
+def qdq_codes(signed_y: np.ndarray, signed_x: np.ndarray, sy: float, sx: float, out: QuantAttrs) -> np.ndarray:
+    """The QDQ reference: float32 atan2 of the dequantized inputs, quantized to `out`."""
+    y = torch.from_numpy(signed_y.astype(np.float32)) * np.float32(sy)
+    x = torch.from_numpy(signed_x.astype(np.float32)) * np.float32(sx)
+    codes = torch.ops.quantized_decomposed.quantize_per_tensor(torch.atan2(y, x), out.scale, out.zero_point,
+                                                               0, 65535, torch.uint16)
+    return codes.to(torch.int64).numpy()
+
+
+def special_pairs(rng: np.random.Generator, zy: int, zx: int, n: int) -> Tuple[np.ndarray, np.ndarray]:
+    """n code pairs: random, then axes (y or x or both at the zero point), |Y| == |X| and
+    small codes around both zero points."""
+    qy, qx = rng.integers(0, 65536, n), rng.integers(0, 65536, n)
+    qy[:n // 16] = zy
+    qx[n // 16:n // 8] = zx
+    qy[n // 8:n // 8 + 8], qx[n // 8:n // 8 + 8] = zy, zx
+    part = slice(n // 8, n // 4)
+    qx[part] = np.clip(zx + (qy[part] - zy) * rng.choice([-1, 1], qy[part].size), 0, 65535)
+    small = slice(n // 4, n // 2)
+    qy[small] = np.clip(zy + rng.integers(-20, 21, n // 4), 0, 65535)
+    qx[small] = np.clip(zx + rng.integers(-20, 21, n // 4), 0, 65535)
+    return qy, qx
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_integer_plan_is_within_one_step_of_qdq(seed):
+    """The emitted ops' arithmetic (numpy model) over 200k code pairs of a random encoding, the
+    scale ratio from 2^-13 to 2^13 (|k| <= 13, the widest a plan takes): within 1 step of QDQ,
+    mostly exact."""
+    rng = np.random.default_rng(seed)
+    sy = float(np.float32(rng.uniform(1e-5, 1e-3)))
+    sx = float(np.float32(sy * 2.0 ** rng.uniform(-13.4, 13.4) if seed < 3 else sy * 2.0 ** rng.uniform(-3, 3)))
+    zy, zx = int(rng.integers(0, 65536)), int(rng.integers(0, 65536))
+    out = _uint16(float(np.float32(2 * np.pi / 65535)), 32768 if seed % 2 else int(rng.integers(20000, 45000)))
+    plan = atan2_plan(sy, sx)
+    assert plan is not None and abs(plan.k) <= 13 and 2 ** -0.5 <= plan.f <= 2 ** 0.5, plan
+    qy, qx = special_pairs(rng, zy, zx, 200_000)
+    got = model_codes(plan, atan2_table(plan, out), qy - zy, qx - zx)
+    want = qdq_codes(qy - zy, qx - zx, sy, sx, out)
+    diff = np.abs(got - want)
+    print(f"k={plan.k} f={plan.f:.3f}: max {diff.max()} exact {(diff == 0).mean():.4%}")
+    assert diff.max() <= 1 and (diff == 0).mean() >= MIN_EXACT
+    # the axes and the origin exactly
+    axes = (qy == zy) | (qx == zx)
+    np.testing.assert_array_equal(got[axes], want[axes])
+
+
+def test_plan_refuses_far_apart_scales():
+    assert atan2_plan(1.0, 2.0 ** -14) is None and atan2_plan(2.0 ** -14, 1.0) is None
+    assert atan2_plan(1.0, 2.0 ** -13).k == 13
+
+
+# ---- lowered graphs ------------------------------------------------------------------------
+class Atan2(torch.nn.Module):
+    def forward(self, y, x):
+        return torch.atan2(y, x)
+
+
+class Atan2OfComputed(torch.nn.Module):
+    """atan2 of computed tensors, which are outputs too (QNN's 16-bit a * 2 and b - 1 are up to
+    16 steps off PT2E's: atan2 on QNN is checked against the QDQ atan2 of QNN's own inputs)."""
+
+    def forward(self, a, b):
+        y, x = a * 2, b - 1
+        return torch.atan2(y, x), y, x
+
+
+def grid_inputs(shape=(64, 128)) -> Tuple[torch.Tensor, torch.Tensor]:
+    """y = (qy - 16384) 2^-14, x = (qx - 40000) 2^-12 (each input's codes reach 0 and 65535, so
+    the observers give these encodings), with the special pairs of special_pairs."""
+    rng = np.random.default_rng(16)
+    qy, qx = special_pairs(rng, 16384, 40000, int(np.prod(shape)))
+    qy[-1], qx[-1], qy[-2], qx[-2] = 0, 0, 65535, 65535
+    y = (qy - 16384) * 2.0 ** -14
+    x = (qx - 40000) * 2.0 ** -12
+    return (torch.tensor(y, dtype=torch.float32).reshape(shape), torch.tensor(x, dtype=torch.float32).reshape(shape))
+
+
+def _lower(module: torch.nn.Module, inputs) -> QuantTester:
+    return QuantTester(module, inputs, A16W8).lower().check_fully_delegated().check_count(1).to_executorch().run()
+
+
+def _check(tester: QuantTester, min_exact: float) -> None:
+    """The delegate's output within 1 step of QDQ (min_exact of them exact), its graph the
+    integer path (one table Gather, no float Atan); QNN (when loaded) bit-exact with the host."""
+    blob = one_delegate_blob(tester)
+    ops = tester.payload().op_types()
+    assert ops.get("Gather") == 1 and "ElementWiseAtan" not in ops and ops.get("ElementWiseMod", 0) >= 2, ops
+    [out], [ref] = tester.outputs, tester.reference_outputs()
+    [(scale, _)] = output_encodings(tester.module)
+    stats = step_stats(out, ref, scale)
+    print(f"vs QDQ: {stats}")
+    assert stats.max_diff <= 1 and stats.exact_fraction >= min_exact, stats
+    if not QNN_LOADED:
+        return
+    [qnn], [host] = payload_on_both_engines(blob, tester.inputs, tester.module)
+    qnn_stats = step_stats(np.asarray(qnn), np.asarray(host), delegate_output_scales(blob)[0])
+    print(f"QNN vs host: {qnn_stats}")
+    assert qnn_stats.max_diff == 0, qnn_stats
+
+
+def test_atan2_of_graph_inputs_within_one_step(qnn_binary):
+    """Graph inputs on their grids, every quadrant, axes, the origin, |y| == |x|, small codes;
+    the scale ratio 2^-2 (f = 1)."""
+    _check(_lower(Atan2(), grid_inputs()), MIN_EXACT)
+
+
+def qdq_atan2(y: np.ndarray, x: np.ndarray, encoding: Tuple[float, int]) -> np.ndarray:
+    """The QDQ reference's atan2 of dequantized inputs y, x, dequantized from `encoding`."""
+    scale, zero_point = encoding
+    codes = torch.ops.quantized_decomposed.quantize_per_tensor(
+        torch.atan2(torch.from_numpy(y), torch.from_numpy(x)), scale, zero_point, 0, 65535, torch.uint16)
+    return (codes.to(torch.int64).numpy() - zero_point).astype(np.float32) * np.float32(scale)
+
+
+def test_atan2_of_computed_tensors_within_one_step(qnn_binary):
+    """atan2(a * 2, b - 1), encodings from the observers (a scale ratio that is no power of two):
+    within 1 step of the QDQ atan2 of the inputs each engine computed (the host engine's are
+    PT2E's: then also of the QDQ module's output)."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(32, 64), torch.rand(32, 64) * 2)
+    tester = _lower(Atan2OfComputed(), inputs)
+    blob = one_delegate_blob(tester)
+    assert tester.payload().op_types().get("Gather") == 1
+    encodings = output_encodings(tester.module)
+    encoding = encodings[0]
+    engines = {"run": tester.outputs}
+    if QNN_LOADED:
+        # the delegate's outputs in the module's order (told apart by their scales)
+        scales = delegate_output_scales(blob)
+        order = [int(np.argmin([abs(s - e[0]) for s in scales])) for e in encodings]
+        assert sorted(order) == [0, 1, 2], (scales, encodings)
+        qnn, host = payload_on_both_engines(blob, tester.inputs, tester.module)
+        engines = {"QNN": [np.asarray(qnn[i]) for i in order], "host": [np.asarray(host[i]) for i in order]}
+    for name, (out, y, x) in engines.items():
+        stats = step_stats(out, qdq_atan2(y, x, encoding), encoding[0])
+        print(f"{name} vs QDQ atan2 of its inputs: {stats}")
+        assert stats.max_diff <= 1 and stats.exact_fraction >= MIN_EXACT, (name, stats)
+    host_out = engines.get("host", tester.outputs)[0]
+    stats = step_stats(host_out, tester.reference_outputs()[0], encoding[0])
+    print(f"host vs the QDQ module: {stats}")
+    assert stats.max_diff <= 1 and stats.exact_fraction >= MIN_EXACT, stats
