@@ -12,10 +12,9 @@ one division for n <= 15, else two, the first quotient clamped so nothing overfl
 - S = floor(b 2^(F - k) / a) = floor(2^F f / rho): pi / 2 - atan(1 / rho) beyond.
 Either index resolves the angle to within sqrt 2 2^-F rad (0.23 of a step over [-pi, pi]).
 The table holds, for each quadrant (Y < 0, X < 0) and each index, the output code of the angle
-at the middle of the index's interval (the axes exactly: T = 0 -> 0, S = 0 -> pi / 2), as the QDQ
-reference quantizes it; the Gather of that code is the output. The divisions' zero
-denominators are 1: b = 0 takes the S branch (S = 0: +-pi / 2), a = b = 0 index 0 (atan2(0, 0)
-= 0, as torch). |k| <= 13 keeps every product below 2^31; other scale ratios keep the float chain.
+at the middle of the index's interval, as the QDQ reference quantizes it, and two entries for
+the axes (a = 0: 0, which covers atan2(0, 0) = 0 as torch; b = 0: pi / 2); the Gather of that
+code is the output. The divisions' zero denominators are 1 (their results then unused). |k| <= 13 keeps every product below 2^31; other scale ratios keep the float chain.
 
 Measured over 400k random code pairs per encoding (incl. axes, |y| == |x| and small codes; eight
 encodings, k from -6 to 4): within 1 step of the QDQ reference, 95.1-97.4% exact (F = 17 would
@@ -47,7 +46,6 @@ _OPS = {
     "ElementWiseDivide": "ElementWiseDivide",
     "ElementWiseMod": "ElementWiseMod",
     "ElementWiseLess": "ElementWiseLess",
-    "ElementWiseAnd": "ElementWiseAnd",
     "ElementWiseSelect": "ElementWiseSelect",
 }
 
@@ -61,9 +59,14 @@ class Atan2Plan:
     s_limit: int  # S's largest value in its branch
 
     @property
-    def block(self) -> int:
-        """Table entries per quadrant: the T indices, then the S ones."""
+    def axis_zero(self) -> int:
+        """The index of the angle 0 (a = 0), after the T and S indices; pi / 2 (b = 0) next."""
         return self.t_limit + self.s_limit + 2
+
+    @property
+    def block(self) -> int:
+        """Table entries per quadrant: the T indices, the S ones, the two axes."""
+        return self.axis_zero + 2
 
 
 def atan2_plan(sy: float, sx: float) -> Optional[Atan2Plan]:
@@ -90,13 +93,13 @@ def atan2_attrs(node: torch.fx.Node) -> Optional[Tuple[QuantAttrs, QuantAttrs, Q
 
 
 def first_quadrant_angles(plan: Atan2Plan) -> np.ndarray:
-    """The angle in [0, pi / 2] of every index of one block (float64)."""
+    """The angle in [0, pi / 2] of every index of one block (float64): the middle of each T / S
+    index's interval, then the axes exactly."""
     scale = 2.0 ** FRACTION_BITS
     t = np.arange(plan.t_limit + 1, dtype=np.float64)
     s = np.arange(plan.s_limit + 1, dtype=np.float64)
-    angles = np.concatenate([np.arctan(plan.f * (t + 0.5) / scale), np.pi / 2 - np.arctan((s + 0.5) / (plan.f * scale))])
-    angles[0], angles[plan.t_limit + 1] = 0.0, np.pi / 2  # the axes: a = 0 / b = 0
-    return angles
+    return np.concatenate([np.arctan(plan.f * (t + 0.5) / scale), np.pi / 2 - np.arctan((s + 0.5) / (plan.f * scale)),
+                           [0.0, np.pi / 2]])
 
 
 def atan2_table(plan: Atan2Plan, pout: QuantAttrs) -> np.ndarray:
@@ -174,9 +177,10 @@ def emit_atan2(gb: GraphBuilder, node: torch.fx.Node, y: QnnTensor, x: QnnTensor
     a_zero, b_zero = e.less(a, one), e.less(b, one)
     t = e.shifted_ratio(a, FRACTION_BITS + plan.k, e.op("ElementWiseSelect", b_zero, one, b), plan.t_limit)
     s = e.shifted_ratio(b, FRACTION_BITS - plan.k, e.op("ElementWiseSelect", a_zero, one, a), plan.s_limit)
-    first = e.op("ElementWiseAnd", e.less(t, e.const(plan.t_limit + 1)), e.less(zero, b), boolean=True)
-    index = e.op("ElementWiseSelect", first, t, e.op("ElementWiseAdd", s, e.const(plan.t_limit + 1)))
-    index = e.op("ElementWiseSelect", e.op("ElementWiseAnd", a_zero, b_zero, boolean=True), zero, index)
+    index = e.op("ElementWiseSelect", e.less(t, e.const(plan.t_limit + 1)), t,
+                 e.op("ElementWiseAdd", s, e.const(plan.t_limit + 1)))
+    index = e.op("ElementWiseSelect", b_zero, e.const(plan.axis_zero + 1), index)
+    index = e.op("ElementWiseSelect", a_zero, e.const(plan.axis_zero), index)
     quadrant = e.op("ElementWiseAdd", e.op("ElementWiseSelect", y_negative, e.const(2 * plan.block), zero),
                     e.op("ElementWiseSelect", x_negative, e.const(plan.block), zero))
     table = gb.quantized_static(f"{node.name}_table", atan2_table(plan, pout), pout)
