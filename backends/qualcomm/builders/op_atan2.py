@@ -15,15 +15,17 @@ The division's remainder gives M = 14 more bits (floor(rest 2^M / den)), and the
 interpolated linearly between two entries of a STATIC INT_32 table of first-quadrant angles in
 units of s_out / 2^P (P <= 12): table[i] + round((table[i + 1] - table[i]) frac / 2^M) (the
 interpolation error of atan over 2^-16 is below 1e-10 rad). a = 0 takes index 0 (angle 0, which
-gives atan2(0, 0) = 0 as torch), b = 0 S = 0 (pi / 2); zero divisors are 1 (their results then
+gives atan2(0, 0) = 0 as torch), b = 0 S = 0 (pi / 2; pi / 2 and pi as the reference's float32
+values, which round differently on some encodings); zero divisors are 1 (their results then
 unused). The quadrant (pi - angle for X < 0, -angle for Y < 0), then the output code floor((angle
 + 2^(P-1)) / 2^P) + zo clamped to 0 .. 65535, all in INT_32; the uint16 output is a Gather of a
 65536-entry identity table of codes by that code (no float op anywhere). |k| <= 13 keeps every
 product below 2^31; other scale ratios keep the float chain.
 
-Measured (numpy model of these ops over 300k random code pairs per encoding, incl. axes, |y| ==
-|x| and small codes; k from -8 to 13): within 1 step of the QDQ reference, 99.86-99.99% exact
-(a table of codes at the middle of each index, without the interpolation, was 92-97% exact)."""
+Measured (tests/test_ops_atan2_16.py: a numpy model of these ops over 200k random code pairs per
+encoding, incl. axes, |y| == |x| and small codes, k from -12 to 6; lowered graphs on QNN and the
+host engine): within 1 step of the QDQ reference, 99.7-100% exact, QNN bit-exact with the host (a
+table of codes at the middle of each index, without the interpolation, was 92-97% exact)."""
 from __future__ import annotations
 
 import math
@@ -46,7 +48,8 @@ _MAX_K = 13  # F + |k| <= 29: two division steps (15 + 14 bits)
 _INTERP_BITS = 14  # M: the position inside an index, from the division's remainder
 _POINT_BITS = 12  # P at most: angles in units of s_out / 2^P
 # QNN 2.51 HTP computes this chain wrong on rank-4 tensors (measured on SM8650: codes thousands of
-# steps off, the host engine right; ranks 1-3 bit-exact): rank >= 4 runs on the flattened tensors
+# steps off, the host engine right; which op, not isolated; ranks 1-3 bit-exact): rank >= 4 runs
+# on the flattened tensors (broadcasting ones keep the float chain)
 _FLAT_RANK = 4
 
 # The op types the composition emits (a literal table: test_op_table reads the types builders emit).

@@ -16,7 +16,7 @@ Quantized graphs: clamp's intermediate takes the output's encoding (values above
 then the Minimum bounds them); reciprocal's 1 is an exact quantized constant. The unary float
 chains (all but atan2) with per-tensor uint8 / uint16 input and output are a lookup table
 instead (op_lookup.py: Gather of the QDQ reference's output codes by the input code, exact);
-atan2 with per-tensor uint16 inputs and output is exact integer ops and a table of codes
+atan2 with per-tensor uint16 inputs and output is exact integer ops and table lookups
 (op_atan2.py, within 1 step). 8-bit atan2 and other encodings run the chains between a
 Dequantize of each input and a Quantize to the output's encoding (QNN HTP refuses a FLOAT_32
 operand of a quantized op, 3110 'mismatching datatypes', measured on QNN 2.51, but takes float
