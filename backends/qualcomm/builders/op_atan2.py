@@ -48,8 +48,10 @@ _MAX_K = 13  # F + |k| <= 29: two division steps (15 + 14 bits)
 _INTERP_BITS = 14  # M: the position inside an index, from the division's remainder
 _POINT_BITS = 12  # P at most: angles in units of s_out / 2^P
 # QNN 2.51 HTP computes this chain wrong on rank-4 tensors (measured on SM8650: codes thousands of
-# steps off, the host engine right; which op, not isolated; ranks 1-3 bit-exact): rank >= 4 runs
-# on the flattened tensors (broadcasting ones keep the float chain)
+# steps off, the host engine right; ranks 1-3 bit-exact). Bisected to the interpolation (the two
+# Gathers of the angle table, Subtract, Multiply, the floor shift); each of those ops alone on
+# rank-4 INT_32 tensors is exact on QNN. Rank >= 4 runs on the flattened tensors (broadcasting
+# ones keep the float chain).
 _FLAT_RANK = 4
 
 # The op types the composition emits (a literal table: test_op_table reads the types builders emit).
