@@ -218,3 +218,25 @@ def test_atan2_of_computed_tensors_within_one_step(qnn_binary):
     stats = step_stats(host_out, tester.reference_outputs()[0], encoding[0])
     print(f"host vs the QDQ module: {stats}")
     assert stats.max_diff <= 1 and stats.exact_fraction >= MIN_EXACT, stats
+
+
+class Atan2OfConstantAndItself(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", torch.linspace(-2, 2, 128).reshape(1, 128))
+
+    def forward(self, y):
+        return torch.atan2(y, self.w), torch.atan2(y, y)
+
+
+def test_atan2_of_a_constant_and_of_itself(qnn_binary):
+    """A STATIC (constant) x broadcast along rows, and y with itself (+-pi / 4, 0 at the origin,
+    one code split per use): within 1 step of QDQ on the engine that runs it (QNN when loaded)."""
+    y, _ = grid_inputs(2.0 ** -14, 2.0 ** -12)
+    tester = _lower(Atan2OfConstantAndItself(), (y,))
+    assert tester.payload().op_types().get("Gather") == 6
+    for i, (out, ref, (scale, _)) in enumerate(zip(tester.outputs, tester.reference_outputs(),
+                                                   output_encodings(tester.module))):
+        stats = step_stats(out, ref, scale)
+        print(f"output {i} vs QDQ: {stats}")
+        assert stats.max_diff <= 1 and stats.exact_fraction >= MIN_EXACT, (i, stats)
