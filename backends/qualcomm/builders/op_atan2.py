@@ -47,12 +47,11 @@ _MAX_SHIFT = 15  # num 2^n < 2^31 for num < 2^16
 _MAX_K = 13  # F + |k| <= 29: two division steps (15 + 14 bits)
 _INTERP_BITS = 14  # M: the position inside an index, from the division's remainder
 _POINT_BITS = 12  # P at most: angles in units of s_out / 2^P
-# QNN 2.51 HTP computes this chain wrong on rank-4 tensors (measured on SM8650: codes thousands of
-# steps off, the host engine right; ranks 1-3 bit-exact). Bisected to the interpolation (the two
-# Gathers of the angle table, Subtract, Multiply, the floor shift); each of those ops alone on
-# rank-4 INT_32 tensors is exact on QNN. Rank >= 4 runs on the flattened tensors (broadcasting
-# ones keep the float chain).
-_FLAT_RANK = 4
+# Inputs of one shape and rank 3 or 4 run flattened; broadcasting ones keep their shape (the
+# Gathers take flattened indices, _flat); rank 5 keeps the float chain (QNN 2.51 HTP, SM8650: a
+# rank-5 graph with this chain moved the inputs' own producers by up to 24 steps).
+_FLAT_RANK = 3
+_MAX_RANK = 4
 
 # The op types the composition emits (a literal table: test_op_table reads the types builders emit).
 _OPS = {
@@ -204,13 +203,11 @@ def emit_atan2(gb: GraphBuilder, node: torch.fx.Node, y: QnnTensor, x: QnnTensor
         return False
     if (y.quant, x.quant, out.quant) != (quant_params(py), quant_params(px), quant_params(pout)):
         return False
-    flat = len(out.dims) >= _FLAT_RANK
-    if flat:
-        if not list(y.dims) == list(x.dims) == list(out.dims):
-            return False
-        count = [int(np.prod(out.dims))]
-        y, x = reshape(gb, node, y, count, "y_flat"), reshape(gb, node, x, count, "x_flat")
-    e = _Ints(gb, node, len(y.dims))
+    if len(out.dims) > _MAX_RANK:
+        return False
+    if len(out.dims) >= _FLAT_RANK and list(y.dims) == list(x.dims) == list(out.dims):
+        y, x = _flat(gb, node, y, "y"), _flat(gb, node, x, "x")
+    e = _Ints(gb, node, len(y.dims) if len(y.dims) == 1 == len(x.dims) else len(out.dims))
     index_y, pad_y = code_index(gb, node, y, "_y")
     index_x, pad_x = code_index(gb, node, x, "_x")
     signed_y = e.op("ElementWiseSubtract", index_y, e.const(pad_y - int(y.quant.offset)))
@@ -236,11 +233,22 @@ def emit_atan2(gb: GraphBuilder, node: torch.fx.Node, y: QnnTensor, x: QnnTensor
     code = e.select(e.less(code, e.const(pout.qmin)), e.const(pout.qmin), code)
     code = e.select(e.less(e.const(pout.qmax), code), e.const(pout.qmax), code)
     identity = gb.quantized_static(f"{node.name}_codes", _identity_codes(pout), pout)
-    result = gb.like(out, f"{node.name}_flat", code.dims) if flat else out
-    gb.add_op(node, "Gather", [identity, code], [result], [int32_scalar("axis", 0)])
+    flat = len(out.dims) != 1
+    result = gb.like(out, f"{node.name}_flat", [int(np.prod(out.dims))]) if flat else out
+    gb.add_op(node, "Gather", [identity, _flat(gb, node, code, "code")], [result], [int32_scalar("axis", 0)])
     if flat:
         gb.add_op(node, "Reshape", [result], [out], suffix="unflat")
     return True
+
+
+def _flat(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, label: str) -> QnnTensor:
+    """`tensor` as rank 1: QNN 2.51 HTP's Gather by computed INT_32 indices of rank 3 or 4 reads
+    wrong elements (measured on SM8650 with a 131076-entry INT_32 table: [2, 3, 4, 5] and [6, 20,
+    1] indices from an ElementWiseAdd 92-98% wrong; rank 1 and 2, graph-input indices and a
+    1001-entry table exact; the host engine right), so every Gather here takes rank-1 indices."""
+    if len(tensor.dims) == 1:
+        return tensor
+    return reshape(gb, node, tensor, [int(np.prod(tensor.dims))], f"{label}_flat")
 
 
 def _interpolated(gb: GraphBuilder, node: torch.fx.Node, e: _Ints, table: np.ndarray, start: int,
@@ -248,10 +256,15 @@ def _interpolated(gb: GraphBuilder, node: torch.fx.Node, e: _Ints, table: np.nda
     """table[index] + round((table[index + 1] - table[index]) fraction / 2^M), in INT_32 (S's
     entries from `start`)."""
     static = gb.static_tensor(f"{node.name}_angles", table)
+    flat = _flat(gb, node, index, "index")
+    one = gb.static_tensor(f"{node.name}_one", np.ones([1], np.int32))
+    following = gb.native_tensor(f"{node.name}_following", flat.dims, DataType.INT_32)
+    gb.add_op(node, "ElementWiseAdd", [flat, one], [following], suffix="following")
     values = []
-    for label, at in (("angle", index), ("next_angle", e.op("ElementWiseAdd", index, e.const(1)))):
-        values.append(gb.native_tensor(f"{node.name}_{label}", at.dims, DataType.INT_32))
-        gb.add_op(node, "Gather", [static, at], [values[-1]], [int32_scalar("axis", 0)], suffix=label)
+    for label, at in (("angle", flat), ("next_angle", following)):
+        value = gb.native_tensor(f"{node.name}_{label}", at.dims, DataType.INT_32)
+        gb.add_op(node, "Gather", [static, at], [value], [int32_scalar("axis", 0)], suffix=label)
+        values.append(value if value.dims == index.dims else reshape(gb, node, value, index.dims, f"{label}_shaped"))
     step = e.op("ElementWiseMultiply", e.op("ElementWiseSubtract", values[1], values[0]), fraction)
     steps = np.abs(np.diff(table.astype(np.int64)))
     steps[start - 1] = 0  # from T's last entry to S = 0: never interpolated

@@ -158,12 +158,13 @@ def _check(tester: QuantTester, min_exact: float) -> None:
 
 
 @pytest.mark.parametrize("y_exp, x_exp, shape", [(-14, -12, (64, 128)), (-16, -16, (2, 4, 16, 64)),
-                                                  (-2, -15, (64, 128)), (-15, -2, (64, 128))],
-                         ids=["k-2", "k0-rank4", "k13", "k-13"])
+                                                  (-2, -15, (64, 128)), (-15, -2, (16, 512, 1))],
+                         ids=["k-2", "k0-rank4", "k13", "k-13-rank3"])
 def test_atan2_of_graph_inputs_within_one_step(qnn_binary, y_exp, x_exp, shape):
     """Graph inputs on their grids, every quadrant, axes, the origin, |y| == |x|, small codes;
     scale ratios 2^-2, 1 and the widest a plan takes, 2^+-13 (the longest divisions: 15 + 14
-    bits); rank 4 runs flattened (QNN computed the chain wrong on rank-4 tensors)."""
+    bits); ranks 3 and 4 (QNN's Gather by computed indices of those ranks reads wrong elements:
+    the Gathers take flattened indices)."""
     tester = _lower(Atan2(), grid_inputs(2.0 ** y_exp, 2.0 ** x_exp, shape))
     assert atan2_plan(2.0 ** y_exp, 2.0 ** x_exp, 1e-4).k == y_exp - x_exp
     _check(tester, MIN_EXACT)
@@ -240,3 +241,12 @@ def test_atan2_of_a_constant_and_of_itself(qnn_binary):
         stats = step_stats(out, ref, scale)
         print(f"output {i} vs QDQ: {stats}")
         assert stats.max_diff <= 1 and stats.exact_fraction >= MIN_EXACT, (i, stats)
+
+
+def test_atan2_broadcast_at_rank_4(qnn_binary):
+    """y [2, 4, 16, 64] against x [64] (every x code from 0 to 65535 in 64 steps): the integer ops
+    broadcast at rank 4, the Gathers on flattened indices (QNN's Gather by computed rank-3 / 4
+    indices reads wrong elements of a large table); within 1 step of QDQ, QNN == host."""
+    y, _ = grid_inputs(2.0 ** -14, 2.0 ** -12, (2, 4, 16, 64))
+    x = torch.tensor((np.linspace(0, 65535, 64).round() - 40000) * 2.0 ** -12, dtype=torch.float32)
+    _check(_lower(Atan2(), (y, x)), MIN_EXACT)
