@@ -37,7 +37,8 @@ from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 _TABLE_DTYPES = {8: DataType.UFIXED_POINT_8, 16: DataType.UFIXED_POINT_16}
 
 
-def _per_tensor_unsigned(attrs: Optional[QuantAttrs]) -> bool:
+def per_tensor_unsigned(attrs: Optional[QuantAttrs]) -> bool:
+    """A per-tensor uint8 / uint16 activation encoding over the full code range."""
     return (attrs is not None and attrs.axis == -1 and attrs.block_size is None and not attrs.signed
             and attrs.qmin == 0 and attrs.qmax == (1 << attrs.bitwidth) - 1 and attrs.bitwidth in _TABLE_DTYPES
             and np.ndim(attrs.scale) == 0)
@@ -50,7 +51,7 @@ def lookup_attrs(node: torch.fx.Node) -> Optional[tuple]:
     if not isinstance(x, torch.fx.Node):
         return None
     pin, pout = x.meta.get(QCOM_QUANT_ATTRS), node.meta.get(QCOM_QUANT_ATTRS)
-    if not (_per_tensor_unsigned(pin) and _per_tensor_unsigned(pout)):
+    if not (per_tensor_unsigned(pin) and per_tensor_unsigned(pout)):
         return None
     return pin, pout
 
@@ -90,11 +91,7 @@ def emit_lookup(gb: GraphBuilder, node: torch.fx.Node, f: Callable[[torch.Tensor
     if x.quant != quant_params(pin) or out.quant != quant_params(pout):
         return False
     codes = table_codes(f, pin, pout)
-    if pin.bitwidth == 8:
-        index, pad = gb.native_tensor(f"{node.name}_codes", x.dims, DataType.INT_32), 0
-        gb.add_op(node, "Cast", [x], [index], suffix="codes")
-    else:
-        index, pad = _uint16_index(gb, node, x)
+    index, pad = code_index(gb, node, x)
     table = np.concatenate([np.full(pad, codes[0], codes.dtype), codes])
     gb.add_op(node, "Gather", [gb.quantized_static(f"{node.name}_table", table, pout), index], [out],
               [int32_scalar("axis", 0)])
@@ -106,13 +103,24 @@ def _encoded(gb: GraphBuilder, name: str, like: QnnTensor, bits: int, scale: flo
     return gb.native_tensor(name, like.dims, _TABLE_DTYPES[bits], quant)
 
 
-def _uint16_index(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor) -> Tuple[QnnTensor, int]:
+def code_index(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, label: str = "") -> Tuple[QnnTensor, int]:
+    """(INT_32 tensor = the code of x + pad, pad) for a per-tensor uint8 (its Cast, pad 0) or
+    uint16 (exact 8-bit pieces, module docstring) tensor x; `label` tells apart the indices of
+    one node's inputs."""
+    name = f"{node.name}{label}"
+    if x.data_type == DataType.UFIXED_POINT_8:
+        index = gb.native_tensor(f"{name}_codes", x.dims, DataType.INT_32)
+        gb.add_op(node, "Cast", [x], [index], suffix=f"{label.lstrip('_')}codes")
+        return index, 0
+    return _uint16_index(gb, node, x, name)
+
+
+def _uint16_index(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, name: str) -> Tuple[QnnTensor, int]:
     """(INT_32 tensor = x's code + pad, pad) from exact integer ops (module docstring): high piece
     h (scale 256 s), residual r = x - h on x's grid in [-255, 255], r's two clamped 8-bit pieces,
     index = 256 h + a + b."""
     scale, offset = np.float32(x.quant.scale), int(x.quant.offset)
     high_offset = -((-offset) // 256)  # ceil(offset / 256): r in [-255, 255]
-    name = node.name
     high = _encoded(gb, f"{name}_high", x, 8, float(scale * np.float32(256)), high_offset)
     gb.add_op(node, "Convert", [x], [high], suffix="high")
     high16 = _encoded(gb, f"{name}_high16", x, 16, float(scale), 256 * high_offset)

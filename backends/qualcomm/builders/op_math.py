@@ -15,10 +15,12 @@ fp16 overflows x^2 for |x| > 256 (asinh / acosh give inf there).
 Quantized graphs: clamp's intermediate takes the output's encoding (values above it saturate,
 then the Minimum bounds them); reciprocal's 1 is an exact quantized constant. The unary float
 chains (all but atan2) with per-tensor uint8 / uint16 input and output are a lookup table
-instead (op_lookup.py: Gather of the QDQ reference's output codes by the input code, exact).
-atan2 and other encodings run the chains between a Dequantize of each input and a Quantize to the output's
-encoding (QNN HTP refuses a FLOAT_32 operand of a quantized op, 3110 'mismatching datatypes',
-measured on QNN 2.51, but takes float ops between Dequantize and Quantize); HTP runs them in fp16."""
+instead (op_lookup.py: Gather of the QDQ reference's output codes by the input code, exact);
+atan2 with per-tensor uint16 inputs and output is exact integer ops and table lookups
+(op_atan2.py, within 1 step). 8-bit atan2 and other encodings run the chains between a
+Dequantize of each input and a Quantize to the output's encoding (QNN HTP refuses a FLOAT_32
+operand of a quantized op, 3110 'mismatching datatypes', measured on QNN 2.51, but takes float
+ops between Dequantize and Quantize); HTP runs them in fp16."""
 from __future__ import annotations
 
 import math
@@ -34,6 +36,7 @@ from backends.qualcomm.builders.registry import (
     register_builder,
 )
 from backends.qualcomm.builders.op_logic import number_operand, padded_rank
+from backends.qualcomm.builders.op_atan2 import emit_atan2
 from backends.qualcomm.builders.op_lookup import emit_lookup
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.builders.utils import dequantized, input_layout, is_quantized, reshape
@@ -254,6 +257,8 @@ class DecomposedMathBuilder(NodeBuilder):
             _RECIPES[node.target](_Chain(gb, node, out, inputs))
             return
         if len(inputs) == 1 and emit_lookup(gb, node, node.target, inputs[0], out):
+            return
+        if node.target == _aten.atan2.default and len(inputs) == 2 and emit_atan2(gb, node, *inputs, out):
             return
         floats = [_dequantized(gb, node, t, i) for i, t in enumerate(inputs)]
         result = gb.native_tensor(f"{node.name}_float", out.dims)

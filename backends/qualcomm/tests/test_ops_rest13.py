@@ -151,7 +151,7 @@ def test_int_bool_family_is_exact_on_both_engines(qnn_binary):
 # ---- quantized ------------------------------------------------------------------------------
 PROD_OUTPUTS = 3  # QuantFamily's first outputs
 FIRST_CHAIN = 15  # QuantFamily's float_chains outputs: from here on
-ATAN2 = FIRST_CHAIN + 7  # the binary chain (no table)
+ATAN2 = FIRST_CHAIN + 7  # 8-bit: the binary chain; 16-bit: integer ops and a table (op_atan2.py)
 TABLE_CHAINS = 11  # the unary chains: lookup tables (8- and 16-bit)
 # prod / float chains on QNN (fp16) vs PT2E or vs the host engine, 8-bit / 16-bit (quant_tester's
 # MAX_STEP_DIFF_8; 16-bit: 0.15% of the range)
@@ -168,14 +168,17 @@ QNN_VS_HOST_STEPS = {False: 7, True: 96}
 
 @pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
 def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
-    """prod and atan2 run in float between Dequantize and Quantize; the unary chains are lookup
+    """prod and 8-bit atan2 run in float between Dequantize and Quantize; 16-bit atan2 is integer
+    ops and a table of codes (op_atan2.py: test_ops_atan2_16.py); the unary chains are lookup
     tables (op_lookup.py, exact for their input codes: test_ops_lookup13.py). The program runs on QNN when its library loads (context
     binary), else on the host engine. Measured on QNN against PT2E (float32): views and all
-    exact; prod / atan2 8-bit within 1 step; the 8-bit tables within 4 steps (tan / sinh / cosh /
+    exact; prod / atan2 8-bit within 1 step; atan2 16-bit within 1 step (69% exact: QNN's u and
+    x - 1.2 it reads are a step off PT2E's on some elements; the fp16 chain was 22 steps off);
+    the 8-bit tables within 4 steps (tan / sinh / cosh /
     asinh / expm1 of a quantized u * k: QNN's requantized u * k differs from PT2E's by up to 2
     steps, times the slope; acos / atanh within 1; acosh / log2 / log10 / log1p of x, 0 steps
     with x + 1 on acosh); 16-bit tables within TABLE_STEPS_16 (0 steps on the tables of x),
-    prod / atan2 16-bit chains within 22-61 steps (0.1% of the range: fp16's 2^-11 relative
+    the prod 16-bit chain within 22-61 steps (0.1% of the range: fp16's 2^-11 relative
     precision). QNN vs the payload run on the host engine by the extension (run_payload):
     8-bit within 7 steps (QNN_VS_HOST_STEPS), 16-bit within 96."""
     inputs = (grid_input(),)
@@ -190,16 +193,19 @@ def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
         stats = step_stats(out, ref, enc[0])
         label = f"output {i} ({quant_dtype.name}): {stats}"
         print(label)
-        if i >= FIRST_CHAIN and i != ATAN2 and quant_dtype == A16W8:
+        if i == ATAN2:
+            assert stats.max_diff <= 1, label
+        elif i >= FIRST_CHAIN and quant_dtype == A16W8:
             assert stats.max_diff <= TABLE_STEPS_16, label
         elif i < PROD_OUTPUTS or i >= FIRST_CHAIN:
             assert stats.max_diff <= limit, label
         else:
             assert_pt2e_bounds(stats, 65535 if quant_dtype == A16W8 else 255, label)
     ops = tester.payload().op_types()
-    assert ops.get("Dequantize", 0) >= PROD_OUTPUTS + 12 and ops.get("Gather") == 6 + TABLE_CHAINS, ops
-    # 9: all() and the bool outputs; a 16-bit table's index takes 3 Casts (op_lookup.py)
-    assert ops.get("Cast", 0) == 9 + TABLE_CHAINS * (3 if quant_dtype == A16W8 else 1), ops
+    wide = quant_dtype == A16W8  # 16-bit atan2: three Gathers (two angles, the code) by its two inputs' codes
+    assert ops.get("Dequantize", 0) >= PROD_OUTPUTS + 12 and ops.get("Gather") == 6 + TABLE_CHAINS + 3 * wide, ops
+    # 9: all() and the bool outputs; a 16-bit table's index takes 3 Casts per input (op_lookup.py)
+    assert ops.get("Cast", 0) == 9 + ((TABLE_CHAINS + 2) * 3 if wide else TABLE_CHAINS), ops
     scales = delegate_output_scales(tester.delegate_blobs()[0])
     assert sum(s is not None for s in scales) == 25, scales
     for i, stats in enumerate(_qnn_vs_host(tester, inputs, scales)):
