@@ -43,22 +43,29 @@ def _constant_value(model: GraphModule, node: object, folded: Dict[Node, object]
     return node
 
 
-def _foldable(node: Node, folded: Dict[Node, object]) -> bool:
+def _is_parameter(model: GraphModule, node: Node) -> bool:
+    return node.op == "get_attr" and isinstance(operator.attrgetter(node.target)(model), torch.nn.Parameter)
+
+
+def _foldable(model: GraphModule, node: Node, folded: Dict[Node, object], fold_parameters: bool) -> bool:
     if node.op != "call_function" or node.target not in FOLDABLE:
         return False
     inputs: List[Node] = node.all_input_nodes
     if not inputs:
         val = node.meta.get("val")
         return node.target in CREATION and isinstance(val, torch.Tensor) and val.numel() <= MAX_CREATED_ELEMENTS
+    if not fold_parameters and any(_is_parameter(model, n) for n in inputs):
+        return False  # QAT trains them: a folded copy would not follow
     return all(n in folded or n.op == "get_attr" for n in inputs)
 
 
-def fold_constant_views(model: GraphModule) -> GraphModule:
+def fold_constant_views(model: GraphModule, fold_parameters: bool = True) -> GraphModule:
     """Every data-movement / mask node whose inputs are all constants, and small constants
-    created in forward -> a get_attr of its value."""
+    created in forward -> a get_attr of its value. `fold_parameters=False` (QAT: parameters
+    are trained after prepare) leaves views of parameters as they are."""
     folded: Dict[Node, object] = {}
     for node in list(model.graph.nodes):
-        if not _foldable(node, folded):
+        if not _foldable(model, node, folded, fold_parameters):
             continue
         args = _constant_value(model, node.args, folded)
         kwargs = {k: _constant_value(model, v, folded) for k, v in node.kwargs.items()}

@@ -237,7 +237,9 @@ class QnnQuantizer(Quantizer):
         batch norms with batch statistics -> _native_batch_norm_legit.no_stats (batch_stats_norm.py);
         softmax of a -inf masked tensor (MultiheadAttention's masks) -> softmax * keep, renormalized
         (inf_masks.py: a quantized tensor cannot hold -inf); splits / views / concatenations of
-        parameters -> constants (fold_constant_views.py: MultiheadAttention's packed weights)."""
+        parameters -> constants (fold_constant_views.py: MultiheadAttention's packed weights; not
+        under QAT, which trains the parameters after prepare)."""
         fuse_rms_norm(model)
-        model = rewrite_inf_masked_softmax(decompose_sdpa(fold_constant_views(model)))
+        model = fold_constant_views(model, fold_parameters=not self.default_quant_config.is_qat)
+        model = rewrite_inf_masked_softmax(decompose_sdpa(model))
         return rewrite_batch_stats_norms(model)

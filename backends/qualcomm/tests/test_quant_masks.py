@@ -150,3 +150,21 @@ def test_padded_attention_on_qnn(real_qnn):
     tester = QuantTester(module, inputs, QuantDtype.use_8a8w).lower()
     assert_qnn_matches_host(one_delegate_blob(tester), inputs, tester.module, float_rel=0.0, max_steps=2,
                             min_exact=0.8)  # measured 85.9% equal, max 2 (Softmax steps)
+
+
+def test_parameter_views_are_kept_for_qat():
+    """QAT trains the parameters after prepare: a folded copy of `w.chunk(3)` would not follow,
+    so the QAT quantizer keeps views of parameters (constants created in forward still fold)."""
+    from backends.qualcomm.quantizer.fold_constant_views import fold_constant_views
+
+    def splits(graph_module) -> int:
+        return sum(1 for n in graph_module.graph.nodes if "split" in str(n.target) or "chunk" in str(n.target))
+
+    inputs = (randn(2, 8, 16),)
+    assert splits(fold_constant_views(torch.export.export(ChunkedWeights(), inputs).module())) == 0
+    kept = fold_constant_views(torch.export.export(ChunkedWeights(), inputs).module(), fold_parameters=False)
+    assert splits(kept) > 0
+    assert QnnQuantizer().default_quant_config.is_qat is False
+    qat = QnnQuantizer()
+    qat.set_default_quant_config(QuantDtype.use_8a8w, is_qat=True)
+    assert splits(qat.transform_for_annotation(torch.export.export(ChunkedWeights(), inputs).module())) > 0
