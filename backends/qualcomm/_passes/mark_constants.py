@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from executorch.backends.transforms.utils import get_param_tensor, is_param_node
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 
 from backends.qualcomm.utils.constants import QCOM_BEYOND_INT32, QCOM_CONSTANT
@@ -14,7 +15,9 @@ def _beyond_int32(ep: ExportedProgram, node: torch.fx.Node) -> bool:
     if not isinstance(val, torch.Tensor) or val.dtype != torch.int64:
         return False
     data = get_param_tensor(ep, node)
-    return data is not None and data.numel() > 0 and bool(((data < -2 ** 31) | (data >= 2 ** 31)).any())
+    if not isinstance(data, torch.Tensor) or isinstance(data, FakeTensor) or data.numel() == 0:
+        return False  # a fake constant (traced before its data is known): nothing to read
+    return bool(((data < -2 ** 31) | (data >= 2 ** 31)).any())
 
 
 def mark_constants(ep: ExportedProgram) -> ExportedProgram:
