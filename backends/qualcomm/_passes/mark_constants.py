@@ -15,8 +15,10 @@ def _beyond_int32(ep: ExportedProgram, node: torch.fx.Node) -> bool:
     if not isinstance(val, torch.Tensor) or val.dtype != torch.int64:
         return False
     data = get_param_tensor(ep, node)
+    if isinstance(data, FakeTensor):  # while partitioning: its real value when tracing kept it
+        data = data.constant
     if not isinstance(data, torch.Tensor) or isinstance(data, FakeTensor) or data.numel() == 0:
-        return False  # a fake constant (traced before its data is known): nothing to read
+        return False  # nothing to read (a fake constant without its value)
     return bool(((data < -2 ** 31) | (data >= 2 ** 31)).any())
 
 

@@ -86,15 +86,18 @@ def test_overflow_saturates_on_both_engines(qnn_binary):
 
 def test_int64_constant_beyond_int32_refused_with_a_reason():
     """A constant int64 operand holding a value outside int32 (QNN would narrow it by wrapping)
-    stays on the CPU with the reason; int32 * int64 (export casts the int32 operand) and the
-    rest are delegated; the program equals eager."""
+    stays on the CPU with the reason, and so does the integer sum (ReduceSum: float only);
+    int32 * int64 (export casts the int32 operand) and the rest are delegated; the program
+    equals eager."""
 
     class Rejected(torch.nn.Module):
         def forward(self, a, c):
-            return c + 2 ** 31, a * c, a + 1
+            return c + 2 ** 31, a * c, a + 1, (c * c).sum(-1)
 
     a = torch.tensor([5, -3, 12], dtype=torch.int32)
     tester = QnnTester(Rejected(), (a, torch.tensor([3, 6, -1]))).lower()
     reasons = list(tester.partitioner.rejected_nodes.values())
-    assert len(reasons) == 1 and "holds values that do not fit INT_32" in reasons[0], reasons
+    assert len(reasons) == 2, reasons
+    assert any("holds values that do not fit INT_32" in r for r in reasons), reasons
+    assert any("only float32 is supported" in r for r in reasons), "the integer sum (ReduceSum): not delegated yet"
     tester.to_executorch().run().compare()
