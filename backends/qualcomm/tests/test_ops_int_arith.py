@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from backends.qualcomm import QuantDtype
+from backends.qualcomm.tests.quant_tester import QuantTester
 from backends.qualcomm.tests.test_ops_bitwise13 import BOUNDARY, _assert_exact, _int32
 from backends.qualcomm.tests.test_ops_rest13 import _lower, _qnn_vs_host
 from backends.qualcomm.tests.tester import QnnTester
@@ -101,3 +103,30 @@ def test_int64_constant_beyond_int32_refused_with_a_reason():
     assert any("holds values that do not fit INT_32" in r for r in reasons), reasons
     assert any("only float32 is supported" in r for r in reasons), "the integer sum (ReduceSum): not delegated yet"
     tester.to_executorch().run().compare()
+
+
+class QuantizedWithPositions(torch.nn.Module):
+    """A quantized graph reading int arithmetic: embedding(ids + offset) plus positions, linear."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.tok = torch.nn.Embedding(32, 16)
+        self.pos = torch.nn.Embedding(16, 16)
+        self.proj = torch.nn.Linear(16, 8)
+
+    def forward(self, ids, mask):
+        positions = (mask.cumsum(-1) - 1) * mask
+        return self.proj(self.tok(ids * 2 + 1) + self.pos(positions - mask + 1))
+
+
+def test_quantized_graph_with_integer_arithmetic():
+    """8a8w: the integer ops stay integer (not annotated), delegated with the rest; the output
+    equals the QDQ reference within quant_tester's bounds."""
+    ids = torch.tensor([[1, 4, 9, 2, 3, 15, 0, 7]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1]])
+    tester = QuantTester(QuantizedWithPositions(), (ids, mask), QuantDtype.use_8a8w)
+    tester.run_and_compare_steps()
+    tester.check_fully_delegated()
+    ops = tester.payload().op_types()
+    assert ops["ElementWiseMultiply"] >= 2 and ops["ElementWiseAdd"] >= 2 and ops["ElementWiseSubtract"] >= 2, ops
