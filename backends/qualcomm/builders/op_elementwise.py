@@ -1,6 +1,7 @@
 """Binary elementwise ops: add / sub / mul / div (Tensor and Scalar overloads), pow (tensor ^ scalar,
 tensor ^ tensor, scalar ^ tensor), maximum / minimum, floor_divide (div rounding_mode='floor'),
-remainder and fmod (float32, and int32 / int64 tensors too). Where QNN 2.51's HTP refuses the
+remainder and fmod (float32; add / sub / mul, floor_divide, remainder and fmod take int32 / int64
+tensors too: QNN's INT_32 Add / Subtract / Multiply saturate on overflow, the host engine's too). Where QNN 2.51's HTP refuses the
 single op (fmod always, float / quantized remainder, integer floor_divide) or gets it wrong (float
 floor_divide), op_division.py composes it from ops HTP takes."""
 from __future__ import annotations
@@ -19,7 +20,7 @@ from backends.qualcomm.builders.registry import (
 )
 from backends.qualcomm.builders.utils import input_layout, is_quantized, operand, scalar_tensor
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, TensorType, uint32_tensor
-from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
+from backends.qualcomm.utils.constants import QCOM_BEYOND_INT32, QCOM_QUANT_ATTRS
 from backends.qualcomm.utils.errors import QnnLoweringError
 
 _aten = exir_ops.edge.aten
@@ -47,7 +48,8 @@ BINARY_OPS = {
 
 # QNN types whose builder rows also take int32 / int64 tensors (the kernels compute in the
 # tensors' integer type; a number operand must then be an integer).
-INTEGER_OPS = ("ElementWiseFloorDiv", "ElementWiseMod")
+INTEGER_OPS = ("ElementWiseFloorDiv", "ElementWiseMod", "ElementWiseAdd", "ElementWiseSubtract",
+               "ElementWiseMultiply")
 # fmod: always a composition (QNN 2.51 HTP has no ElementWiseFmod: 3110 'OpValidator not found').
 FMOD_OPS = (_aten.fmod.Tensor, _aten.fmod.Scalar)
 _INT_DTYPES = {torch.int32: np.int32, torch.int64: np.int64}
@@ -70,17 +72,24 @@ def _integer_dtype(node: torch.fx.Node) -> Optional[torch.dtype]:
 
 
 def _check_integer_io(node: torch.fx.Node, dtype: torch.dtype) -> SupportResult:
-    """Integer floor_divide / remainder / fmod: every tensor operand has the output's dtype,
-    numbers are integers."""
+    """Integer add / sub / mul / floor_divide / remainder / fmod: every tensor operand has the
+    output's dtype, numbers (and alpha, and a number times alpha) are integers that fit INT_32."""
     for i, arg in enumerate(node.args[:2]):
         if isinstance(arg, torch.fx.Node):
             vals = tensor_vals(arg)
             if not vals or vals[0].dtype != dtype:
                 return False, f"input {i} has dtype {vals[0].dtype if vals else None}, the output {dtype}"
+            if arg.meta.get(QCOM_BEYOND_INT32):
+                return False, f"constant input {i} holds values that do not fit INT_32 (QNN's integer type)"
         elif isinstance(arg, bool) or not (isinstance(arg, int) or (isinstance(arg, float) and arg.is_integer())):
             return False, f"operand {arg!r} is not an integer but the tensors are {dtype}"
         elif abs(arg) >= 2 ** 31:
             return False, f"operand {arg!r} does not fit INT_32 (QNN's integer type)"
+    alpha = node.kwargs.get("alpha", 1)
+    if isinstance(alpha, bool) or not isinstance(alpha, int) or abs(alpha) >= 2 ** 31:
+        return False, f"alpha={alpha!r} is not an integer that fits INT_32"
+    if len(node.args) > 1 and not isinstance(node.args[1], torch.fx.Node) and abs(int(node.args[1]) * alpha) >= 2 ** 31:
+        return False, f"operand {node.args[1]!r} * alpha {alpha} does not fit INT_32 (QNN's integer type)"
     return SUPPORTED
 
 
@@ -149,8 +158,10 @@ class BinaryElementwiseBuilder(NodeBuilder):
             return tb
         if tb.quant is not None:
             raise QnnLoweringError(f"alpha={alpha} on quantized operands is not supported", node)
-        scaled = gb.native_tensor(f"{node.name}_alpha_b", tb.dims)
-        alpha_t = scalar_tensor(gb, f"{node.name}_alpha", float(alpha))
+        scaled = gb.native_tensor(f"{node.name}_alpha_b", tb.dims, tb.data_type)
+        int_dtype = _integer_dtype(node)
+        alpha_t = (scalar_tensor(gb, f"{node.name}_alpha", float(alpha)) if int_dtype is None
+                   else scalar_tensor(gb, f"{node.name}_alpha", int(alpha), dtype=_INT_DTYPES[int_dtype]))
         gb.add_op(node, "ElementWiseMultiply", [tb, alpha_t], [scaled], suffix="alpha")
         return scaled
 

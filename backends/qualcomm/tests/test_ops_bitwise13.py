@@ -197,9 +197,9 @@ def test_int32_split_ops_at_the_boundaries_qnn_equals_host():
     """What the split relies on, measured on QNN 2.51 SM8650 and the host engine at -2^31,
     2^31 - 1, -1, 0, 255, -256, ...: Mod(x, 256) in [0, 255] (the divisor's sign), Mod by
     tensors of both signs, x - Mod(x, 256) and its exact division by 256. What it avoids
-    (QNN differs from the host engine and from torch there, measured): Add / Subtract /
-    Multiply saturate on overflow (the host engine wraps, as torch), and Divide by the STATIC
-    256 floors (-1 / 256 = -1) while Divide by a tensor truncates (-7 / 2 = -3)."""
+    (QNN differs from torch there, measured): Add / Subtract / Multiply saturate on overflow
+    (torch wraps; the host engine saturates as QNN, test_ops_int_arith.py), and Divide by the
+    STATIC 256 floors (-1 / 256 = -1) while Divide by a tensor truncates (-7 / 2 = -3)."""
     x = np.array(BOUNDARY + [-255, 2 ** 31 - 256, -2 ** 31 + 255, 1000, -1000, 7, -7, -7], np.int32)
     y = np.array([-1000, 1000, 3, -3, 2, -2, 7, -7, 1, -1, 256, -256, 255, -255, 9, 2, -2, 2, 5, 2], np.int32)
     ops = [("ElementWiseMod", [0, 2]), ("ElementWiseMod", [0, 1]), ("ElementWiseSubtract", [0, 3]),
@@ -218,5 +218,6 @@ def test_int32_split_ops_at_the_boundaries_qnn_equals_host():
         saturated = np.clip(exact, -2 ** 31, 2 ** 31 - 1)
         assert (saturated != exact).any(), ops[i]
         np.testing.assert_array_equal(qnn[i], saturated, err_msg=f"QNN's INT_32 {ops[i]} saturates")
+        np.testing.assert_array_equal(host[i], saturated, err_msg=f"the host engine's INT_32 {ops[i]} saturates")
     np.testing.assert_array_equal(qnn[6], wide // 256, err_msg="QNN's Divide by a STATIC 256 floors")
     np.testing.assert_array_equal(qnn[7], np.trunc(wide / y), err_msg="QNN's Divide by a tensor truncates")

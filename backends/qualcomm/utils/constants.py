@@ -35,6 +35,8 @@ QCOM_INPUT_LAYOUT = "qcom_input_layout"
 
 # Set by the partitioner on placeholders that hold params/buffers/lifted constants.
 QCOM_CONSTANT = "qcom_constant"
+# an int64 constant placeholder holding values outside int32 (QNN narrows INT_64 to INT_32)
+QCOM_BEYOND_INT32 = "qcom_beyond_int32"
 
 # Conv padding [[top, bottom], [left, right]] after a zero pad was folded into it.
 QCOM_PAD_AMOUNT = "qcom_pad_amount"

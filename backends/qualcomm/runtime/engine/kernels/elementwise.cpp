@@ -2,6 +2,7 @@
 // one templated unary kernel; one table row per op type.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "backends/qualcomm/runtime/engine/DataType.h"
@@ -12,13 +13,36 @@ namespace engine {
 namespace {
 
 // ---- binary ---------------------------------------------------------------
-// Integer add/sub/mul wrap (two's complement) instead of overflowing (UB).
+// Integer division by -1 wraps (two's complement) instead of overflowing (UB).
 template <typename T>
 using Wide = typename std::conditional<std::is_integral<T>::value, std::make_unsigned<T>,
                                        std::common_type<T>>::type::type;
-struct AddOp { template <typename T> static T apply(T a, T b) { return T(Wide<T>(a) + Wide<T>(b)); } };
-struct SubOp { template <typename T> static T apply(T a, T b) { return T(Wide<T>(a) - Wide<T>(b)); } };
-struct MulOp { template <typename T> static T apply(T a, T b) { return T(Wide<T>(a) * Wide<T>(b)); } };
+// Integer add/sub/mul as QNN 2.51's HTP computes them (measured on SM8650, test_ops_int_arith.py):
+// in int32, saturated to [-2^31, 2^31 - 1] on overflow (torch wraps). An INT_64 tensor runs as
+// INT_32 on QNN (narrowed by wrapping): the same on the low 32 bits of each operand, sign-extended.
+template <typename T, typename F>
+T int32_saturated(T a, T b, F f) {
+  const int64_t r = f(int64_t(int32_t(uint32_t(a))), int64_t(int32_t(uint32_t(b))));  // |r| < 2^62
+  return T(std::min<int64_t>(std::max<int64_t>(r, INT32_MIN), INT32_MAX));
+}
+struct AddOp {
+  template <typename T> static T apply(T a, T b) {
+    if constexpr (std::is_integral<T>::value) return int32_saturated(a, b, [](int64_t x, int64_t y) { return x + y; });
+    else return a + b;
+  }
+};
+struct SubOp {
+  template <typename T> static T apply(T a, T b) {
+    if constexpr (std::is_integral<T>::value) return int32_saturated(a, b, [](int64_t x, int64_t y) { return x - y; });
+    else return a - b;
+  }
+};
+struct MulOp {
+  template <typename T> static T apply(T a, T b) {
+    if constexpr (std::is_integral<T>::value) return int32_saturated(a, b, [](int64_t x, int64_t y) { return x * y; });
+    else return a * b;
+  }
+};
 struct DivOp {
   template <typename T>
   static T apply(T a, T b) {
