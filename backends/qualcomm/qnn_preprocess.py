@@ -86,6 +86,17 @@ def build_qnn_graph(ep: ExportedProgram, graph_name: str, fp16: bool, dump: bool
     return gb.graph
 
 
+def delegate_label(edge_program: ExportedProgram, graph_name: str) -> str:
+    """Names one delegate among the several of a method (all graphs are named after the method):
+    its first and last compute nodes, its op count and its runtime inputs."""
+    graph = edge_program.graph_module.graph
+    nodes = [n.name for n in graph.nodes if n.op == "call_function"]
+    inputs = [n.name for n in graph.nodes if n.op == "placeholder" and n.name in edge_program.graph_signature.user_inputs]
+    span = f"'{nodes[0]}' .. '{nodes[-1]}'" if len(nodes) > 1 else f"'{nodes[0]}'" if nodes else "no node"
+    reads = f"inputs {', '.join(inputs[:4])}{', ...' if len(inputs) > 4 else ''}" if inputs else "no runtime input"
+    return f"graph '{graph_name}' (the delegate of nodes {span}: {len(nodes)} nodes, {reads})"
+
+
 MULTI_CONTEXTS_MESSAGE = (
     "use_multi_contexts=True is not supported: upstream it makes the contexts of one .pte share a "
     "single spill-fill buffer on a real HTP, which this delegate's engines have no equivalent of. "
@@ -110,8 +121,9 @@ class QnnDelegate(BackendDetails):
         ep = run_preprocess_passes(copy.deepcopy(edge_program))
         graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options),
                                 bool(options.dumpIntermediateOutputs))
-        attach_tables_for_options(graph, options, f"graph '{graph.name}'")
-        blob = attach_qnn_context_for_options(serialize_graphs([graph]), options, f"graph '{graph.name}'")
+        label = delegate_label(edge_program, graph.name)
+        attach_tables_for_options(graph, options, label)
+        blob = attach_qnn_context_for_options(serialize_graphs([graph]), options, label)
         return PreprocessResult(processed_bytes=blob,
                                 debug_handle_map=_debug_handle_map(edge_program, ep))
 

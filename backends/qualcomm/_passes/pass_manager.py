@@ -14,6 +14,7 @@ from backends.qualcomm._passes.annotate_quant_attrs import annotate_quant_attrs
 from backends.qualcomm._passes.convert_linear_to_conv2d import MarkLinearAsConv2d, convert_linear_to_conv2d
 from backends.qualcomm._passes.duplicate_quantize import DuplicateQuantize
 from backends.qualcomm._passes.fold_batch_norm import fold_batch_norm_into_conv
+from backends.qualcomm._passes.fold_constant_subgraphs import FoldConstantSubgraphs
 from backends.qualcomm._passes.fold_high_rank_shapes import fold_high_rank_shapes
 from backends.qualcomm._passes.fold_pad_into_conv import fold_pad_into_conv
 from backends.qualcomm._passes.fold_qdq import fold_qdq
@@ -29,7 +30,7 @@ from backends.qualcomm._passes.resolve_debug_handle import ResolveDebugHandle
 def edge_transform_passes(convert_linear_to_conv2d: bool = False) -> List[Callable]:
     """Edge passes; `convert_linear_to_conv2d` marks linear nodes to be lowered as 1x1 Conv2d."""
     optional = [MarkLinearAsConv2d()] if convert_linear_to_conv2d else []
-    return [RemoveIdentityOps(), DuplicateQuantize(), *optional, ResolveDebugHandle()]  # ResolveDebugHandle stays last
+    return [FoldConstantSubgraphs(), RemoveIdentityOps(), DuplicateQuantize(), *optional, ResolveDebugHandle()]  # ResolveDebugHandle stays last
 
 
 def _annotate_layout(ep: ExportedProgram) -> ExportedProgram:

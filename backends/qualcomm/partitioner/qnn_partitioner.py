@@ -18,12 +18,14 @@ import backends.qualcomm.qnn_preprocess  # noqa: F401  (makes the QnnDelegate ba
 from backends.qualcomm._passes.mark_constants import mark_constants
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.builders.registry import get_builder, ops_to_not_decompose
+from backends.qualcomm.partitioner.constant_partitions import CONSTANT_ONLY_REASON, constant_only_partitions
 from backends.qualcomm.partitioner.op_names import node_op_keys, resolve_skip_ops
 from backends.qualcomm.partitioner.qnn_validation import PartitionValidator, ValidationReport
 from backends.qualcomm.partitioner.quant_boundaries import keep_quantize_with_consumers
+from backends.qualcomm.quantizer.quantization_checks import check_calibrated, check_converted_program
 from backends.qualcomm.partitioner.summary import PartitionSummary, summarize
-from backends.qualcomm.utils.compile_spec import is_fp16, options_from_compile_specs
-from backends.qualcomm.utils.constants import QNN_BACKEND_ID
+from backends.qualcomm.utils.compile_spec import check_compile_specs, is_fp16, options_from_compile_specs
+from backends.qualcomm.utils.constants import QCOM_COMPILE_SPEC_KEY, QNN_BACKEND_ID
 from backends.qualcomm.utils.qnn_context import qnn_aot_enabled
 
 logger = logging.getLogger(__name__)
@@ -161,7 +163,9 @@ class QnnPartitioner(Partitioner):
         super().__init__()
         # Upstream's argument: mutable buffers are never delegated here (as with True).
         self.skip_mutable_buffer = bool(skip_mutable_buffer)
-        self.compiler_specs = list(compiler_specs)
+        self.compiler_specs = check_compile_specs(compiler_specs)
+        if any(spec.key == QCOM_COMPILE_SPEC_KEY for spec in self.compiler_specs):
+            options_from_compile_specs(self.compiler_specs)  # unreadable: ValueError now, not at lowering
         self.delegation_spec = DelegationSpec(QNN_BACKEND_ID, self.compiler_specs)
         self.skip_node_id_set = _as_set(skip_node_id_set)
         self.skip_node_op_set = _as_set(skip_node_op_set)
@@ -223,10 +227,16 @@ class QnnPartitioner(Partitioner):
         return partitions
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        check_converted_program(exported_program)
+        check_calibrated(exported_program.graph_module.graph)
         mark_constants(exported_program)
         support = self._operator_support()
+        partitions = self._propose_validated(exported_program, support)
+        for index, partition in constant_only_partitions(exported_program, partitions).items():
+            partitions[index] = None
+            support.rejected_nodes.update({n.name: CONSTANT_ONLY_REASON for n in partition.nodes})
         partition_tags: Dict[str, DelegationSpec] = {}
-        for partition in self._propose_validated(exported_program, support):
+        for partition in filter(None, partitions):
             tag = f"qnn_{partition.id}"
             for node in partition.nodes:
                 node.meta["delegation_tag"] = tag
@@ -235,6 +245,12 @@ class QnnPartitioner(Partitioner):
         self.rejected_nodes = dict(support.rejected_nodes)
         self._report(exported_program, support)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=partition_tags)
+
+    def transform_for_pre_decomposition(self, ep: ExportedProgram) -> ExportedProgram:
+        """Only checks: a prepared, unconverted model fails here with a clear error instead of
+        inside ExecuTorch's decompositions."""
+        check_converted_program(ep)
+        return ep
 
     def ops_to_not_decompose(self, ep: ExportedProgram
                              ) -> Tuple[List[torch._ops.OpOverload], Optional[Callable[[torch.fx.Node], bool]]]:

@@ -234,7 +234,9 @@ def annotate_embedding(node: Node, config: QuantConfig) -> None:
 def annotate_shared(node: Node, config: QuantConfig) -> None:
     if config.input_activation is None:
         return
-    args = _tensor_args(node)
+    # cat([x, x]) (every rotary embedding's cat((freqs, freqs))): one input edge per tensor, or
+    # the second edge would share with itself and torchao's prepare recurses forever.
+    args = list(dict.fromkeys(_tensor_args(node)))
     if not args:
         return
     first = args[0]

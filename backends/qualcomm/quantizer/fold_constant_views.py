@@ -12,7 +12,7 @@ declared three linears."""
 from __future__ import annotations
 
 import operator
-from typing import Dict, List
+from typing import Dict, List, Set
 
 import torch
 from torch.fx import GraphModule, Node
@@ -47,8 +47,42 @@ def _is_parameter(model: GraphModule, node: Node) -> bool:
     return node.op == "get_attr" and isinstance(operator.attrgetter(node.target)(model), torch.nn.Parameter)
 
 
-def _foldable(model: GraphModule, node: Node, folded: Dict[Node, object], fold_parameters: bool) -> bool:
-    if node.op != "call_function" or node.target not in FOLDABLE:
+def _aliases_input(node: Node) -> bool:
+    """A view or an in-place op: its output is (part of) its first input's storage."""
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and bool(schema.returns) and schema.returns[0].alias_info is not None
+
+
+def _writes(node: Node) -> List[Node]:
+    """The tensors an in-place op (index_put_, copy_, add_, ...) writes."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return []
+    return [arg for arg, spec in zip(node.args, schema.arguments)
+            if isinstance(arg, Node) and spec.alias_info is not None and spec.alias_info.is_write]
+
+
+def written_nodes(graph: torch.fx.Graph) -> Set[Node]:
+    """Every node whose storage the graph writes: the written tensors and everything sharing
+    their storage through views (`kc = cache.clone(); kc[:, pos] = k` writes the clone, its
+    slices and the views read after the write). A written tensor is never a constant."""
+    root: Dict[Node, Node] = {}
+
+    def find(node: Node) -> Node:
+        while root.get(node, node) is not node:
+            node = root[node]
+        return node
+
+    for node in graph.nodes:
+        if node.op == "call_function" and node.args and isinstance(node.args[0], Node) and _aliases_input(node):
+            root[find(node)] = find(node.args[0])
+    written_roots = {find(target) for node in graph.nodes if node.op == "call_function" for target in _writes(node)}
+    return {node for node in graph.nodes if find(node) in written_roots}
+
+
+def _foldable(model: GraphModule, node: Node, folded: Dict[Node, object], fold_parameters: bool,
+              written: Set[Node]) -> bool:
+    if node.op != "call_function" or node.target not in FOLDABLE or node in written:
         return False
     inputs: List[Node] = node.all_input_nodes
     if not inputs:
@@ -61,11 +95,12 @@ def _foldable(model: GraphModule, node: Node, folded: Dict[Node, object], fold_p
 
 def fold_constant_views(model: GraphModule, fold_parameters: bool = True) -> GraphModule:
     """Every data-movement / mask node whose inputs are all constants, and small constants
-    created in forward -> a get_attr of its value. `fold_parameters=False` (QAT: parameters
+    created in forward -> a get_attr of its value; never a tensor the graph writes in place. `fold_parameters=False` (QAT: parameters
     are trained after prepare) leaves views of parameters as they are."""
     folded: Dict[Node, object] = {}
+    written = written_nodes(model.graph)
     for node in list(model.graph.nodes):
-        if not _foldable(model, node, folded, fold_parameters):
+        if not _foldable(model, node, folded, fold_parameters, written):
             continue
         args = _constant_value(model, node.args, folded)
         kwargs = {k: _constant_value(model, v, folded) for k, v in node.kwargs.items()}

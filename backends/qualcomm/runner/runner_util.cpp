@@ -80,7 +80,16 @@ bool make_output_folder(const std::string& path) {
   return true;
 }
 
+// A directory opens as an empty stream (and seeks to a huge size): name it instead.
+static bool is_directory_path(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return false;
+  std::fprintf(stderr, "error: %s '%s' is a directory, not a file\n", what, path.c_str());
+  return true;
+}
+
 bool read_input_list(const std::string& path, std::vector<std::vector<std::string>>& out) {
+  if (is_directory_path(path, "input list")) return false;
   std::ifstream f(path);
   if (!f) {
     std::fprintf(stderr, "error: cannot open input list '%s'\n", path.c_str());
@@ -93,10 +102,16 @@ bool read_input_list(const std::string& path, std::vector<std::vector<std::strin
     for (std::string tok; ss >> tok;) files.push_back(tok);
     if (!files.empty()) out.push_back(files);
   }
+  if (out.empty()) {
+    std::fprintf(stderr, "error: input list '%s' names no input file (it is empty or blank); "
+                 "leave out --input_list_path to run once on zero-filled inputs\n", path.c_str());
+    return false;
+  }
   return true;
 }
 
 bool read_file_exact(const std::string& path, void* dst, size_t nbytes) {
+  if (is_directory_path(path, "raw input")) return false;
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) {
     std::fprintf(stderr, "error: cannot open raw input '%s'\n", path.c_str());

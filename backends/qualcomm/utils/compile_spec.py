@@ -178,12 +178,37 @@ def deserialize_options(blob: bytes) -> QnnExecuTorchOptionsT:
     return QnnExecuTorchOptionsT.InitFromObj(root)
 
 
+def check_compile_specs(compile_specs: object, argument: str = "compiler_specs") -> List[CompileSpec]:
+    """`compile_specs` as a list of CompileSpec; ValueError naming `argument` and what it needs
+    otherwise (None, HTP backend options passed where compile specs belong, other objects)."""
+    how = "make them with generate_qnn_executorch_compiler_spec(soc_model, backend_options)"
+    if isinstance(compile_specs, QnnExecuTorchBackendOptionsT):
+        raise ValueError(f"{argument}: got HTP backend options (generate_htp_compiler_spec's result), which go "
+                         f"inside the compile specs: {how}")
+    if not isinstance(compile_specs, (list, tuple)) or not all(isinstance(s, CompileSpec) for s in compile_specs):
+        raise ValueError(f"{argument}: needs a list of CompileSpec, got {type(compile_specs).__name__}: {how}")
+    return list(compile_specs)
+
+
 def options_from_compile_specs(compile_specs: List[CompileSpec]) -> QnnExecuTorchOptionsT:
-    """The QnnExecuTorchOptions carried by a compile-spec list; ValueError if missing."""
-    for spec in compile_specs:
+    """The QnnExecuTorchOptions carried by a compile-spec list; ValueError if missing or unreadable."""
+    for spec in check_compile_specs(compile_specs):
         if spec.key == QCOM_COMPILE_SPEC_KEY:
-            return deserialize_options(spec.value)
-    raise ValueError(f"compile specs have no '{QCOM_COMPILE_SPEC_KEY}' entry")
+            return _readable_options(spec.value)
+    raise ValueError(f"compile specs have no '{QCOM_COMPILE_SPEC_KEY}' entry: make them with "
+                     "generate_qnn_executorch_compiler_spec(soc_model, backend_options)")
+
+
+def _readable_options(blob: object) -> QnnExecuTorchOptionsT:
+    if isinstance(blob, (bytes, bytearray)) and len(blob) >= 8 and bytes(blob[4:8]) == _FILE_IDENTIFIER:
+        try:
+            return deserialize_options(blob)
+        except Exception:  # noqa: BLE001 - any decoding failure is the same user error
+            pass
+    size = len(blob) if isinstance(blob, (bytes, bytearray)) else type(blob).__name__
+    raise ValueError(f"compile spec '{QCOM_COMPILE_SPEC_KEY}' does not hold QnnExecuTorchOptions (a '"
+                     f"{_FILE_IDENTIFIER.decode()}' flatbuffer; got {size} bytes): make it with "
+                     "generate_qnn_executorch_compiler_spec(soc_model, backend_options)")
 
 
 def is_fp16(options: QnnExecuTorchOptionsT) -> bool:

@@ -10,6 +10,7 @@ from torch.export import ExportedProgram
 
 from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
 from backends.qualcomm._passes.pass_manager import edge_transform_passes
+from backends.qualcomm.quantizer.quantization_checks import check_converted_module
 from backends.qualcomm.utils.compile_spec import options_from_compile_specs
 from backends.qualcomm.utils.weight_sharing import share_weights_across_methods, with_graph_name
 
@@ -78,6 +79,9 @@ def to_edge_transform_and_lower_to_qnn(
 
     _reject_pass_customization(dep_table, passes_job)
     modules, method_inputs = _as_method_dict(module, inputs)
+    for m in modules.values():
+        if isinstance(m, torch.nn.Module):
+            check_converted_module(m)
     method_specs = _per_method(compiler_specs, list(modules))
     shapes = _per_method(dynamic_shapes, list(modules))
     specs = {name: method_specs[name] if len(modules) == 1 else with_graph_name(method_specs[name], name)

@@ -94,6 +94,10 @@ void set_runtime_options(const py::dict& options) {
       out_of_range += (out_of_range.empty() ? "'" : "; '") + key + "' value " +
                       std::to_string(std::get<int>(opt.value)) + " is out of range " + std::to_string(lo) +
                       ".." + std::to_string(hi) + " (" + runtime::RuntimeOptions::int_option_values(key.c_str()) + ")";
+    } else if (reason != nullptr && key == runtime::kEngineKey &&
+               (py::isinstance<py::str>(value) || py::isinstance<py::int_>(value))) {
+      out_of_range += (out_of_range.empty() ? "'" : "; '") + key + "' value " +
+                      std::string(py::repr(value)) + " is not allowed: it " + reason;
     } else if (reason != nullptr) {
       wrong_type += (wrong_type.empty() ? "'" : "; '") + key + "' " + reason + " (got " +
                     type_name(value) + ")";
