@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -181,7 +182,7 @@ def test_lpbq_graph_finalizes_and_a_refusal_is_a_clear_warning(caplog, monkeypat
     with caplog.at_level("WARNING", logger="backends.qualcomm"):
         refused = tester.lower().delegate_blobs()[0]
     assert qnn_binary_of(refused) is None
-    assert "graph 'forward' gets no QNN context binary" in caplog.text
+    assert "graph 'forward' (the delegate of nodes " in caplog.text and "gets no QNN context binary" in caplog.text
     assert "QNN graphFinalize failed: QNN error 1002" in caplog.text
     with pytest.raises(RuntimeError, match=r"graph 'forward': QNN graphFinalize failed: QNN error 1002"):
         native().qnn_compile(refused, SM8650)
@@ -258,17 +259,20 @@ def test_quantized_conv_add_relu_qnn_matches_host(tmp_path, quant_dtype, max_ste
     assert ref.max_diff <= max_steps, str(ref)
 
 
-def test_auto_uses_qnn_when_the_delegate_has_a_binary(tmp_path, monkeypatch):
+def test_auto_uses_the_host_engine_where_qnn_is_the_x86_emulator(tmp_path, monkeypatch):
+    """auto: QNN where its library drives an NPU; on x86 it is the HTP emulator (~50x slower),
+    so the host engine runs even a delegate that carries a context binary; `qnn` forces QNN."""
     inputs = _inputs()
     module = ConvAddRelu().eval()
     pte = _fp16_pte(tmp_path / "with", module, inputs)
     auto, on_qnn = _run_pte(pte, inputs, "auto")
-    qnn, _ = _run_pte(pte, inputs, "qnn")
-    assert on_qnn == 1 and torch.equal(auto[0], qnn[0])
+    host, _ = _run_pte(pte, inputs, "host")
+    qnn, forced_on_qnn = _run_pte(pte, inputs, "qnn")
+    assert platform.machine() in ("x86_64", "AMD64") and on_qnn == 0 and torch.equal(auto[0], host[0])
+    assert forced_on_qnn == 1
     monkeypatch.setenv(AOT_ENV, "0")
     bare = _fp16_pte(tmp_path / "without", module, inputs)
     auto_bare, on_qnn_bare = _run_pte(bare, inputs, "auto")
-    host, _ = _run_pte(pte, inputs, "host")
     assert on_qnn_bare == 0 and torch.equal(auto_bare[0], host[0])
     _set_engine("qnn")  # forced QNN without a context binary: init fails
     with pytest.raises(Exception):
@@ -280,8 +284,10 @@ def test_engine_option_values():
     assert native().get_runtime_option("qnn_runtime_engine") == "host"
     native().set_runtime_option("qnn_runtime_engine", 1)
     assert native().get_runtime_option("qnn_runtime_engine") == "qnn"
-    with pytest.raises(TypeError, match="qnn_runtime_engine"):
+    with pytest.raises(ValueError, match="qnn_runtime_engine' value 'npu' is not allowed"):
         native().set_runtime_option("qnn_runtime_engine", "npu")
+    with pytest.raises(TypeError, match="qnn_runtime_engine"):
+        native().set_runtime_option("qnn_runtime_engine", 1.5)
 
 
 def _blob_pte(tmp_path: Path, blob_edit) -> Path:

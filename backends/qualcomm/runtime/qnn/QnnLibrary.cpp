@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdarg>
@@ -223,6 +224,40 @@ Status QnnLibrary::load() {
   return Status::Ok();
 }
 
+namespace {
+
+// libQnnHtp.so prints one line to stdout when it is set up, in every process that loads it
+// (" # LIBNATIVE: No alternate configuration present in libnative_tls.conf ..."; QNN 2.51).
+// A process that lowers or runs a model must not print foreign lines: stdout is captured
+// while the library loads and written back without that line.
+constexpr char kLibnativeNotice[] = "# LIBNATIVE: No alternate configuration present";
+
+template <typename Fn>
+auto without_libnative_notice(Fn&& fn) -> decltype(fn()) {
+  std::fflush(stdout);
+  const int saved = ::dup(STDOUT_FILENO);
+  FILE* captured = saved >= 0 ? std::tmpfile() : nullptr;
+  if (captured == nullptr || ::dup2(::fileno(captured), STDOUT_FILENO) < 0) {
+    if (captured != nullptr) std::fclose(captured);
+    if (saved >= 0) ::close(saved);
+    return fn();
+  }
+  auto result = fn();
+  std::fflush(stdout);
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  std::rewind(captured);
+  char line[4096];
+  while (std::fgets(line, sizeof(line), captured) != nullptr) {
+    if (std::strstr(line, kLibnativeNotice) == nullptr) std::fputs(line, stdout);
+  }
+  std::fflush(stdout);
+  std::fclose(captured);
+  return result;
+}
+
+}  // namespace
+
 // The library stays loaded and its backend alive for the whole process: QNN's
 // own static destructors run at exit, after ours.
 const QnnLibrary* QnnLibrary::get(std::string* why) {
@@ -231,7 +266,7 @@ const QnnLibrary* QnnLibrary::get(std::string* why) {
   static std::once_flag once;
   std::call_once(once, [] {
     auto* lib = new QnnLibrary();
-    const Status s = lib->load();
+    const Status s = without_libnative_notice([lib] { return lib->load(); });
     if (s.ok()) {
       library = lib;
     } else {
