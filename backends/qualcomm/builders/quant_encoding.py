@@ -1,5 +1,5 @@
 """QuantAttrs (what a Q/DQ node says about a tensor) -> QNN data type, QuantParams and
-stored bytes (packed for 4/2-bit weights), per OPS.md "Quantized graphs"."""
+stored bytes (packed for 4/2-bit weights), per docs/ops.md "Quantized graphs"."""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,6 @@
 """QNNIntermediateDebugger: find the first op where the delegate departs from the CPU reference.
 
-Steps (see notes/README_debugging.md):
+Steps (see docs/debugging.md):
   1. lower with `dump_intermediate_outputs=True` and `generate_etrecord=True`, then
      `debugger.save(edge_manager, out_dir)` -> .pte + ETRecord (with the sample input);
   2. `debugger.run(pte_path, out_dir)` -> ETDump + debug buffer holding every dumped tensor;

@@ -3,10 +3,10 @@
 Run by CMake at build time (standard library only, no package import):
     python op_table.py --toml ops.toml --python out.py --header out.h
 writes the Python op-type constants and traits (qnn_op_table_generated.py) and the C++ names and
-trait table (qnn_op_table_generated.h). OPS.md holds a generated summary between two markers:
-    python op_table.py --write-ops-md     rewrites it
-    python op_table.py --check-ops-md     exits 1 when it is stale (a test does the same)
---write-ops-md also rewrites README.md's op coverage table (between the same kind of markers).
+trait table (qnn_op_table_generated.h). docs/ops.md holds the generated tables (op coverage,
+compositions, the op contract and the trait summary), each between two markers:
+    python op_table.py --write-ops-md     rewrites them
+    python op_table.py --check-ops-md     exits 1 when they are stale (a test does the same)
 """
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 OPS_TOML = SCHEMA_DIR / "ops.toml"
-OPS_MD = SCHEMA_DIR / "OPS.md"
-README_MD = SCHEMA_DIR.parents[3] / "README.md"
+OPS_MD = SCHEMA_DIR.parents[3] / "docs" / "ops.md"
 MD_BEGIN = "<!-- op-table:{} begin (generated from ops.toml by serialization/op_table.py; do not edit) -->"
 MD_END = "<!-- op-table:{} end -->"
 
@@ -304,7 +303,7 @@ constexpr const OpTraits* find_op(std::string_view name) {{
 """
 
 
-# ---- OPS.md -----------------------------------------------------------------------------
+# ---- docs/ops.md: the op contract ---------------------------------------------------------
 def _wrapped_list(label: str, names: List[str], width: int = 80) -> List[str]:
     lines, line = [], f"{label} ="
     for i, name in enumerate(names):
@@ -346,8 +345,8 @@ def _md_traits_row(row: OpRow) -> str:
 
 
 def render_ops_md_sections(rows: List[OpRow]) -> Dict[str, str]:
-    """OPS.md's generated sections by marker name: the op contract tables ("ops", "quant") and the
-    trait summary with the op-type lists ("traits")."""
+    """docs/ops.md's op contract sections by marker name: the op contract tables ("ops", "quant")
+    and the trait summary with the op-type lists ("traits")."""
     ops = [r for r in rows if r.family != "quant"]
     quant = [r for r in rows if r.family == "quant"]
     traits = ["| QNN type | family | layout | quantization | traits | aten ops |", "|---|---|---|---|---|---|"]
@@ -368,18 +367,13 @@ def splice_ops_md(text: str, sections: Dict[str, str]) -> str:
     return text
 
 
-def ops_md_is_current(rows: Optional[List[OpRow]] = None, path: Path = OPS_MD) -> bool:
-    text = path.read_text()
-    return splice_ops_md(text, render_ops_md_sections(rows or load())) == text
-
-
-# ---- README.md's op coverage table -------------------------------------------------------
+# ---- docs/ops.md: the op coverage tables ---------------------------------------------------
 _QUANTIZED = {"weighted": "8a8w, 16a8w, 16a4w", "compute": "8-bit, 16-bit",
               "shared": "8-bit, 16-bit (input's encoding)", "float": "no (float island)"}
 
 
 def _coverage_row(row: OpRow) -> str:
-    aten = ", ".join(f"`{a}`" for a in row.aten) or "(chosen by a builder: OPS.md)"
+    aten = ", ".join(f"`{a}`" for a in row.aten) or "(chosen by a builder: see the op contract)"
     quantized = _QUANTIZED[row.quant] + (" (lookup table)" if row.lut else "")
     if row.quant == "weighted":
         quantized += ", LPBQ weights" if row.lpbq else " (per-channel weights; LPBQ rejected)"
@@ -399,8 +393,8 @@ def _composite_row(row: CompositeRow) -> str:
     return f"| {aten} | {ops} | {how} | yes | {_COMPOSITE_QUANTIZED[row.quant]} | yes | {qnn} |"
 
 
-def render_readme_sections(rows: List[OpRow], composites: Optional[List[CompositeRow]] = None) -> Dict[str, str]:
-    """README.md's generated sections: one row per QNN op type (aten ops -> QNN op, fp16, quantized
+def render_coverage_sections(rows: List[OpRow], composites: Optional[List[CompositeRow]] = None) -> Dict[str, str]:
+    """docs/ops.md's op coverage sections: one row per QNN op type (aten ops -> QNN op, fp16, quantized
     precisions, host engine, precisions a real-QNN test in `make test` runs it in), and one per
     composite (aten ops -> the QNN ops they lower to, how)."""
     table = ["| aten ops | QNN op | fp16 | quantized | host engine | real QNN (tested) |",
@@ -412,9 +406,14 @@ def render_readme_sections(rows: List[OpRow], composites: Optional[List[Composit
     return {"coverage": "\n".join(table), "composites": "\n".join(composite)}
 
 
-def readme_is_current(rows: Optional[List[OpRow]] = None, path: Path = README_MD) -> bool:
+def render_docs_sections(rows: List[OpRow], composites: Optional[List[CompositeRow]] = None) -> Dict[str, str]:
+    """Every generated section of docs/ops.md, by marker name."""
+    return {**render_coverage_sections(rows, composites), **render_ops_md_sections(rows)}
+
+
+def ops_md_is_current(rows: Optional[List[OpRow]] = None, path: Path = OPS_MD) -> bool:
     text = path.read_text()
-    return splice_ops_md(text, render_readme_sections(rows or load())) == text
+    return splice_ops_md(text, render_docs_sections(rows or load())) == text
 
 
 # ---- command line -----------------------------------------------------------------------
@@ -430,8 +429,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--python", type=Path, help="write the generated Python module here")
     parser.add_argument("--header", type=Path, help="write the generated C++ header here")
     parser.add_argument("--ops-md", type=Path, default=OPS_MD)
-    parser.add_argument("--write-ops-md", action="store_true", help="rewrite OPS.md's generated section")
-    parser.add_argument("--check-ops-md", action="store_true", help="exit 1 when OPS.md is stale")
+    parser.add_argument("--write-ops-md", action="store_true", help="rewrite the generated sections of docs/ops.md")
+    parser.add_argument("--check-ops-md", action="store_true", help="exit 1 when docs/ops.md is stale")
     args = parser.parse_args(argv)
     rows = load(args.toml)
     if args.python:
@@ -439,10 +438,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.header:
         _write_if_changed(args.header, render_cpp(rows))
     if args.write_ops_md:
-        _write_if_changed(args.ops_md, splice_ops_md(args.ops_md.read_text(), render_ops_md_sections(rows)))
-        if README_MD.exists():
-            _write_if_changed(README_MD, splice_ops_md(README_MD.read_text(),
-                                                       render_readme_sections(rows, load_composites(args.toml))))
+        _write_if_changed(args.ops_md, splice_ops_md(args.ops_md.read_text(),
+                                                     render_docs_sections(rows, load_composites(args.toml))))
     if args.check_ops_md and not ops_md_is_current(rows, args.ops_md):
         print(f"{args.ops_md} is stale: run python {Path(__file__).name} --write-ops-md", file=sys.stderr)
         return 1

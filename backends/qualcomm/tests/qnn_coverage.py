@@ -1,5 +1,5 @@
 """Which QNN op types Qualcomm's QNN library finalizes, in which precision, during the real-QNN
-tests: the "real QNN (tested)" column of README's op coverage table (ops.toml's `qnn` field).
+tests: the "real QNN (tested)" column of docs/ops.md's op coverage table (ops.toml's `qnn` field).
 
     python -m backends.qualcomm.tests.qnn_coverage            # run the real-QNN tests, report
     python -m backends.qualcomm.tests.qnn_coverage --write    # ... and write ops.toml's qnn fields

@@ -1,4 +1,4 @@
-"""Numpy reference of the OPS.md quantized-graph semantics, and hand-built
+"""Numpy reference of the quantized-graph semantics of docs/ops.md, and hand-built
 quantized payloads for the engine kernel tests (test_engine_quant_kernels.py).
 
 real = scale * (q + offset); quantize: q = clamp(rne(x * (1/scale)) - offset)
@@ -53,7 +53,7 @@ def dequantize(qv: np.ndarray, q: dict) -> np.ndarray:
 
 
 def requantize(real: np.ndarray, q: dict) -> np.ndarray:
-    """OPS.md: clamp(rne(real / out_scale) - out_offset) (float64 real)."""
+    """docs/ops.md: clamp(rne(real / out_scale) - out_offset) (float64 real)."""
     r = np.rint(real / np.float64(np.float32(q["scale"]))) - q["offset"]
     return np.clip(r, 0, QMAX[q["dtype"]]).astype(np.int64)
 
@@ -107,7 +107,7 @@ def lpbq_codes(qv: np.ndarray, params: dict) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def pack_bits(qv: np.ndarray, bits: int) -> np.ndarray:
-    """OPS.md packing: 8 -> int8 bytes; 4 / 2 -> low bits first."""
+    """docs/ops.md packing: 8 -> int8 bytes; 4 / 2 -> low bits first."""
     flat = qv.reshape(-1).astype(np.int64)
     if bits == 8:
         return flat.astype(np.int8)

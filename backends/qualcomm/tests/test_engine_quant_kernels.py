@@ -1,4 +1,4 @@
-"""Quantized engine kernels on hand-built payloads vs a numpy reference of OPS.md.
+"""Quantized engine kernels on hand-built payloads vs a numpy reference of docs/ops.md.
 
 Every op output must be within 1 quantization step of the reference on every
 element and exact on >= 99% of them (integer ops: exact integer accumulation,

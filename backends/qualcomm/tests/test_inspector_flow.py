@@ -77,7 +77,7 @@ def _specs(fp16: bool) -> list:
 
 
 class PlainFlow:
-    """The standard devtools flow, as README shows it: plain to_edge_transform_and_lower."""
+    """The standard devtools flow, as docs/debugging.md shows it: plain to_edge_transform_and_lower."""
 
     def __init__(self, module: nn.Module, sample: Tuple[torch.Tensor, ...], folder: Path,
                  quantized: bool = False):
@@ -264,42 +264,6 @@ def test_compare_engines_node_by_node(quant_conv, tmp_path):
     assert len(steps) == 5 and max(steps) <= 1, [(r.metric, r.value) for r in report.compared]
     same = debugger.compare_engines(str(quant_conv.pte), str(tmp_path / "same"), engines=("host", "host"))
     assert len(same.compared) == 6 and all(r.value == 0 for r in same.compared)
-
-
-# ---- README's snippets, as written ------------------------------------------------------------
-
-def _readme_blocks(tag: str) -> List[str]:
-    """The ```python blocks README marks with `<!-- runnable: <tag> ... -->`."""
-    import re
-
-    text = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    pattern = r"<!-- runnable: " + re.escape(tag) + r"[^>]*-->\n```python\n(.*?)```"
-    return re.findall(pattern, text, re.S)
-
-
-def test_readme_inspector_flow_runs_as_written(tmp_path, monkeypatch):
-    blocks = _readme_blocks("inspector-flow")
-    assert len(blocks) == 1
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    exec(compile(blocks[0], "README.md:inspector-flow", "exec"), namespace)
-    rows = _row_errors(namespace["gap"])
-    assert [ops for ops, _, _ in rows] == [["conv2d", "batch_norm"], ["relu"]]
-    assert all(err <= 5e-3 * max(magnitude, 1.0) for _, err, magnitude in rows), rows
-
-
-def test_readme_debugger_steps_run_as_written(tmp_path, monkeypatch):
-    blocks = _readme_blocks("debugger")
-    assert len(blocks) == 3  # lower, run, compare
-    monkeypatch.chdir(tmp_path)
-    torch.manual_seed(0)
-    sample = (torch.randn(1, 3, 8, 8),)
-    namespace: dict = {"converted_model": _quantize(ConvNet(), sample), "sample": sample}
-    for i, block in enumerate(blocks):
-        exec(compile(block, f"README.md:debugger-{i + 1}", "exec"), namespace)
-    report = namespace["report"]
-    assert report.failed == [] and len(report.compared) == 7, report.summary()  # Quantize, 5 ops, Dequantize
-    assert (tmp_path / "artifacts/debug/debug_report.csv").exists()
 
 
 @needs_qnn

@@ -1,5 +1,5 @@
 """The op table (serialization/schema/ops.toml) against everything that used to keep its own list:
-the generated Python module and OPS.md, the builders (what they can emit, what they annotate) and
+the generated Python module and docs/ops.md, the builders (what they can emit, what they annotate) and
 the engine's self-registered kernels."""
 from __future__ import annotations
 
@@ -103,14 +103,9 @@ def test_generated_python_module_is_built_from_the_current_table():
         "qnn_op_table_generated.py is older than ops.toml: rebuild (make install)"
 
 
-def test_ops_md_summary_is_current():
+def test_docs_op_tables_are_current():
     assert op_table.ops_md_is_current(), \
-        "OPS.md's op-table section is stale: python backends/qualcomm/serialization/op_table.py --write-ops-md"
-
-
-def test_readme_coverage_table_is_current():
-    assert op_table.readme_is_current(), \
-        "README's op coverage table is stale: python backends/qualcomm/serialization/op_table.py --write-ops-md"
+        "docs/ops.md's op-table sections are stale: python backends/qualcomm/serialization/op_table.py --write-ops-md"
 
 
 def test_op_type_lists_come_from_the_table():
@@ -147,11 +142,11 @@ def test_coverage_table_says_lpbq_where_the_quantizer_takes_block_weights():
     sizes cover all three); rows of other ops say nothing about LPBQ."""
     from backends.qualcomm.quantizer.annotators import CONV_OPS, LINEAR_OPS, TRANSPOSED_CONV_OPS
 
-    readme = op_table.render_readme_sections(op_table.load())["coverage"].splitlines()
+    coverage = op_table.render_coverage_sections(op_table.load())["coverage"].splitlines()
     checked = set()
     for row in (r for r in OP_TABLE.values() if r.family != "quant"):
         targets = {getattr(getattr(torch.ops.aten, a.split(".")[0]), a.split(".")[1]) for a in row.aten}
-        line = next(line for line in readme if f"| `{row.name}` |" in line)
+        line = next(line for line in coverage if f"| `{row.name}` |" in line)
         if targets & set(CONV_OPS + LINEAR_OPS + TRANSPOSED_CONV_OPS):
             assert row.lpbq and "LPBQ weights" in line, line
             checked.add("transposed" if targets & set(TRANSPOSED_CONV_OPS) else "lpbq")

@@ -76,7 +76,7 @@ def test_node_qnn_refuses_stays_on_cpu_with_qnn_reason(caplog):
     assert "QNN refused it (backendValidateOpConfig)" in caplog.text and "QNN op validation: " in caplog.text
     assert all(qnn_binary_of(blob) is not None for blob in tester.delegate_blobs())
     # runs on QNN (both delegates have binaries): 16-bit QNN is up to ~20 steps of 2^16 from
-    # the QDQ reference (README fidelity table)
+    # the QDQ reference (docs/numerics.md)
     tester.to_executorch().run().compare_steps(max_step_diff=48, min_exact=0.0)
 
 

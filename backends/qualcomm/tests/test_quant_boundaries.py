@@ -53,7 +53,7 @@ MASK = torch.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])
 #   matmul before it) moves an attention weight by ~15% (exp(0.153)): measured 0% exact, max
 #   631 of 65535 steps (0.96% of the output range);
 #   the PT2E module itself is 615 steps from the float model there (with a -100 mask: host
-#   vs PT2E max 8 steps; README "Known QNN limits").
+#   vs PT2E max 8 steps; docs/quantization.md "Large additive attention masks").
 PT2E_BOUNDS = {
     ("conv_transpose", A8W8): (2, 0.80), ("conv_transpose", A16W8): (3, 0.40),
     ("shared", A8W8): (2, 0.70), ("shared", A16W8): (2, 0.40),
