@@ -84,4 +84,5 @@ def check_calibrated(graph: torch.fx.Graph) -> None:
     message = UNCALIBRATED_MESSAGE.format(count=len(defaults), zero_points=zero_points, names=_listed(defaults))
     if len(defaults) == len(activations):
         raise QnnLoweringError(f"the model was quantized without calibration: {message}")
-    logger.warning("QnnPartitioner: %s", message)
+    logger.warning("QnnPartitioner: %s (A tensor whose calibration data really spans [0, 255] has that "
+                   "encoding too: then nothing is wrong.)", message)
