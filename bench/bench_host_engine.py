@@ -112,14 +112,14 @@ class BenchModel:
 def build_model(name: str, seq_len: int) -> BenchModel:
     torch.manual_seed(0)
     if name == "mobilenet_v2":
-        from backends.qualcomm.utils.models import imagenet
-        from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
+        from qnn_models import imagenet
+        from qnn_models.mobilenet_v2 import load_mobilenet_v2
 
         photos = list(imagenet.load_photo_batch().values())
         return BenchModel(name, load_mobilenet_v2().eval(), (photos[0],), [(p,) for p in photos],
                           lambda out: out.flatten())
     if name == "minilm":
-        from backends.qualcomm.utils.models.minilm import (SAMPLE_SENTENCES, load_minilm,
+        from qnn_models.minilm import (SAMPLE_SENTENCES, load_minilm,
                                                            sentence_embeddings, tokenize)
 
         encoder, tokenizer = load_minilm(seq_len)

@@ -20,7 +20,7 @@ from backends.qualcomm.tests.model_helpers import (  # noqa: E402
     LoweredModel, RunnerCase, SmallConvNet, lower_and_run, photo_samples)
 from backends.qualcomm.tests.utils_helpers import (  # noqa: E402
     QNN_LOADED, QNN_STATUS, reset_runtime_options)
-from backends.qualcomm.utils.models import imagenet  # noqa: E402
+from qnn_models import imagenet  # noqa: E402
 from backends.qualcomm.utils.qnn_context import AOT_ENV  # noqa: E402
 
 def _cache_torchao_pattern_exports() -> None:
@@ -90,7 +90,7 @@ def qnn_binary(monkeypatch):
 # Real models are exported and lowered once per session, then shared by the tests.
 @pytest.fixture(scope="session")
 def mobilenet_v2(tmp_path_factory) -> LoweredModel:
-    from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
+    from qnn_models.mobilenet_v2 import load_mobilenet_v2
 
     samples = photo_samples(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD)
     return lower_and_run(load_mobilenet_v2(), samples,
@@ -99,7 +99,7 @@ def mobilenet_v2(tmp_path_factory) -> LoweredModel:
 
 @pytest.fixture(scope="session")
 def efficientnet_lite0(tmp_path_factory) -> LoweredModel:
-    from backends.qualcomm.utils.models.efficientnet_lite0 import (
+    from qnn_models.efficientnet_lite0 import (
         INPUT_MEAN, INPUT_STD, load_efficientnet_lite0)
 
     samples = photo_samples(INPUT_MEAN, INPUT_STD)
@@ -109,7 +109,7 @@ def efficientnet_lite0(tmp_path_factory) -> LoweredModel:
 
 @pytest.fixture(scope="session")
 def minilm(tmp_path_factory) -> LoweredModel:
-    from backends.qualcomm.utils.models.minilm import SAMPLE_SENTENCES, load_minilm, tokenize
+    from qnn_models.minilm import SAMPLE_SENTENCES, load_minilm, tokenize
 
     encoder, tokenizer = load_minilm()
     ids, mask = tokenize(tokenizer, SAMPLE_SENTENCES)

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from backends.qualcomm.utils import pte_tools
-from backends.qualcomm.utils.models import imagenet
+from qnn_models import imagenet
 
 SOC_MODEL = "SM8650"
 # fp16 tolerance: max |delegate - eager| relative to the eager output range.

@@ -23,7 +23,7 @@ from backends.qualcomm.tests.model_helpers import (
     MIN_COSINE, assert_clean_failure, assert_close_to_eager, assert_top1_equal)
 from backends.qualcomm.tests.tester import QnnTester, count_op_types, inputs_of, randn
 from backends.qualcomm.utils import pte_tools
-from backends.qualcomm.utils.models import imagenet
+from qnn_models import imagenet
 
 
 def _run(module: torch.nn.Module, *shapes, **tolerance) -> QnnTester:
@@ -290,7 +290,7 @@ class TestQNNFloatingPointModel:
         assert_close_to_eager(minilm, "minilm")
 
     def test_minilm_sentence_embeddings(self, minilm):
-        from backends.qualcomm.utils.models.minilm import sentence_embeddings
+        from qnn_models.minilm import sentence_embeddings
 
         mask = minilm.samples[0][1]
         got = sentence_embeddings(minilm.delegated[0], mask)

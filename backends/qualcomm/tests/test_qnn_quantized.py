@@ -308,8 +308,8 @@ def _relative_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.fixture(scope="module")
 def mobilenet_v2_8a8w(tmp_path_factory):
     from backends.qualcomm.tests.model_helpers import photo_samples
-    from backends.qualcomm.utils.models import imagenet
-    from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
+    from qnn_models import imagenet
+    from qnn_models.mobilenet_v2 import load_mobilenet_v2
 
     model = load_mobilenet_v2().eval()
     samples = photo_samples(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD)
@@ -335,7 +335,7 @@ class TestQNNQuantizedModel:
         assert pte_tools.delegate_call_count(mobilenet_v2_8a8w["edge"]) == 1
 
     def test_mobilenet_v2_8a8w_top1(self, mobilenet_v2_8a8w):
-        from backends.qualcomm.utils.models import imagenet
+        from qnn_models import imagenet
 
         checked = 0
         for photo, got, want in zip(imagenet.PHOTO_NAMES, mobilenet_v2_8a8w["outputs"],
@@ -354,7 +354,7 @@ class TestQNNQuantizedModel:
         on a near-tie (rocket: missile / space shuttle in the QDQ reference) the
         engine's top-1 is one of the QDQ's top two (the engine and QNN pick space shuttle, as
         float does; test_mobilenet_v2_8a8w_qnn_engine)."""
-        from backends.qualcomm.utils.models import imagenet
+        from qnn_models import imagenet
 
         for photo, got, ref in zip(imagenet.PHOTO_NAMES, mobilenet_v2_8a8w["outputs"],
                                    mobilenet_v2_8a8w["qdq"]):
@@ -406,7 +406,7 @@ class TestQNNQuantizedModel:
         """Host engine: sentence cosine >= 0.99 vs float. Real QNN (when the library loads):
         the same .pte's context binary gives cosine >= 0.999 vs the host engine's embeddings."""
         from backends.qualcomm.utils import pte_tools
-        from backends.qualcomm.utils.models.minilm import SAMPLE_SENTENCES, load_minilm, sentence_embeddings, tokenize
+        from qnn_models.minilm import SAMPLE_SENTENCES, load_minilm, sentence_embeddings, tokenize
 
         encoder, tokenizer = load_minilm()
         ids, mask = tokenize(tokenizer, SAMPLE_SENTENCES)
@@ -437,8 +437,8 @@ class TestQNNQuantizedModel:
         every photo, logits within 0.5% of the range (measured 0.055% in `make run`)."""
         from backends.qualcomm.tests.model_helpers import photo_samples
         from backends.qualcomm.utils import pte_tools
-        from backends.qualcomm.utils.models import imagenet
-        from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
+        from qnn_models import imagenet
+        from qnn_models.mobilenet_v2 import load_mobilenet_v2
 
         samples = photo_samples(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD)
         pte = tmp_path / "mobilenet_v2_fp16.pte"

@@ -268,7 +268,7 @@ def test_minilm_bert_with_attention_mask_16a8w(tmp_path):
     from backends.qualcomm import QnnPartitioner, QnnQuantizer
     from backends.qualcomm.tests.quant_tester import quant_compile_specs, quantize_module
     from backends.qualcomm.utils import pte_tools
-    from backends.qualcomm.utils.models.minilm import load_minilm, sentence_embeddings, tokenize
+    from qnn_models.minilm import load_minilm, sentence_embeddings, tokenize
 
     class Bert(torch.nn.Module):
         def __init__(self, bert: torch.nn.Module):

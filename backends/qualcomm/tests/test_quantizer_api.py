@@ -666,14 +666,14 @@ SLOW_PHOTOS = ("chelsea", "coffee")
 
 
 def _photo_model(name: str):
-    from backends.qualcomm.utils.models import imagenet
+    from qnn_models import imagenet
 
     if name == "mobilenet_v2":
-        from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
+        from qnn_models.mobilenet_v2 import load_mobilenet_v2
 
         model, mean, std = load_mobilenet_v2(), imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD
     else:
-        from backends.qualcomm.utils.models.efficientnet_lite0 import INPUT_MEAN, INPUT_STD, load_efficientnet_lite0
+        from qnn_models.efficientnet_lite0 import INPUT_MEAN, INPUT_STD, load_efficientnet_lite0
 
         model, mean, std = load_efficientnet_lite0(), INPUT_MEAN, INPUT_STD
     photos = imagenet.load_photo_batch(SLOW_PHOTOS, mean=mean, std=std)

@@ -19,8 +19,8 @@ from backends.qualcomm.tests.model_helpers import photo_samples
 from backends.qualcomm.tests.quant_tester import quant_compile_specs, quantize_module
 from backends.qualcomm.tests.test_quant_reference64 import qdq_reference_float64
 from examples.qualcomm import utils
-from backends.qualcomm.utils.models import imagenet
-from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
+from qnn_models import imagenet
+from qnn_models.mobilenet_v2 import load_mobilenet_v2
 
 
 def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
