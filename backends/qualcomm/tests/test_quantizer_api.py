@@ -487,7 +487,7 @@ class TestQuantizerApi(unittest.TestCase):
         from pathlib import Path
 
         from backends.qualcomm.tests.tester import QnnTester
-        from backends.qualcomm.utils.upstream_compat import ContextBinaryNotSupportedError
+        from backends.qualcomm.upstream_compat import ContextBinaryNotSupportedError
         from backends.qualcomm.utils.utils import dump_context_from_pte, from_context_binary
 
         with self.assertRaisesRegex(ContextBinaryNotSupportedError, "from_context_binary: qnn-delegate does not "

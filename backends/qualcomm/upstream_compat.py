@@ -1,8 +1,22 @@
-"""Upstream helpers (<upstream>.utils.utils) that no other module of
-ours has: skip_annotation, dump_context_from_pte (the QNN context binaries our delegates carry,
-written next to the .pte), and from_context_binary (not built yet: it raises a clear error)."""
+"""Compatibility with ExecuTorch's own Qualcomm backend (`executorch.backends.qualcomm`,
+"upstream"): a script written for it runs here after replacing the import prefix
+`executorch.backends.qualcomm` with `backends.qualcomm`. This module is the only place that
+exists for that reason, and our own code does not import from it:
+
+- upstream's module paths that have no module of ours (`partition.qnn_partitioner`, `utils.utils`,
+  `serialization.qc_schema`: _upstream_modules) are registered as aliases of what they hold when
+  `backends.qualcomm` is imported (`register_upstream_modules`); e.g.
+  `from backends.qualcomm.partition.qnn_partitioner import QnnPartitioner` is our
+  `backends.qualcomm.partitioner.QnnPartitioner`;
+- upstream's helpers that no other module of ours has: skip_annotation, dump_context_from_pte (the
+  QNN context binaries our delegates carry, written next to the .pte), and from_context_binary
+  (not built yet: it raises a clear error).
+Upstream paths that are also ours (`quantizer.quantizer`, `quantizer.quant_recipe`) are the real
+modules."""
 from __future__ import annotations
 
+import sys
+import types
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import torch
@@ -110,3 +124,43 @@ def _edge_names(program, names: Set[str]) -> Set[str]:
                 break
             source = source[-1].from_node
     return found
+
+
+# ---- upstream's module paths ---------------------------------------------------------------------
+def _upstream_modules() -> Dict[str, Dict[str, object]]:
+    """Path below backends.qualcomm -> the names that module exports."""
+    from backends.qualcomm.partitioner.qnn_partitioner import QnnPartitioner
+    from backends.qualcomm.utils import compile_spec
+    from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn
+
+    enums = ("HtpArch", "QcomChipset", "QnnExecuTorchBackendType", "QnnExecuTorchHtpPerformanceMode",
+             "QnnExecuTorchHtpPrecision", "QnnExecuTorchLogLevel", "QnnExecuTorchProfileLevel")
+    return {
+        "partition": {},
+        "partition.qnn_partitioner": {"QnnPartitioner": QnnPartitioner},
+        "utils.utils": {
+            "dump_context_from_pte": dump_context_from_pte, "from_context_binary": from_context_binary,
+            "generate_htp_compiler_spec": compile_spec.generate_htp_compiler_spec,
+            "generate_qnn_executorch_compiler_spec": compile_spec.generate_qnn_executorch_compiler_spec,
+            "skip_annotation": skip_annotation,
+            "to_edge_transform_and_lower_to_qnn": to_edge_transform_and_lower_to_qnn,
+        },
+        "serialization.qc_schema": {name: getattr(compile_spec, name) for name in enums},
+    }
+
+
+def register_upstream_modules(package: str = "backends.qualcomm") -> None:
+    """Make each module of _upstream_modules importable below `package` (sys.modules entries, and an
+    attribute of the parent package), holding the names upstream's module of that path exports."""
+    for relative, names in _upstream_modules().items():
+        name = f"{package}.{relative}"
+        if name in sys.modules:
+            continue
+        module = types.ModuleType(name, f"Upstream's module path <upstream>.{relative} (see {__name__}).")
+        module.__dict__.update(names)
+        module.__all__ = sorted(names)
+        if not names:  # a package: its submodules are registered too
+            module.__path__ = []
+        sys.modules[name] = module
+        parent, _, leaf = name.rpartition(".")
+        setattr(sys.modules[parent], leaf, module)
