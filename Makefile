@@ -64,4 +64,4 @@ sanitize: install
 	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja
 	$(VENV)/bin/cmake --build $(SAN_DIR) --target qnn_executor_runner -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    HF_HUB_OFFLINE=1 $(VPY) backends/qualcomm/tests/sanitize_cases.py --runner $(SAN_DIR)/qnn_executor_runner
+	    HF_HUB_OFFLINE=1 $(VPY) backends/qualcomm/tests/tools/sanitize_cases.py --runner $(SAN_DIR)/qnn_executor_runner

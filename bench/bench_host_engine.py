@@ -147,7 +147,7 @@ def count_macs(model: BenchModel) -> float:
 # ---- lowering -------------------------------------------------------------------------------
 def lower_ours(model: BenchModel, variant: str, pte: Path) -> Path:
     from backends.qualcomm import QnnQuantizer, QuantDtype
-    from backends.qualcomm.tests.quant_tester import quant_compile_specs, quantize_module
+    from qnn_models.quantize import quant_compile_specs, quantize_module
     from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn
 
     if variant == "fp16":
@@ -182,7 +182,7 @@ def lower_xnnpack(model: BenchModel, variant: str, pte: Path) -> Path:
     if variant == "xnn_int8":
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
             XNNPACKQuantizer, get_symmetric_quantization_config)
-        from backends.qualcomm.tests.quant_tester import quantize_module
+        from qnn_models.quantize import quantize_module
 
         quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
         module = quantize_module(module, model.example, quantizer, model.calibration)

@@ -16,9 +16,9 @@ os.environ.setdefault("QNN_DELEGATE_CONTEXT_BINARY", "0")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from backends.qualcomm.tests.model_helpers import (  # noqa: E402
+from backends.qualcomm.tests.helpers.real_models import (  # noqa: E402
     LoweredModel, RunnerCase, SmallConvNet, lower_and_run, photo_samples)
-from backends.qualcomm.tests.utils_helpers import (  # noqa: E402
+from backends.qualcomm.tests.helpers.runtime import (  # noqa: E402
     QNN_LOADED, QNN_STATUS, reset_runtime_options)
 from qnn_models import imagenet  # noqa: E402
 from backends.qualcomm.utils.qnn_context import AOT_ENV  # noqa: E402
@@ -128,9 +128,9 @@ def small_model(tmp_path_factory) -> RunnerCase:
     return RunnerCase(lowered.pte_path, folder, samples, lowered.delegated, lowered.delegate_blobs[0])
 
 
-# `python -m backends.qualcomm.tests.qnn_coverage`: record the op types QNN finalizes.
+# `python -m backends.qualcomm.tests.tools.qnn_coverage`: record the op types QNN finalizes.
 if os.environ.get("QNN_DELEGATE_RECORD_QNN_OPS"):
-    from backends.qualcomm.tests.qnn_coverage import RECORD_ENV, install_recorder  # noqa: E402
+    from backends.qualcomm.tests.tools.qnn_coverage import RECORD_ENV, install_recorder  # noqa: E402
     from backends.qualcomm.utils.runtime_options import require_extension  # noqa: E402
 
     install_recorder(require_extension(), os.environ[RECORD_ENV])

@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     sample = (photos[0],)
     print(f"[debugger] lowering MobileNetV2 ({'fp16' if args.float else '8a8w'}) with intermediate dumps")
     if args.damage_node:
-        from backends.qualcomm.tests.damage import damage_conv_weights_in_delegate
+        from qnn_models.damage import damage_conv_weights_in_delegate
 
         with damage_conv_weights_in_delegate(args.damage_node, bits=2):
             edge = to_edge_transform_and_lower_to_qnn(module, sample, compiler_specs(args.float),
