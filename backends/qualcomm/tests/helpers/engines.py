@@ -105,3 +105,27 @@ def check_on_qnn(tester: QnnTester, inputs, quant_dtype) -> List[str]:
     qnn, host = payload_on_both_engines(tester.delegate_blobs()[0], inputs, tester.module)
     max_steps = 1 if quant_dtype != QuantDtype.use_16a8w else MAX_STEPS_16
     return compare_engines(qnn, host, scales, max_steps, quant_dtype is None)
+
+
+def assert_host_equals_qnn(tester) -> None:
+    """When Qualcomm's QNN HTP library loads here: the delegate built into a QNN context (SM8650)
+    and run on QNN and on the host engine with the tester's inputs gives the same quantized
+    outputs, every element (QNN dequantizes to float16, so they are compared in steps of each
+    output's encoding). Single-delegate quantized programs (QuantTester) only."""
+    import numpy as np
+
+    from backends.qualcomm.serialization.payload_writer import wrap_context_binary
+    from backends.qualcomm.tests.helpers.quant_tester import output_encodings, step_stats
+    from backends.qualcomm.utils.qnn_context import compile_qnn_section, payload_of, qnn_library_status
+    from backends.qualcomm.utils.runtime_options import require_extension
+
+    if not qnn_library_status()[0]:
+        return
+    (blob,) = tester.delegate_blobs()
+    blob = wrap_context_binary(payload_of(blob), compile_qnn_section(blob, 57))  # 57 = SM8650
+    arrays = [x.numpy() for x in tester.inputs]
+    qnn, _ = require_extension().run_payload_qnn(blob, arrays)
+    host = require_extension().run_payload(blob, arrays)
+    for q, h, (scale, _) in zip(qnn, host, output_encodings(tester.module)):
+        stats = step_stats(np.asarray(q), np.asarray(h), scale)
+        assert stats.exact == stats.total, f"QNN vs host engine: {stats}"
