@@ -302,3 +302,18 @@ class Lambda(torch.nn.Module):
 
     def forward(self, *xs):
         return self.fn(*xs)
+
+
+class LlamaRmsNorm(torch.nn.Module):
+    """transformers' LlamaRMSNorm: float() in, to(input dtype) out, weight last."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)

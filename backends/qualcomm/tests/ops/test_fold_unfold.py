@@ -1,7 +1,8 @@
 """col2im (nn.Fold / F.fold; kept whole) lowered as one grouped TransposeConv2d with one-hot
 weights (builders/op_im2col.py): fp16 against eager, 8a8w / 16a8w against the QDQ reference,
 full delegation with the Transpose count of the channel-last graph, and the real QNN (HTP
-emulation) against the host engine in each precision."""
+emulation) against the host engine in each precision. Then im2col (F.unfold): fp16 exactly,
+8a8w / 16a8w against the QDQ reference."""
 from __future__ import annotations
 
 from typing import Tuple
@@ -13,8 +14,8 @@ import torch.nn.functional as F
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.builders.op_im2col import one_hot_fold_weight
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, compare_with_qdq
-from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 from backends.qualcomm.tests.helpers.runtime import assert_qnn_matches_host, needs_qnn, one_delegate_blob
+from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 nn = torch.nn
@@ -110,3 +111,41 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
         assert_qnn_matches_host(blob, inputs, module, 0.0, 1, 0.95)
     else:
         assert_qnn_matches_host(blob, inputs, module, 2e-3, 16)
+
+
+# ---- unfold (im2col) ------------------------------------------------------------------------
+class UnfoldFamily(nn.Module):
+    """F.unfold of a graph input (no padding; padding, dilation, per-axis stride) and of a conv's
+    channel-last output (read as NHWC: no Transpose back)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return (F.unfold(x, 2), F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+                F.unfold(self.conv(x), 3, padding=1))
+
+
+def unfold_inputs() -> Tuple[torch.Tensor]:
+    return (randn(2, 3, 4, 6, seed=1),)
+
+
+def test_unfold_fp16_exact():
+    """A Gather moves values: equal to eager (fp16 storage of the values aside: 1e-3)."""
+    tester = QnnTester(UnfoldFamily(), unfold_inputs()).run_and_compare(atol=1e-3, rtol=1e-3)
+    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
+    types = tester.payload().op_types()
+    # one Transpose into the conv; the conv output is unfolded channel-last
+    assert types.get("Gather") == 3 and types.get("Pad") == 2 and types.get("Transpose") == 1, types
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_unfold_quantized_matches_qdq_reference(quant_dtype):
+    """Codes are moved, not requantized: the unfolds of the graph input are exact; that of the
+    conv output carries the conv's own difference (8a8w max 1 step; 16a8w max 2, 62.6% exact)."""
+    tester = QuantTester(UnfoldFamily(), unfold_inputs(), quant_dtype)
+    tester.lower().check_fully_delegated().to_executorch().run()
+    tester.compare_steps(max_step_diff=1 if quant_dtype == A8W8 else 2, min_exact=0.6)
+    assert tester.stats[0].max_diff <= 1 and tester.stats[1].max_diff <= 1

@@ -1,207 +1,28 @@
-"""Issue 14's vision ops: 3-D max pools (two PoolMax2d passes: QNN 2.51's HTP has no PoolMax3d),
-the fusion of a hand-written (Llama) RMSNorm into one QNN RmsNorm, and grid_sample (GridSample:
-bilinear / nearest, zeros / border padding, align_corners both ways).
+"""grid_sample (GridSample: bilinear / nearest, zeros / border padding, align_corners both ways;
+2-D and 3-D grids): fp16 against eager, 8a8w / 16a8w against the QDQ reference, full delegation
+and the Transpose count of the channel-last graph; unsupported modes stay on the CPU with a
+reason.
 
-Each is checked in fp16 against eager, in 8a8w / 16a8w against the QDQ reference, on the real QNN
-(context binary, QNN outputs vs host-engine outputs of the same delegate), with full delegation
-and the Transpose count of the channel-last graph (none between a conv, the pool and the conv
-after it)."""
+test_real_qnn_matches_host: one delegate of the distance chains, the PoolMax2d pairs of a 3-D
+max pool, the fused RmsNorm and GridSample on the real QNN (context binary, QNN outputs vs the
+host engine's of the same delegate), in each precision."""
 from __future__ import annotations
 
 from typing import Tuple
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype, to_edge_transform_and_lower_to_qnn
-from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
-from backends.qualcomm.tests.helpers.quant_tester import QuantTester, compare_with_qdq
-from backends.qualcomm.tests.helpers.tester import QnnTester, randn
+from backends.qualcomm.tests.helpers.models_float import LlamaRmsNorm
+from backends.qualcomm.tests.helpers.quant_tester import QuantTester
 from backends.qualcomm.tests.helpers.runtime import QNN_LOADED, assert_qnn_matches_host, needs_qnn, one_delegate_blob
+from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 nn = torch.nn
 
-
-# ---- max_pool3d -------------------------------------------------------------------------------
-
-class MaxPool3dFamily(nn.Module):
-    """conv3d -> max_pool3d (ceil_mode) -> conv3d, and 3-D max pools with per-axis kernel /
-    stride / padding, ceil_mode with padding, return_indices (values used), and a uniform
-    adaptive max pool, all on the first conv's (channel-last) output."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.conv1 = nn.Conv3d(2, 3, 3, padding=1)
-        self.conv2 = nn.Conv3d(3, 3, 1)
-
-    def forward(self, x):
-        y = self.conv1(x)
-        return (self.conv2(F.max_pool3d(y, 2, ceil_mode=True)),
-                F.max_pool3d(y, (3, 2, 2), (2, 1, 2), (1, 1, 0)),
-                F.max_pool3d(y, 3, 2, 1, ceil_mode=True),
-                F.max_pool3d(y, 2, return_indices=True)[0],
-                F.adaptive_max_pool3d(y, (2, 5, 3)))                         # uniform: one pool
-
-
-def pool_inputs() -> Tuple[torch.Tensor]:
-    return (randn(1, 2, 4, 5, 6, seed=3),)
-
-
-# Each 3-D max pool: PoolMax2d over (H, W), then PoolMax2d over D; Reshapes around them.
-POOL_OPS = {"PoolMax2d": 10, "Conv3d": 2}
-# One Transpose for the input and one per output; none between conv1, the pool and conv2.
-POOL_TRANSPOSES = 1 + 5
-
-
-def test_max_pool3d_fp16_matches_eager():
-    tester = QnnTester(MaxPool3dFamily(), pool_inputs()).run_and_compare(atol=1e-2, rtol=1e-2)
-    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
-    types = tester.payload().op_types()
-    for op_type, count in POOL_OPS.items():
-        assert types.get(op_type) == count, (op_type, types)
-    assert types.get("Transpose") == POOL_TRANSPOSES, types
-
-
-def test_max_pool3d_exact_on_distinct_values():
-    """Max moves values: on distinct values exactly representable in fp16, every output equals
-    eager's (padding never wins, ceil_mode's overhang is not read)."""
-    class Pools(nn.Module):
-        def forward(self, x):
-            return (F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True),
-                    F.max_pool3d(-x, 3, 2, 1))
-
-    x = (torch.randperm(2 * 3 * 5 * 6 * 7).float() / 8.0 - 200.0).reshape(2, 3, 5, 6, 7)
-    tester = QnnTester(Pools(), (x,)).lower().to_executorch().run()
-    assert tester.cpu_nodes() == []
-    for out, ref in zip(tester.outputs, tester.reference_outputs()):
-        np.testing.assert_array_equal(out, ref)
-
-
-@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
-def test_max_pool3d_quantized_matches_qdq_reference(quant_dtype):
-    """Every output within 1 step of the QDQ reference (max shares its input's encoding; the
-    difference comes from conv1's requantized output), at least 60% exact in 8-bit."""
-    tester = QuantTester(MaxPool3dFamily(), pool_inputs(), quant_dtype, per_channel=True)
-    tester.lower().check_fully_delegated().to_executorch().run()
-    tester.compare_steps(max_step_diff=1 if quant_dtype == A8W8 else None,
-                         min_exact=0.6 if quant_dtype == A8W8 else None)
-    types = tester.payload().op_types()
-    assert types.get("PoolMax2d") == POOL_OPS["PoolMax2d"], types
-
-
-def test_max_pool3d_dilation_and_used_indices_stay_on_cpu_with_reason():
-    class Rejected(nn.Module):
-        def forward(self, x):
-            values, indices = F.max_pool3d(x, 2, return_indices=True)
-            return F.max_pool3d(x, 2, dilation=2), values, indices
-
-    tester = QnnTester(Rejected(), (randn(1, 2, 5, 5, 5, seed=4),)).lower()
-    reasons = " | ".join(tester.partitioner.rejected_nodes.values())
-    for expected in ("dilation [2, 2, 2] is not supported", "the indices output is used by"):
-        assert expected in reasons, reasons
-
-
-# ---- RMSNorm fusion ---------------------------------------------------------------------------
-
-class LlamaRmsNorm(nn.Module):
-    """transformers' LlamaRMSNorm: float() in, to(input dtype) out, weight last."""
-
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, dim))
-        self.eps = eps
-
-    def forward(self, x):
-        dtype = x.dtype
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
-
-
-class RmsNormBlock(nn.Module):
-    """linear -> Llama RMSNorm -> linear, a plain RMSNorm (weight on the right), one with
-    float() / type_as and x * x, and one without a weight."""
-
-    def __init__(self, dim: int = 16):
-        super().__init__()
-        torch.manual_seed(0)
-        self.inp, self.out = nn.Linear(dim, dim), nn.Linear(dim, dim)
-        self.norm = LlamaRmsNorm(dim)
-        self.weight = nn.Parameter(torch.linspace(1.5, 0.5, dim))
-
-    def forward(self, x):
-        plain = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight
-        cast = (x.float() * torch.rsqrt((x.float() * x.float()).mean(-1, keepdim=True) + 1e-6)).type_as(x)
-        bare = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
-        return self.out(self.norm(self.inp(x))), plain, cast * self.weight, bare
-
-
-def rms_inputs() -> Tuple[torch.Tensor]:
-    return (randn(2, 5, 16, seed=5),)
-
-
-def _assert_fused(types: dict) -> None:
-    assert types.get("RmsNorm") == 4, types
-    for piece in ("ElementWiseRsqrt", "ElementWisePower", "ReduceMean", "ElementWiseAdd"):
-        assert piece not in types, types
-
-
-def test_rms_norm_pass_fuses_each_pattern_once():
-    program = torch.export.export(RmsNormBlock().eval(), rms_inputs(), strict=False)
-    assert fuse_rms_norm(program.graph_module)
-    targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
-    assert targets.count(torch.ops.aten.rms_norm.default) == 4, targets
-    for gone in (torch.ops.aten.rsqrt.default, torch.ops.aten.mean.dim, torch.ops.aten.pow.Tensor_Scalar):
-        assert gone not in targets, targets
-    eps = sorted(n.args[3] for n in program.graph.nodes if n.target == torch.ops.aten.rms_norm.default)
-    assert eps == [1e-6, 1e-6, 1e-6, 1e-5]
-    module = RmsNormBlock().eval()
-    for got, ref in zip(program.module()(*rms_inputs()), module(*rms_inputs())):
-        torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
-
-
-def test_rms_norm_pass_leaves_shared_intermediates_alone():
-    """The mean square is read elsewhere, or the mean is not over the last axis: no fusion."""
-    class Shared(nn.Module):
-        def forward(self, x):
-            ms = x.pow(2).mean(-1, keepdim=True)
-            return x * torch.rsqrt(ms + 1e-6), ms, x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6)
-
-    program = torch.export.export(Shared(), rms_inputs(), strict=False)
-    assert not fuse_rms_norm(program.graph_module)
-
-
-def test_rms_norm_fusion_fp16_one_rms_norm_each():
-    module = RmsNormBlock()
-    tester = QnnTester(module, rms_inputs())
-    tester.edge = to_edge_transform_and_lower_to_qnn(module, rms_inputs(), tester.compile_specs)
-    tester.to_executorch().run().compare(atol=1e-2, rtol=1e-2)
-    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
-    _assert_fused(tester.payload().op_types())
-
-
-# 8-bit, (max steps, min exact share) vs the QDQ reference of output 0 (linear -> RMSNorm ->
-# linear): a 1-step difference of the RmsNorm output (HTP's rsqrt rounding) moves the linear
-# after it by up to 2 steps; measured 76.2% exact, max 2.
-RMS_BLOCK_BOUNDS_8BIT = (2, 0.7)
-
-
-@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
-def test_rms_norm_fusion_quantized_matches_qdq_reference(quant_dtype):
-    """QnnQuantizer fuses before annotation, so the QDQ reference is the fused model: the
-    RmsNorm outputs within the default PT2E step bounds; output 0 (8-bit) within
-    RMS_BLOCK_BOUNDS_8BIT."""
-    tester = QuantTester(RmsNormBlock(), rms_inputs(), quant_dtype)
-    tester.lower().check_fully_delegated().to_executorch().run()
-    _assert_fused(tester.payload().op_types())
-    compare_with_qdq(tester, {0: RMS_BLOCK_BOUNDS_8BIT})
-
-
-# ---- grid_sample ------------------------------------------------------------------------------
 
 def nearest_axis(size: int, points: Tuple[int, ...], align: bool, g: torch.Generator) -> torch.Tensor:
     """Normalized coordinates along an axis of `size` pixels whose source coordinates sit 0.25
@@ -263,11 +84,13 @@ def test_grid_sample_fp16_matches_eager():
 # another order of operations), a 2-step difference there; measured 91.5% exact, 3.6% at 2 steps
 # (output 3, nearest / border). 16-bit: the default PT2E bounds.
 GRID_BOUNDS_8BIT = (2, 0.85)
+
 # 3-D grid_sample: the composition runs in float between Dequantize and Quantize, in fp16 on QNN.
 # Measured vs QDQ, 8a8w: QNN max 2, 49-89% exact (the chain runs in fp16), the host
 # engine max 1, 92-96% exact; 16a8w: QNN max 28 steps (fp16's 2^-11 relative precision), the
 # host engine max 2.
 GRID3D_BOUNDS_8BIT = (2, 0.4)
+
 GRID3D_STEPS_16 = 32
 
 
@@ -296,8 +119,6 @@ def test_grid_sample_unsupported_modes_stay_on_cpu_with_reason():
         assert expected in reasons, reasons
     tester.to_executorch().run().compare(atol=1e-5, rtol=1e-5)
 
-
-# ---- grid_sample 3-D (5-D input) ------------------------------------------------------------
 
 def grid3d_inputs(n: int = 1, d: int = 3, h: int = 4, w: int = 5, out: Tuple[int, int, int] = (2, 3, 4)
                   ) -> Tuple[torch.Tensor, ...]:
@@ -358,136 +179,6 @@ def test_grid_sample_3d_unsupported_modes_stay_on_cpu_with_reason():
     assert "grid_sampler_3d: padding_mode 'reflection' is not supported" in reasons, reasons
     assert tester.cpu_nodes(), "the rejected grid_sampler_3d stays on the CPU"
 
-
-# ---- cdist / pdist ----------------------------------------------------------------------------
-
-class Distances(nn.Module):
-    """cdist p = 2 (30 rows: torch's default would use matmuls; kept whole here), p = 1, p = inf,
-    unbatched, and pdist p = 2 / p = 1."""
-
-    def forward(self, a, b, c, x):
-        return (torch.cdist(a, b), torch.cdist(a, b, p=1.0), torch.cdist(c, c, p=float("inf")),
-                torch.cdist(a[0], b[0]), torch.pdist(x), torch.pdist(x, p=1.0))
-
-
-def distance_inputs() -> Tuple[torch.Tensor, ...]:
-    return randn(2, 5, 4, seed=1), randn(2, 30, 4, seed=2), randn(3, 6, 3, seed=3), randn(7, 5, seed=4)
-
-
-def test_cdist_pdist_fp16_match_eager():
-    tester = QnnTester(Distances(), distance_inputs()).run_and_compare(atol=1e-2, rtol=1e-2)
-    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
-    types = tester.payload().op_types()
-    assert types.get("ElementWiseSubtract") == 6 and types.get("Gather") == 4 and "MatMul" not in types, types
-
-
-# Quantized: the distance chain is a float island (Dequantize -> ... -> Quantize), run in fp16 as
-# HTP runs float ops of a quantized graph: measured max 2 steps of 8-bit outputs (40.7% exact at
-# worst, cdist p = inf), and up to 38 steps of 16-bit ones (fp16's 2^-11 relative resolution at
-# distances up to ~8 is ~30 steps of a 16-bit encoding over that range).
-DISTANCE_BOUNDS = {A8W8: (2, 0.35), A16W8: (64, 0.0)}
-
-
-@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
-def test_cdist_pdist_quantized_match_qdq_reference(quant_dtype):
-    tester = QuantTester(Distances(), distance_inputs(), quant_dtype)
-    tester.lower().check_fully_delegated().to_executorch().run()
-    tester.compare_steps(max_step_diff=DISTANCE_BOUNDS[quant_dtype][0], min_exact=DISTANCE_BOUNDS[quant_dtype][1])
-
-
-def test_cdist_unsupported_p_stays_on_cpu_with_reason():
-    class Rejected(nn.Module):
-        def forward(self, a, b):
-            return torch.cdist(a, b, p=3.0), torch.pdist(a[0], p=0.5)
-
-    tester = QnnTester(Rejected(), (randn(1, 4, 3, seed=1), randn(1, 5, 3, seed=2))).lower()
-    reasons = " | ".join(tester.partitioner.rejected_nodes.values())
-    for expected in ("cdist: p=3.0 is not supported", "pdist: p=0.5 is not supported"):
-        assert expected in reasons, reasons
-
-
-# ---- local response norm ----------------------------------------------------------------------
-
-class LrnBlock(nn.Module):
-    """conv -> LocalResponseNorm -> conv, and F.local_response_norm of a rank-3 input. ExecuTorch
-    decomposes it (x^2, view to rank 5, zero pad, avg_pool3d over the channels, * alpha + k, pow
-    beta, divide), and every part is delegated: PoolAvg3d / PoolAvg2d, Pad, elementwise ops."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.conv1, self.conv2 = nn.Conv2d(3, 6, 3, padding=1), nn.Conv2d(6, 4, 1)
-        self.lrn = nn.LocalResponseNorm(3, alpha=1e-2, beta=0.75, k=1.0)
-
-    def forward(self, x, seq):
-        return self.conv2(self.lrn(self.conv1(x))), F.local_response_norm(seq, 2)
-
-
-def lrn_inputs() -> Tuple[torch.Tensor, ...]:
-    return randn(1, 3, 5, 6, seed=1), randn(2, 5, 7, seed=2)
-
-
-def test_local_response_norm_fp16_matches_eager():
-    tester = QnnTester(LrnBlock(), lrn_inputs()).run_and_compare(atol=1e-2, rtol=1e-2)
-    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
-    types = tester.payload().op_types()
-    assert types.get("PoolAvg3d") == 1 and types.get("PoolAvg2d") == 1 and types.get("Pad") == 2, types
-
-
-# Quantized, (max steps, min exact share) per dtype vs the QDQ reference: the decomposition is
-# six requantized ops (square, pool, scale, pow 0.75, divide) between two convs; measured 8a8w
-# max 1 (94.2% exact), 16a8w max 37 steps on the conv output (85.8% beyond 1: each 16-bit
-# requantization of the chain rounds as HTP does, and conv2 sums six channels of it).
-LRN_BOUNDS = {A8W8: (1, 0.9), A16W8: (48, 0.0)}
-
-
-@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
-def test_local_response_norm_quantized_matches_qdq_reference(quant_dtype):
-    tester = QuantTester(LrnBlock(), lrn_inputs(), quant_dtype, per_channel=True)
-    tester.lower().check_fully_delegated().to_executorch().run()
-    tester.compare_steps(max_step_diff=LRN_BOUNDS[quant_dtype][0], min_exact=LRN_BOUNDS[quant_dtype][1])
-
-
-# ---- im2col (nn.Unfold) -----------------------------------------------------------------------
-
-class UnfoldFamily(nn.Module):
-    """F.unfold of a graph input (no padding; padding, dilation, per-axis stride) and of a conv's
-    channel-last output (read as NHWC: no Transpose back)."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-
-    def forward(self, x):
-        return (F.unfold(x, 2), F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
-                F.unfold(self.conv(x), 3, padding=1))
-
-
-def unfold_inputs() -> Tuple[torch.Tensor]:
-    return (randn(2, 3, 4, 6, seed=1),)
-
-
-def test_unfold_fp16_exact():
-    """A Gather moves values: equal to eager (fp16 storage of the values aside: 1e-3)."""
-    tester = QnnTester(UnfoldFamily(), unfold_inputs()).run_and_compare(atol=1e-3, rtol=1e-3)
-    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
-    types = tester.payload().op_types()
-    # one Transpose into the conv; the conv output is unfolded channel-last
-    assert types.get("Gather") == 3 and types.get("Pad") == 2 and types.get("Transpose") == 1, types
-
-
-@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
-def test_unfold_quantized_matches_qdq_reference(quant_dtype):
-    """Codes are moved, not requantized: the unfolds of the graph input are exact; that of the
-    conv output carries the conv's own difference (8a8w max 1 step; 16a8w max 2, 62.6% exact)."""
-    tester = QuantTester(UnfoldFamily(), unfold_inputs(), quant_dtype)
-    tester.lower().check_fully_delegated().to_executorch().run()
-    tester.compare_steps(max_step_diff=1 if quant_dtype == A8W8 else 2, min_exact=0.6)
-    assert tester.stats[0].max_diff <= 1 and tester.stats[1].max_diff <= 1
-
-
-# ---- real QNN ---------------------------------------------------------------------------------
 
 class RealVision(nn.Module):
     """Small: cdist (p = 2, 1) and pdist, unfold (Pad + Gather), a 3-D max pool with padding and ceil_mode, a uniform
