@@ -1,29 +1,18 @@
-"""Tests of the qnn-delegate, grouped by what they test (one class per group).
+"""fp16 operators.
 
 TestQNNFloatingPointOperator: one test per op family, parameterized over shapes and
 params; each lowers with QnnPartitioner (fp16 spec), checks full delegation, writes a
 .pte, runs it with executorch.runtime and compares with eager PyTorch; plus partitioner
-and layout tests that read the payload back with describe_payload.
-TestQNNFloatingPointModel (slow): MobileNetV2, EfficientNet-Lite0 and MiniLM with real
-weights, fully delegated, against eager (fp16 tolerance, same top-1).
-TestQNNRunner: qnn_executor_runner outputs equal executorch.runtime's; runner errors.
-TestQNNRobustness: altered blobs and wrong inputs give
-clear errors, not crashes."""
+and layout tests that read the payload back with describe_payload."""
 from __future__ import annotations
 
 import unittest
 
-import pytest
 import torch
 from parameterized import parameterized
 
-from backends.qualcomm import _qnn_delegate
 from backends.qualcomm.tests.helpers import models_float as m
-from backends.qualcomm.tests.helpers.real_models import (
-    MIN_COSINE, assert_clean_failure, assert_close_to_eager, assert_top1_equal)
 from backends.qualcomm.tests.helpers.tester import QnnTester, count_op_types, inputs_of, randn
-from backends.qualcomm.utils import pte_tools
-from qnn_models import imagenet
 
 
 def _run(module: torch.nn.Module, *shapes, **tolerance) -> QnnTester:
@@ -256,126 +245,3 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
-
-
-@pytest.mark.slow
-class TestQNNFloatingPointModel:
-    def test_mobilenet_v2_fully_delegated(self, mobilenet_v2):
-        assert mobilenet_v2.outside_ops == []
-        assert mobilenet_v2.delegate_calls == 1
-
-    def test_mobilenet_v2_matches_eager(self, mobilenet_v2):
-        assert_close_to_eager(mobilenet_v2, "mobilenet_v2")
-
-    def test_mobilenet_v2_top1(self, mobilenet_v2):
-        assert imagenet.is_cat_class(int(mobilenet_v2.delegated[0].argmax()))
-        assert_top1_equal(mobilenet_v2, "mobilenet_v2")
-
-    def test_efficientnet_lite0_fully_delegated(self, efficientnet_lite0):
-        assert efficientnet_lite0.outside_ops == []
-        assert efficientnet_lite0.delegate_calls == 1
-
-    def test_efficientnet_lite0_matches_eager(self, efficientnet_lite0):
-        assert_close_to_eager(efficientnet_lite0, "efficientnet_lite0")
-
-    def test_efficientnet_lite0_top1(self, efficientnet_lite0):
-        assert imagenet.is_cat_class(int(efficientnet_lite0.delegated[0].argmax()))
-        assert_top1_equal(efficientnet_lite0, "efficientnet_lite0")
-
-    def test_minilm_fully_delegated(self, minilm):
-        assert minilm.outside_ops == []
-        assert minilm.delegate_calls == 1
-
-    def test_minilm_matches_eager(self, minilm):
-        assert_close_to_eager(minilm, "minilm")
-
-    def test_minilm_sentence_embeddings(self, minilm):
-        from qnn_models.minilm import sentence_embeddings
-
-        mask = minilm.samples[0][1]
-        got = sentence_embeddings(minilm.delegated[0], mask)
-        want = sentence_embeddings(minilm.eager[0], mask)
-        cosines = torch.nn.functional.cosine_similarity(got, want, dim=1)
-        assert float(cosines.min()) >= MIN_COSINE, f"sentence cosines {cosines.tolist()}"
-
-
-class TestQNNRunner:
-    def test_runner_outputs_equal_runtime(self, small_model):
-        input_list = pte_tools.write_input_files(small_model.samples, small_model.folder / "inputs")
-        out_dir = small_model.folder / "outputs"
-        perf = small_model.folder / "perf.txt"
-        result = pte_tools.run_runner(small_model.pte_path, input_list, out_dir,
-                                  iterations=3, warm_up=1, perf_path=perf)
-        assert result.returncode == 0, result.stderr
-        for idx, expected in enumerate(small_model.runtime_outputs):
-            got = pte_tools.read_raw_output(out_dir, idx, 0, expected)
-            assert torch.equal(got, expected), f"sample {idx}: runner != runtime"
-        assert result.avg_latency_ms is not None and result.avg_latency_ms > 0
-
-    def test_missing_model_file(self, small_model):
-        input_list = pte_tools.write_input_files(small_model.samples[:1], small_model.folder / "in_missing")
-        missing = small_model.folder / "does_not_exist.pte"
-        result = pte_tools.run_runner(missing, input_list, small_model.folder / "out_missing")
-        assert_clean_failure(result, missing.name)
-
-    def test_missing_input_list(self, small_model):
-        missing = small_model.folder / "no_input_list.txt"
-        result = pte_tools.run_runner(small_model.pte_path, missing, small_model.folder / "out_nolist")
-        assert_clean_failure(result, missing.name)
-
-    def test_wrong_input_size(self, small_model):
-        folder = small_model.folder / "in_wrong_size"
-        input_list = pte_tools.write_input_files([[torch.randn(1, 3, 8, 8)]], folder)
-        result = pte_tools.run_runner(small_model.pte_path, input_list, small_model.folder / "out_wrong")
-        assert_clean_failure(result, "input_0_0.raw", "size", "bytes")
-
-
-def _flip_byte_of_delegate_blob(pte: bytes, blob: bytes) -> bytes:
-    """A copy of the .pte with one byte flipped in the middle of its delegate blob."""
-    start = pte.find(blob)
-    assert start >= 0, "delegate blob not found in the .pte"
-    altered = bytearray(pte)
-    altered[start + len(blob) // 2] ^= 0xFF
-    return bytes(altered)
-
-
-class TestQNNRobustness:
-    def test_fnv_signature_native_matches_reference(self):
-        from backends.qualcomm.serialization.fnv import fnv1a64, fnv1a64_python
-
-        data = bytes(range(256)) * 64  # 16 KiB: takes the native path
-        assert fnv1a64(data) == fnv1a64_python(data)
-        assert fnv1a64_python(b"") == 0xCBF29CE484222325
-        assert fnv1a64_python(b"a") == 0xAF63DC4C8601EC8C
-
-    def test_truncated_payload_is_rejected(self, small_model):
-        blob = small_model.delegate_blob
-        _qnn_delegate.verify_payload(blob)
-        for size in (0, 7, len(blob) // 2, len(blob) - 1):
-            with pytest.raises(ValueError):
-                _qnn_delegate.verify_payload(blob[:size])
-
-    def test_altered_delegate_blob_in_pte_fails_to_load(self, small_model, tmp_path):
-        from executorch.runtime import Runtime
-
-        altered = tmp_path / "altered.pte"
-        altered.write_bytes(_flip_byte_of_delegate_blob(small_model.pte_path.read_bytes(),
-                                                        small_model.delegate_blob))
-        program = Runtime.get().load_program(altered)
-        with pytest.raises(RuntimeError):
-            program.load_method("forward")
-        result = pte_tools.run_runner(altered, pte_tools.write_input_files(small_model.samples[:1], tmp_path / "in"),
-                                  tmp_path / "out")
-        assert_clean_failure(result, "signature")
-
-    def test_wrong_shaped_input_gives_an_error(self, small_model):
-        from executorch.runtime import Runtime
-
-        program = Runtime.get().load_program(small_model.pte_path)  # keep: its methods point into it
-        method = program.load_method("forward")
-        for bad in (torch.randn(1, 3, 8, 8), torch.randn(1, 3, 16, 16).to(torch.float64)):
-            with pytest.raises(Exception) as info:
-                method.execute([bad])
-            assert not isinstance(info.value, (SystemExit, KeyboardInterrupt))
-        good = method.execute([small_model.samples[0][0]])[0]
-        assert torch.equal(good, small_model.runtime_outputs[0])
