@@ -1,10 +1,11 @@
-"""The end of issue 13: max() / min() of every element (ReduceMax / ReduceMin of the flattened
-input, the 0-d result stored as [1]); the division family where QNN 2.51's HTP refuses the single
-op (fmod, float / quantized remainder, integer floor_divide: builders/op_division.py); integer
-bitwise_not as -1 - x. Kept on the CPU with a reason: isinf of an internal tensor (HTP cannot
-finalize IsInf, and it holds an infinite input like NaN, so no composition is exact: measured;
-isinf of a graph input: test_ops_classify_bits.py). Integer bitwise and / or / xor:
-test_ops_bitwise13.py.
+"""The division family: float division, fmod and remainder (float and quantized; QNN 2.51's
+HTP refuses the single op, so fmod, float remainder and integer floor_divide are compositions:
+builders/op_division.py), floor_divide at exact quotients, integer fmod / floor_divide /
+remainder with negative operands, integer bitwise_not as -1 - x; the host engine's edge values
+(zero divisors, NaN / inf operands, integer zero divisors). Integer remainder is one QNN
+ElementWiseMod (HTP takes INT_32 only). Bitwise and / or / xor: ops/test_bitwise.py; isinf /
+isnan: ops/test_isinf_isnan.py; float floor_divide as QNN ElementWiseFloorDiv:
+ops/test_math_functions.py.
 
 Each family is one multi-output module lowered once to one delegate, with QNN's context binary
 when QNN's library loads (`qnn_binary`): fp16 against eager, int / bool exactly; 8a8w / 16a8w
@@ -20,61 +21,22 @@ import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
-from backends.qualcomm.tests.helpers.quant_tester import QuantTester, output_encodings, step_stats
-from backends.qualcomm.tests.helpers.tester import QnnTester
-from backends.qualcomm.tests.helpers.engines import qnn_vs_host
-from backends.qualcomm.tests.helpers.quant_tester import lower_to_one_delegate
-from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED, delegate_output_scales, one_delegate_blob, payload_on_both_engines,
+from backends.qualcomm.tests.helpers.engines import check_on_qnn, qnn_vs_host
+from backends.qualcomm.tests.helpers.quant_tester import (
+    QuantTester,
+    lower_to_one_delegate,
+    output_encodings,
+    step_stats,
 )
+from backends.qualcomm.tests.helpers.runtime import (
+    QNN_LOADED,
+    delegate_output_scales,
+    one_delegate_blob,
+    payload_on_both_engines,
+)
+from backends.qualcomm.tests.helpers.tester import QnnTester
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
-
-
-# ---- max() / min() of every element ------------------------------------------------------------
-class Extremes(torch.nn.Module):
-    """max() / min() of every element (of a rank-4 and of a rank-1 tensor), amax over every dim."""
-
-    def forward(self, x):
-        return x.max(), x.min(), torch.amax(x, (0, 1, 2, 3)), x[0, 1, 2].min(), x.max() - x.min()
-
-
-def extreme_input() -> torch.Tensor:
-    """(2, 3, 4, 5) of multiples of 1/64 in [-2, 2] (exact in fp16), one extreme of each sign."""
-    g = torch.Generator().manual_seed(3)
-    x = torch.randint(-100, 101, (2, 3, 4, 5), generator=g).float() / 64.0
-    x[1, 2, 3, 4], x[0, 0, 1, 2] = 2.0, -1.984375
-    return x
-
-
-def test_max_min_of_every_element_fp16_exact_on_both_engines(qnn_binary):
-    """Selections of one input value: eager's (0-d outputs) within 1e-6 relative (QNN returns
-    2 - 2^-22 for a 2.0 read through HTP's fp16 path; the host engine exactly 2.0), QNN vs host
-    within 2e-3 of the magnitude."""
-    inputs = (extreme_input(),)
-    tester = lower_to_one_delegate(Extremes(), inputs, None)
-    for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
-        assert out.shape == ref.shape == (), (i, out.shape)
-        np.testing.assert_allclose(out, ref, rtol=1e-6, atol=0, err_msg=f"output {i}")
-    ops = tester.payload().op_types()
-    assert ops.get("ReduceMax") == 3 and ops.get("ReduceMin") == 3, ops
-    qnn_vs_host(tester, inputs)
-
-
-@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
-def test_max_min_of_every_element_quantized_exact(qnn_binary, quant_dtype):
-    """The output shares the input's encoding (QuantFamily.SHARED): the selected code itself,
-    exactly the QDQ reference's; x.max() - x.min() (its own encoding) within 1 step. QNN equal to
-    the host engine."""
-    inputs = (extreme_input(),)
-    tester = lower_to_one_delegate(Extremes(), inputs, quant_dtype)
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings(tester.module))):
-        stats = step_stats(out, ref, enc[0])
-        print(f"output {i} ({quant_dtype.name}): {stats}")
-        assert stats.max_diff <= (1 if i == 4 else 0), (i, stats)
-    for i, stats in enumerate(qnn_vs_host(tester, inputs, delegate_output_scales(one_delegate_blob(tester)))):
-        assert stats.max_diff == 0, (i, stats)
 
 
 # ---- the division family, float and quantized --------------------------------------------------
@@ -263,14 +225,45 @@ def test_host_engine_float_division_edges():
         np.testing.assert_allclose(out, ref, atol=1e-6, equal_nan=True, err_msg=f"output {i}")
 
 
-def test_isinf_stays_on_cpu_with_a_reason():
-    class Rejected(torch.nn.Module):
-        def forward(self, a, b, x):
-            return a & b, a | b, a ^ b, (a > 0) & (b > 0), torch.isinf(x * 2.0), torch.isnan(x)
+# ---- integer remainder (one QNN ElementWiseMod) -----------------------------------------------
+class IntegerDivision(torch.nn.Module):
+    def forward(self, a, b, c, d):
+        return torch.remainder(a, b), a % -3, torch.remainder(c, d), c % 4
 
-    a, b = torch.tensor([5, -3, 12], dtype=torch.int32), torch.tensor([3, 6, -1], dtype=torch.int32)
-    x = torch.tensor([1.0, float("inf"), float("nan")])
-    tester = QnnTester(Rejected(), (a, b, x)).lower()
-    reasons = tester.partitioner.rejected_nodes
-    assert list(reasons) == ["aten_isinf_default"] and "like NaN" in reasons["aten_isinf_default"], reasons
-    tester.to_executorch().run().compare()
+
+def _integer_inputs():
+    g = torch.Generator().manual_seed(2)
+    b = torch.randint(1, 6, (2, 3, 4), generator=g) * (torch.randint(0, 2, (2, 3, 4), generator=g) * 2 - 1)
+    a = torch.randint(-20, 21, (2, 3, 4), generator=g)
+    return a, b, a.to(torch.int32), b.to(torch.int32)
+
+
+def test_integer_remainder(qnn_binary):
+    """int64 and int32 remainder, negative dividends and divisors: exactly torch's (QNN: exact
+    too). Integer floor_divide and fmod (compositions): test_ops_finish13.py."""
+    inputs = _integer_inputs()
+    tester = lower_to_one_delegate(IntegerDivision(), inputs, None)
+    for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
+        assert out.dtype == ref.dtype, (i, out.dtype, ref.dtype)
+        np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
+    print(check_on_qnn(tester, inputs, None))
+
+
+class IntegerZeroDivisor(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.remainder(a, b), torch.remainder(b, a)
+
+
+def test_host_engine_integer_zero_divisor_gives_zero():
+    """torch raises on an integer zero divisor; the host engine's remainder gives 0 (no UB), and
+    int32's minimum % -1 is 0 instead of trapping."""
+    a = torch.tensor([7, -7, 5, -2 ** 31, -2 ** 31], dtype=torch.int32)
+    b = torch.tensor([0, 0, -1, -1, 2], dtype=torch.int32)  # a[4] % 2 == 0, a[4] % -2 == 0
+    tester = QnnTester(IntegerZeroDivisor(), (a, torch.tensor([1, 1, -1, -1, 2], dtype=torch.int32)))
+    tester.lower().check_fully_delegated().to_executorch()
+    from backends.qualcomm.tests.helpers.runtime import feeds_in_payload_order, native  # host engine
+
+    blob = tester.delegate_blobs()[0]
+    outs = [np.asarray(o) for o in native().run_payload(blob, feeds_in_payload_order(blob, (a, b), tester.module))]
+    np.testing.assert_array_equal(outs[0], [0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(outs[1], [0, 0, 4, -1, -2 ** 31 + 2])

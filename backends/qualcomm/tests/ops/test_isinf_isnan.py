@@ -21,13 +21,23 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.serialization.payload_writer import serialize_payload, wrap_context_binary
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnGraph, QnnOp, QnnTensor, TensorType
-from backends.qualcomm.tests.helpers.quant_tester import QuantTester, compare_with_qdq, step_stats
-from backends.qualcomm.tests.helpers.tester import QnnTester
-from backends.qualcomm.tests.helpers.quant_tester import lower_to_one_delegate
+from backends.qualcomm.tests.helpers.quant_tester import (
+    QuantTester,
+    compare_with_qdq,
+    lower_to_one_delegate,
+    step_stats,
+)
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED, delegate_output_scales, load_method, lower_to_pte, native, one_delegate_blob, payload_on_both_engines,
+    QNN_LOADED,
+    delegate_output_scales,
+    load_method,
+    lower_to_pte,
+    native,
+    one_delegate_blob,
+    payload_on_both_engines,
     run,
 )
+from backends.qualcomm.tests.helpers.tester import QnnTester
 
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -241,3 +251,17 @@ def test_pte_on_qnn_through_executorch(real_qnn, tmp_path):
         _assert_exact(outputs, refs, f"{engine} through ExecuTorch")
         del method, program
         gc.collect()
+
+
+# ---- isinf of an internal tensor -----------------------------------------------------------
+def test_isinf_stays_on_cpu_with_a_reason():
+    class Rejected(torch.nn.Module):
+        def forward(self, a, b, x):
+            return a & b, a | b, a ^ b, (a > 0) & (b > 0), torch.isinf(x * 2.0), torch.isnan(x)
+
+    a, b = torch.tensor([5, -3, 12], dtype=torch.int32), torch.tensor([3, 6, -1], dtype=torch.int32)
+    x = torch.tensor([1.0, float("inf"), float("nan")])
+    tester = QnnTester(Rejected(), (a, b, x)).lower()
+    reasons = tester.partitioner.rejected_nodes
+    assert list(reasons) == ["aten_isinf_default"] and "like NaN" in reasons["aten_isinf_default"], reasons
+    tester.to_executorch().run().compare()

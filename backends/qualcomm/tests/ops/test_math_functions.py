@@ -1,20 +1,17 @@
-"""The rest of issue 13's elementwise math: tan / acos / sinh / cosh / asinh / acosh / atanh /
-atan2 (decomposed, float graphs only), trunc (Select of Ceil / Floor), pow (tensor ^ tensor;
-scalar ^ tensor in float graphs), floor_divide (QNN ElementWiseFloorDiv, float), remainder
-(QNN ElementWiseMod: HTP takes INT_32 only), isnan of an internal tensor (QNN IsNan), prelu with a weight tensor (per
-channel and single; 16-bit refused by QNN), log_softmax (QNN LogSoftmax), hardsigmoid (QNN
-ElementWiseNeuron) / hardswish. fmod, float remainder and int floor_divide (compositions: HTP refuses
-the single op) are test_ops_finish13.py's; isinf / isnan of a graph input test_ops_classify_bits.py's.
-One multi-output module per precision, lowered once:
+"""Elementwise math functions: tan / acos / sinh / cosh / asinh / acosh / atanh / atan2
+(decomposed, float graphs only), trunc (Select of Ceil / Floor), pow (tensor ^ tensor; scalar ^
+tensor in float graphs), floor_divide (QNN ElementWiseFloorDiv, float), isnan of an internal
+tensor (QNN IsNan), prelu with a weight tensor (per channel and single; 16-bit refused by QNN),
+log_softmax (QNN LogSoftmax), hardsigmoid (QNN ElementWiseNeuron) / hardswish. The division
+family (fmod, remainder, integer floor_divide): ops/test_division.py; isinf / isnan of a graph
+input: ops/test_isinf_isnan.py. One multi-output module per precision, lowered once:
 
 - fp16: fully delegated (one delegate), host engine vs eager within fp16 tolerance;
 - 8a8w / 16a8w: QnnQuantizer + PT2E, fully delegated, outputs within the QDQ reference's step
-  bounds (quant_tester.py; per-output exceptions in OUTPUT_BOUNDS, measured);
+  bounds (helpers/quant_tester.py; per-output exceptions in OUTPUT_BOUNDS, measured);
 - real QNN (context binary, x86 HTP emulation; skipped without QNN's library): each of the
   three, QNN's outputs vs the host engine's on one delegate blob;
-- int32 / int64 remainder with negative operands (fp16 graph, QNN too);
-- host-engine kernel edge cases: NaN / inf / zero divisors / signed zeros / integer zero
-  divisors."""
+- host-engine kernel edge cases: NaN / inf / zero divisors / signed zeros."""
 from __future__ import annotations
 
 from typing import Callable, Dict, List
@@ -24,11 +21,14 @@ import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
-from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester, assert_pt2e_bounds, output_encodings_with_range, step_stats,
-)
 from backends.qualcomm.tests.helpers.engines import check_on_qnn
-from backends.qualcomm.tests.helpers.quant_tester import lower_to_one_delegate
+from backends.qualcomm.tests.helpers.quant_tester import (
+    QuantTester,
+    assert_pt2e_bounds,
+    lower_to_one_delegate,
+    output_encodings_with_range,
+    step_stats,
+)
 from backends.qualcomm.tests.helpers.tester import QnnTester
 
 F = torch.nn.functional
@@ -55,7 +55,7 @@ def _ops() -> Dict[str, Callable]:
     }
 
 
-class Math2Family(torch.nn.Module):
+class MathFunctionsFamily(torch.nn.Module):
     """Outputs (op_1(x, y, z), op_2(x, y, z), ...); prelu's weights are parameters."""
 
     def __init__(self, quantized: bool = False, sixteen: bool = False):
@@ -122,10 +122,10 @@ QNN_TYPES = ("ElementWiseFloorDiv", "ElementWisePower", "Prelu", "LogSoftmax", "
 
 
 @pytest.mark.parametrize("quant_dtype", [None] + QUANT_DTYPES)
-def test_math2_family(qnn_binary, quant_dtype):
+def test_math_functions_family(qnn_binary, quant_dtype):
     inputs = _inputs(grid=quant_dtype is None)
     sixteen = quant_dtype == QuantDtype.use_16a8w  # 16-bit prelu with a weight: QNN cannot build it
-    tester = lower_to_one_delegate(Math2Family(quantized=quant_dtype is not None, sixteen=sixteen), inputs, quant_dtype)
+    tester = lower_to_one_delegate(MathFunctionsFamily(quantized=quant_dtype is not None, sixteen=sixteen), inputs, quant_dtype)
     ops = tester.payload().op_types()
     expected = tuple(t for t in QNN_TYPES if not (sixteen and t == "Prelu")) + (("IsNan", "ElementWiseAtan", "ElementWiseSin") if quant_dtype is None else ())
     for op in expected:
@@ -135,29 +135,6 @@ def test_math2_family(qnn_binary, quant_dtype):
     else:
         print(check_quantized_outputs(tester))
     print(check_on_qnn(tester, inputs, quant_dtype))
-
-
-class IntegerDivision(torch.nn.Module):
-    def forward(self, a, b, c, d):
-        return torch.remainder(a, b), a % -3, torch.remainder(c, d), c % 4
-
-
-def _integer_inputs():
-    g = torch.Generator().manual_seed(2)
-    b = torch.randint(1, 6, (2, 3, 4), generator=g) * (torch.randint(0, 2, (2, 3, 4), generator=g) * 2 - 1)
-    a = torch.randint(-20, 21, (2, 3, 4), generator=g)
-    return a, b, a.to(torch.int32), b.to(torch.int32)
-
-
-def test_integer_remainder(qnn_binary):
-    """int64 and int32 remainder, negative dividends and divisors: exactly torch's (QNN: exact
-    too). Integer floor_divide and fmod (compositions): test_ops_finish13.py."""
-    inputs = _integer_inputs()
-    tester = lower_to_one_delegate(IntegerDivision(), inputs, None)
-    for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
-        assert out.dtype == ref.dtype, (i, out.dtype, ref.dtype)
-        np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
-    print(check_on_qnn(tester, inputs, None))
 
 
 class EdgeValues(torch.nn.Module):
@@ -185,23 +162,3 @@ def test_host_engine_nan_inf_zero_edges():
         np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
         if out.dtype != np.bool_:
             assert np.array_equal(np.signbit(out), np.signbit(ref)), f"output {i} sign"
-
-
-class IntegerZeroDivisor(torch.nn.Module):
-    def forward(self, a, b):
-        return torch.remainder(a, b), torch.remainder(b, a)
-
-
-def test_host_engine_integer_zero_divisor_gives_zero():
-    """torch raises on an integer zero divisor; the host engine's remainder gives 0 (no UB), and
-    int32's minimum % -1 is 0 instead of trapping."""
-    a = torch.tensor([7, -7, 5, -2 ** 31, -2 ** 31], dtype=torch.int32)
-    b = torch.tensor([0, 0, -1, -1, 2], dtype=torch.int32)  # a[4] % 2 == 0, a[4] % -2 == 0
-    tester = QnnTester(IntegerZeroDivisor(), (a, torch.tensor([1, 1, -1, -1, 2], dtype=torch.int32)))
-    tester.lower().check_fully_delegated().to_executorch()
-    from backends.qualcomm.tests.helpers.runtime import feeds_in_payload_order, native  # host engine
-
-    blob = tester.delegate_blobs()[0]
-    outs = [np.asarray(o) for o in native().run_payload(blob, feeds_in_payload_order(blob, (a, b), tester.module))]
-    np.testing.assert_array_equal(outs[0], [0, 0, 0, 0, 0])
-    np.testing.assert_array_equal(outs[1], [0, 0, 4, -1, -2 ** 31 + 2])

@@ -4,7 +4,9 @@ var / std (+ vector norms, which export decomposes), sort (values + indices, las
 Each family is one multi-output module lowered once: fp16 vs eager, 8a8w / 16a8w vs the QDQ
 reference (float outputs in steps of their encoding, index / bool outputs exactly), on the
 real QNN (context binary, QNN outputs vs host-engine outputs of the same delegate), and the
-host-engine kernels' edge values (NaN, inf, ties, bool)."""
+host-engine kernels' edge values (NaN, inf, ties, bool). Then max() / min() of every element
+(ReduceMax / ReduceMin of the flattened input, the 0-d result stored as [1]), exactly on both
+engines (`qnn_binary`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,12 +14,22 @@ import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
-from backends.qualcomm.tests.helpers.quant_tester import QuantTester, compare_with_qdq, step_stats
+from backends.qualcomm.tests.helpers.engines import qnn_vs_host
 from backends.qualcomm.tests.helpers.models_float import Lambda as L
-from backends.qualcomm.tests.helpers.tester import QnnTester, randn
-from backends.qualcomm.tests.helpers.runtime import (
-    delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
+from backends.qualcomm.tests.helpers.quant_tester import (
+    QuantTester,
+    compare_with_qdq,
+    lower_to_one_delegate,
+    output_encodings,
+    step_stats,
 )
+from backends.qualcomm.tests.helpers.runtime import (
+    delegate_output_scales,
+    needs_qnn,
+    one_delegate_blob,
+    payload_on_both_engines,
+)
+from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]
@@ -229,3 +241,49 @@ def test_sort_over_another_axis_stays_on_cpu_with_reason():
     tester = QnnTester(L(lambda x: torch.sort(x, 0)[0] * 2.0), (randn(3, 4),)).lower()
     assert tester.cpu_op_names() == ["aten.sort.default"]
     assert "last axis" in tester.partitioner.rejected_nodes["aten_sort_default"]
+
+
+# ---- max() / min() of every element ------------------------------------------------------------
+class EveryElementExtremes(torch.nn.Module):
+    """max() / min() of every element (of a rank-4 and of a rank-1 tensor), amax over every dim."""
+
+    def forward(self, x):
+        return x.max(), x.min(), torch.amax(x, (0, 1, 2, 3)), x[0, 1, 2].min(), x.max() - x.min()
+
+
+def extreme_input() -> torch.Tensor:
+    """(2, 3, 4, 5) of multiples of 1/64 in [-2, 2] (exact in fp16), one extreme of each sign."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(-100, 101, (2, 3, 4, 5), generator=g).float() / 64.0
+    x[1, 2, 3, 4], x[0, 0, 1, 2] = 2.0, -1.984375
+    return x
+
+
+def test_max_min_of_every_element_fp16_exact_on_both_engines(qnn_binary):
+    """Selections of one input value: eager's (0-d outputs) within 1e-6 relative (QNN returns
+    2 - 2^-22 for a 2.0 read through HTP's fp16 path; the host engine exactly 2.0), QNN vs host
+    within 2e-3 of the magnitude."""
+    inputs = (extreme_input(),)
+    tester = lower_to_one_delegate(EveryElementExtremes(), inputs, None)
+    for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
+        assert out.shape == ref.shape == (), (i, out.shape)
+        np.testing.assert_allclose(out, ref, rtol=1e-6, atol=0, err_msg=f"output {i}")
+    ops = tester.payload().op_types()
+    assert ops.get("ReduceMax") == 3 and ops.get("ReduceMin") == 3, ops
+    qnn_vs_host(tester, inputs)
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_max_min_of_every_element_quantized_exact(qnn_binary, quant_dtype):
+    """The output shares the input's encoding (QuantFamily.SHARED): the selected code itself,
+    exactly the QDQ reference's; x.max() - x.min() (its own encoding) within 1 step. QNN equal to
+    the host engine."""
+    inputs = (extreme_input(),)
+    tester = lower_to_one_delegate(EveryElementExtremes(), inputs, quant_dtype)
+    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
+                                            output_encodings(tester.module))):
+        stats = step_stats(out, ref, enc[0])
+        print(f"output {i} ({quant_dtype.name}): {stats}")
+        assert stats.max_diff <= (1 if i == 4 else 0), (i, stats)
+    for i, stats in enumerate(qnn_vs_host(tester, inputs, delegate_output_scales(one_delegate_blob(tester)))):
+        assert stats.max_diff == 0, (i, stats)
