@@ -1,5 +1,5 @@
 """pytest set-up for qnn-delegate tests: repo root on sys.path, offline HF, quiet logs, the
-real-QNN fixtures and the real models shared by the session."""
+real-QNN fixtures and marker, and the real models shared by the session."""
 import gc
 import os
 import sys
@@ -71,6 +71,14 @@ def _context_binaries_at_lowering(monkeypatch, on: bool):
 
 
 @pytest.fixture
+def fresh_runtime_options():
+    """The runtime options at their defaults before and after the test."""
+    reset_runtime_options()
+    yield
+    reset_runtime_options()
+
+
+@pytest.fixture
 def real_qnn(monkeypatch):
     """Context binaries at lowering (the suite's default is payload only, for speed): each
     delegate also carries QNN's context binary and can run on QNN's HTP emulation. Skips the
@@ -85,6 +93,20 @@ def qnn_binary(monkeypatch):
     """Context binaries at lowering when QNN's library loads (so that the test also runs its
     delegate on QNN); host engine only, without skipping, otherwise."""
     yield from _context_binaries_at_lowering(monkeypatch, QNN_LOADED)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    """The `qnn` marker, in one place: a test needs Qualcomm's QNN library when it uses the
+    real_qnn fixture or is marked qnn (helpers.runtime.needs_qnn); such a test is marked qnn
+    here and skipped where the library does not load. `pytest -m "not qnn"` leaves them out
+    (tests using `qnn_binary` stay: they run on the host engine, and on QNN too when it loads)."""
+    skip = pytest.mark.skip(reason=f"QNN library not available: {QNN_STATUS}")
+    for item in items:
+        if "real_qnn" in getattr(item, "fixturenames", ()) and item.get_closest_marker("qnn") is None:
+            item.add_marker(pytest.mark.qnn)
+        if not QNN_LOADED and item.get_closest_marker("qnn") is not None:
+            item.add_marker(skip)
 
 
 # Real models are exported and lowered once per session, then shared by the tests.

@@ -25,7 +25,8 @@ BACKEND = "QnnDelegate"
 # Whether Qualcomm's QNN libraries load here (tests of the real QNN engine skip otherwise);
 # the fixtures `real_qnn` / `qnn_binary` are in conftest.py.
 QNN_LOADED, QNN_STATUS = qnn_library_status()
-needs_qnn = pytest.mark.skipif(not QNN_LOADED, reason=f"QNN library not available: {QNN_STATUS}")
+# A test that needs the QNN library: marked `qnn`, skipped by conftest.py where the library does not load.
+needs_qnn = pytest.mark.qnn
 
 RUNTIME_KEYS = ("qnn_runtime_log_level", "qnn_runtime_profile_level",
                 "qnn_runtime_htp_performance_mode", "qnn_runtime_heap_profiling_path")

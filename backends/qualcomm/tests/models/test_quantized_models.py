@@ -150,6 +150,7 @@ class TestQNNQuantizedModel:
             got = pte_tools.read_raw_output(folder / "outputs", idx, 0, expected)
             assert torch.equal(got, expected), f"sample {idx}: runner != runtime"
 
+    @pytest.mark.qnn  # runs the context binary on QNN's engine
     def test_mobilenet_v2_8a8w_qnn_engine(self, mobilenet_v2_8a8w):
         """Real QNN (SM8650 context binary, x86 emulation): same top-1 as the host engine on
         every photo (also the rocket photo, a float near-tie of missile / space shuttle, since
@@ -205,6 +206,7 @@ class TestQNNQuantizedModel:
         assert result.returncode == 0, result.stderr[-2000:]
         assert torch.equal(pte_tools.read_raw_output(tmp_path / "outputs", 0, 0, qnn_hidden), qnn_hidden)
 
+    @pytest.mark.qnn  # runs the context binary on QNN's engine
     def test_mobilenet_v2_fp16_qnn_engine(self, tmp_path):
         """fp16 MobileNetV2 with an SM8650 context binary: QNN gives the host engine's top-1 on
         every photo, logits within 0.5% of the range (measured 0.055% in `make run`)."""

@@ -194,10 +194,13 @@ class IntegerFamily(torch.nn.Module):
                 c // 4, torch.remainder(c, d), ~c, ~a)
 
 
-def integer_inputs():
-    g = torch.Generator().manual_seed(5)
-    b = torch.randint(1, 7, (2, 3, 4), generator=g) * (torch.randint(0, 2, (2, 3, 4), generator=g) * 2 - 1)
-    a = torch.randint(-40, 41, (2, 3, 4), generator=g)
+def integer_inputs(seed: int = 5, divisor_max: int = 6, dividend_max: int = 40):
+    """(a, b) int64 and the same as int32: dividends in [-dividend_max, dividend_max], divisors
+    +-[1, divisor_max] (no zero)."""
+    g = torch.Generator().manual_seed(seed)
+    b = torch.randint(1, divisor_max + 1, (2, 3, 4), generator=g)
+    b = b * (torch.randint(0, 2, (2, 3, 4), generator=g) * 2 - 1)
+    a = torch.randint(-dividend_max, dividend_max + 1, (2, 3, 4), generator=g)
     return a, b, a.to(torch.int32), b.to(torch.int32)
 
 
@@ -231,17 +234,10 @@ class IntegerDivision(torch.nn.Module):
         return torch.remainder(a, b), a % -3, torch.remainder(c, d), c % 4
 
 
-def _integer_inputs():
-    g = torch.Generator().manual_seed(2)
-    b = torch.randint(1, 6, (2, 3, 4), generator=g) * (torch.randint(0, 2, (2, 3, 4), generator=g) * 2 - 1)
-    a = torch.randint(-20, 21, (2, 3, 4), generator=g)
-    return a, b, a.to(torch.int32), b.to(torch.int32)
-
-
 def test_integer_remainder(qnn_binary):
     """int64 and int32 remainder, negative dividends and divisors: exactly torch's (QNN: exact
-    too). Integer floor_divide and fmod (compositions): test_ops_finish13.py."""
-    inputs = _integer_inputs()
+    too). Integer floor_divide and fmod (compositions): test_integer_family_exact_on_both_engines."""
+    inputs = integer_inputs(seed=2, divisor_max=5, dividend_max=20)
     tester = lower_to_one_delegate(IntegerDivision(), inputs, None)
     for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
         assert out.dtype == ref.dtype, (i, out.dtype, ref.dtype)

@@ -20,12 +20,17 @@ import pytest
 import torch
 
 from backends.qualcomm import (
-    QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
-    get_runtime_option, set_runtime_option,
+    QcomChipset,
+    generate_htp_compiler_spec,
+    generate_qnn_executorch_compiler_spec,
+    get_runtime_option,
+    set_runtime_option,
 )
 from backends.qualcomm.tests.helpers import runtime as h
 from backends.qualcomm.tests.helpers.real_models import SmallConvNet
 from backends.qualcomm.utils import pte_tools
+
+pytestmark = pytest.mark.usefixtures("fresh_runtime_options")  # conftest.py
 
 HEAP = "qnn_runtime_heap_profiling_path"
 PROFILE = "qnn_runtime_profile_level"
@@ -89,13 +94,6 @@ def _rewrite_pte(src: Path, dst: Path, edit: Callable) -> Path:
     edit(pte.program)
     dst.write_bytes(bytes(serialize_pte_binary(pte)))
     return dst
-
-
-@pytest.fixture(autouse=True)
-def _fresh_runtime_options():
-    h.reset_runtime_options()
-    yield
-    h.reset_runtime_options()
 
 
 @pytest.fixture(scope="module")

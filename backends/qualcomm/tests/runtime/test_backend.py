@@ -17,21 +17,16 @@ from backends.qualcomm import get_runtime_option, set_runtime_option
 from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.tests.helpers import runtime as h
 from backends.qualcomm.tests.helpers.real_models import SmallConvNet
-from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn
 from backends.qualcomm.utils import pte_tools
+from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn
+
+pytestmark = pytest.mark.usefixtures("fresh_runtime_options")  # conftest.py
 
 PROFILE = "qnn_runtime_profile_level"
 LOG = "qnn_runtime_log_level"
 PERF = "qnn_runtime_htp_performance_mode"
 HEAP = "qnn_runtime_heap_profiling_path"
 ATOL = 1e-3  # fp16 small-model tolerance
-
-
-@pytest.fixture(autouse=True)
-def _fresh_runtime_options():
-    h.reset_runtime_options()
-    yield
-    h.reset_runtime_options()
 
 
 @pytest.fixture(scope="module")
