@@ -10,7 +10,6 @@ import contextlib
 import io
 from pathlib import Path
 
-import torch
 from torch import nn
 
 MODEL_NAME = "efficientnet-lite0"

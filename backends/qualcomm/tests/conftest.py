@@ -9,7 +9,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# Lowering builds QNN context binaries only in the real-QNN tests (test_qnn_real.py turns it
+# Lowering builds QNN context binaries only in the real-QNN tests (the real_qnn and qnn_binary fixtures turn it
 # on); elsewhere delegates carry the payload only and run on the host engine (fast).
 os.environ.setdefault("QNN_DELEGATE_CONTEXT_BINARY", "0")
 
@@ -17,11 +17,16 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from backends.qualcomm.tests.helpers.real_models import (  # noqa: E402
-    LoweredModel, RunnerCase, SmallConvNet, lower_and_run, photo_samples)
-from backends.qualcomm.tests.helpers.runtime import (  # noqa: E402
-    QNN_LOADED, QNN_STATUS, reset_runtime_options)
-from qnn_models import imagenet  # noqa: E402
+    LoweredModel,
+    RunnerCase,
+    SmallConvNet,
+    lower_and_run,
+    photo_samples,
+)
+from backends.qualcomm.tests.helpers.runtime import QNN_LOADED, QNN_STATUS, reset_runtime_options  # noqa: E402
 from backends.qualcomm.utils.qnn_context import AOT_ENV  # noqa: E402
+from qnn_models import imagenet  # noqa: E402
+
 
 def _cache_torchao_pattern_exports() -> None:
     """torchao's convert_pt2e (any graph with a batch norm) and QAT prepare re-export the same
@@ -121,8 +126,7 @@ def mobilenet_v2(tmp_path_factory) -> LoweredModel:
 
 @pytest.fixture(scope="session")
 def efficientnet_lite0(tmp_path_factory) -> LoweredModel:
-    from qnn_models.efficientnet_lite0 import (
-        INPUT_MEAN, INPUT_STD, load_efficientnet_lite0)
+    from qnn_models.efficientnet_lite0 import INPUT_MEAN, INPUT_STD, load_efficientnet_lite0
 
     samples = photo_samples(INPUT_MEAN, INPUT_STD)
     return lower_and_run(load_efficientnet_lite0(), samples,

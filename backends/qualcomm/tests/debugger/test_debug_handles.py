@@ -9,17 +9,8 @@ import operator
 import pytest
 import torch
 
-from backends.qualcomm._passes.resolve_debug_handle import (
-    ResolveDebugHandle,
-    dumped_handle_owners,
-    node_debug_handle,
-)
-from backends.qualcomm.debugger import (
-    FAIL,
-    CosineSimilarityComparator,
-    MSEComparator,
-    SQNRComparator,
-)
+from backends.qualcomm._passes.resolve_debug_handle import ResolveDebugHandle, dumped_handle_owners, node_debug_handle
+from backends.qualcomm.debugger import FAIL, CosineSimilarityComparator, MSEComparator, SQNRComparator
 from backends.qualcomm.debugger.dump_info import DumpedTensor
 from backends.qualcomm.utils.constants import DEBUG_HANDLE, LAYOUT_CHANNEL_LAST
 from backends.qualcomm.utils.tensor_dump import dump_tensor_name, handle_from_tensor_name

@@ -1,4 +1,4 @@
-"""ExecuTorch's own devtools flow on our programs (issue 15): to_edge_transform_and_lower with
+"""ExecuTorch's own devtools flow on our programs: to_edge_transform_and_lower with
 QnnPartitioner and generate_etrecord=True, Runtime with ETDump and a debug buffer, then
 Inspector.calculate_numeric_gap. The delegate logs each dumped tensor as the edge node it
 stands for (dequantized, in PyTorch's layout; a conv's tensor also stands for the batch norm /
@@ -15,13 +15,16 @@ import pytest
 import torch
 
 from backends.qualcomm import (
-    QcomChipset, QnnPartitioner, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
+    QcomChipset,
+    QnnPartitioner,
+    generate_htp_compiler_spec,
+    generate_qnn_executorch_compiler_spec,
 )
 from backends.qualcomm.debugger import QNNIntermediateDebugger, SQNRComparator
 from backends.qualcomm.debugger.dump_info import collect_dumped_tensors
-from backends.qualcomm.utils.qnn_context import AOT_ENV
 from backends.qualcomm.tests.helpers.debug_run import DebugRun, quantize_8a8w
 from backends.qualcomm.tests.helpers.runtime import QNN_LOADED, needs_qnn
+from backends.qualcomm.utils.qnn_context import AOT_ENV
 
 nn = torch.nn
 

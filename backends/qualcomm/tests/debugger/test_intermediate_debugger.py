@@ -8,10 +8,7 @@ import math
 import pytest
 import torch
 
-from backends.qualcomm.debugger import (
-    PASS,
-    SQNRComparator,
-)
+from backends.qualcomm.debugger import PASS, SQNRComparator
 from backends.qualcomm.tests.helpers.debug_run import DebugRun, debug_specs
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST
 from backends.qualcomm.utils.pte_tools import delegate_blobs

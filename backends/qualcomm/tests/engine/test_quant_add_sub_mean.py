@@ -4,11 +4,18 @@ random 16-bit pairs, saturation, extreme scale ratios, broadcast and static scal
 the PT2E-style reference (QNN_DELEGATE_REFERENCE_KERNELS=1) within one step."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
-from backends.qualcomm.tests.helpers.htp_add_sub_mean import Case, expected, htp_mean, mean_cases, random_cases, run_host, run_host_mean
+from backends.qualcomm.tests.helpers.htp_add_sub_mean import (
+    Case,
+    expected,
+    htp_mean,
+    mean_cases,
+    random_cases,
+    run_host,
+    run_host_mean,
+)
 
 
 @pytest.mark.parametrize("op", ["ElementWiseAdd", "ElementWiseSubtract"])

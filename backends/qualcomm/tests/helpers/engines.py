@@ -16,6 +16,8 @@ from backends.qualcomm.utils.qnn_context import payload_of
 from backends.qualcomm.utils.runtime_options import require_extension
 
 SM8650 = 57
+# First 16 bytes of a QNN context binary written by QNN 2.51 (PLATFORM.md).
+CONTEXT_BINARY_MAGIC = bytes.fromhex("00000002000000030000000000000001")
 
 
 def with_qnn_binary(blob: bytes) -> bytes:

@@ -2,7 +2,7 @@
 activations in and out, int8 weights), the arithmetic the host engine's integer
 Conv2d / DepthWiseConv2d / FullyConnected / MatMul kernels reproduce
 (backends/qualcomm/runtime/engine/HtpRequant.h; measured against QNN 2.51 HTP in
-test_qnn_fidelity_weighted.py):
+qnn/test_fidelity_weighted.py):
 
     m = in_scale * w_scale / out_scale; e = floor(-log2 m); s = max(0, e - 3)
     M = round(m * 2^(s + 15)); a = acc + floor(f32(bias_real) / f32(in_scale * w_scale))

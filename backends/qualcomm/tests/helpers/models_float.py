@@ -317,3 +317,23 @@ class LlamaRmsNorm(torch.nn.Module):
         h = x.to(torch.float32)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(dtype)
+
+
+class ConvAddRelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x, y):
+        return torch.relu(self.conv(x)) + y
+
+
+class ConvLinearSoftmax(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.linear = torch.nn.Linear(8, 16)
+
+    def forward(self, x, y):
+        z = torch.relu(self.conv(x)) + y
+        return torch.softmax(self.linear(z.mean(dim=(2, 3))), dim=-1)

@@ -1,5 +1,5 @@
 """Numpy reference of the OPS.md quantized-graph semantics, and hand-built
-quantized payloads for the engine kernel tests (test_engine_quant_kernels.py).
+quantized payloads for the engine kernel tests (engine/test_quant_kernels.py).
 
 real = scale * (q + offset); quantize: q = clamp(rne(x * (1/scale)) - offset)
 (float32, like the PT2E QDQ reference); integer ops are compared against

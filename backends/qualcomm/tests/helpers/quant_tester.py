@@ -10,9 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from backends.qualcomm import (
-    QcomChipset, QnnQuantizer, QuantDtype,
-)
+from backends.qualcomm import QcomChipset, QnnQuantizer, QuantDtype
 from backends.qualcomm.builders.quant_encoding import DEQUANTIZE_OPS
 from backends.qualcomm.tests.helpers.tester import QnnTester, _to_numpy
 from backends.qualcomm.utils.activation_fusion import with_fused_activations
@@ -28,9 +26,9 @@ from qnn_models.quantize import quant_compile_specs, quantize_module  # noqa: F4
 # unrounded too (utils/activation_fusion.py with_fused_activations; without it conv -> relu
 # in qat_conv_bn_folds 8a8w is 68% exact, max 2). Each is within one step of PT2E at its own output,
 # not bit-exact with it; bit-exactness against HTP is tested on real QNN
-# (test_qnn_fidelity_{weighted,binary,lut}.py). Against PT2E, per output:
+# (qnn/test_fidelity_{weighted,add_sub_mean,lookup_tables}.py). Against PT2E, per output:
 #
-# 8-bit outputs (measured on test_qnn_quantized.py, engine of 8c14370):
+# 8-bit outputs (measured on ops/test_quantized_operators.py, engine of 8c14370):
 # - at most MAX_NOT_EXACT_FRACTION not exact. Exact share per output: conv2d_linear
 #   92.4-96.7%, linear_no_bias_3d / matmul 91.7%, pad_conv 88.8%, binary 95.8%, softmax
 #   96.3%, others >= 97% (exception, in its test: layer_norm 80.0%, beta added in whole

@@ -1,5 +1,6 @@
-"""Helpers of test_qnn_utils.py: lowering small models, loading .pte files with
-ETDump, reading the Inspector's delegate events, counting delegate blobs."""
+"""Shared test helpers: whether QNN's library loads (and needs_qnn, the `qnn` marker), lowering
+small models to .pte files, loading them with ETDump, the Inspector's delegate events, the
+runner, one delegate on both engines, delegate blobs and output scales."""
 from __future__ import annotations
 
 import gc
@@ -14,7 +15,9 @@ import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
 
 from backends.qualcomm import (
-    QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
+    QcomChipset,
+    generate_htp_compiler_spec,
+    generate_qnn_executorch_compiler_spec,
     to_edge_transform_and_lower_to_qnn,
 )
 from backends.qualcomm.utils.pte_tools import delegate_blobs  # noqa: F401  (the tests import it from here)

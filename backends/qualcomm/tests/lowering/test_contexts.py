@@ -1,4 +1,4 @@
-"""Contexts of a program and `use_multi_contexts` (issue 17, item 7).
+"""Contexts of a program and `use_multi_contexts`.
 
 Upstream, `use_multi_contexts` makes the contexts of one .pte share a single spill-fill
 buffer on a real HTP; this delegate has no equivalent, so lowering rejects the flag with a

@@ -1,4 +1,4 @@
-"""Delegate inputs and outputs in dim orders other than contiguous (issue 9, item 5).
+"""Delegate inputs and outputs in dim orders other than contiguous.
 
 A model exported with a channels_last example input gets channels_last input (and, for
 convs, output) tensors in the program. The delegate stores every graph input / output in

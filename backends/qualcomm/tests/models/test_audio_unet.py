@@ -1,4 +1,4 @@
-"""Issue 14's done-when models, each lowered whole (one delegate, no CPU op):
+"""Two whole models, each lowered in one delegate with no CPU op:
 
 - an audio encoder / decoder (stereo 1-D signal): Conv1d (strided) -> GroupNorm -> SiLU / GELU,
   nearest upsample, LeakyReLU, a torch.cat skip connection, ReLU, Tanh;
@@ -22,10 +22,14 @@ import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester, float_outputs, output_encodings_with_range, sqnr_db, step_stats,
+    QuantTester,
+    float_outputs,
+    output_encodings_with_range,
+    sqnr_db,
+    step_stats,
 )
-from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 from backends.qualcomm.tests.helpers.runtime import needs_qnn, payload_on_both_engines
+from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 from backends.qualcomm.utils import pte_tools
 
 nn = torch.nn
@@ -131,7 +135,7 @@ def test_fp16_model_matches_eager(model):
 
 # (max steps, min exact share) of the model output against the QDQ reference, and the SQNR
 # margin (dB) against float. Each op of these models is within one step of the reference at its
-# own output (test_ops_conv / test_ops_pool / test_ops_resize_norm); through a chain of
+# own output (ops/test_conv / ops/test_pool_pad / ops/test_resize_norm); through a chain of
 # requantizing ops a 1-step difference is carried on and grows by each op's gain. Measured
 # (per stage, outputs of each op): U-Net 92-97% exact at each op, max 1 until the last convs,
 # model output 70.9% exact, max 3; audio: conv 97.3%, then each GroupNorm normalizes a 1-step
@@ -149,11 +153,11 @@ SQNR_MARGIN_DB = 1.5
 # QNN vs host engine, model output, (max steps, min exact share). Measured: U-Net 83.6% exact,
 # max 2 (85.0% since the GroupNorm change; each op 93-100% exact, max 1: TransposeConv2d 97.1%,
 # avg pool 95.3%); audio 35.9%, max 4, before and after the host quantized GroupNorm outputs in
-# float16 as HTP does (one-op graphs: 96.4% -> 99.1% equal to QNN, test_qnn_fidelity_norm.py):
+# float16 as HTP does (one-op graphs: 96.4% -> 99.1% equal to QNN, qnn/test_fidelity_norm.py):
 # the chain of three GroupNorms carries the steps of the ops before them (h2 80.1%, GroupNorm 3
 # 57.4%, max 3; not decoded further).
 # 16a8w: audio 50.8% exact, max 4; U-Net 18.4%, max 10 (of 65535 steps; the graph input's 16-bit
-# Quantize differs by a step or more on QNN, as in test_ops_resize_norm, and the convs carry it).
+# Quantize differs by a step or more on QNN, as in ops/test_resize_norm, and the convs carry it).
 # QNN's op validation refuses the 16a8w SiLU's Sigmoid ("mismatching datatypes"), yet finalizes
 # the graph and its outputs agree.
 QNN_BOUNDS = {("audio", "8a8w"): (5, 0.3), ("unet", "8a8w"): (2, 0.8),

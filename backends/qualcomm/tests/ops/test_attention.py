@@ -146,7 +146,7 @@ def test_attention_on_qnn_matches_host(quant_dtype, real_qnn):
             assert on_qnn >= 45.0 and on_host >= on_qnn - 3.0, f"output {i}: QNN {on_qnn:.1f} dB, host {on_host:.1f} dB"
 
 
-# ---- issue 13's "done when": a decoder block in one delegate --------------------------------
+# ---- a decoder block in one delegate --------------------------------
 class DecoderBlock(torch.nn.Module):
     """RMSNorm, fused qkv projection split into q / k / v (`split`, what `chunk` exports to),
     KV-cache write at a position tensor (`index_put`, accumulate=False), GQA (4 query heads on 2

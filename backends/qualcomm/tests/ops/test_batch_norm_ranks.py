@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 from backends.qualcomm.tests.helpers.runtime import assert_qnn_matches_host, one_delegate_blob
+from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
 
 def _randomize(bn: torch.nn.modules.batchnorm._BatchNorm) -> None:

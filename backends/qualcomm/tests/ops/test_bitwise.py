@@ -1,4 +1,4 @@
-"""Issue 13, bitwise_and / bitwise_or / bitwise_xor of integer tensors (builders/op_bitwise.py): four
+"""bitwise_and / bitwise_or / bitwise_xor of integer tensors (builders/op_bitwise.py): four
 bytes split with INT_32 Mod and exact divisions, one shared 65536-entry table per op read by
 Gather at 256 x + y, the top byte recombined as signed; Scalar forms as per-byte rows summed.
 
@@ -13,13 +13,11 @@ import torch
 
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnGraph, QnnOp, QnnTensor, TensorType
-from backends.qualcomm.tests.helpers.engines import with_qnn_binary
-from backends.qualcomm.tests.helpers.engines import qnn_vs_host
+from backends.qualcomm.tests.helpers.engines import qnn_vs_host, with_qnn_binary
 from backends.qualcomm.tests.helpers.quant_tester import lower_to_one_delegate
-from backends.qualcomm.tests.helpers.tester import QnnTester
 from backends.qualcomm.tests.helpers.runtime import needs_qnn
+from backends.qualcomm.tests.helpers.tester import INT32_BOUNDARY, QnnTester, assert_outputs_exact, random_int32
 from backends.qualcomm.utils.runtime_options import require_extension
-from backends.qualcomm.tests.helpers.tester import INT32_BOUNDARY, assert_outputs_exact, random_int32
 
 
 def _tables(tester: QnnTester) -> int:
@@ -183,7 +181,7 @@ def test_int32_split_ops_at_the_boundaries_qnn_equals_host():
     2^31 - 1, -1, 0, 255, -256, ...: Mod(x, 256) in [0, 255] (the divisor's sign), Mod by
     tensors of both signs, x - Mod(x, 256) and its exact division by 256. What it avoids
     (QNN differs from torch there, measured): Add / Subtract / Multiply saturate on overflow
-    (torch wraps; the host engine saturates as QNN, test_ops_int_arith.py), and Divide by the
+    (torch wraps; the host engine saturates as QNN, ops/test_integer_arithmetic.py), and Divide by the
     STATIC 256 floors (-1 / 256 = -1) while Divide by a tensor truncates (-7 / 2 = -3)."""
     x = np.array(INT32_BOUNDARY + [-255, 2 ** 31 - 256, -2 ** 31 + 255, 1000, -1000, 7, -7, -7], np.int32)
     y = np.array([-1000, 1000, 3, -3, 2, -2, 7, -7, 1, -1, 256, -256, 255, -255, 9, 2, -2, 2, 5, 2], np.int32)

@@ -1,4 +1,4 @@
-"""Convolutions beyond conv2d (issue 14): conv1d (a 2-D conv on a unit height, incl. groups /
+"""Convolutions beyond conv2d: conv1d (a 2-D conv on a unit height, incl. groups /
 depthwise, stride, padding, dilation), transposed conv 1d / 2d (TransposeConv2d: stride,
 padding, output_padding, groups), conv3d (Conv3d) and transposed conv 3d (TransposeConv3d).
 
@@ -18,14 +18,16 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.serialization import qnn_payload_generated as gen
 from backends.qualcomm.serialization.payload_reader import deserialize
-from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester, StepStats, compare_with_qdq, step_stats,
-)
-from backends.qualcomm.tests.helpers.tester import QnnTester, randn
+from backends.qualcomm.tests.helpers.quant_tester import QuantTester, StepStats, compare_with_qdq, step_stats
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED, assert_qnn_matches_host, delegate_output_scales, needs_qnn, one_delegate_blob,
+    QNN_LOADED,
+    assert_qnn_matches_host,
+    delegate_output_scales,
+    needs_qnn,
+    one_delegate_blob,
     payload_on_both_engines,
 )
+from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]

@@ -12,8 +12,8 @@ import torch
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, step_stats
-from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 from backends.qualcomm.tests.helpers.runtime import delegate_output_scales, payload_on_both_engines
+from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 
@@ -101,7 +101,7 @@ def test_cumsum_family_on_real_qnn(real_qnn, quant_dtype):
         return
     # the quantized cumsum runs in float between Dequantize and Quantize: in fp16 on HTP, in fp32
     # on the host engine, so outputs differ by up to 2^-11 of their range (8-bit: 2 steps on a few
-    # %; 16-bit: 32 steps), as test_ops_reduce's var / std
+    # %; 16-bit: 32 steps), as ops/test_reduce's var / std
     stats = [step_stats(q, h, scale) for scale, q, h in zip(delegate_output_scales(tester.delegate_blobs()[0]), qnn, host)]
     print("\n".join(f"{quant_dtype.name} delegate output {i}: {st}" for i, st in enumerate(stats)))
     limit = 2 if quant_dtype == A8W8 else 32

@@ -19,11 +19,14 @@ import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
+from backends.qualcomm.tests.helpers.engines import MAX_BOOL_MISMATCH, check_on_qnn
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester, assert_pt2e_bounds, output_encodings_with_range, step_stats,
+    QuantTester,
+    assert_pt2e_bounds,
+    output_encodings_with_range,
+    step_stats,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester
-from backends.qualcomm.tests.helpers.engines import MAX_BOOL_MISMATCH, check_on_qnn
 
 QUANT_DTYPES = [QuantDtype.use_8a8w, QuantDtype.use_16a8w]
 COMPARE_TYPES = ("ElementWiseEqual", "ElementWiseNotEqual", "ElementWiseLess", "ElementWiseLessEqual",

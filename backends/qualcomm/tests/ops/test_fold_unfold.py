@@ -103,7 +103,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     """QNN 2.51 HTP emulation vs the host engine, one delegate (QNN validated and finalized the
     grouped one-hot TransposeConv2d in each precision). Measured: fp16 max |qnn - host| 4.8e-7;
     8a8w 100% equal; 16a8w max 13 of 65535 steps (as the 16-bit data movement ops of
-    test_ops_resize_norm: the graph inputs' 16-bit Quantize differs)."""
+    ops/test_resize_norm: the graph inputs' 16-bit Quantize differs)."""
     inputs, module = fold_inputs(), FoldFamily()
     tester = (QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype)).lower()
     blob = one_delegate_blob(tester)

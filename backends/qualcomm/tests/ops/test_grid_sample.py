@@ -214,7 +214,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     distance chains, the PoolMax2d pairs, the RmsNorm and GridSample in each precision).
     Measured: fp16 max |qnn - host| 2e-3 (cdist), 2.4e-7 (pools, RmsNorm 1e-6), GridSample
     bilinear 4.9e-4 and nearest 2.4e-7; 8a8w max 1 step on every output; 16a8w up to 18 steps
-    (cdist) and 12 (pools, GridSample), as the 16-bit data movement ops of test_ops_resize_norm:
+    (cdist) and 12 (pools, GridSample), as the 16-bit data movement ops of ops/test_resize_norm:
     the graph inputs' 16-bit Quantize differs, not the ops."""
     inputs, module = real_inputs(), RealVision()
     if quant_dtype is None:

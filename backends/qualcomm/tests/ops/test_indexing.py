@@ -19,8 +19,8 @@ from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.tests.helpers.payload_builder import NP_TO_QNN, U32, GraphBuilder, randn, scalar, u32
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, step_stats
-from backends.qualcomm.tests.helpers.tester import QnnTester, inputs_of
 from backends.qualcomm.tests.helpers.runtime import delegate_output_scales, payload_on_both_engines
+from backends.qualcomm.tests.helpers.tester import QnnTester, inputs_of
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]

@@ -1,4 +1,4 @@
-"""Issue 13, integer add / sub / mul (Tensor and Scalar forms, alpha, rsub) of int32 / int64 tensors
+"""Integer add / sub / mul (Tensor and Scalar forms, alpha, rsub) of int32 / int64 tensors
 inside a delegate: ElementWiseAdd / Subtract / Multiply on INT_32 (int64: INT_64 in the payload,
 INT_32 on QNN). QNN 2.51's HTP saturates them on overflow (measured); the host engine does the
 same, so both engines agree everywhere, and equal eager while results fit int32 (eager wraps).
@@ -11,11 +11,9 @@ import numpy as np
 import torch
 
 from backends.qualcomm import QuantDtype
-from backends.qualcomm.tests.helpers.quant_tester import QuantTester
-from backends.qualcomm.tests.helpers.tester import INT32_BOUNDARY, assert_outputs_exact, random_int32
 from backends.qualcomm.tests.helpers.engines import qnn_vs_host
-from backends.qualcomm.tests.helpers.quant_tester import lower_to_one_delegate
-from backends.qualcomm.tests.helpers.tester import QnnTester
+from backends.qualcomm.tests.helpers.quant_tester import QuantTester, lower_to_one_delegate
+from backends.qualcomm.tests.helpers.tester import INT32_BOUNDARY, QnnTester, assert_outputs_exact, random_int32
 
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 

@@ -1,4 +1,4 @@
-"""isinf / isnan of a graph input, exactly, on both engines (ClassifyBuilder, issue 13).
+"""isinf / isnan of a graph input, exactly, on both engines (ClassifyBuilder).
 
 HTP holds floats without infinities (an infinite tensor compares like NaN there; QNN's IsNan is
 true for +-inf and |x| > 65504), so the exact answer comes from the input's IEEE bits: the

@@ -12,9 +12,7 @@ import torch
 
 from backends.qualcomm import _qnn_delegate
 from backends.qualcomm.builders import registry
-from backends.qualcomm.builders.qnn_op_types import (
-    LUT_OP_TYPES, OP_TABLE, QNN_OP_TYPES, QNN_QUANT_OP_TYPES,
-)
+from backends.qualcomm.builders.qnn_op_types import LUT_OP_TYPES, OP_TABLE, QNN_OP_TYPES, QNN_QUANT_OP_TYPES
 from backends.qualcomm.serialization import op_table
 from backends.qualcomm.serialization import qnn_op_table_generated as generated
 

@@ -1,4 +1,4 @@
-"""Pools and pads of issue 14: max / avg pool 1d, 2d, 3d (ceil_mode, count_include_pad both ways,
+"""Pools and pads: max / avg pool 1d, 2d, 3d (ceil_mode, count_include_pad both ways,
 divisor_override, with_indices when only the values are used), adaptive avg / max pool 1d, 2d, 3d
 (uniform windows: one pool; global: one reduction; otherwise slices + reductions + concat), and
 constant / reflection / replication pads 1d, 2d, 3d as QNN Pad.
@@ -19,10 +19,8 @@ import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, compare_with_qdq, step_stats
+from backends.qualcomm.tests.helpers.runtime import delegate_output_scales, needs_qnn, payload_on_both_engines
 from backends.qualcomm.tests.helpers.tester import QnnTester, randn
-from backends.qualcomm.tests.helpers.runtime import (
-    delegate_output_scales, needs_qnn, payload_on_both_engines,
-)
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 nn = torch.nn

@@ -1,4 +1,4 @@
-"""The rest of issue 13's reductions, shape and indexing ops: prod (a tree of multiplies, QNN has
+"""Reductions, shape and indexing ops: prod (a tree of multiplies, QNN has
 no ReduceProd), all / any (of every element too: 0-d results stored as [1]; all of a float
 tensor: logical_not(x) = x == 0), triu / tril (kept whole: Select with a constant mask),
 diagonal / unfold / as_strided (Gather at constant flat positions).
@@ -9,17 +9,20 @@ QDQ reference in steps of each output's encoding; then QNN's outputs against the
 on the same delegate blob. Host-engine edge values (NaN / inf / zeros) last."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
-from backends.qualcomm.tests.helpers.quant_tester import assert_pt2e_bounds, output_encodings, step_stats
-from backends.qualcomm.tests.helpers.tester import QnnTester
 from backends.qualcomm.tests.helpers.engines import qnn_vs_host
-from backends.qualcomm.tests.helpers.quant_tester import lower_to_one_delegate
+from backends.qualcomm.tests.helpers.quant_tester import (
+    assert_pt2e_bounds,
+    lower_to_one_delegate,
+    output_encodings,
+    step_stats,
+)
 from backends.qualcomm.tests.helpers.runtime import delegate_output_scales
+from backends.qualcomm.tests.helpers.tester import QnnTester
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 
@@ -144,8 +147,8 @@ QNN_VS_HOST_STEPS = {False: 7, True: 96}
 @pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
 def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
     """prod and 8-bit atan2 run in float between Dequantize and Quantize; 16-bit atan2 is integer
-    ops and a table of codes (op_atan2.py: test_ops_atan2_16.py); the unary chains are lookup
-    tables (op_lookup.py, exact for their input codes: test_ops_lookup13.py). The program runs on QNN when its library loads (context
+    ops and a table of codes (op_atan2.py: ops/test_atan2.py); the unary chains are lookup
+    tables (op_lookup.py, exact for their input codes: ops/test_lookup_tables.py). The program runs on QNN when its library loads (context
     binary), else on the host engine. Measured on QNN against PT2E (float32): views and all
     exact; prod / atan2 8-bit within 1 step; atan2 16-bit within 1 step (69% exact: QNN's u and
     x - 1.2 it reads are a step off PT2E's on some elements; the fp16 chain was 22 steps off);

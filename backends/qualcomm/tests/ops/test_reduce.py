@@ -177,7 +177,7 @@ def test_kernels_nan_inf_and_ties_follow_pytorch():
 
 def test_rank0_argmax_stays_on_cpu_and_every_element_extremes_delegate():
     """amax over every dim and max() reduce the flattened input to [1] (the 0-d result, QNN
-    refusing rank 0: test_ops_finish13.py); a 0-d argmax stays on the CPU with QNN's reason."""
+    refusing rank 0: ops/test_division.py); a 0-d argmax stays on the CPU with QNN's reason."""
     class AllDims(torch.nn.Module):
         def forward(self, x):
             return torch.amax(x, (0, 1, 2, 3)), torch.argmax(x[0, 0, 0], 0), x.max(), x * 2.0

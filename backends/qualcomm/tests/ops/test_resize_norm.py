@@ -1,4 +1,4 @@
-"""Resize and normalization (issue 14): upsample nearest 1d / 2d, bilinear (align_corners both
+"""Resize and normalization: upsample nearest 1d / 2d, bilinear (align_corners both
 ways), bicubic, F.interpolate with scale_factor or size; pixel_shuffle / pixel_unshuffle /
 channel_shuffle; group_norm, instance_norm, batch_norm with batch statistics, rms_norm,
 layer_norm over several trailing axes.
@@ -18,10 +18,8 @@ import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, compare_with_qdq, step_stats
+from backends.qualcomm.tests.helpers.runtime import delegate_output_scales, needs_qnn, payload_on_both_engines
 from backends.qualcomm.tests.helpers.tester import QnnTester, randn
-from backends.qualcomm.tests.helpers.runtime import (
-    delegate_output_scales, needs_qnn, payload_on_both_engines,
-)
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 QUANT_DTYPES = [A8W8, A16W8]

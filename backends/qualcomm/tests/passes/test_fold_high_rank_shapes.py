@@ -11,8 +11,8 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm._passes.fold_high_rank_shapes import merged_permutation
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester
-from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 from backends.qualcomm.tests.helpers.runtime import assert_qnn_matches_host, one_delegate_blob
+from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
 
 class WindowLinear(torch.nn.Module):

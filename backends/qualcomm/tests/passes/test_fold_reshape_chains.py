@@ -12,8 +12,8 @@ import torch
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester
-from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 from backends.qualcomm.tests.helpers.runtime import assert_qnn_matches_host, one_delegate_blob, payload_on_both_engines
+from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
 
 class Einsum(torch.nn.Module):

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from backends.qualcomm.serialization.payload_writer import QnnHtpSection, wrap_context_binary
 from backends.qualcomm.tests.helpers.htp_add_sub_mean import expected, graph, random_cases, run_host
 from backends.qualcomm.tests.helpers.runtime import needs_qnn
 from backends.qualcomm.utils.qnn_context import payload_of
 from backends.qualcomm.utils.runtime_options import require_extension
-from backends.qualcomm.serialization.payload_writer import QnnHtpSection, wrap_context_binary
 
 pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]  # real_qnn: conftest.py
 SM8650 = 57

@@ -13,14 +13,21 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType, QnnGraph, QnnOp, QnnTensor, QuantEncoding, QuantParams, TensorType)
+    DataType,
+    QnnGraph,
+    QnnOp,
+    QnnTensor,
+    QuantEncoding,
+    QuantParams,
+    TensorType,
+)
+from backends.qualcomm.tests.helpers.engines import with_qnn_binary
 from backends.qualcomm.tests.helpers.models_quant import Family
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, output_encodings, step_stats
 from backends.qualcomm.tests.helpers.runtime import needs_qnn
 from backends.qualcomm.utils.qnn_context import AOT_ENV
 from backends.qualcomm.utils.qnn_tables import TABLE_OP_TYPES
 from backends.qualcomm.utils.runtime_options import require_extension
-from backends.qualcomm.tests.helpers.engines import with_qnn_binary
 
 pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]  # real_qnn: conftest.py
 

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from backends.qualcomm.serialization import qnn_payload_generated as gen
 from backends.qualcomm.serialization.payload_writer import QnnHtpSection, wrap_context_binary
 from backends.qualcomm.tests.helpers.htp_requant_reference import htp_requantize
-from backends.qualcomm.tests.helpers.quant_reference import E, S8, S32, U8, U16
 from backends.qualcomm.tests.helpers.payload_builder import U32, GraphBuilder, scalar, u32
+from backends.qualcomm.tests.helpers.quant_reference import S8, S32, U8, U16, E
 from backends.qualcomm.tests.helpers.runtime import needs_qnn
 from backends.qualcomm.utils.qnn_context import payload_of
 from backends.qualcomm.utils.runtime_options import require_extension

@@ -11,18 +11,16 @@ import struct
 import pytest
 import torch
 
+from backends.qualcomm import QcomChipset, QuantDtype
 from backends.qualcomm.partitioner import qnn_validation
 from backends.qualcomm.partitioner.qnn_validation import QNN_REFUSED, source_node
-from backends.qualcomm.serialization.qnn_graph import QnnOp
-from backends.qualcomm import QcomChipset, QuantDtype
-from backends.qualcomm.tests.helpers.quant_tester import QuantTester
-from backends.qualcomm.tests.helpers.tester import QnnTester
 from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.serialization.payload_writer import wrap_context_binary
+from backends.qualcomm.serialization.qnn_graph import QnnOp
+from backends.qualcomm.tests.helpers.quant_tester import QuantTester
 from backends.qualcomm.tests.helpers.runtime import native, needs_qnn
-from backends.qualcomm.utils.qnn_context import (
-    AOT_ENV, payload_of, qnn_binary_of)
-
+from backends.qualcomm.tests.helpers.tester import QnnTester
+from backends.qualcomm.utils.qnn_context import AOT_ENV, payload_of, qnn_binary_of
 
 pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]  # real_qnn: conftest.py
 

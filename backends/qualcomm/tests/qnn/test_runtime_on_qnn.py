@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from backends.qualcomm.tests.helpers.debug_run import debug_specs, quantize_8a8w
-from backends.qualcomm.tests.helpers.tester import QnnTester, inputs_of
-from backends.qualcomm.tests.helpers.runtime import load_method, native, needs_qnn, run
-from backends.qualcomm.utils.qnn_context import AOT_ENV
 from backends.qualcomm.tests.helpers.engines import set_engine
+from backends.qualcomm.tests.helpers.runtime import load_method, native, needs_qnn, run
+from backends.qualcomm.tests.helpers.tester import QnnTester, inputs_of
+from backends.qualcomm.utils.qnn_context import AOT_ENV
 
 pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]  # real_qnn: conftest.py
 

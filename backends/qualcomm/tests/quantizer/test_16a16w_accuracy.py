@@ -33,7 +33,7 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mobilenet_v2", "efficientnet_lite0"])
 def test_16a16w_at_least_as_accurate_as_16a8w(name, tmp_path):
-    """Issue 17: 16a16w had top-1 0/4 and cosine 0.02-0.34 against float (saturated biases).
+    """16a16w had top-1 0/4 and cosine 0.02-0.34 against float (saturated biases).
     16a16w runs through the delegate; 16a8w is its QDQ reference (the delegate agrees with it
     within 1 step, tested per op), which keeps this test to one lowering per model.
     Measured (4 photos): MobileNetV2 cosine 16a16w 0.986-1.0 vs 16a8w 0.968-0.997;

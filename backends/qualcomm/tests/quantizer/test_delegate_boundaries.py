@@ -1,4 +1,4 @@
-"""Quantized graphs split into several delegates (issue 9, item 4).
+"""Quantized graphs split into several delegates.
 
 When ops stay on the CPU between quantized delegates, a quantize node and the dequantize
 nodes that read it may land in different delegates. to_edge_transform_and_lower_to_qnn
@@ -43,7 +43,7 @@ MASK = torch.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])
 #   float) -> relu -> conv. 8a8w: 83.3% exact, max 2 (0.2% at 2); 16a8w (16-bit conv
 #   requantization: up to 3 steps per conv): 44.3% exact, max 3.
 # - shared: Quantize -> conv1 -> conv2 / ConvTranspose2d (CPU) -> add. 8a8w: 75.8% exact,
-#   max 1; 16a8w: 44.5% exact, max 2. Since QnnQuantizer annotates conv_transpose2d (issue 14)
+#   max 1; 16a8w: 44.5% exact, max 2. Since QnnQuantizer annotates conv_transpose2d
 #   the CPU ConvTranspose2d reads a quantized weight and its output is quantized before the add:
 #   8a8w 74.2% exact, 1.2% at 2 steps.
 # - attention: Quantize -> 3 linears -> matmul -> mul -> add mask -> softmax -> matmul, twice.

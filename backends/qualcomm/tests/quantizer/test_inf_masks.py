@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.quantizer import QnnQuantizer
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, float_outputs, sqnr_db
-from backends.qualcomm.tests.helpers.tester import randn
 from backends.qualcomm.tests.helpers.runtime import assert_qnn_matches_host, one_delegate_blob
+from backends.qualcomm.tests.helpers.tester import randn
 
 NEG_INF = float("-inf")
 
@@ -113,7 +113,7 @@ def _one_delegate_as_close_to_float_as_qdq(module: torch.nn.Module, inputs: tupl
                                            min_sqnr: float) -> QuantTester:
     """One delegate, no CPU op; the engine's output as close to float (SQNR) as the QDQ
     reference's, within 3 dB (attention's MatMul / Softmax steps differ from PT2E's float
-    reference: see test_ops_attention)."""
+    reference: see ops/test_attention)."""
     tester = QuantTester(module, inputs, dtype).lower()
     assert len(tester.delegate_blobs()) == 1 and tester.cpu_op_names() == []
     tester.to_executorch().run()

@@ -1,4 +1,4 @@
-"""The 8-bit engine against the QDQ reference computed in float64 (issue 17, item 9).
+"""The 8-bit engine against the QDQ reference computed in float64.
 
 MobileNetV2 8a8w differed from its converted QDQ module by up to one output step on some
 logits; running the same QDQ graph in float64 (dequantize -> op -> quantize, all in double)
@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from backends.qualcomm import QuantDtype
+from backends.qualcomm.tests.helpers.qdq_float64 import qdq_reference_float64
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, output_encodings, step_stats
 from backends.qualcomm.tests.helpers.tester import randn
-from backends.qualcomm.tests.helpers.qdq_float64 import qdq_reference_float64
 
 
 class SmallMobileNet(torch.nn.Module):

@@ -258,7 +258,7 @@ class TestQuantizerApi(unittest.TestCase):
 
     def test_context_binary_helpers_say_what_is_missing(self):
         """from_context_binary is not built; dump_context_from_pte of a .pte lowered without
-        context binaries (this suite's default) says why (the real dump: test_qnn_real.py)."""
+        context binaries (this suite's default) says why (the real dump: qnn/test_context_binary.py)."""
         import tempfile
         from pathlib import Path
 

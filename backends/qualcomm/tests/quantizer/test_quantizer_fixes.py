@@ -23,7 +23,7 @@ from backends.qualcomm.tests.helpers.tester import inputs_of
 _aten = torch.ops.aten
 
 
-# ---- issue 17: recipe defects -------------------------------------------------------------------
+# ---- recipe defects -------------------------------------------------------------------
 class TestQuantizerFixes(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(0)

@@ -6,7 +6,7 @@ Prints, per photo, the cosine and max logit difference of the delegate against t
 converted QDQ module (float32, as PT2E runs it) and against the same graph run in float64.
 The host engine follows QNN HTP's integer arithmetic, so neither reference is matched bit
 for bit: the float64 run separates the reference's own float32 rounding noise from the
-engine's (HTP's) rounding (test_quant_reference64: every logit within 1 step)."""
+engine's (HTP's) rounding (quantizer/test_qdq_float64_reference: every logit within 1 step)."""
 from __future__ import annotations
 
 import pathlib
@@ -15,9 +15,9 @@ import tempfile
 import torch
 
 from backends.qualcomm import QnnQuantizer, QuantDtype, to_edge_transform_and_lower_to_qnn
-from backends.qualcomm.tests.helpers.real_models import photo_samples
-from backends.qualcomm.tests.helpers.quant_tester import quant_compile_specs, quantize_module
 from backends.qualcomm.tests.helpers.qdq_float64 import qdq_reference_float64
+from backends.qualcomm.tests.helpers.quant_tester import quant_compile_specs, quantize_module
+from backends.qualcomm.tests.helpers.real_models import photo_samples
 from backends.qualcomm.utils import pte_tools as utils
 from qnn_models import imagenet
 from qnn_models.mobilenet_v2 import load_mobilenet_v2

@@ -27,9 +27,9 @@ import torch  # noqa: E402
 from backends.qualcomm.serialization.payload_writer import QnnHtpSection, wrap_context_binary  # noqa: E402
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, output_encodings  # noqa: E402
 from backends.qualcomm.tests.helpers.tester import QnnTester, inputs_of  # noqa: E402
+from backends.qualcomm.tests.tools.quant_fidelity_report import DTYPES, FAMILIES, WEIGHT_ONLY_FAMILIES  # noqa: E402
 from backends.qualcomm.utils.qnn_context import payload_of, qnn_library_status  # noqa: E402
 from backends.qualcomm.utils.runtime_options import require_extension  # noqa: E402
-from backends.qualcomm.tests.tools.quant_fidelity_report import DTYPES, FAMILIES, WEIGHT_ONLY_FAMILIES  # noqa: E402
 
 SM8650 = 57
 

@@ -8,7 +8,7 @@ over the thread pool), and corrupted programs
 (an absurd planned size, seeded byte mutations) that must fail cleanly (exit 1
 or 0, no sanitizer report). Exits non-zero when any run fails.
 
-    python backends/qualcomm/tests/sanitize_cases.py --runner build/sanitize/qnn_executor_runner
+    python backends/qualcomm/tests/tools/sanitize_cases.py --runner build/sanitize/qnn_executor_runner
 """
 from __future__ import annotations
 
@@ -26,12 +26,10 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from backends.qualcomm import (  # noqa: E402
-    QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec)
+from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec  # noqa: E402
 from backends.qualcomm.tests.helpers import runtime as h  # noqa: E402
 from backends.qualcomm.tests.helpers.real_models import SmallConvNet  # noqa: E402
 from backends.qualcomm.utils.pte_tools import write_input_files  # noqa: E402
-
 
 Case = tuple  # (name, .pte, inputs or None, extra runner flags, expected exit codes[, env])
 KERNEL_PATHS = ("plain", "avx2", "default")

@@ -164,7 +164,7 @@ class TestUpstreamScript(unittest.TestCase):
             ref = converted(*inputs).numpy()
         # The 16-bit Linear after the Convert follows QNN HTP's 16-bit requantization (its
         # accumulator drops 8 bits): measured 41 steps of the uint16 output from the QDQ
-        # reference (0.16 of an 8-bit step); test_qnn_quantized's mixed-precision test shows the
+        # reference (0.16 of an 8-bit step); ops/test_quantized_operators's mixed-precision test shows the
         # host engine equal to QNN on such a graph.
         stats = step_stats(out, ref, output_encodings(converted)[0][0])
         self.assertLessEqual(stats.max_diff, 96, stats)
