@@ -9,11 +9,7 @@ from torchao.quantization.pt2e import allow_exported_model_train_eval
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
 from backends.qualcomm import (
-    QcomChipset,
-    QnnQuantizer,
-    QuantDtype,
-    generate_htp_compiler_spec,
-    generate_qnn_executorch_compiler_spec,
+    QcomChipset, QnnQuantizer, QuantDtype, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
 )
 
 

@@ -17,11 +17,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from backends.qualcomm.tests.helpers.real_models import (  # noqa: E402
-    LoweredModel,
-    RunnerCase,
-    SmallConvNet,
-    lower_and_run,
-    photo_samples,
+    LoweredModel, RunnerCase, SmallConvNet, lower_and_run, photo_samples,
 )
 from backends.qualcomm.tests.helpers.runtime import QNN_LOADED, QNN_STATUS, reset_runtime_options  # noqa: E402
 from backends.qualcomm.utils.qnn_context import AOT_ENV  # noqa: E402

@@ -15,10 +15,7 @@ import pytest
 import torch
 
 from backends.qualcomm import (
-    QcomChipset,
-    QnnPartitioner,
-    generate_htp_compiler_spec,
-    generate_qnn_executorch_compiler_spec,
+    QcomChipset, QnnPartitioner, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
 )
 from backends.qualcomm.debugger import QNNIntermediateDebugger, SQNRComparator
 from backends.qualcomm.debugger.dump_info import collect_dumped_tensors

@@ -12,14 +12,7 @@ import pytest
 
 from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.tests.helpers.payload_builder import (
-    BOOL,
-    F32,
-    U32,
-    GraphBuilder,
-    conv_params,
-    randn,
-    scalar,
-    torch_conv_nhwc,
+    BOOL, F32, U32, GraphBuilder, conv_params, randn, scalar, torch_conv_nhwc,
 )
 from backends.qualcomm.tests.helpers.runtime import test_hooks
 

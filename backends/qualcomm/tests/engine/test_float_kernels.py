@@ -14,17 +14,7 @@ import torch.nn.functional as F
 
 from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.tests.helpers.payload_builder import (
-    BOOL,
-    F32,
-    I32,
-    NP_TO_QNN,
-    U32,
-    GraphBuilder,
-    conv_params,
-    randn,
-    scalar,
-    torch_conv_nhwc,
-    u32,
+    BOOL, F32, I32, NP_TO_QNN, U32, GraphBuilder, conv_params, randn, scalar, torch_conv_nhwc, u32,
 )
 
 

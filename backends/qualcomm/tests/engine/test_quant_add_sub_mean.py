@@ -8,13 +8,7 @@ import numpy as np
 import pytest
 
 from backends.qualcomm.tests.helpers.htp_add_sub_mean import (
-    Case,
-    expected,
-    htp_mean,
-    mean_cases,
-    random_cases,
-    run_host,
-    run_host_mean,
+    Case, expected, htp_mean, mean_cases, random_cases, run_host, run_host_mean,
 )
 
 

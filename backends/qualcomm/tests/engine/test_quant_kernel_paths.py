@@ -14,17 +14,7 @@ import torch
 from backends.qualcomm.tests.helpers.htp_requant_reference import htp_requantize, htp_requantize16
 from backends.qualcomm.tests.helpers.payload_builder import F32, U32, randn, scalar, u32
 from backends.qualcomm.tests.helpers.quant_reference import (
-    U8,
-    U16,
-    QGraph,
-    act_quant,
-    conv_ref,
-    dequantize,
-    gen_bool,
-    int_conv,
-    pack_bits,
-    quantize,
-    weight_dtype,
+    U8, U16, QGraph, act_quant, conv_ref, dequantize, gen_bool, int_conv, pack_bits, quantize, weight_dtype,
     weight_quant,
 )
 from backends.qualcomm.tests.helpers.runtime import test_hooks

@@ -18,24 +18,8 @@ import pytest
 from backends.qualcomm.tests.helpers.htp_requant_reference import htp_requantize, htp_requantize16
 from backends.qualcomm.tests.helpers.payload_builder import U32, randn, scalar, u32
 from backends.qualcomm.tests.helpers.quant_reference import (
-    S32,
-    U8,
-    U16,
-    QGraph,
-    act_quant,
-    assert_within_one_step,
-    conv_ref,
-    dequantize,
-    gen_bool,
-    int32_bias,
-    int_conv,
-    lpbq_codes,
-    lpbq_quant,
-    pack_bits,
-    quantize,
-    requantize,
-    weight_dtype,
-    weight_quant,
+    S32, U8, U16, QGraph, act_quant, assert_within_one_step, conv_ref, dequantize, gen_bool, int32_bias, int_conv,
+    lpbq_codes, lpbq_quant, pack_bits, quantize, requantize, weight_dtype, weight_quant,
 )
 
 ACT = {"u8": U8, "u16": U16}

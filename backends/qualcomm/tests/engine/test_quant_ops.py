@@ -10,22 +10,8 @@ import torch
 from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.tests.helpers.payload_builder import BOOL, F32, I32, U32, GraphBuilder, randn, scalar, u32
 from backends.qualcomm.tests.helpers.quant_reference import (
-    APP_READ,
-    NATIVE,
-    S4,
-    S8,
-    STATIC,
-    U8,
-    U16,
-    E,
-    QGraph,
-    act_quant,
-    assert_within_one_step,
-    dequantize,
-    pack_bits,
-    quantize,
-    requantize,
-    weight_quant,
+    APP_READ, NATIVE, S4, S8, STATIC, U8, U16, E, QGraph, act_quant, assert_within_one_step, dequantize, pack_bits,
+    quantize, requantize, weight_quant,
 )
 
 ACT = {"u8": U8, "u16": U16}

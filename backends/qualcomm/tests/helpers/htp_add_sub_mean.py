@@ -10,13 +10,7 @@ import numpy as np
 
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType,
-    QnnGraph,
-    QnnOp,
-    QnnTensor,
-    QuantEncoding,
-    QuantParams,
-    TensorType,
+    DataType, QnnGraph, QnnOp, QnnTensor, QuantEncoding, QuantParams, TensorType,
 )
 from backends.qualcomm.utils.runtime_options import require_extension
 

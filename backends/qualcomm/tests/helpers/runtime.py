@@ -15,10 +15,7 @@ import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
 
 from backends.qualcomm import (
-    QcomChipset,
-    generate_htp_compiler_spec,
-    generate_qnn_executorch_compiler_spec,
-    to_edge_transform_and_lower_to_qnn,
+    QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec, to_edge_transform_and_lower_to_qnn,
 )
 from backends.qualcomm.utils.pte_tools import delegate_blobs  # noqa: F401  (the tests import it from here)
 from backends.qualcomm.utils.qnn_context import qnn_library_status

@@ -13,11 +13,7 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from backends.qualcomm import (
-    QcomChipset,
-    QnnPartitioner,
-    describe_payload,
-    generate_htp_compiler_spec,
-    generate_qnn_executorch_compiler_spec,
+    QcomChipset, QnnPartitioner, describe_payload, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
 )
 from backends.qualcomm.serialization.payload_reader import GraphSummary
 from backends.qualcomm.utils.pte_tools import delegate_blobs

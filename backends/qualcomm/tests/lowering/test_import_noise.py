@@ -9,8 +9,9 @@ from backends.qualcomm._quiet_imports import silence_third_party_noise
 
 _LOWER_AND_RUN = """
 import torch
-from backends.qualcomm import (QcomChipset, generate_htp_compiler_spec,
-    generate_qnn_executorch_compiler_spec, to_edge_transform_and_lower_to_qnn)
+from backends.qualcomm import (
+    QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec, to_edge_transform_and_lower_to_qnn,
+)
 from executorch.runtime import Runtime
 specs = generate_qnn_executorch_compiler_spec(QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True))
 edge = to_edge_transform_and_lower_to_qnn(torch.nn.ReLU(), (torch.randn(1, 4),), specs)

@@ -22,11 +22,7 @@ import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester,
-    float_outputs,
-    output_encodings_with_range,
-    sqnr_db,
-    step_stats,
+    QuantTester, float_outputs, output_encodings_with_range, sqnr_db, step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import needs_qnn, payload_on_both_engines
 from backends.qualcomm.tests.helpers.tester import QnnTester, randn

@@ -20,16 +20,10 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm.builders.op_atan2 import FRACTION_BITS, Atan2Plan, angle_table, atan2_plan, reference_units
 from backends.qualcomm.builders.quant_encoding import QuantAttrs
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester,
-    lower_to_one_delegate,
-    output_encodings,
-    step_stats,
+    QuantTester, lower_to_one_delegate, output_encodings, step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED,
-    delegate_output_scales,
-    one_delegate_blob,
-    payload_on_both_engines,
+    QNN_LOADED, delegate_output_scales, one_delegate_blob, payload_on_both_engines,
 )
 
 A16W8 = QuantDtype.use_16a8w

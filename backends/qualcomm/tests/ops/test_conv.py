@@ -20,12 +20,7 @@ from backends.qualcomm.serialization import qnn_payload_generated as gen
 from backends.qualcomm.serialization.payload_reader import deserialize
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, StepStats, compare_with_qdq, step_stats
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED,
-    assert_qnn_matches_host,
-    delegate_output_scales,
-    needs_qnn,
-    one_delegate_blob,
-    payload_on_both_engines,
+    QNN_LOADED, assert_qnn_matches_host, delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 

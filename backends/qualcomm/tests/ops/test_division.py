@@ -23,16 +23,10 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import check_on_qnn, qnn_vs_host
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester,
-    lower_to_one_delegate,
-    output_encodings,
-    step_stats,
+    QuantTester, lower_to_one_delegate, output_encodings, step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED,
-    delegate_output_scales,
-    one_delegate_blob,
-    payload_on_both_engines,
+    QNN_LOADED, delegate_output_scales, one_delegate_blob, payload_on_both_engines,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester
 

@@ -21,10 +21,7 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import MAX_BOOL_MISMATCH, check_on_qnn
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester,
-    assert_pt2e_bounds,
-    output_encodings_with_range,
-    step_stats,
+    QuantTester, assert_pt2e_bounds, output_encodings_with_range, step_stats,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester
 

@@ -22,19 +22,10 @@ from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.serialization.payload_writer import serialize_payload, wrap_context_binary
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnGraph, QnnOp, QnnTensor, TensorType
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester,
-    compare_with_qdq,
-    lower_to_one_delegate,
-    step_stats,
+    QuantTester, compare_with_qdq, lower_to_one_delegate, step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED,
-    delegate_output_scales,
-    load_method,
-    lower_to_pte,
-    native,
-    one_delegate_blob,
-    payload_on_both_engines,
+    QNN_LOADED, delegate_output_scales, load_method, lower_to_pte, native, one_delegate_blob, payload_on_both_engines,
     run,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester

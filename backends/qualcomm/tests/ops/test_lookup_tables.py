@@ -18,22 +18,12 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType,
-    QnnGraph,
-    QnnOp,
-    QnnTensor,
-    QuantEncoding,
-    QuantParams,
-    TensorType,
+    DataType, QnnGraph, QnnOp, QnnTensor, QuantEncoding, QuantParams, TensorType,
 )
 from backends.qualcomm.tests.helpers.engines import with_qnn_binary
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, output_encodings, step_stats
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED,
-    delegate_output_scales,
-    needs_qnn,
-    one_delegate_blob,
-    payload_on_both_engines,
+    QNN_LOADED, delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
 )
 from backends.qualcomm.utils.runtime_options import require_extension
 

@@ -23,11 +23,7 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import check_on_qnn
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester,
-    assert_pt2e_bounds,
-    lower_to_one_delegate,
-    output_encodings_with_range,
-    step_stats,
+    QuantTester, assert_pt2e_bounds, lower_to_one_delegate, output_encodings_with_range, step_stats,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester
 

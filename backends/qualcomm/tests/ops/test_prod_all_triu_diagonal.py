@@ -16,10 +16,7 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import qnn_vs_host
 from backends.qualcomm.tests.helpers.quant_tester import (
-    assert_pt2e_bounds,
-    lower_to_one_delegate,
-    output_encodings,
-    step_stats,
+    assert_pt2e_bounds, lower_to_one_delegate, output_encodings, step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import delegate_output_scales
 from backends.qualcomm.tests.helpers.tester import QnnTester

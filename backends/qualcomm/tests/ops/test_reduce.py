@@ -17,17 +17,10 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import qnn_vs_host
 from backends.qualcomm.tests.helpers.models_float import Lambda as L
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester,
-    compare_with_qdq,
-    lower_to_one_delegate,
-    output_encodings,
-    step_stats,
+    QuantTester, compare_with_qdq, lower_to_one_delegate, output_encodings, step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import (
-    delegate_output_scales,
-    needs_qnn,
-    one_delegate_blob,
-    payload_on_both_engines,
+    delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 

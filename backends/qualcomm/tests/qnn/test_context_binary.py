@@ -19,17 +19,8 @@ from backends.qualcomm.tests.helpers.engines import CONTEXT_BINARY_MAGIC, rewrit
 from backends.qualcomm.tests.helpers.models_float import ConvAddRelu, ConvLinearSoftmax
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, output_encodings, step_stats
 from backends.qualcomm.tests.helpers.runtime import (
-    delegate_blobs,
-    delegate_events,
-    fp16_specs,
-    load_method,
-    native,
-    needs_qnn,
-    parse_metadata,
-    run,
-    run_runner,
-    shared_mlp_methods,
-    write_etdump,
+    delegate_blobs, delegate_events, fp16_specs, load_method, native, needs_qnn, parse_metadata, run, run_runner,
+    shared_mlp_methods, write_etdump,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester, inputs_of
 from backends.qualcomm.utils.qnn_context import AOT_ENV, qnn_binary_of

@@ -13,13 +13,7 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType,
-    QnnGraph,
-    QnnOp,
-    QnnTensor,
-    QuantEncoding,
-    QuantParams,
-    TensorType,
+    DataType, QnnGraph, QnnOp, QnnTensor, QuantEncoding, QuantParams, TensorType,
 )
 from backends.qualcomm.tests.helpers.engines import with_qnn_binary
 from backends.qualcomm.tests.helpers.models_quant import Family

@@ -12,15 +12,7 @@ import pytest
 
 from backends.qualcomm.serialization.payload_writer import QnnHtpSection, serialize_graphs, wrap_context_binary
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType,
-    QnnGraph,
-    QnnOp,
-    QnnTensor,
-    QuantEncoding,
-    QuantParams,
-    TensorType,
-    float_scalar,
-    uint32_scalar,
+    DataType, QnnGraph, QnnOp, QnnTensor, QuantEncoding, QuantParams, TensorType, float_scalar, uint32_scalar,
 )
 from backends.qualcomm.tests.helpers.runtime import needs_qnn
 from backends.qualcomm.utils.qnn_context import payload_of

@@ -15,12 +15,7 @@ from backends.qualcomm import ModuleQConfig, QnnQuantizer, QuantDtype
 from backends.qualcomm.quantizer.observers import PassUnionMovingAverageObserver
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester
 from backends.qualcomm.tests.helpers.quantizer_models import (
-    ConvThenFc,
-    activation_observer,
-    activation_quantize_args,
-    convert_calibrated,
-    prepare_calibrated,
-    weight_kinds,
+    ConvThenFc, activation_observer, activation_quantize_args, convert_calibrated, prepare_calibrated, weight_kinds,
 )
 from backends.qualcomm.tests.helpers.tester import inputs_of, randn
 

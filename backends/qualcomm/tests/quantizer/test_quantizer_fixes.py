@@ -12,11 +12,7 @@ from torchao.quantization.pt2e import FakeQuantize, MinMaxObserver
 from backends.qualcomm import ModuleQConfig, QnnQuantizer, QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester
 from backends.qualcomm.tests.helpers.quantizer_models import (
-    ConvThenFc,
-    EmbedConvLinear,
-    activation_observer,
-    convert_calibrated,
-    prepare_calibrated,
+    ConvThenFc, EmbedConvLinear, activation_observer, convert_calibrated, prepare_calibrated,
 )
 from backends.qualcomm.tests.helpers.tester import inputs_of
 

@@ -20,10 +20,7 @@ import pytest
 import torch
 
 from backends.qualcomm import (
-    QcomChipset,
-    generate_htp_compiler_spec,
-    generate_qnn_executorch_compiler_spec,
-    get_runtime_option,
+    QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec, get_runtime_option,
     set_runtime_option,
 )
 from backends.qualcomm.tests.helpers import runtime as h

@@ -7,9 +7,10 @@ from pathlib import Path
 
 _IMPORTS = """
 from backends.qualcomm.partition.qnn_partitioner import QnnPartitioner
-from backends.qualcomm.utils.utils import (dump_context_from_pte, from_context_binary,
-    generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec, skip_annotation,
-    to_edge_transform_and_lower_to_qnn)
+from backends.qualcomm.utils.utils import (
+    dump_context_from_pte, from_context_binary, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
+    skip_annotation, to_edge_transform_and_lower_to_qnn,
+)
 from backends.qualcomm.serialization.qc_schema import QcomChipset, QnnExecuTorchHtpPerformanceMode
 import backends.qualcomm as ours
 import backends.qualcomm.partition.qnn_partitioner as module

@@ -13,17 +13,10 @@ from parameterized import parameterized
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import (
-    assert_pt2e_bounds,
-    output_encodings,
-    output_encodings_with_range,
-    step_stats,
+    assert_pt2e_bounds, output_encodings, output_encodings_with_range, step_stats,
 )
 from backends.qualcomm.tests.helpers.quantizer_models import (
-    ConvThenFc,
-    EmbedConvLinear,
-    activation_quantize_args,
-    run_program,
-    weight_kinds,
+    ConvThenFc, EmbedConvLinear, activation_quantize_args, run_program, weight_kinds,
 )
 from backends.qualcomm.tests.helpers.tester import _to_numpy, inputs_of, randn
 
