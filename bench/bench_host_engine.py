@@ -112,14 +112,14 @@ class BenchModel:
 def build_model(name: str, seq_len: int) -> BenchModel:
     torch.manual_seed(0)
     if name == "mobilenet_v2":
-        from backends.qualcomm.utils.models import imagenet
-        from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
+        from qnn_models import imagenet
+        from qnn_models.mobilenet_v2 import load_mobilenet_v2
 
         photos = list(imagenet.load_photo_batch().values())
         return BenchModel(name, load_mobilenet_v2().eval(), (photos[0],), [(p,) for p in photos],
                           lambda out: out.flatten())
     if name == "minilm":
-        from backends.qualcomm.utils.models.minilm import (SAMPLE_SENTENCES, load_minilm,
+        from qnn_models.minilm import (SAMPLE_SENTENCES, load_minilm,
                                                            sentence_embeddings, tokenize)
 
         encoder, tokenizer = load_minilm(seq_len)
@@ -147,7 +147,7 @@ def count_macs(model: BenchModel) -> float:
 # ---- lowering -------------------------------------------------------------------------------
 def lower_ours(model: BenchModel, variant: str, pte: Path) -> Path:
     from backends.qualcomm import QnnQuantizer, QuantDtype
-    from backends.qualcomm.tests.quant_tester import quant_compile_specs, quantize_module
+    from qnn_models.quantize import quant_compile_specs, quantize_module
     from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn
 
     if variant == "fp16":
@@ -182,7 +182,7 @@ def lower_xnnpack(model: BenchModel, variant: str, pte: Path) -> Path:
     if variant == "xnn_int8":
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
             XNNPACKQuantizer, get_symmetric_quantization_config)
-        from backends.qualcomm.tests.quant_tester import quantize_module
+        from qnn_models.quantize import quantize_module
 
         quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
         module = quantize_module(module, model.example, quantizer, model.calibration)

@@ -22,8 +22,8 @@ if str(REPO_ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from examples.qualcomm import utils  # noqa: E402
-from backends.qualcomm.utils.models import imagenet  # noqa: E402
-from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
+from qnn_models import imagenet  # noqa: E402
+from qnn_models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -39,8 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def load_model(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
     if name == "mobilenet_v2":
-        from backends.qualcomm.utils.models import imagenet
-        from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
+        from qnn_models import imagenet
+        from qnn_models.mobilenet_v2 import load_mobilenet_v2
 
         return load_mobilenet_v2(), imagenet.load_photo_batch(["chelsea"])["chelsea"]
     torch.manual_seed(0)

@@ -19,11 +19,11 @@ if str(REPO_ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from backends.qualcomm import QnnQuantizer, QuantDtype  # noqa: E402
-from backends.qualcomm.tests.quant_tester import quant_compile_specs, quantize_module  # noqa: E402
+from qnn_models.quantize import quant_compile_specs, quantize_module  # noqa: E402
 from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn  # noqa: E402
 from bench.bench_mobilenet import lower_qnn, time_runtime  # noqa: E402
 from examples.qualcomm import utils  # noqa: E402
-from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
+from qnn_models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

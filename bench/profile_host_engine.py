@@ -33,6 +33,13 @@ def model_of(pte: Path) -> tuple[str, int]:
     raise SystemExit(f"cannot tell the model of {pte.name}")
 
 
+def _metadata(event) -> dict:
+    """The delegate event's 'type=Conv2d;us=1.2;...' metadata as a dict."""
+    raw = (event.raw_delegate_debug_metadatas or [""])[0]
+    text = raw.decode(errors="replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
+    return dict(part.split("=", 1) for part in text.strip("\x00").split(";") if "=" in part)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pte", type=Path)
@@ -40,19 +47,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args(argv)
 
+    from executorch.runtime import Runtime
+
     from backends.qualcomm import set_runtime_option
-    from backends.qualcomm.tests import utils_helpers as h
 
     name, seq = model_of(args.pte)
     model = build_model(name, seq)
     set_runtime_option("qnn_runtime_engine", "host")
     set_runtime_option("qnn_runtime_profile_level", 2)
-    program, method = h.load_method(args.pte, etdump=True)
+    program = Runtime.get().load_program(str(args.pte), enable_etdump=True, debug_buffer_size=0)
+    method = program.load_method("forward")
     method.execute(list(model.example))  # warm-up
     for _ in range(args.runs):
         method.execute(list(model.example))
     with tempfile.TemporaryDirectory() as tmp:
-        etdump = h.write_etdump(program, Path(tmp) / "run.etdp")
+        etdump = Path(tmp) / "run.etdp"
+        program.write_etdump_result_to_file(str(etdump), str(etdump) + ".debug")
         from executorch.devtools import Inspector
 
         inspector = Inspector(etdump_path=str(etdump))
@@ -63,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             for event in block.events:
                 if not event.is_delegated_op:
                     continue
-                meta = h.parse_metadata(h._as_text((event.raw_delegate_debug_metadatas or [""])[0]))
+                meta = _metadata(event)
                 kind = meta.get("type", "?")
                 if kind == "Graph":
                     graph_us = statistics.median(event.perf_data.raw[1:]) * 1e3

@@ -26,9 +26,11 @@ from backends.qualcomm.quantizer import (  # noqa: E402
     ModuleQConfig, QnnQuantizer, QuantDtype, QuantGranularity, QuantRecipe, get_submodule_name_predicate,
     get_submodule_type_predicate,
 )
-from backends.qualcomm.utils.upstream_compat import (  # noqa: E402
-    dump_context_from_pte, from_context_binary, skip_annotation,
+from backends.qualcomm.upstream_compat import (  # noqa: E402
+    dump_context_from_pte, from_context_binary, register_upstream_modules, skip_annotation,
 )
+
+register_upstream_modules()  # upstream's module paths (partition.qnn_partitioner, utils.utils, ...)
 
 __all__ = [
     "HtpArch", "QcomChipset", "QnnBackend", "QnnDelegate", "QnnExecuTorchBackendType",

@@ -24,8 +24,8 @@ if str(REPO_ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from examples.qualcomm import utils  # noqa: E402
-from backends.qualcomm.utils.models import imagenet  # noqa: E402
-from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
+from qnn_models import imagenet  # noqa: E402
+from qnn_models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
 
 MODEL_NAME = "mobilenet_v2"
 # fp16 sanity bound on |logits - eager| relative to the eager logit range.

@@ -22,7 +22,7 @@ unused). The quadrant (pi - angle for X < 0, -angle for Y < 0), then the output 
 65536-entry identity table of codes by that code (no float op anywhere). |k| <= 13 keeps every
 product below 2^31; other scale ratios keep the float chain.
 
-Measured (tests/test_ops_atan2_16.py: a numpy model of these ops over 200k random code pairs per
+Measured (tests/ops/test_atan2.py: a numpy model of these ops over 200k random code pairs per
 encoding, incl. axes, |y| == |x| and small codes, k from -12 to 6; lowered graphs on QNN and the
 host engine): within 1 step of the QDQ reference, 99.7-100% exact, QNN bit-exact with the host (a
 table of codes at the middle of each index, without the interpolation, was 92-97% exact)."""

@@ -16,7 +16,7 @@ index: per byte a 256-entry row op(x, its byte) * 256^k (the top one signed), an
 the sum of the four lookups. uint8: one byte, Cast to INT_32 and back. A tensor that several
 bitwise nodes read is split once per graph.
 
-Measured (QNN 2.51 SM8650 emulation and the host engine, tests/test_ops_bitwise13.py): equal to
+Measured (QNN 2.51 SM8650 emulation and the host engine, tests/ops/test_bitwise.py): equal to
 eager on random int32 / int64 operands with -2^31, 2^31 - 1, -1, 0, 255, -256 among them."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """pytest set-up for qnn-delegate tests: repo root on sys.path, offline HF, quiet logs, the
-real-QNN fixtures and the real models shared by the session."""
+real-QNN fixtures and marker, and the real models shared by the session."""
 import gc
 import os
 import sys
@@ -9,19 +9,20 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# Lowering builds QNN context binaries only in the real-QNN tests (test_qnn_real.py turns it
+# Lowering builds QNN context binaries only in the real-QNN tests (the real_qnn and qnn_binary fixtures turn it
 # on); elsewhere delegates carry the payload only and run on the host engine (fast).
 os.environ.setdefault("QNN_DELEGATE_CONTEXT_BINARY", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from backends.qualcomm.tests.model_helpers import (  # noqa: E402
-    LoweredModel, RunnerCase, SmallConvNet, lower_and_run, photo_samples)
-from backends.qualcomm.tests.utils_helpers import (  # noqa: E402
-    QNN_LOADED, QNN_STATUS, reset_runtime_options)
-from backends.qualcomm.utils.models import imagenet  # noqa: E402
+from backends.qualcomm.tests.helpers.real_models import (  # noqa: E402
+    LoweredModel, RunnerCase, SmallConvNet, lower_and_run, photo_samples,
+)
+from backends.qualcomm.tests.helpers.runtime import QNN_LOADED, QNN_STATUS, reset_runtime_options  # noqa: E402
 from backends.qualcomm.utils.qnn_context import AOT_ENV  # noqa: E402
+from qnn_models import imagenet  # noqa: E402
+
 
 def _cache_torchao_pattern_exports() -> None:
     """torchao's convert_pt2e (any graph with a batch norm) and QAT prepare re-export the same
@@ -71,6 +72,14 @@ def _context_binaries_at_lowering(monkeypatch, on: bool):
 
 
 @pytest.fixture
+def fresh_runtime_options():
+    """The runtime options at their defaults before and after the test."""
+    reset_runtime_options()
+    yield
+    reset_runtime_options()
+
+
+@pytest.fixture
 def real_qnn(monkeypatch):
     """Context binaries at lowering (the suite's default is payload only, for speed): each
     delegate also carries QNN's context binary and can run on QNN's HTP emulation. Skips the
@@ -87,10 +96,24 @@ def qnn_binary(monkeypatch):
     yield from _context_binaries_at_lowering(monkeypatch, QNN_LOADED)
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    """The `qnn` marker, in one place: a test needs Qualcomm's QNN library when it uses the
+    real_qnn fixture or is marked qnn (helpers.runtime.needs_qnn); such a test is marked qnn
+    here and skipped where the library does not load. `pytest -m "not qnn"` leaves them out
+    (tests using `qnn_binary` stay: they run on the host engine, and on QNN too when it loads)."""
+    skip = pytest.mark.skip(reason=f"QNN library not available: {QNN_STATUS}")
+    for item in items:
+        if "real_qnn" in getattr(item, "fixturenames", ()) and item.get_closest_marker("qnn") is None:
+            item.add_marker(pytest.mark.qnn)
+        if not QNN_LOADED and item.get_closest_marker("qnn") is not None:
+            item.add_marker(skip)
+
+
 # Real models are exported and lowered once per session, then shared by the tests.
 @pytest.fixture(scope="session")
 def mobilenet_v2(tmp_path_factory) -> LoweredModel:
-    from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2
+    from qnn_models.mobilenet_v2 import load_mobilenet_v2
 
     samples = photo_samples(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD)
     return lower_and_run(load_mobilenet_v2(), samples,
@@ -99,8 +122,7 @@ def mobilenet_v2(tmp_path_factory) -> LoweredModel:
 
 @pytest.fixture(scope="session")
 def efficientnet_lite0(tmp_path_factory) -> LoweredModel:
-    from backends.qualcomm.utils.models.efficientnet_lite0 import (
-        INPUT_MEAN, INPUT_STD, load_efficientnet_lite0)
+    from qnn_models.efficientnet_lite0 import INPUT_MEAN, INPUT_STD, load_efficientnet_lite0
 
     samples = photo_samples(INPUT_MEAN, INPUT_STD)
     return lower_and_run(load_efficientnet_lite0(), samples,
@@ -109,7 +131,7 @@ def efficientnet_lite0(tmp_path_factory) -> LoweredModel:
 
 @pytest.fixture(scope="session")
 def minilm(tmp_path_factory) -> LoweredModel:
-    from backends.qualcomm.utils.models.minilm import SAMPLE_SENTENCES, load_minilm, tokenize
+    from qnn_models.minilm import SAMPLE_SENTENCES, load_minilm, tokenize
 
     encoder, tokenizer = load_minilm()
     ids, mask = tokenize(tokenizer, SAMPLE_SENTENCES)
@@ -128,9 +150,9 @@ def small_model(tmp_path_factory) -> RunnerCase:
     return RunnerCase(lowered.pte_path, folder, samples, lowered.delegated, lowered.delegate_blobs[0])
 
 
-# `python -m backends.qualcomm.tests.qnn_coverage`: record the op types QNN finalizes.
+# `python -m backends.qualcomm.tests.tools.qnn_coverage`: record the op types QNN finalizes.
 if os.environ.get("QNN_DELEGATE_RECORD_QNN_OPS"):
-    from backends.qualcomm.tests.qnn_coverage import RECORD_ENV, install_recorder  # noqa: E402
+    from backends.qualcomm.tests.tools.qnn_coverage import RECORD_ENV, install_recorder  # noqa: E402
     from backends.qualcomm.utils.runtime_options import require_extension  # noqa: E402
 
     install_recorder(require_extension(), os.environ[RECORD_ENV])

@@ -31,8 +31,8 @@ from backends.qualcomm import (  # noqa: E402
     to_edge_transform_and_lower_to_qnn,
 )
 from backends.qualcomm.debugger import CosineSimilarityComparator, MSEComparator, QNNIntermediateDebugger, SQNRComparator  # noqa: E402,E501
-from backends.qualcomm.utils.models import imagenet  # noqa: E402
-from backends.qualcomm.utils.models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
+from qnn_models import imagenet  # noqa: E402
+from qnn_models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
 
 COMPARATORS = {"sqnr": SQNRComparator, "cosine": CosineSimilarityComparator, "mse": MSEComparator}
 DEFAULT_THRESHOLDS = {"sqnr": 15.0, "cosine": 0.98, "mse": 1e-2}
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     sample = (photos[0],)
     print(f"[debugger] lowering MobileNetV2 ({'fp16' if args.float else '8a8w'}) with intermediate dumps")
     if args.damage_node:
-        from backends.qualcomm.tests.damage import damage_conv_weights_in_delegate
+        from qnn_models.damage import damage_conv_weights_in_delegate
 
         with damage_conv_weights_in_delegate(args.damage_node, bits=2):
             edge = to_edge_transform_and_lower_to_qnn(module, sample, compiler_specs(args.float),

@@ -1,2 +1,0 @@
-"""Upstream's module path (<upstream>.partition): QnnPartitioner lives in
-backends.qualcomm.partitioner."""

@@ -1,0 +1,223 @@
+"""The integer Conv2d / FullyConnected / DepthWiseConv2d kernels give the same integers on
+every path: the SIMD one the machine picks (AVX2, or AVX-512 VNNI for uint8) split over the
+thread pool, and the plain C++ loops forced with QNN_HOST_ENGINE_KERNELS=plain. Shapes are
+large enough to be split over threads; each path must also equal HTP's numpy model. Each run
+also reads the code path the kernel picked (Kernel::path, "<mac>/<requant>", through the test
+hooks), so a silent fallback to the plain loops or to scalar requantization fails the test.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from backends.qualcomm.tests.helpers.htp_requant_reference import htp_requantize, htp_requantize16
+from backends.qualcomm.tests.helpers.payload_builder import F32, U32, randn, scalar, u32
+from backends.qualcomm.tests.helpers.quant_reference import (
+    U8, U16, QGraph, act_quant, conv_ref, dequantize, gen_bool, int_conv, pack_bits, quantize, weight_dtype,
+    weight_quant,
+)
+from backends.qualcomm.tests.helpers.runtime import test_hooks
+
+ACT = {"u8": U8, "u16": U16}
+# The AVX2 path of each activation type: int16-pair vpmaddwd, requantization in 8 int32 lanes
+# (uint8) or with 64-bit products (uint16: 23 fractional bits).
+LANES = {"u8": "avx2/lanes8", "u16": "avx2/lanes64"}
+
+
+def _run_paths(monkeypatch, build, simd_path):
+    """build() -> (integer output, kernel path), once per path; asserts the kernel path:
+    `simd_path` ("avx2/lanes8", ...) for the default and the avx2 runs on an AVX2 machine
+    (default: "vnni/scalar" instead where `vnni` applies), "plain/scalar" when forced."""
+    features = test_hooks().kernel_features()
+    outputs = {}
+    for path in ("default", "avx2", "plain"):
+        if path == "default":
+            monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+        else:
+            monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+        outputs[path], ran = build()
+        want = simd_path if features["avx2"] and path != "plain" else "plain/scalar"
+        if path == "default" and features["vnni"] and want.startswith("avx2") and ran.startswith("vnni"):
+            want = "vnni/scalar"
+        assert ran == want, f"QNN_HOST_ENGINE_KERNELS={path}: ran {ran}, expected {want}"
+    return outputs
+
+
+def _check(outputs, want):
+    for path, got in outputs.items():
+        np.testing.assert_array_equal(got, want, err_msg=f"path {path}")
+
+
+def _want(act, acc, qx, wq, w_scale, qy, bias, unshifted=False):
+    if act == "u8":
+        return htp_requantize(acc, qx["scale"], w_scale, qy["scale"], -qy["offset"], bias, unshifted=unshifted)
+    return htp_requantize16(acc, qx["scale"], -qx["offset"], wq_sum(wq), w_scale, qy["scale"], -qy["offset"], bias)
+
+
+def _weighted(op, x, qx, wq, wparams, b, shape, qy, **params):
+    """Runs one weighted op (8-bit weights wq, float bias b) on the quantized x; returns the
+    integer output and the op kernel's code path."""
+    qg = QGraph()
+    xi = qg.act("x", x, qx)
+    wi = qg.static_q("w", pack_bits(wq, 8), wq.shape, weight_dtype(8), wparams)
+    out = qg.run(op, [xi, wi, qg.static_f("b", b)], qg.out(shape, qy), **params)
+    return out, qg.kernel_path(op)
+
+
+def wq_sum(wq):
+    return wq.reshape(-1, wq.shape[-1]).sum(0) if wq.ndim == 4 else wq.sum(1)
+
+
+@pytest.mark.parametrize("act,k", [("u8", 99), ("u16", 99), ("u16", 700)])
+def test_fully_connected_paths_bit_exact(monkeypatch, act, k):
+    """k 700: the uint16 vector requantization sums three 256-k int32 blocks as hi / lo."""
+    x, w, b = randn(67, k, seed=21), randn(83, k, seed=22) * 0.2, randn(83, seed=23)
+    qx = act_quant(x, ACT[act])
+    wq, wparams, wscale = weight_quant(w, 0, 8)
+    real = dequantize(quantize(x, qx), qx).astype(np.float64) @ (wq * wscale).T.astype(np.float64) + b
+    qy = act_quant(real, ACT[act])
+
+    def build():
+        return _weighted("FullyConnected", x, qx, wq, wparams, b, real.shape, qy,
+                         keep_dims=scalar(gen_bool(), 0))
+
+    outputs = _run_paths(monkeypatch, build, LANES[act])
+    acc = (quantize(x, qx) + qx["offset"]) @ wq.T
+    _check(outputs, _want(act, acc, qx, wq, wscale[:, 0], qy, b.astype(np.float32)))
+
+
+@pytest.mark.parametrize("act,k,stride", [("u8", 3, 2), ("u8", 1, 1), ("u16", 3, 1), ("u16", 1, 1)])
+def test_conv2d_paths_bit_exact(monkeypatch, act, k, stride):
+    cin, cout, pad = 19, 37, k // 2
+    x, w, b = randn(1, 23, 21, cin, seed=24), randn(k, k, cin, cout, seed=25) * 0.2, randn(cout, seed=26)
+    qx = act_quant(x, ACT[act])
+    wq, wparams, wscale = weight_quant(w, 3, 8)
+    real = conv_ref(dequantize(quantize(x, qx), qx), wq * wscale, b, stride, pad, 1)
+    qy = act_quant(real, ACT[act])
+
+    def build():
+        return _weighted("Conv2d", x, qx, wq, wparams, b, real.shape, qy, stride=u32([stride, stride]),
+                         pad_amount=u32([[pad, pad], [pad, pad]]), dilation=u32([1, 1]),
+                         group=scalar(U32, 1))
+
+    outputs = _run_paths(monkeypatch, build, LANES[act])
+    acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, pad, 1)
+    _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32)))
+
+
+@pytest.mark.parametrize("act,stride", [("u8", 1), ("u16", 1), ("u8", 2), ("u16", 2)])
+def test_depthwise_threaded_bit_exact(monkeypatch, act, stride):
+    """uint16 and strided uint8 (HTP's unshifted multiplier) requantize in 64-bit lanes."""
+    c = 40
+    x, w, b = randn(1, 30, 28, c, seed=27), randn(3, 3, 1, c, seed=28) * 0.3, randn(c, seed=29)
+    qx = act_quant(x, ACT[act])
+    wq, wparams, wscale = weight_quant(w, 3, 8)
+    real = conv_ref(dequantize(quantize(x, qx), qx), wq * wscale, b, stride, 1, c)
+    qy = act_quant(real, ACT[act])
+
+    def build():
+        return _weighted("DepthWiseConv2d", x, qx, wq, wparams, b, real.shape, qy, stride=u32([stride, stride]),
+                         pad_amount=u32([[1, 1], [1, 1]]), dilation=u32([1, 1]))
+
+    # strided uint8: HTP's unshifted multiplier needs the 64-bit-product lanes
+    outputs = _run_paths(monkeypatch, build, LANES["u16" if stride > 1 else act])
+    acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, 1, c)
+    _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32),
+                          unshifted=stride > 1))
+
+
+@pytest.mark.parametrize("act", ["u8", "u16"])
+def test_softmax_fused_equals_wrapper(monkeypatch, act):
+    """Quantized Softmax over the last axis, fused per row and split over the pool, gives the
+    codes of the dequantize -> float Softmax -> requantize wrapper (QNN_DELEGATE_REFERENCE_KERNELS=1),
+    with exp in vector lanes and with std::exp (QNN_HOST_ENGINE_KERNELS=plain)."""
+    x = randn(2, 6, 50, 77, seed=33) * 3
+    qx = act_quant(x, ACT[act])
+    xr = dequantize(quantize(x, qx), qx).astype(np.float64)
+    e = np.exp(xr - xr.max(-1, keepdims=True))
+    real = e / e.sum(-1, keepdims=True)
+    qy = act_quant(real, ACT[act])
+
+    def build():
+        qg = QGraph()
+        xi = qg.act("x", x, qx)
+        out = qg.run("Softmax", [xi], qg.out(real.shape, qy), axis=scalar(U32, 3), beta=scalar(F32, 1.0))
+        return out, qg.kernel_path("Softmax")
+
+    lanes = "avx2/exp-lanes" if test_hooks().kernel_features()["avx2"] else "plain/exp-scalar"
+    monkeypatch.delenv("QNN_DELEGATE_REFERENCE_KERNELS", raising=False)
+    monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+    fused, ran = build()
+    assert ran == lanes
+    monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", "plain")  # std::exp per element
+    fused_plain, ran = build()
+    assert ran == "plain/exp-scalar"
+    monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS")
+    monkeypatch.setenv("QNN_DELEGATE_REFERENCE_KERNELS", "1")
+    wrapped, ran = build()
+    assert ran == "dequant+" + lanes
+    np.testing.assert_array_equal(fused, wrapped)
+    np.testing.assert_array_equal(fused_plain, wrapped)
+    want = np.clip(np.rint(real / np.float64(np.float32(qy["scale"]))) - qy["offset"], 0, 255 if act == "u8" else 65535)
+    assert np.abs(fused.astype(np.int64) - want).max() <= 1
+
+
+@pytest.mark.parametrize("act,tb", [("u8", True), ("u16", True), ("u16", False)])
+@pytest.mark.parametrize("path", ["default", "plain"])
+def test_matmul_batched_threaded_exact(monkeypatch, act, tb, path):
+    """Batched MatMul split over the pool: uint8 equals HTP's model, uint16 the exact
+    accumulator times s_a s_b / s_out rounded half even (the double accumulation is exact),
+    with 4 x 8 register tiles (path "blocked"; 41 rows and 50 columns leave tails) and with
+    the plain row loop (QNN_HOST_ENGINE_KERNELS=plain)."""
+    if path == "plain":
+        monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", "plain")
+    else:
+        monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+    a, b = randn(2, 3, 41, 24, seed=31), randn(2, 3, 24, 50, seed=32)
+    qa, qb = act_quant(a, ACT[act]), act_quant(b, ACT[act])
+    real = dequantize(quantize(a, qa), qa).astype(np.float64) @ dequantize(quantize(b, qb), qb).astype(np.float64)
+    qy = act_quant(real, ACT[act])
+    qg = QGraph()
+    ai = qg.act("a", a, qa)
+    bi = qg.act("b", np.swapaxes(b, -1, -2).copy() if tb else b, qb)
+    got = qg.run("MatMul", [ai, bi], qg.out(real.shape, qy), transpose_in1=scalar(gen_bool(), int(tb)))
+    assert qg.kernel_path("MatMul") == ("plain" if path == "plain" else "blocked")
+    acc = (quantize(a, qa).astype(np.int64) + qa["offset"]) @ (quantize(b, qb).astype(np.int64) + qb["offset"])
+    if act == "u8":
+        want = htp_requantize(acc, qa["scale"], np.float32(qb["scale"]), qy["scale"], -qy["offset"])
+    else:
+        m = np.float64(np.float32(qa["scale"])) * np.float64(np.float32(qb["scale"])) / np.float64(np.float32(qy["scale"]))
+        want = np.clip(np.rint(acc * m) - qy["offset"], 0, 65535)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["Gelu", "Sigmoid", "Tanh"])
+def test_uint16_unary_table_equals_wrapper(monkeypatch, op):
+    """A uint16 unary op without a stored QNN table runs as a 65536-code table built at init
+    from the float kernel (path "lut"), with the codes of the dequantize -> float op ->
+    quantize wrapper (QNN_DELEGATE_REFERENCE_KERNELS=1) on every input code."""
+    x = np.linspace(-6, 6, 65536 * 2, dtype=np.float32).reshape(2, 256, 256)
+    qx = act_quant(x, U16)
+    xt = torch.from_numpy(x.astype(np.float64))
+    ref = {"Gelu": torch.nn.functional.gelu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh}[op](xt).numpy()
+    qy = act_quant(ref, U16)
+
+    def build():
+        qg = QGraph()
+        out = qg.run(op, [qg.act("x", x, qx)], qg.out(x.shape, qy))
+        return out, qg.kernel_path(op)
+
+    monkeypatch.delenv("QNN_DELEGATE_REFERENCE_KERNELS", raising=False)
+    table, ran = build()
+    assert ran == "lut"
+    monkeypatch.setenv("QNN_DELEGATE_REFERENCE_KERNELS", "1")
+    wrapped, ran = build()
+    assert ran.startswith("dequant+")
+    np.testing.assert_array_equal(table, wrapped)
+    assert len(np.unique(quantize(x, qx))) > 60000  # (nearly) every input code is looked up
+    # vs float64 on the dequantized input: the input's own step moves the output too
+    xr = torch.from_numpy(dequantize(quantize(x, qx), qx).astype(np.float64))
+    want = {"Gelu": torch.nn.functional.gelu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh}[op](xr).numpy()
+    want = np.clip(np.rint(want / np.float64(np.float32(qy["scale"]))) - qy["offset"], 0, 65535)
+    assert np.abs(table - want).max() <= 1

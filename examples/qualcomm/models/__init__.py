@@ -1,1 +1,0 @@
-"""The models moved to backends.qualcomm.utils.models (shared with the tests)."""
