@@ -1,0 +1,1 @@
+"""The docs: links resolve, named tests exist, runnable snippets run as written."""
