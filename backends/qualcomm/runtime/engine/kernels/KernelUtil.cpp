@@ -1,16 +1,9 @@
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace qnn_delegate {
 namespace engine {
-
-bool plain_kernels_forced() {
-  const char* force = std::getenv("QNN_HOST_ENGINE_KERNELS");
-  return force != nullptr && std::strcmp(force, "plain") == 0;
-}
 
 bool broadcast_dims(const Dims& a, const Dims& b, Dims& out) {
   const size_t rank = std::max(a.size(), b.size());

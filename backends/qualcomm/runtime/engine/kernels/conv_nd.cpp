@@ -158,7 +158,7 @@ class ConvNdKernel final : public Kernel {
         // grp*cin_g+ci of [Cin][Cout/group]
         const float* wr = kTransposed ? tap + (grp * cin_g + ci) * w_out : tap + ci * w_out + grp * cout_g;
         float* og = o + grp * cout_g;
-        for (size_t co = 0; co < cout_g; ++co) og[co] += xv * wr[co];
+        for (size_t co = 0; co < cout_g; ++co) og[co] = std::fma(xv, wr[co], og[co]);
       }
     }
   }

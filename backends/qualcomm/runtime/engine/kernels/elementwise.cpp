@@ -216,7 +216,7 @@ struct EluFn {
 constexpr int64_t kNeuronHardSigmoid = 2;
 struct HardSigmoidFn {
   static float apply(float x, const UnaryParams& p) {
-    const float y = p.alpha * x + p.beta;
+    const float y = std::fma(p.alpha, x, p.beta);
     return y != y ? y : (y < 0.f ? 0.f : (y > 1.f ? 1.f : y));
   }
 };

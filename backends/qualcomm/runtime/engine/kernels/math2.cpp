@@ -59,9 +59,9 @@ class LogSoftmaxKernel final : public Kernel {
         float mx = -INFINITY;
         for (size_t a = 0; a < axis_; ++a) mx = std::max(mx, beta_ * px[a * inner_]);
         double sum = 0.0;
-        for (size_t a = 0; a < axis_; ++a) sum += std::exp(double(beta_ * px[a * inner_] - mx));
+        for (size_t a = 0; a < axis_; ++a) sum += std::exp(double(std::fma(beta_, px[a * inner_], -mx)));
         const float lse = mx + float(std::log(sum));
-        for (size_t a = 0; a < axis_; ++a) py[a * inner_] = beta_ * px[a * inner_] - lse;
+        for (size_t a = 0; a < axis_; ++a) py[a * inner_] = std::fma(beta_, px[a * inner_], -lse);
       }
     }
     return Status::Ok();

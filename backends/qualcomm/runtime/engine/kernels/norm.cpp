@@ -4,22 +4,21 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
-
 #include "backends/qualcomm/runtime/engine/Quant.h"
 #include "backends/qualcomm/runtime/engine/ThreadPool.h"
 
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+
+#ifdef QNN_X86
+#include <immintrin.h>
+#endif
 
 namespace qnn_delegate {
 namespace engine {
 namespace {
 
 // ---- Softmax ------------------------------------------------------------------
-#if defined(__AVX2__) && defined(__FMA__)
-#define QNN_SOFTMAX_VEC 1
+#ifdef QNN_X86
 // glibc's expf (>= 2.27; its FMA variant, which a CPU with FMA runs) in 4 double lanes:
 // the same operations, table and constants, so each lane equals std::exp (vec_exp_matches
 // checks that once against std::exp on this machine; otherwise the scalar loop runs).
@@ -32,9 +31,9 @@ alignas(32) const uint64_t kExp2fTab[32] = {
     0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
     0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
 
-inline __m256d dbits(uint64_t v) { return _mm256_castsi256_pd(_mm256_set1_epi64x(int64_t(v))); }
+QNN_TARGET_AVX2 inline __m256d dbits(uint64_t v) { return _mm256_castsi256_pd(_mm256_set1_epi64x(int64_t(v))); }
 
-inline __m128 expf4(__m128 x) {
+QNN_TARGET_AVX2 inline __m128 expf4(__m128 x) {
   const __m256d xd = _mm256_cvtps_pd(x);
   const __m256d inv_ln2n = dbits(0x40471547652b82feULL), shift = dbits(0x4338000000000000ULL);
   const __m256d z = _mm256_fmadd_pd(inv_ln2n, xd, shift);
@@ -53,7 +52,7 @@ inline __m128 expf4(__m128 x) {
 // exp of 8 floats: glibc's fast path; x < -0x1.9fe368p6 (and -inf) underflows to +0 there
 // too (softmax's masked positions); any other lane (|x| >= ~88, nan) sends the 8 through
 // std::exp.
-inline __m256 expf8(__m256 x) {
+QNN_TARGET_AVX2 inline __m256 expf8(__m256 x) {
   const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
   const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-0x1.9fe368p6f), _CMP_LT_OQ);
   const __m256i slow = _mm256_andnot_si256(_mm256_castps_si256(under),
@@ -68,32 +67,44 @@ inline __m256 expf8(__m256 x) {
   return _mm256_andnot_ps(under, y);
 }
 
-bool vec_exp_matches() {
-  static const bool ok = [] {
-    alignas(32) float x[8], y[8];
-    for (int i = 0; i < (1 << 16); i += 8) {
-      for (int j = 0; j < 8; ++j) x[j] = -110.f * float(i + j) / float(1 << 16) + 1e-3f * float(j);
-      _mm256_store_ps(y, expf8(_mm256_load_ps(x)));
-      for (int j = 0; j < 8; ++j) {
-        const float want = std::exp(x[j]);
-        if (std::memcmp(&want, &y[j], sizeof(float)) != 0) return false;
-      }
+QNN_TARGET_AVX2 bool expf8_matches_std_exp() {
+  alignas(32) float x[8], y[8];
+  for (int i = 0; i < (1 << 16); i += 8) {
+    for (int j = 0; j < 8; ++j) x[j] = -110.f * float(i + j) / float(1 << 16) + 1e-3f * float(j);
+    _mm256_store_ps(y, expf8(_mm256_load_ps(x)));
+    for (int j = 0; j < 8; ++j) {
+      const float want = std::exp(x[j]);
+      if (std::memcmp(&want, &y[j], sizeof(float)) != 0) return false;
     }
-    return true;
-  }();
-  return ok;
+  }
+  return true;
+}
+
+// py[a] = exp(fma(beta, px[a], -mx)) for a < the last multiple of 8 of axis, their sum added to
+// `sum` in order; returns that multiple.
+QNN_TARGET_AVX2 size_t exp_lanes(const float* px, float* py, size_t axis, float beta, float mx, float& sum) {
+  const __m256 b = _mm256_set1_ps(beta), m = _mm256_set1_ps(mx);
+  size_t a0 = 0;
+  for (; a0 + 8 <= axis; a0 += 8) {
+    _mm256_storeu_ps(py + a0, expf8(_mm256_fmsub_ps(b, _mm256_loadu_ps(px + a0), m)));
+    for (size_t j = 0; j < 8; ++j) sum += py[a0 + j];
+  }
+  return a0;
 }
 #endif
 
-// Whether softmax lanes over a contiguous axis take exp in vector lanes (decided when a
-// kernel is created; QNN_HOST_ENGINE_KERNELS=plain keeps std::exp). Same numbers either way.
-bool softmax_vec_exp() {
-#ifdef QNN_SOFTMAX_VEC
-  return !plain_kernels_forced() && vec_exp_matches();
+bool vec_exp_matches() {
+#ifdef QNN_X86
+  static const bool ok = cpu_simd_level() >= SimdLevel::Avx2 && expf8_matches_std_exp();
+  return ok;
 #else
   return false;
 #endif
 }
+
+// Whether softmax lanes over a contiguous axis take exp in vector lanes (AVX2 + FMA, decided
+// when a kernel is created; QNN_HOST_ENGINE_KERNELS=plain keeps std::exp). Same numbers either way.
+bool softmax_vec_exp() { return simd_level() >= SimdLevel::Avx2 && vec_exp_matches(); }
 
 const char* softmax_path(bool vec_exp) { return vec_exp ? "avx2/exp-lanes" : "plain/exp-scalar"; }
 
@@ -106,21 +117,14 @@ __attribute__((noinline)) void softmax_lane(const float* px, float* py, size_t a
   for (size_t a = 0; a < axis; ++a) mx = std::max(mx, beta * px[a * inner]);
   float sum = 0.f;
   size_t a0 = 0;
-#ifdef QNN_SOFTMAX_VEC
-  // beta * x - mx fused, as the compiler contracts the scalar loop below with FMA; the sum
-  // stays sequential.
-  if (vec_exp && inner == 1) {
-    const __m256 b = _mm256_set1_ps(beta), m = _mm256_set1_ps(mx);
-    for (; a0 + 8 <= axis; a0 += 8) {
-      _mm256_storeu_ps(py + a0, expf8(_mm256_fmsub_ps(b, _mm256_loadu_ps(px + a0), m)));
-      for (size_t j = 0; j < 8; ++j) sum += py[a0 + j];
-    }
-  }
+  // beta * x - mx fused in both loops; the sum stays sequential.
+#ifdef QNN_X86
+  if (vec_exp && inner == 1) a0 = exp_lanes(px, py, axis, beta, mx, sum);
 #else
   (void)vec_exp;
 #endif
   for (size_t a = a0; a < axis; ++a) {
-    const float e = std::exp(beta * px[a * inner] - mx);
+    const float e = std::exp(std::fma(beta, px[a * inner], -mx));
     py[a * inner] = e;
     sum += e;
   }
@@ -243,7 +247,7 @@ class LayerNormKernel final : public Kernel {
       var /= double(cols_);
       const float m = float(mean);
       const float inv = float(1.0 / std::sqrt(var + double(eps_)));
-      for (size_t i = 0; i < cols_; ++i) py[i] = (px[i] - m) * inv * gamma[i] + beta[i];
+      for (size_t i = 0; i < cols_; ++i) py[i] = std::fma((px[i] - m) * inv, gamma[i], beta[i]);
     }
     return Status::Ok();
   }
@@ -341,11 +345,14 @@ class QuantLayerNormKernel final : public Kernel {
       for (size_t i = 0; i < cols_; ++i) mean += real(px[i]);
       mean /= double(cols_);
       double var = 0.0;
-      for (size_t i = 0; i < cols_; ++i) var += (real(px[i]) - mean) * (real(px[i]) - mean);
+      for (size_t i = 0; i < cols_; ++i) {
+        const double d = centered(px[i], mean);
+        var = std::fma(d, d, var);
+      }
       var /= double(cols_);
       const double inv = 1.0 / std::sqrt(var + double(eps_));
       for (size_t i = 0; i < cols_; ++i) {
-        const double q = std::nearbyint((real(px[i]) - mean) * inv * gs[i]) + bs[i];
+        const double q = std::nearbyint(centered(px[i], mean) * inv * gs[i]) + bs[i];
         py[i] = Q(q < lo ? lo : (q > hi ? hi : q));
       }
     }
@@ -355,6 +362,10 @@ class QuantLayerNormKernel final : public Kernel {
 
  private:
   double real(Q q) const { return double(int32_t(q) + pin_.offset) * double(pin_.scale); }
+  // real(q) - mean, rounded once.
+  double centered(Q q, double mean) const {
+    return std::fma(double(int32_t(q) + pin_.offset), double(pin_.scale), -mean);
+  }
 
   uint32_t x_ = 0, out_ = 0;
   size_t rows_ = 0, cols_ = 0;
@@ -374,7 +385,7 @@ class BatchnormKernel final : public Kernel {
     const float* o = ctx.at<const float>(o_);
     float* y = ctx.at<float>(out_);
     for (size_t r = 0; r < rows_; ++r)
-      for (size_t i = 0; i < c_; ++i) y[r * c_ + i] = x[r * c_ + i] * s[i] + o[i];
+      for (size_t i = 0; i < c_; ++i) y[r * c_ + i] = std::fma(x[r * c_ + i], s[i], o[i]);
     return Status::Ok();
   }
 

@@ -43,7 +43,7 @@ class GroupNormKernel final : public Kernel {
         const float inv = float(1.0 / std::sqrt(var + double(eps_)));
         for (size_t p = 0; p < pixels_; ++p)
           for (size_t c = c0; c < c0 + per_group; ++c)
-            yi[p * c_ + c] = (xi[p * c_ + c] - m) * inv * gamma[c] + (beta ? beta[c] : 0.f);
+            yi[p * c_ + c] = std::fma((xi[p * c_ + c] - m) * inv, gamma[c], beta ? beta[c] : 0.f);
       }
     }
     return Status::Ok();
@@ -125,7 +125,7 @@ class RmsNormKernel final : public Kernel {
       double sq = 0.0;
       for (size_t i = 0; i < cols_; ++i) sq += double(px[i]) * double(px[i]);
       const float inv = float(1.0 / std::sqrt(sq / double(cols_) + double(eps_)));
-      for (size_t i = 0; i < cols_; ++i) py[i] = px[i] * inv * gamma[i] + beta[i];
+      for (size_t i = 0; i < cols_; ++i) py[i] = std::fma(px[i] * inv, gamma[i], beta[i]);
     }
     return Status::Ok();
   }
