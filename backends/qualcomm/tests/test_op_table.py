@@ -10,13 +10,13 @@ from typing import Dict, Set
 import pytest
 import torch
 
-from backends.qualcomm import _qnn_delegate
 from backends.qualcomm.builders import registry
 from backends.qualcomm.builders.qnn_op_types import (
     LUT_OP_TYPES, OP_TABLE, QNN_OP_TYPES, QNN_QUANT_OP_TYPES,
 )
 from backends.qualcomm.serialization import op_table
 from backends.qualcomm.serialization import qnn_op_table_generated as generated
+from backends.qualcomm.tests.utils_helpers import test_hooks
 
 BUILDERS_DIR = Path(__file__).resolve().parents[1] / "builders"
 
@@ -244,10 +244,10 @@ def test_malformed_composite_is_rejected(tmp_path, body, message):
 
 # ---- table vs engine kernels --------------------------------------------------------------------
 def test_every_table_op_has_a_kernel_and_every_kernel_a_table_op():
-    registered = set(_qnn_delegate.registered_op_types())
+    registered = set(test_hooks().registered_op_types())
     assert set(OP_TABLE) - registered == set(), "table ops without an engine kernel"
     assert registered - set(OP_TABLE) == set(), "kernels for ops missing from ops.toml"
 
 
 def test_no_op_type_registers_two_kernels_of_one_kind():
-    assert _qnn_delegate.duplicate_kernel_registrations() == []
+    assert test_hooks().duplicate_kernel_registrations() == []
