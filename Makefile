@@ -67,6 +67,6 @@ sanitize: install
 	    HF_HUB_OFFLINE=1 $(VPY) backends/qualcomm/tests/sanitize_cases.py --runner $(SAN_DIR)/qnn_executor_runner
 
 # The product as a user gets it: `pip wheel .` installed in a new venv, run from outside the
-# source tree (.ci/wheel_check; a full native build, about 10 minutes).
+# source tree (.ci/wheel_check; a full native build and a venv, 2-5 minutes).
 wheel-check: $(STAMP)
 	.ci/wheel_check

@@ -194,7 +194,7 @@ def test_reference_kernels_stay_pt2e_within_one_step(monkeypatch):
     assert 0.9 <= (diff == 0).mean() < 1.0
 
 
-# ---- ReduceMean (reduce_quant.cpp) -----------------------------------------------------------
+# ---- ReduceMean (reduce_mean_quant.cpp) ------------------------------------------------------
 def htp_mean(x: np.ndarray, axes: Sequence[int], ei: Enc, eo: Enc, bits: int) -> np.ndarray:
     """QNN HTP's quantized mean over non-depth axes (measured on QNN 2.51, SM8650)."""
     (si, oi), (so, oo) = ei, eo

@@ -6,6 +6,7 @@
 
 #include "backends/qualcomm/runtime/engine/DataType.h"
 #include "backends/qualcomm/runtime/engine/ThreadPool.h"
+#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
 namespace qnn_delegate {
 namespace engine {
@@ -116,21 +117,14 @@ struct RowMajorGemmJob {
   size_t ldc, N, K;
 };
 
-// c[n] = fma(a, b[n], c[n]) over k; compiled for x86-64 and x86-64-v3 (QNN_FMA_CLONES).
-QNN_FMA_CLONES void rowmajor_rows(const RowMajorGemmJob& j, size_t begin, size_t end) {
+// Row m of C: c = 0, then c[n] = fma(a[m, k], b[k, n], c[n]) for k = 0..K-1.
+void run_rowmajor_rows(void* ctx, size_t begin, size_t end) {
+  const RowMajorGemmJob& j = *static_cast<const RowMajorGemmJob*>(ctx);
   for (size_t m = begin; m < end; ++m) {
     float* c = j.C + m * j.ldc;
     std::memset(c, 0, j.N * sizeof(float));
-    for (size_t k = 0; k < j.K; ++k) {
-      const float a = j.A[m * j.lda + k];
-      const float* b = j.B + k * j.ldb;
-      for (size_t n = 0; n < j.N; ++n) c[n] = std::fma(a, b[n], c[n]);
-    }
+    for (size_t k = 0; k < j.K; ++k) fma_axpy(j.A[m * j.lda + k], j.B + k * j.ldb, c, j.N);
   }
-}
-
-void run_rowmajor_rows(void* ctx, size_t begin, size_t end) {
-  rowmajor_rows(*static_cast<const RowMajorGemmJob*>(ctx), begin, end);
 }
 
 } // namespace

@@ -38,6 +38,10 @@ Index contiguous_strides(const Dims& dims) {
   return strides;
 }
 
+QNN_FMA_CLONES void fma_axpy(float a, const float* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+}
+
 Status byte_element_size(const OpView& view, const TensorInfo& t, size_t& out) {
   out = element_size(t.dtype);
   if (out == 0) {

@@ -93,6 +93,10 @@ inline float dot_tail_fused(float acc, const float* a, size_t sa, const float* b
   return acc;
 }
 
+// y[i] = fma(a, x[i], y[i]) for i < n. Compiled for x86-64 and x86-64-v3 (Simd.h:
+// QNN_FMA_CLONES), so the fused multiply-adds run as instructions where the CPU has them.
+void fma_axpy(float a, const float* x, float* y, size_t n);
+
 // Element size of a byte-addressable tensor (fails for packed 4-bit types).
 Status byte_element_size(const OpView& view, const TensorInfo& t, size_t& out);
 

@@ -78,7 +78,7 @@ class GridSampleKernel final : public Kernel {
       const long yy = y0 + (t >> 1), xx = x0 + (t & 1);
       if (!inside(yy, xx)) continue;
       const float* px = image + (size_t(yy) * g_.iw + size_t(xx)) * g_.c;
-      for (size_t ch = 0; ch < g_.c; ++ch) out[ch] = std::fma(weights[t], px[ch], out[ch]);
+      fma_axpy(weights[t], px, out, g_.c);
     }
   }
 
