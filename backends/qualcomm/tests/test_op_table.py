@@ -24,8 +24,9 @@ BUILDERS_DIR = Path(__file__).resolve().parents[1] / "builders"
 # ---- what a builder can emit, read from its source --------------------------------------
 class _OpTypeCollector:
     """The QNN op types one builder module can pass to GraphBuilder.add_op: string literals,
-    conditional expressions, and lookups in module-level dicts (their values or the first element
-    of tuple values), directly or through a local variable."""
+    QnnOpType constants, conditional expressions, and lookups in module-level dicts (their values
+    or the first element of tuple values), directly or through a local variable; an op type a
+    helper takes as a parameter (a composition's emitter) is any QnnOpType constant the module names."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -57,6 +58,8 @@ class _OpTypeCollector:
     def _resolve(self, expr: ast.expr, func: ast.AST, index) -> Set[str]:
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return {expr.value}
+        if self._is_constant(expr):
+            return {expr.attr}
         if isinstance(expr, ast.IfExp):
             return self._resolve(expr.body, func, index) | self._resolve(expr.orelse, func, index)
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and expr.value.id in self.dicts:
@@ -73,7 +76,13 @@ class _OpTypeCollector:
             found |= self._resolve(value, func, None)
         return found
 
+    @staticmethod
+    def _is_constant(expr: ast.expr) -> bool:
+        return isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "QnnOpType"
+
     def _resolve_name(self, name: ast.Name, func: ast.AST) -> Set[str]:
+        if name.id in {a.arg for a in func.args.args + func.args.kwonlyargs}:
+            return {n.attr for n in ast.walk(self.tree) if self._is_constant(n)}
         for node in ast.walk(func):
             if not isinstance(node, ast.Assign):
                 continue
