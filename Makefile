@@ -10,7 +10,7 @@ JOBS    ?= $(shell nproc)
 # test processes (pytest-xdist): one per core; TEST_WORKERS=0 runs the suite in this process
 TEST_WORKERS ?= $(JOBS)
 
-.PHONY: all install run test test-fast bench clean sanitize
+.PHONY: all install run test test-fast bench clean sanitize wheel-check
 
 all: install
 
@@ -34,12 +34,16 @@ $(STAMP): Makefile pyproject.toml
 # The package builds against the executorch wheel of the venv, hence no build isolation.
 # Python sources are imported from the work tree (editable install), so only the native
 # sources and build files trigger a rebuild: `make run` / `make test` are no-ops otherwise.
+# The dev install always includes the test-only extension _qnn_test_hooks (so `make run` and
+# `make test` share one build) and builds in build/dev, apart from `pip wheel .` /
+# `pip install .` (build/<wheel tag>), which leave the test code out.
 BUILD_STAMP := $(VENV)/.build-stamp
-NATIVE_SRCS := CMakeLists.txt pyproject.toml $(shell find backends -name '*.cpp' -o -name '*.h' -o -name '*.fbs' -o -name CMakeLists.txt) \
+NATIVE_SRCS := CMakeLists.txt pyproject.toml $(shell find backends -name '*.cpp' -o -name '*.h' -o -name '*.inc' -o -name '*.fbs' -o -name CMakeLists.txt) \
     backends/qualcomm/serialization/schema/ops.toml backends/qualcomm/serialization/op_table.py
 
 $(BUILD_STAMP): $(STAMP) $(NATIVE_SRCS)
-	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) install -q --no-build-isolation --no-deps -e .
+	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) install -q --no-build-isolation --no-deps \
+	    -C build-dir=build/dev -C cmake.define.QNN_BUILD_TEST_HOOKS=ON -e .
 	touch $(BUILD_STAMP)
 
 install: $(BUILD_STAMP)
@@ -65,3 +69,8 @@ sanitize: install
 	$(VENV)/bin/cmake --build $(SAN_DIR) --target qnn_executor_runner -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    HF_HUB_OFFLINE=1 $(VPY) backends/qualcomm/tests/tools/sanitize_cases.py --runner $(SAN_DIR)/qnn_executor_runner
+
+# The product as a user gets it: `pip wheel .` installed in a new venv, run from outside the
+# source tree (.ci/wheel_check; a full native build and a venv, 2-5 minutes).
+wheel-check: $(STAMP)
+	.ci/wheel_check

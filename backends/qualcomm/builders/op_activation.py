@@ -9,6 +9,7 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, SUPPORTED, SupportResult, check_float_io, register_builder,
     table_quant_annotations,
@@ -76,30 +77,30 @@ def _elu_params(node: torch.fx.Node) -> List[QnnParam]:
 
 # edge op -> (QNN type, params fn); silu is Sigmoid followed by ElementWiseMultiply.
 UNARY_OPS: Dict[object, tuple] = {
-    _aten.relu.default: ("Relu", _no_params),
-    _aten.hardtanh.default: ("ReluMinMax", _clamp_params),
-    _aten.clamp.default: ("ReluMinMax", _clamp_bounds_params),
-    _aten.sigmoid.default: ("Sigmoid", _no_params),
-    _aten.tanh.default: ("Tanh", _no_params),
-    _aten.gelu.default: ("Gelu", _no_params),
-    _aten.hardswish.default: ("HardSwish", _no_params),
-    _aten.hardsigmoid.default: ("ElementWiseNeuron", _hardsigmoid_params),
-    _aten.silu.default: ("Sigmoid", _no_params),
-    _aten.rsqrt.default: ("ElementWiseRsqrt", _no_params),
-    _aten.sqrt.default: ("ElementWiseSquareRoot", _no_params),
-    _aten.neg.default: ("ElementWiseNeg", _no_params),
-    _aten.abs.default: ("ElementWiseAbs", _no_params),
-    _aten.exp.default: ("ElementWiseExp", _no_params),
-    _aten.log.default: ("ElementWiseLog", _no_params),
-    _aten.sin.default: ("ElementWiseSin", _no_params),
-    _aten.cos.default: ("ElementWiseCos", _no_params),
-    _aten.asin.default: ("ElementWiseAsin", _no_params),
-    _aten.atan.default: ("ElementWiseAtan", _no_params),
-    _aten.ceil.default: ("ElementWiseCeil", _no_params),
-    _aten.floor.default: ("ElementWiseFloor", _no_params),
-    _aten.round.default: ("ElementWiseRound", _no_params),
-    _aten.sign.default: ("ElementWiseSign", _no_params),
-    _aten.elu.default: ("Elu", _elu_params),
+    _aten.relu.default: (QnnOpType.Relu, _no_params),
+    _aten.hardtanh.default: (QnnOpType.ReluMinMax, _clamp_params),
+    _aten.clamp.default: (QnnOpType.ReluMinMax, _clamp_bounds_params),
+    _aten.sigmoid.default: (QnnOpType.Sigmoid, _no_params),
+    _aten.tanh.default: (QnnOpType.Tanh, _no_params),
+    _aten.gelu.default: (QnnOpType.Gelu, _no_params),
+    _aten.hardswish.default: (QnnOpType.HardSwish, _no_params),
+    _aten.hardsigmoid.default: (QnnOpType.ElementWiseNeuron, _hardsigmoid_params),
+    _aten.silu.default: (QnnOpType.Sigmoid, _no_params),
+    _aten.rsqrt.default: (QnnOpType.ElementWiseRsqrt, _no_params),
+    _aten.sqrt.default: (QnnOpType.ElementWiseSquareRoot, _no_params),
+    _aten.neg.default: (QnnOpType.ElementWiseNeg, _no_params),
+    _aten.abs.default: (QnnOpType.ElementWiseAbs, _no_params),
+    _aten.exp.default: (QnnOpType.ElementWiseExp, _no_params),
+    _aten.log.default: (QnnOpType.ElementWiseLog, _no_params),
+    _aten.sin.default: (QnnOpType.ElementWiseSin, _no_params),
+    _aten.cos.default: (QnnOpType.ElementWiseCos, _no_params),
+    _aten.asin.default: (QnnOpType.ElementWiseAsin, _no_params),
+    _aten.atan.default: (QnnOpType.ElementWiseAtan, _no_params),
+    _aten.ceil.default: (QnnOpType.ElementWiseCeil, _no_params),
+    _aten.floor.default: (QnnOpType.ElementWiseFloor, _no_params),
+    _aten.round.default: (QnnOpType.ElementWiseRound, _no_params),
+    _aten.sign.default: (QnnOpType.ElementWiseSign, _no_params),
+    _aten.elu.default: (QnnOpType.Elu, _elu_params),
 }
 def _elu_check(node: torch.fx.Node) -> SupportResult:
     for i, name in ((2, "scale"), (3, "input_scale")):
@@ -158,8 +159,8 @@ class UnaryActivationBuilder(NodeBuilder):
         x = gb.tensor(node.args[0], input_layout(node))
         if node.target == _aten.silu.default:
             sigmoid = gb.native_tensor(f"{node.name}_sigmoid", x.dims, *sigmoid_encoding(node))
-            ops = [gb.add_op(node, "Sigmoid", [x], [sigmoid], suffix="sigmoid"),
-                   gb.add_op(node, "ElementWiseMultiply", [x, sigmoid], [gb.define_output(node)])]
+            ops = [gb.add_op(node, QnnOpType.Sigmoid, [x], [sigmoid], suffix="sigmoid"),
+                   gb.add_op(node, QnnOpType.ElementWiseMultiply, [x, sigmoid], [gb.define_output(node)])]
             for op in ops:  # quantized x with the FLOAT_32 sigmoid: see sigmoid_encoding
                 op.finalize_accepts = x.quant is not None
             return

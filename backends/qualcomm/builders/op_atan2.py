@@ -37,6 +37,7 @@ import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.op_lookup import code_index, per_tensor_unsigned
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.quant_encoding import QuantAttrs, quant_params
 from backends.qualcomm.builders.utils import reshape
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, int32_scalar
@@ -52,17 +53,6 @@ _POINT_BITS = 12  # P at most: angles in units of s_out / 2^P
 # rank-5 graph with this chain moved the inputs' own producers by up to 24 steps).
 _FLAT_RANK = 3
 _MAX_RANK = 4
-
-# The op types the composition emits (a literal table: test_op_table reads the types builders emit).
-_OPS = {
-    "ElementWiseSubtract": "ElementWiseSubtract",
-    "ElementWiseAdd": "ElementWiseAdd",
-    "ElementWiseMultiply": "ElementWiseMultiply",
-    "ElementWiseDivide": "ElementWiseDivide",
-    "ElementWiseMod": "ElementWiseMod",
-    "ElementWiseLess": "ElementWiseLess",
-    "ElementWiseSelect": "ElementWiseSelect",
-}
 
 
 @dataclass(frozen=True)
@@ -152,43 +142,44 @@ class _Ints:
         dims = list(np.broadcast_shapes(*(tuple(t.dims) for t in inputs)))
         out = self.gb.native_tensor(f"{self.node.name}_i{self._count}", dims,
                                     DataType.BOOL_8 if boolean else DataType.INT_32)
-        self.gb.add_op(self.node, _OPS[qnn_type], list(inputs), [out], suffix=f"{qnn_type[11:].lower()}{self._count}")
+        self.gb.add_op(self.node, qnn_type, list(inputs), [out], suffix=f"{qnn_type[11:].lower()}{self._count}")
         return out
 
     def less(self, a: QnnTensor, b: QnnTensor) -> QnnTensor:
-        return self.op("ElementWiseLess", a, b, boolean=True)
+        return self.op(QnnOpType.ElementWiseLess, a, b, boolean=True)
 
     def select(self, condition: QnnTensor, a: QnnTensor, b: QnnTensor) -> QnnTensor:
-        return self.op("ElementWiseSelect", condition, a, b)
+        return self.op(QnnOpType.ElementWiseSelect, condition, a, b)
 
     def floor_div(self, num: QnnTensor, den: QnnTensor) -> Tuple[QnnTensor, QnnTensor]:
         """(num // den, num % den) for num >= 0, den > 0: an exact division of a multiple."""
-        rest = self.op("ElementWiseMod", num, den)
-        return self.op("ElementWiseDivide", self.op("ElementWiseSubtract", num, rest), den), rest
+        rest = self.op(QnnOpType.ElementWiseMod, num, den)
+        return self.op(QnnOpType.ElementWiseDivide, self.op(QnnOpType.ElementWiseSubtract, num, rest), den), rest
 
     def shifted_ratio(self, num: QnnTensor, shift: int, den: QnnTensor, cap: int) -> Tuple[QnnTensor, QnnTensor]:
         """(floor(num 2^shift / den), the remainder) for 0 <= num < 2^16, 0 < den < 2^16, 0 <=
         shift <= 29; a quotient above `cap` may come out as any value above it (no int32
         overflow; its remainder is then unused)."""
         first = min(shift, _MAX_SHIFT)
-        quotient, rest = self.floor_div(self.op("ElementWiseMultiply", num, self.const(1 << first)), den)
+        quotient, rest = self.floor_div(self.op(QnnOpType.ElementWiseMultiply, num, self.const(1 << first)), den)
         second = shift - first
         if second == 0:
             return quotient, rest
-        low, rest = self.floor_div(self.op("ElementWiseMultiply", rest, self.const(1 << second)), den)
+        low, rest = self.floor_div(self.op(QnnOpType.ElementWiseMultiply, rest, self.const(1 << second)), den)
         bound = self.const((cap >> second) + 1)
         high = self.select(self.less(quotient, bound), quotient, bound)
-        return self.op("ElementWiseAdd", self.op("ElementWiseMultiply", high, self.const(1 << second)), low), rest
+        scaled = self.op(QnnOpType.ElementWiseMultiply, high, self.const(1 << second))
+        return self.op(QnnOpType.ElementWiseAdd, scaled, low), rest
 
     def fraction(self, rest: QnnTensor, den: QnnTensor) -> QnnTensor:
         """floor(rest 2^M / den) for 0 <= rest < den < 2^16: the position inside the index."""
-        return self.floor_div(self.op("ElementWiseMultiply", rest, self.const(1 << _INTERP_BITS)), den)[0]
+        return self.floor_div(self.op(QnnOpType.ElementWiseMultiply, rest, self.const(1 << _INTERP_BITS)), den)[0]
 
     def floor_shift(self, value: QnnTensor, bits: int, low: int) -> QnnTensor:
         """floor(value / 2^bits) for value >= -low 2^bits (made non-negative first)."""
-        raised = self.op("ElementWiseAdd", value, self.const(low << bits))
+        raised = self.op(QnnOpType.ElementWiseAdd, value, self.const(low << bits))
         quotient, _ = self.floor_div(raised, self.const(1 << bits))
-        return self.op("ElementWiseSubtract", quotient, self.const(low))
+        return self.op(QnnOpType.ElementWiseSubtract, quotient, self.const(low))
 
 
 def emit_atan2(gb: GraphBuilder, node: torch.fx.Node, y: QnnTensor, x: QnnTensor, out: QnnTensor) -> bool:
@@ -210,34 +201,35 @@ def emit_atan2(gb: GraphBuilder, node: torch.fx.Node, y: QnnTensor, x: QnnTensor
     e = _Ints(gb, node, len(y.dims) if len(y.dims) == 1 == len(x.dims) else len(out.dims))
     index_y, pad_y = code_index(gb, node, y, "_y")
     index_x, pad_x = code_index(gb, node, x, "_x")
-    signed_y = e.op("ElementWiseSubtract", index_y, e.const(pad_y - int(y.quant.offset)))
-    signed_x = e.op("ElementWiseSubtract", index_x, e.const(pad_x - int(x.quant.offset)))
+    signed_y = e.op(QnnOpType.ElementWiseSubtract, index_y, e.const(pad_y - int(y.quant.offset)))
+    signed_x = e.op(QnnOpType.ElementWiseSubtract, index_x, e.const(pad_x - int(x.quant.offset)))
     zero, one = e.const(0), e.const(1)
     y_negative, x_negative = e.less(signed_y, zero), e.less(signed_x, zero)
-    a = e.select(y_negative, e.op("ElementWiseSubtract", zero, signed_y), signed_y)
-    b = e.select(x_negative, e.op("ElementWiseSubtract", zero, signed_x), signed_x)
+    a = e.select(y_negative, e.op(QnnOpType.ElementWiseSubtract, zero, signed_y), signed_y)
+    b = e.select(x_negative, e.op(QnnOpType.ElementWiseSubtract, zero, signed_x), signed_x)
     a_zero, b_zero = e.less(a, one), e.less(b, one)
     a_den, b_den = e.select(a_zero, one, a), e.select(b_zero, one, b)
     t, t_rest = e.shifted_ratio(a, FRACTION_BITS + plan.k, b_den, plan.t_limit)
     s, s_rest = e.shifted_ratio(b, FRACTION_BITS - plan.k, a_den, plan.s_limit)
     first = e.less(t, e.const(plan.t_limit + 1))
-    index = e.select(first, t, e.op("ElementWiseAdd", s, e.const(plan.s_start)))
+    index = e.select(first, t, e.op(QnnOpType.ElementWiseAdd, s, e.const(plan.s_start)))
     index = e.select(a_zero, zero, e.select(b_zero, e.const(plan.s_start), index))
     fraction = e.select(first, e.fraction(t_rest, b_den), e.fraction(s_rest, a_den))
     angle = _interpolated(gb, node, e, angle_table(plan, float(pout.scale)), plan.s_start, index, fraction)
     pi_units = reference_units(plan, math.pi, float(pout.scale))
-    angle = e.select(x_negative, e.op("ElementWiseSubtract", e.const(pi_units), angle), angle)
-    angle = e.select(y_negative, e.op("ElementWiseSubtract", zero, angle), angle)
-    half = e.op("ElementWiseAdd", angle, e.const((int(pout.zero_point) << plan.point_bits) + (1 << (plan.point_bits - 1))))
+    angle = e.select(x_negative, e.op(QnnOpType.ElementWiseSubtract, e.const(pi_units), angle), angle)
+    angle = e.select(y_negative, e.op(QnnOpType.ElementWiseSubtract, zero, angle), angle)
+    half = e.op(QnnOpType.ElementWiseAdd, angle,
+                e.const((int(pout.zero_point) << plan.point_bits) + (1 << (plan.point_bits - 1))))
     code = e.floor_shift(half, plan.point_bits, (pi_units >> plan.point_bits) + 2)
     code = e.select(e.less(code, e.const(pout.qmin)), e.const(pout.qmin), code)
     code = e.select(e.less(e.const(pout.qmax), code), e.const(pout.qmax), code)
     identity = gb.quantized_static(f"{node.name}_codes", _identity_codes(pout), pout)
     flat = len(out.dims) != 1
     result = gb.like(out, f"{node.name}_flat", [int(np.prod(out.dims))]) if flat else out
-    gb.add_op(node, "Gather", [identity, _flat(gb, node, code, "code")], [result], [int32_scalar("axis", 0)])
+    gb.add_op(node, QnnOpType.Gather, [identity, _flat(gb, node, code, "code")], [result], [int32_scalar("axis", 0)])
     if flat:
-        gb.add_op(node, "Reshape", [result], [out], suffix="unflat")
+        gb.add_op(node, QnnOpType.Reshape, [result], [out], suffix="unflat")
     return True
 
 
@@ -259,15 +251,15 @@ def _interpolated(gb: GraphBuilder, node: torch.fx.Node, e: _Ints, table: np.nda
     flat = _flat(gb, node, index, "index")
     one = gb.static_tensor(f"{node.name}_one", np.ones([1], np.int32))
     following = gb.native_tensor(f"{node.name}_following", flat.dims, DataType.INT_32)
-    gb.add_op(node, "ElementWiseAdd", [flat, one], [following], suffix="following")
+    gb.add_op(node, QnnOpType.ElementWiseAdd, [flat, one], [following], suffix="following")
     values = []
     for label, at in (("angle", flat), ("next_angle", following)):
         value = gb.native_tensor(f"{node.name}_{label}", at.dims, DataType.INT_32)
-        gb.add_op(node, "Gather", [static, at], [value], [int32_scalar("axis", 0)], suffix=label)
+        gb.add_op(node, QnnOpType.Gather, [static, at], [value], [int32_scalar("axis", 0)], suffix=label)
         values.append(value if value.dims == index.dims else reshape(gb, node, value, index.dims, f"{label}_shaped"))
-    step = e.op("ElementWiseMultiply", e.op("ElementWiseSubtract", values[1], values[0]), fraction)
+    step = e.op(QnnOpType.ElementWiseMultiply, e.op(QnnOpType.ElementWiseSubtract, values[1], values[0]), fraction)
     steps = np.abs(np.diff(table.astype(np.int64)))
     steps[start - 1] = 0  # from T's last entry to S = 0: never interpolated
     steepest = int(steps.max()) + 1
-    rounded = e.op("ElementWiseAdd", step, e.const(1 << (_INTERP_BITS - 1)))
-    return e.op("ElementWiseAdd", values[0], e.floor_shift(rounded, _INTERP_BITS, steepest))
+    rounded = e.op(QnnOpType.ElementWiseAdd, step, e.const(1 << (_INTERP_BITS - 1)))
+    return e.op(QnnOpType.ElementWiseAdd, values[0], e.floor_shift(rounded, _INTERP_BITS, steepest))

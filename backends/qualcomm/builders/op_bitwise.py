@@ -30,6 +30,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_cast import cast_uint8_to_int32
 from backends.qualcomm.builders.op_division import Emitter
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import SUPPORTED, SupportResult, node_val, tensor_vals
 from backends.qualcomm.serialization.qnn_graph import (
     DataType, QnnTensor, QuantEncoding, QuantParams, TensorType, int32_scalar,
@@ -139,28 +140,31 @@ class _Bytes:
             return [cast_uint8_to_int32(self.node, self.gb, rest)]
         pieces = []
         for k in range(self.count):
-            pieces.append(self.e.op("ElementWiseMod", [rest, self.c256]))
+            pieces.append(self.e.op(QnnOpType.ElementWiseMod, [rest, self.c256]))
             if k + 1 < self.count:  # (a_k - b_k) / 256: an exact division
-                rest = self.e.op("ElementWiseDivide", [self.e.op("ElementWiseSubtract", [rest, pieces[-1]]), self.c256])
+                rest = self.e.op(QnnOpType.ElementWiseDivide,
+                                 [self.e.op(QnnOpType.ElementWiseSubtract, [rest, pieces[-1]]), self.c256])
         return pieces
 
     def lookup(self, table: QnnTensor, x: QnnTensor, y: QnnTensor) -> QnnTensor:
         """table[256 x + y]."""
-        return self.gather(table, self.e.op("ElementWiseAdd", [self.e.op("ElementWiseMultiply", [x, self.c256]), y]))
+        high = self.e.op(QnnOpType.ElementWiseMultiply, [x, self.c256])
+        return self.gather(table, self.e.op(QnnOpType.ElementWiseAdd, [high, y]))
 
     def gather(self, table: QnnTensor, index: QnnTensor) -> QnnTensor:
         out = self.gb.native_tensor(f"{index.name}_byte", index.dims, table.data_type, table.quant)
-        self.gb.add_op(self.node, "Gather", [table, index], [out], [int32_scalar("axis", 0)], suffix="gather")
+        self.gb.add_op(self.node, QnnOpType.Gather, [table, index], [out], [int32_scalar("axis", 0)], suffix="gather")
         if table.data_type == self.e.data_type:
             return out
         wide = self.gb.native_tensor(f"{index.name}_wide", index.dims, self.e.data_type)
-        self.gb.add_op(self.node, "Cast", [out], [wide], suffix="wide")
+        self.gb.add_op(self.node, QnnOpType.Cast, [out], [wide], suffix="wide")
         return wide
 
     def signed_byte(self, byte: QnnTensor) -> QnnTensor:
         """byte in [0, 255] as signed: Mod(byte + 128, 256) - 128."""
-        shifted = self.e.op("ElementWiseMod", [self.e.op("ElementWiseAdd", [byte, self.c128]), self.c256])
-        return self.e.op("ElementWiseSubtract", [shifted, self.c128])
+        shifted = self.e.op(QnnOpType.ElementWiseMod,
+                            [self.e.op(QnnOpType.ElementWiseAdd, [byte, self.c128]), self.c256])
+        return self.e.op(QnnOpType.ElementWiseSubtract, [shifted, self.c128])
 
 
 def _scaled_rows(op: np.ufunc, number: int, count: int) -> List[np.ndarray]:
@@ -188,12 +192,12 @@ def emit_integer_bitwise(gb: GraphBuilder, node: torch.fx.Node) -> None:
     ys = b.split(node.args[1], "b")
     r = [b.lookup(table, x, y) for x, y in zip(xs, ys)]
     if b.uint8:  # the byte itself
-        gb.add_op(node, "Cast", [r[0]], [out], suffix="uint8")
+        gb.add_op(node, QnnOpType.Cast, [r[0]], [out], suffix="uint8")
         return
     acc = b.signed_byte(r[3])  # the top byte as signed, then Horner: acc * 256 + r_k
     for k in (2, 1):
-        acc = b.e.op("ElementWiseAdd", [b.e.op("ElementWiseMultiply", [acc, b.c256]), r[k]])
-    b.e.last("ElementWiseAdd", [b.e.op("ElementWiseMultiply", [acc, b.c256]), r[0]], out)
+        acc = b.e.op(QnnOpType.ElementWiseAdd, [b.e.op(QnnOpType.ElementWiseMultiply, [acc, b.c256]), r[k]])
+    b.e.last(QnnOpType.ElementWiseAdd, [b.e.op(QnnOpType.ElementWiseMultiply, [acc, b.c256]), r[0]], out)
 
 
 def _emit_number(b: _Bytes, op: np.ufunc, xs: List[QnnTensor], number: int, out: QnnTensor) -> None:
@@ -202,9 +206,9 @@ def _emit_number(b: _Bytes, op: np.ufunc, xs: List[QnnTensor], number: int, out:
     rows = [b.static(f"row{k}", row) for k, row in enumerate(_scaled_rows(op, number, b.count))]
     parts = [b.gather(row, x) for row, x in zip(rows, xs)]
     if b.uint8:
-        b.gb.add_op(b.node, "Cast", [parts[0]], [out], suffix="uint8")
+        b.gb.add_op(b.node, QnnOpType.Cast, [parts[0]], [out], suffix="uint8")
         return
     acc = parts[0]
     for part in parts[1:-1]:
-        acc = b.e.op("ElementWiseAdd", [acc, part])
-    b.e.last("ElementWiseAdd", [acc, parts[-1]], out)
+        acc = b.e.op(QnnOpType.ElementWiseAdd, [acc, part])
+    b.e.last(QnnOpType.ElementWiseAdd, [acc, parts[-1]], out)

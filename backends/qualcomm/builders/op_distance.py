@@ -18,6 +18,7 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
     NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, first_failure,
     register_builder,
@@ -96,11 +97,11 @@ class DistanceBuilder(NodeBuilder):
         batch = list(a.dims[:-2]) or [1]
         (p, m), r = a.dims[-2:], b.dims[-2]
         a4 = self._float(gb, node, "a4", batch + [p, 1, m])
-        gb.add_op(node, "Reshape", [a], [a4], suffix="a_rows")
+        gb.add_op(node, QnnOpType.Reshape, [a], [a4], suffix="a_rows")
         b4 = self._float(gb, node, "b4", batch + [1, r, m])
-        gb.add_op(node, "Reshape", [b], [b4], suffix="b_columns")
+        gb.add_op(node, QnnOpType.Reshape, [b], [b4], suffix="b_columns")
         diff = self._float(gb, node, "diff", batch + [p, r, m])
-        gb.add_op(node, "ElementWiseSubtract", [a4, b4], [diff], suffix="difference")
+        gb.add_op(node, QnnOpType.ElementWiseSubtract, [a4, b4], [diff], suffix="difference")
         return diff
 
     def _pdist_difference(self, gb: GraphBuilder, node: torch.fx.Node) -> QnnTensor:
@@ -111,10 +112,10 @@ class DistanceBuilder(NodeBuilder):
         for what, indices in (("rows", rows), ("columns", cols)):
             index = gb.static_tensor(f"{node.name}_{what}", indices)
             out = self._float(gb, node, what, [indices.size, m])
-            gb.add_op(node, "Gather", [x, index], [out], [int32_scalar("axis", 0)], suffix=f"gather_{what}")
+            gb.add_op(node, QnnOpType.Gather, [x, index], [out], [int32_scalar("axis", 0)], suffix=f"gather_{what}")
             picked.append(out)
         diff = self._float(gb, node, "diff", [rows.size, m])
-        gb.add_op(node, "ElementWiseSubtract", picked, [diff], suffix="difference")
+        gb.add_op(node, QnnOpType.ElementWiseSubtract, picked, [diff], suffix="difference")
         return diff
 
     def _reduce(self, gb: GraphBuilder, node: torch.fx.Node, diff: QnnTensor, p: float) -> None:
@@ -122,27 +123,27 @@ class DistanceBuilder(NodeBuilder):
         output: in float, then a Reshape to the output dims and, in quantized graphs, a Quantize."""
         magnitude = self._float(gb, node, "magnitude", diff.dims)
         if p == 2.0:
-            gb.add_op(node, "ElementWiseMultiply", [diff, diff], [magnitude], suffix="square")
+            gb.add_op(node, QnnOpType.ElementWiseMultiply, [diff, diff], [magnitude], suffix="square")
         else:
-            gb.add_op(node, "ElementWiseAbs", [diff], [magnitude], suffix="abs")
+            gb.add_op(node, QnnOpType.ElementWiseAbs, [diff], [magnitude], suffix="abs")
         dims = list(diff.dims[:-1])
         reduced = self._float(gb, node, "reduced", dims)
         params = [uint32_tensor("axes", [len(diff.dims) - 1]), bool_scalar("keep_dims", False)]
         if p == math.inf:
-            gb.add_op(node, "ReduceMax", [magnitude], [reduced], params, suffix="reduce")
+            gb.add_op(node, QnnOpType.ReduceMax, [magnitude], [reduced], params, suffix="reduce")
         else:
-            gb.add_op(node, "ReduceSum", [magnitude], [reduced], params, suffix="reduce")
+            gb.add_op(node, QnnOpType.ReduceSum, [magnitude], [reduced], params, suffix="reduce")
         if p == 2.0:
             root = self._float(gb, node, "root", dims)
-            gb.add_op(node, "ElementWiseSquareRoot", [reduced], [root], suffix="sqrt")
+            gb.add_op(node, QnnOpType.ElementWiseSquareRoot, [reduced], [root], suffix="sqrt")
             reduced = root
         out_dims = list(logical_shape(node)) or [1]
         if not is_quantized(node):
-            gb.add_op(node, "Reshape", [reduced], [gb.define_output(node, dims=out_dims)], suffix="view_back")
+            gb.add_op(node, QnnOpType.Reshape, [reduced], [gb.define_output(node, dims=out_dims)], suffix="view_back")
             return
         flat = self._float(gb, node, "float", out_dims)
-        gb.add_op(node, "Reshape", [reduced], [flat], suffix="view_back")
-        gb.add_op(node, "Quantize", [flat], [gb.define_output(node, dims=out_dims)], suffix="quantize")
+        gb.add_op(node, QnnOpType.Reshape, [reduced], [flat], suffix="view_back")
+        gb.add_op(node, QnnOpType.Quantize, [flat], [gb.define_output(node, dims=out_dims)], suffix="quantize")
 
     @staticmethod
     def _float(gb: GraphBuilder, node: torch.fx.Node, what: str, dims: List[int]) -> QnnTensor:

@@ -27,30 +27,10 @@ import numpy as np
 import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.utils import dequantized as _dequantized
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor
 
-# The op types the compositions emit (a literal table: test_op_table reads the types builders emit).
-_OPS = {
-    "ElementWiseDivide": "ElementWiseDivide",
-    "ElementWiseFloor": "ElementWiseFloor",
-    "ElementWiseCeil": "ElementWiseCeil",
-    "ElementWiseLess": "ElementWiseLess",
-    "ElementWiseNotEqual": "ElementWiseNotEqual",
-    "ElementWiseAnd": "ElementWiseAnd",
-    "ElementWiseXor": "ElementWiseXor",
-    "ElementWiseSelect": "ElementWiseSelect",
-    "ElementWiseMultiply": "ElementWiseMultiply",
-    "ElementWiseSubtract": "ElementWiseSubtract",
-    "ElementWiseMod": "ElementWiseMod",
-    "ElementWiseAbs": "ElementWiseAbs",
-    "ElementWiseSign": "ElementWiseSign",
-    "ElementWiseGreaterEqual": "ElementWiseGreaterEqual",
-    "ElementWiseRound": "ElementWiseRound",
-    "ElementWiseEqual": "ElementWiseEqual",
-    "ElementWiseFloorDiv": "ElementWiseFloorDiv",
-    "ElementWiseAdd": "ElementWiseAdd",
-}
 # |r| >= |b| * (1 - 2^-8): r is a whole |b| (see float_remainder)
 _WHOLE_DIVISOR = 1.0 - 2.0 ** -8
 
@@ -66,11 +46,11 @@ class Emitter:
         dims = list(np.broadcast_shapes(*(tuple(t.dims) for t in inputs)))
         out = self.gb.native_tensor(f"{self.node.name}_d{self._count}", dims,
                                     DataType.BOOL_8 if boolean else self.data_type)
-        self.gb.add_op(self.node, _OPS[qnn_type], inputs, [out], suffix=f"{qnn_type[11:].lower()}{self._count}")
+        self.gb.add_op(self.node, qnn_type, inputs, [out], suffix=f"{qnn_type[11:].lower()}{self._count}")
         return out
 
     def last(self, qnn_type: str, inputs: List[QnnTensor], out: QnnTensor) -> None:
-        self.gb.add_op(self.node, _OPS[qnn_type], inputs, [out])
+        self.gb.add_op(self.node, qnn_type, inputs, [out])
 
     def constant(self, value: float, rank: int) -> QnnTensor:
         self._count += 1
@@ -86,20 +66,22 @@ class Emitter:
 def _corrected_remainder(e: Emitter, a: QnnTensor, b: QnnTensor, truncate: bool) -> List[QnnTensor]:
     """Inputs of the Select that gives a - round(a / b) * b in FLOAT_32, round = trunc (fmod) or
     floor (remainder), with |b| taken off a remainder of a whole |b|."""
-    q = e.op("ElementWiseDivide", [a, b])
+    q = e.op(QnnOpType.ElementWiseDivide, [a, b])
     if truncate:
-        negative = e.op("ElementWiseLess", [q, e.zero(len(q.dims))], boolean=True)
-        whole = e.op("ElementWiseSelect", [negative, e.op("ElementWiseCeil", [q]), e.op("ElementWiseFloor", [q])])
+        negative = e.op(QnnOpType.ElementWiseLess, [q, e.zero(len(q.dims))], boolean=True)
+        whole = e.op(QnnOpType.ElementWiseSelect,
+                     [negative, e.op(QnnOpType.ElementWiseCeil, [q]), e.op(QnnOpType.ElementWiseFloor, [q])])
     else:
-        whole = e.op("ElementWiseFloor", [q])
-    r = e.op("ElementWiseSubtract", [a, e.op("ElementWiseMultiply", [whole, b])])
+        whole = e.op(QnnOpType.ElementWiseFloor, [q])
+    r = e.op(QnnOpType.ElementWiseSubtract, [a, e.op(QnnOpType.ElementWiseMultiply, [whole, b])])
     # HTP's fp16 a / b may land just below an integer quotient (6 / 3 -> 1.9995): r is then a
     # whole |b| where the result is 0; take |b| off such an r (|r| < |b| otherwise).
-    abs_b = e.op("ElementWiseAbs", [b])
-    whole_divisor = e.op("ElementWiseGreaterEqual", [e.op("ElementWiseAbs", [r]),
-                                                      e.op("ElementWiseMultiply", [abs_b, e.constant(_WHOLE_DIVISOR, len(abs_b.dims))])],
-                         boolean=True)
-    reduced = e.op("ElementWiseSubtract", [r, e.op("ElementWiseMultiply", [e.op("ElementWiseSign", [r]), abs_b])])
+    abs_b = e.op(QnnOpType.ElementWiseAbs, [b])
+    abs_r = e.op(QnnOpType.ElementWiseAbs, [r])
+    near_b = e.op(QnnOpType.ElementWiseMultiply, [abs_b, e.constant(_WHOLE_DIVISOR, len(abs_b.dims))])
+    whole_divisor = e.op(QnnOpType.ElementWiseGreaterEqual, [abs_r, near_b], boolean=True)
+    signed_b = e.op(QnnOpType.ElementWiseMultiply, [e.op(QnnOpType.ElementWiseSign, [r]), abs_b])
+    reduced = e.op(QnnOpType.ElementWiseSubtract, [r, signed_b])
     return [whole_divisor, reduced, r]
 
 
@@ -109,11 +91,14 @@ def _signed_remainder(e: Emitter, a: QnnTensor, b: QnnTensor, truncate: bool) ->
     Floor / trunc then give k: r = a - k * b has the sign opposite to the divisor's (remainder)
     or the dividend's (fmod); the result is r + b (remainder) or r + sign(a) * |b| (fmod)
     (measured on the host engine: fmod |b| off on 1 of 128 random fp16 operands)."""
-    r = e.op("ElementWiseSelect", _corrected_remainder(e, a, b, truncate))
+    r = e.op(QnnOpType.ElementWiseSelect, _corrected_remainder(e, a, b, truncate))
     sign_of = a if truncate else b
-    step = e.op("ElementWiseMultiply", [e.op("ElementWiseSign", [a]), e.op("ElementWiseAbs", [b])]) if truncate else b
-    wrong_sign = e.op("ElementWiseLess", [e.op("ElementWiseMultiply", [r, sign_of]), e.zero(len(r.dims))], boolean=True)
-    return [wrong_sign, e.op("ElementWiseAdd", [r, step]), r]
+    step = (e.op(QnnOpType.ElementWiseMultiply,
+                 [e.op(QnnOpType.ElementWiseSign, [a]), e.op(QnnOpType.ElementWiseAbs, [b])])
+            if truncate else b)
+    wrong_sign = e.op(QnnOpType.ElementWiseLess,
+                      [e.op(QnnOpType.ElementWiseMultiply, [r, sign_of]), e.zero(len(r.dims))], boolean=True)
+    return [wrong_sign, e.op(QnnOpType.ElementWiseAdd, [r, step]), r]
 
 
 def _write(e: Emitter, qnn_type: str, inputs: List[QnnTensor], out: QnnTensor) -> None:
@@ -122,7 +107,7 @@ def _write(e: Emitter, qnn_type: str, inputs: List[QnnTensor], out: QnnTensor) -
     if out.quant is None:
         e.last(qnn_type, inputs, out)
         return
-    e.gb.add_op(e.node, "Quantize", [e.op(qnn_type, inputs)], [out], suffix="quantize")
+    e.gb.add_op(e.node, QnnOpType.Quantize, [e.op(qnn_type, inputs)], [out], suffix="quantize")
 
 
 def float_remainder(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor,
@@ -131,7 +116,7 @@ def float_remainder(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnT
     and the result Quantized to `out`'s encoding."""
     e = Emitter(gb, node, DataType.FLOAT_32)
     a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
-    _write(e, "ElementWiseSelect", _signed_remainder(e, a, b, truncate), out)
+    _write(e, QnnOpType.ElementWiseSelect, _signed_remainder(e, a, b, truncate), out)
 
 
 def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
@@ -141,28 +126,30 @@ def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: Q
     a infinite) the single op gives torch's value (+-inf / NaN, 0 or -1 for an infinite b)."""
     e = Emitter(gb, node, DataType.FLOAT_32)
     a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
-    r = e.op("ElementWiseSelect", _signed_remainder(e, a, b, truncate=False))
-    whole = e.op("ElementWiseRound", [e.op("ElementWiseDivide", [e.op("ElementWiseSubtract", [a, r]), b])])
-    _write(e, "ElementWiseSelect", [e.op("ElementWiseEqual", [r, r], boolean=True), whole,
-                                    e.op("ElementWiseFloorDiv", [a, b])], out)
+    r = e.op(QnnOpType.ElementWiseSelect, _signed_remainder(e, a, b, truncate=False))
+    whole = e.op(QnnOpType.ElementWiseRound,
+                 [e.op(QnnOpType.ElementWiseDivide, [e.op(QnnOpType.ElementWiseSubtract, [a, r]), b])])
+    _write(e, QnnOpType.ElementWiseSelect, [e.op(QnnOpType.ElementWiseEqual, [r, r], boolean=True), whole,
+                                    e.op(QnnOpType.ElementWiseFloorDiv, [a, b])], out)
 
 
 def integer_fmod(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
     """Select(r != 0 and (a < 0) != (b < 0), r - b, r) with r = Mod(a, b) (the divisor's sign)."""
     e = Emitter(gb, node, out.data_type)
-    r = e.op("ElementWiseMod", [a, b])
+    r = e.op(QnnOpType.ElementWiseMod, [a, b])
     rank = len(r.dims)
-    nonzero = e.op("ElementWiseNotEqual", [r, e.zero(rank)], boolean=True)
+    nonzero = e.op(QnnOpType.ElementWiseNotEqual, [r, e.zero(rank)], boolean=True)
     # Xor of the sign tests (HTP's NotEqual refuses BOOL_8: 3110 'Unsupported input/output datatypes')
-    signs_differ = e.op("ElementWiseXor", [e.op("ElementWiseLess", [a, e.zero(len(a.dims))], boolean=True),
-                                           e.op("ElementWiseLess", [b, e.zero(len(b.dims))], boolean=True)],
+    signs_differ = e.op(QnnOpType.ElementWiseXor,
+                        [e.op(QnnOpType.ElementWiseLess, [a, e.zero(len(a.dims))], boolean=True),
+                         e.op(QnnOpType.ElementWiseLess, [b, e.zero(len(b.dims))], boolean=True)],
                         boolean=True)
-    fix = e.op("ElementWiseAnd", [nonzero, signs_differ], boolean=True)
-    e.last("ElementWiseSelect", [fix, e.op("ElementWiseSubtract", [r, b]), r], out)
+    fix = e.op(QnnOpType.ElementWiseAnd, [nonzero, signs_differ], boolean=True)
+    e.last(QnnOpType.ElementWiseSelect, [fix, e.op(QnnOpType.ElementWiseSubtract, [r, b]), r], out)
 
 
 def integer_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
     """(a - Mod(a, b)) / b: a multiple of b divided by b, exact whatever the division rounds."""
     e = Emitter(gb, node, out.data_type)
-    multiple = e.op("ElementWiseSubtract", [a, e.op("ElementWiseMod", [a, b])])
-    e.last("ElementWiseDivide", [multiple, b], out)
+    multiple = e.op(QnnOpType.ElementWiseSubtract, [a, e.op(QnnOpType.ElementWiseMod, [a, b])])
+    e.last(QnnOpType.ElementWiseDivide, [multiple, b], out)

@@ -20,9 +20,9 @@ from backends.qualcomm.builders.registry import (
     NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, check_static_shapes,
     first_failure, node_val, register_builder,
 )
-from backends.qualcomm.builders.utils import normalize_axis, reshape
+from backends.qualcomm.builders.utils import normalize_axis, reshape, slice_axis
 from backends.qualcomm.serialization.qnn_graph import (
-    QnnTensor, int32_scalar, int32_tensor, uint32_scalar, uint32_tensor,
+    QnnTensor, int32_scalar, uint32_scalar, uint32_tensor,
 )
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -200,17 +200,6 @@ def _check_roll_args(node: torch.fx.Node) -> SupportResult:
     return SUPPORTED
 
 
-def _slice(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, dim: int, begin: int, end: int,
-           suffix: str) -> QnnTensor:
-    ranges = [[0, d, 1] for d in x.dims]
-    ranges[dim] = [begin, end, 1]
-    dims = list(x.dims)
-    dims[dim] = end - begin
-    out = gb.like(x, f"{node.name}_{suffix}", dims)
-    gb.add_op(node, "StridedSlice", [x], [out], [int32_tensor("ranges", ranges, [len(ranges), 3])], suffix=suffix)
-    return out
-
-
 @register_builder
 class RollBuilder(NodeBuilder):
     targets = edge_ops("roll.default")
@@ -229,8 +218,8 @@ class RollBuilder(NodeBuilder):
             return
         for k, (d, s) in enumerate(steps):
             n = x.dims[d]
-            tail = _slice(gb, node, x, d, n - s, n, f"tail_{d}")
-            head = _slice(gb, node, x, d, 0, n - s, f"head_{d}")
+            tail = slice_axis(gb, node, x, d, n - s, n, f"tail_{d}")
+            head = slice_axis(gb, node, x, d, 0, n - s, f"head_{d}")
             out = _output_of(gb, node, k == len(steps) - 1, x, x.dims, f"roll_{d}")
             gb.add_op(node, "Concat", [tail, head], [out], [uint32_scalar("axis", d)], suffix=f"roll_{d}")
             x = out
@@ -283,10 +272,10 @@ class SliceScatterBuilder(NodeBuilder):
             src = reshape(gb, node, src, window, "src")
         parts = []
         if start > 0:
-            parts.append(_slice(gb, node, x, dim, 0, start, "before"))
+            parts.append(slice_axis(gb, node, x, dim, 0, start, "before"))
         parts.append(src)
         if end < x.dims[dim]:
-            parts.append(_slice(gb, node, x, dim, end, x.dims[dim], "after"))
+            parts.append(slice_axis(gb, node, x, dim, end, x.dims[dim], "after"))
         if len(parts) == 1:
             gb.add_op(node, "Reshape", parts, [gb.define_output(node)])
             return

@@ -20,6 +20,7 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
     first_failure, register_builder,
@@ -34,23 +35,6 @@ _aten = exir_ops.edge.aten
 _MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
 _PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
 SUPPORTED_MODES, SUPPORTED_PADDINGS = (0, 1), (0, 1)
-# The op types of the 3-D composition (a literal table: test_op_table reads the types builders emit).
-_OPS = {
-    "StridedSlice": "StridedSlice",
-    "Tile": "Tile",
-    "GridSample": "GridSample",
-    "ElementWiseMultiply": "ElementWiseMultiply",
-    "ElementWiseAdd": "ElementWiseAdd",
-    "ElementWiseMaximum": "ElementWiseMaximum",
-    "ElementWiseMinimum": "ElementWiseMinimum",
-    "ElementWiseRound": "ElementWiseRound",
-    "ElementWiseEqual": "ElementWiseEqual",
-    "Cast": "Cast",
-    "ElementWiseSubtract": "ElementWiseSubtract",
-    "ElementWiseAbs": "ElementWiseAbs",
-    "Relu": "Relu",
-    "ReduceSum": "ReduceSum",
-}
 
 
 def _modes(node: torch.fx.Node) -> SupportResult:
@@ -95,7 +79,7 @@ class GridSampleBuilder(NodeBuilder):
             return
         x = gb.tensor(node.args[0], LAYOUT_CHANNEL_LAST)
         grid = gb.tensor(node.args[1], LAYOUT_CHANNEL_FIRST)  # [N, OH, OW, 2] as torch gives it
-        gb.add_op(node, "GridSample", [x, grid], [gb.define_output(node)], _params(node))
+        gb.add_op(node, QnnOpType.GridSample, [x, grid], [gb.define_output(node)], _params(node))
 
 
 def _params(node: torch.fx.Node) -> list:
@@ -106,7 +90,7 @@ def _params(node: torch.fx.Node) -> list:
 def _op(gb: GraphBuilder, node: torch.fx.Node, op_type: str, inputs, name: str, dims, params=(),
         data_type: int = DataType.FLOAT_32) -> QnnTensor:
     out = gb.native_tensor(f"{node.name}_{name}", list(dims), data_type)
-    gb.add_op(node, _OPS[op_type], list(inputs), [out], list(params), suffix=name)
+    gb.add_op(node, op_type, list(inputs), [out], list(params), suffix=name)
     return out
 
 
@@ -117,7 +101,7 @@ def _constant(gb: GraphBuilder, node: torch.fx.Node, name: str, values) -> QnnTe
 
 def _slice_last(gb: GraphBuilder, node: torch.fx.Node, g: QnnTensor, begin: int, end: int, name: str) -> QnnTensor:
     ranges = [[0, d, 1] for d in g.dims[:-1]] + [[begin, end, 1]]
-    return _op(gb, node, "StridedSlice", [g], name, list(g.dims[:-1]) + [end - begin],
+    return _op(gb, node, QnnOpType.StridedSlice, [g], name, list(g.dims[:-1]) + [end - begin],
                [int32_tensor("ranges", ranges, [len(ranges), 3])])
 
 
@@ -127,23 +111,28 @@ def _depth_weights(gb: GraphBuilder, node: torch.fx.Node, z: QnnTensor, depth: i
     border padding; bilinear Relu(1 - |zp - d|), nearest (Round(zp) == d) as 0 / 1."""
     mode, padding, align = int(node.args[2]), int(node.args[3]), bool(node.args[4])
     half = (depth - 1) / 2.0
-    scaled = _op(gb, node, "ElementWiseMultiply", [z, _constant(gb, node, "z_scale", [half if align else depth / 2.0])],
+    scaled = _op(gb, node, QnnOpType.ElementWiseMultiply,
+                 [z, _constant(gb, node, "z_scale", [half if align else depth / 2.0])],
                  "z_scaled", z.dims)
-    zp = _op(gb, node, "ElementWiseAdd", [scaled, _constant(gb, node, "z_offset", [half])], "z_pixel", z.dims)
+    zp = _op(gb, node, QnnOpType.ElementWiseAdd, [scaled, _constant(gb, node, "z_offset", [half])], "z_pixel", z.dims)
     if padding == 1:
-        low = _op(gb, node, "ElementWiseMaximum", [zp, _constant(gb, node, "z_low", [0.0])], "z_low_clamped", z.dims)
-        zp = _op(gb, node, "ElementWiseMinimum", [low, _constant(gb, node, "z_high", [depth - 1.0])],
+        low = _op(gb, node, QnnOpType.ElementWiseMaximum, [zp, _constant(gb, node, "z_low", [0.0])], "z_low_clamped",
+                  z.dims)
+        zp = _op(gb, node, QnnOpType.ElementWiseMinimum, [low, _constant(gb, node, "z_high", [depth - 1.0])],
                  "z_clamped", z.dims)
     slices = _constant(gb, node, "depths", np.arange(depth, dtype=np.float32).reshape(1, depth, 1, 1))
     dims = [z.dims[0], depth, z.dims[2], 1]
     if mode == 1:
-        rounded = _op(gb, node, "ElementWiseRound", [zp], "z_rounded", z.dims)
-        chosen = _op(gb, node, "ElementWiseEqual", [rounded, slices], "z_chosen", dims, data_type=DataType.BOOL_8)
-        return _op(gb, node, "Cast", [chosen], "weights", dims)
-    distance = _op(gb, node, "ElementWiseAbs", [_op(gb, node, "ElementWiseSubtract", [zp, slices], "z_offsets", dims)],
+        rounded = _op(gb, node, QnnOpType.ElementWiseRound, [zp], "z_rounded", z.dims)
+        chosen = _op(gb, node, QnnOpType.ElementWiseEqual, [rounded, slices], "z_chosen", dims,
+                     data_type=DataType.BOOL_8)
+        return _op(gb, node, QnnOpType.Cast, [chosen], "weights", dims)
+    offsets = _op(gb, node, QnnOpType.ElementWiseSubtract, [zp, slices], "z_offsets", dims)
+    distance = _op(gb, node, QnnOpType.ElementWiseAbs, [offsets],
                    "z_distance", dims)
-    linear = _op(gb, node, "ElementWiseSubtract", [_constant(gb, node, "one", [1.0]), distance], "z_linear", dims)
-    return _op(gb, node, "Relu", [linear], "weights", dims)
+    linear = _op(gb, node, QnnOpType.ElementWiseSubtract, [_constant(gb, node, "one", [1.0]), distance], "z_linear",
+                 dims)
+    return _op(gb, node, QnnOpType.Relu, [linear], "weights", dims)
 
 
 def _grid_sample_3d(gb: GraphBuilder, node: torch.fx.Node) -> None:
@@ -156,16 +145,18 @@ def _grid_sample_3d(gb: GraphBuilder, node: torch.fx.Node) -> None:
     images = reshape(gb, node, x, [n * depth, h, w, c], "images")
     g = reshape(gb, node, grid, [n, 1, points, 3], "points")
     xy = _slice_last(gb, node, g, 0, 2, "xy")
-    tiled = _op(gb, node, "Tile", [xy], "xy_tiled", [n, depth, points, 2], [uint32_tensor("multiples", [1, depth, 1, 1])])
+    tiled = _op(gb, node, QnnOpType.Tile, [xy], "xy_tiled", [n, depth, points, 2],
+                [uint32_tensor("multiples", [1, depth, 1, 1])])
     xy_images = reshape(gb, node, tiled, [n * depth, points, 1, 2], "xy_images")
-    sampled = _op(gb, node, "GridSample", [images, xy_images], "sampled", [n * depth, points, 1, c], _params(node))
+    sampled = _op(gb, node, QnnOpType.GridSample, [images, xy_images], "sampled", [n * depth, points, 1, c],
+                  _params(node))
     per_depth = reshape(gb, node, sampled, [n, depth, points, c], "per_depth")
     weights = _depth_weights(gb, node, _slice_last(gb, node, g, 2, 3, "z"), depth)
-    weighted = _op(gb, node, "ElementWiseMultiply", [per_depth, weights], "weighted", per_depth.dims)
-    summed = _op(gb, node, "ReduceSum", [weighted], "summed", [n, points, c],
+    weighted = _op(gb, node, QnnOpType.ElementWiseMultiply, [per_depth, weights], "weighted", per_depth.dims)
+    summed = _op(gb, node, QnnOpType.ReduceSum, [weighted], "summed", [n, points, c],
                  [uint32_tensor("axes", [1]), bool_scalar("keep_dims", False)])
     if out.quant is None:
-        gb.add_op(node, "Reshape", [summed], [out], suffix="result")
+        gb.add_op(node, QnnOpType.Reshape, [summed], [out], suffix="result")
         return
     result = reshape(gb, node, summed, out.dims, "result")
-    gb.add_op(node, "Quantize", [result], [out], suffix="quantize")
+    gb.add_op(node, QnnOpType.Quantize, [result], [out], suffix="quantize")

@@ -31,6 +31,7 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
     LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, node_val,
     register_builder,
@@ -44,26 +45,6 @@ from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, Tenso
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST, QCOM_QUANT_ATTRS
 
 _aten = exir_ops.edge.aten
-
-# The op types recipes may emit (a literal table: test_op_table reads the types builders emit).
-_CHAIN_OPS = {
-    "ElementWiseSin": "ElementWiseSin",
-    "ElementWiseCos": "ElementWiseCos",
-    "ElementWiseDivide": "ElementWiseDivide",
-    "ElementWiseExp": "ElementWiseExp",
-    "ElementWiseSubtract": "ElementWiseSubtract",
-    "ElementWiseAdd": "ElementWiseAdd",
-    "ElementWiseMultiply": "ElementWiseMultiply",
-    "ElementWiseAbs": "ElementWiseAbs",
-    "ElementWiseSquareRoot": "ElementWiseSquareRoot",
-    "ElementWiseSign": "ElementWiseSign",
-    "ElementWiseLog": "ElementWiseLog",
-    "ElementWiseRsqrt": "ElementWiseRsqrt",
-    "ElementWiseAtan": "ElementWiseAtan",
-    "ElementWiseSelect": "ElementWiseSelect",
-    "ElementWiseGreaterEqual": "ElementWiseGreaterEqual",
-    "ElementWiseLess": "ElementWiseLess",
-}
 
 
 class _Chain:
@@ -85,82 +66,89 @@ class _Chain:
         dims = list(np.broadcast_shapes(*(tuple(t.dims) for t in inputs)))
         result = self.gb.native_tensor(f"{self.node.name}_t{self._count}", dims,
                                        DataType.BOOL_8 if boolean else DataType.FLOAT_32)
-        self.gb.add_op(self.node, _CHAIN_OPS[qnn_type], list(inputs), [result],
+        self.gb.add_op(self.node, qnn_type, list(inputs), [result],
                        suffix=f"{qnn_type[11:].lower()}{self._count}")
         return result
 
     def last(self, qnn_type: str, *inputs: QnnTensor) -> None:
-        self.gb.add_op(self.node, _CHAIN_OPS[qnn_type], list(inputs), [self.out])
+        self.gb.add_op(self.node, qnn_type, list(inputs), [self.out])
 
 
 def _tan(c: _Chain) -> None:
-    c.last("ElementWiseDivide", c.op("ElementWiseSin", c.x), c.op("ElementWiseCos", c.x))
+    c.last(QnnOpType.ElementWiseDivide, c.op(QnnOpType.ElementWiseSin, c.x), c.op(QnnOpType.ElementWiseCos, c.x))
 
 
 def _hyperbolic(combine: str) -> Callable[[_Chain], None]:
     def recipe(c: _Chain) -> None:
-        e = c.op("ElementWiseExp", c.x)
-        c.last("ElementWiseMultiply", c.op(combine, e, c.op("ElementWiseDivide", c.const(1.0), e)), c.const(0.5))
+        e = c.op(QnnOpType.ElementWiseExp, c.x)
+        c.last(QnnOpType.ElementWiseMultiply, c.op(combine, e, c.op(QnnOpType.ElementWiseDivide, c.const(1.0), e)),
+               c.const(0.5))
     return recipe
 
 
 def _asinh(c: _Chain) -> None:
-    a = c.op("ElementWiseAbs", c.x)
-    root = c.op("ElementWiseSquareRoot", c.op("ElementWiseAdd", c.op("ElementWiseMultiply", a, a), c.const(1.0)))
-    c.last("ElementWiseMultiply", c.op("ElementWiseSign", c.x), c.op("ElementWiseLog", c.op("ElementWiseAdd", a, root)))
+    a = c.op(QnnOpType.ElementWiseAbs, c.x)
+    square_plus_one = c.op(QnnOpType.ElementWiseAdd, c.op(QnnOpType.ElementWiseMultiply, a, a), c.const(1.0))
+    root = c.op(QnnOpType.ElementWiseSquareRoot, square_plus_one)
+    sign = c.op(QnnOpType.ElementWiseSign, c.x)
+    c.last(QnnOpType.ElementWiseMultiply, sign, c.op(QnnOpType.ElementWiseLog, c.op(QnnOpType.ElementWiseAdd, a, root)))
 
 
 def _one_minus_x_times_one_plus_x(c: _Chain, sign: float) -> QnnTensor:
     """(1 - x)(1 + x) (sign 1) or (x - 1)(x + 1) (sign -1), without x^2's cancellation near 1."""
-    low = c.op("ElementWiseSubtract", c.const(1.0), c.x) if sign > 0 else c.op("ElementWiseSubtract", c.x, c.const(1.0))
-    return c.op("ElementWiseMultiply", low, c.op("ElementWiseAdd", c.x, c.const(1.0)))
+    low = (c.op(QnnOpType.ElementWiseSubtract, c.const(1.0), c.x) if sign > 0
+           else c.op(QnnOpType.ElementWiseSubtract, c.x, c.const(1.0)))
+    return c.op(QnnOpType.ElementWiseMultiply, low, c.op(QnnOpType.ElementWiseAdd, c.x, c.const(1.0)))
 
 
 def _acosh(c: _Chain) -> None:
-    root = c.op("ElementWiseSquareRoot", _one_minus_x_times_one_plus_x(c, -1.0))
-    c.last("ElementWiseLog", c.op("ElementWiseAdd", c.x, root))
+    root = c.op(QnnOpType.ElementWiseSquareRoot, _one_minus_x_times_one_plus_x(c, -1.0))
+    c.last(QnnOpType.ElementWiseLog, c.op(QnnOpType.ElementWiseAdd, c.x, root))
 
 
 def _atanh(c: _Chain) -> None:
-    ratio = c.op("ElementWiseDivide", c.op("ElementWiseAdd", c.const(1.0), c.x),
-                 c.op("ElementWiseSubtract", c.const(1.0), c.x))
-    c.last("ElementWiseMultiply", c.op("ElementWiseLog", ratio), c.const(0.5))
+    ratio = c.op(QnnOpType.ElementWiseDivide, c.op(QnnOpType.ElementWiseAdd, c.const(1.0), c.x),
+                 c.op(QnnOpType.ElementWiseSubtract, c.const(1.0), c.x))
+    c.last(QnnOpType.ElementWiseMultiply, c.op(QnnOpType.ElementWiseLog, ratio), c.const(0.5))
 
 
 def _acos(c: _Chain) -> None:
-    inv = c.op("ElementWiseRsqrt", _one_minus_x_times_one_plus_x(c, 1.0))
-    c.last("ElementWiseSubtract", c.const(math.pi / 2), c.op("ElementWiseAtan", c.op("ElementWiseMultiply", c.x, inv)))
+    inv = c.op(QnnOpType.ElementWiseRsqrt, _one_minus_x_times_one_plus_x(c, 1.0))
+    half_pi = c.const(math.pi / 2)
+    c.last(QnnOpType.ElementWiseSubtract, half_pi,
+           c.op(QnnOpType.ElementWiseAtan, c.op(QnnOpType.ElementWiseMultiply, c.x, inv)))
 
 
 def _atan2(c: _Chain) -> None:
     y, x = c.inputs
-    base = c.op("ElementWiseAtan", c.op("ElementWiseDivide", y, x))
-    turn = c.op("ElementWiseSelect", c.op("ElementWiseGreaterEqual", y, c.const(0.0), boolean=True),
+    base = c.op(QnnOpType.ElementWiseAtan, c.op(QnnOpType.ElementWiseDivide, y, x))
+    turn = c.op(QnnOpType.ElementWiseSelect, c.op(QnnOpType.ElementWiseGreaterEqual, y, c.const(0.0), boolean=True),
                 c.const(math.pi), c.const(-math.pi))
-    offset = c.op("ElementWiseSelect", c.op("ElementWiseLess", x, c.const(0.0), boolean=True), turn, c.const(0.0))
-    c.last("ElementWiseAdd", base, offset)
+    negative = c.op(QnnOpType.ElementWiseLess, x, c.const(0.0), boolean=True)
+    offset = c.op(QnnOpType.ElementWiseSelect, negative, turn, c.const(0.0))
+    c.last(QnnOpType.ElementWiseAdd, base, offset)
 
 
 def _scaled_log(factor: float) -> Callable[[_Chain], None]:
     def recipe(c: _Chain) -> None:
-        c.last("ElementWiseMultiply", c.op("ElementWiseLog", c.x), c.const(factor))
+        c.last(QnnOpType.ElementWiseMultiply, c.op(QnnOpType.ElementWiseLog, c.x), c.const(factor))
     return recipe
 
 
 def _expm1(c: _Chain) -> None:
-    c.last("ElementWiseSubtract", c.op("ElementWiseExp", c.x), c.const(1.0))
+    c.last(QnnOpType.ElementWiseSubtract, c.op(QnnOpType.ElementWiseExp, c.x), c.const(1.0))
 
 
 def _log1p(c: _Chain) -> None:
-    c.last("ElementWiseLog", c.op("ElementWiseAdd", c.x, c.const(1.0)))
+    c.last(QnnOpType.ElementWiseLog, c.op(QnnOpType.ElementWiseAdd, c.x, c.const(1.0)))
 
 
 # Decompositions: edge op -> recipe (in float; quantized graphs run them between Dequantize and Quantize).
 _RECIPES: Dict[object, Callable[[_Chain], None]] = {
     _aten.log2.default: _scaled_log(1.0 / math.log(2.0)), _aten.log10.default: _scaled_log(1.0 / math.log(10.0)),
     _aten.expm1.default: _expm1, _aten.log1p.default: _log1p,
-    _aten.tan.default: _tan, _aten.sinh.default: _hyperbolic("ElementWiseSubtract"),
-    _aten.cosh.default: _hyperbolic("ElementWiseAdd"), _aten.asinh.default: _asinh,
+    _aten.tan.default: _tan, _aten.sinh.default: _hyperbolic(QnnOpType.ElementWiseSubtract),
+    _aten.cosh.default: _hyperbolic(QnnOpType.ElementWiseAdd), _aten.asinh.default: _asinh,
     _aten.acosh.default: _acosh, _aten.atanh.default: _atanh, _aten.acos.default: _acos,
     _aten.atan2.default: _atan2,
 }
@@ -235,7 +223,7 @@ class DecomposedMathBuilder(NodeBuilder):
         x = gb.tensor(node.args[0], input_layout(node))
         out = gb.define_output(node)
         if node.target == _aten.prelu.default:
-            gb.add_op(node, "Prelu", [x, self._channel_slope(gb, node, len(x.dims))], [out])
+            gb.add_op(node, QnnOpType.Prelu, [x, self._channel_slope(gb, node, len(x.dims))], [out])
         elif node.target == _aten.trunc.default:
             self._trunc(gb, node, x, out)
         elif node.target == _aten.clamp.Tensor:
@@ -243,9 +231,9 @@ class DecomposedMathBuilder(NodeBuilder):
         elif node.target == _aten.leaky_relu.default:
             slope = float(node.args[1]) if len(node.args) > 1 else float(node.kwargs.get("negative_slope", 0.01))
             slope_t = padded_rank(gb, node, self._constant(gb, node, x, slope, "slope"), len(x.dims), "slope")
-            gb.add_op(node, "Prelu", [x, slope_t], [out])
+            gb.add_op(node, QnnOpType.Prelu, [x, slope_t], [out])
         else:  # reciprocal
-            gb.add_op(node, "ElementWiseDivide", [self._constant(gb, node, x, 1.0, "one"), x], [out])
+            gb.add_op(node, QnnOpType.ElementWiseDivide, [self._constant(gb, node, x, 1.0, "one"), x], [out])
 
     def _decomposition(self, gb: GraphBuilder, node: torch.fx.Node) -> None:
         """The recipe in float; quantized: on Dequantized inputs, its result Quantized to the
@@ -263,7 +251,7 @@ class DecomposedMathBuilder(NodeBuilder):
         floats = [_dequantized(gb, node, t, i) for i, t in enumerate(inputs)]
         result = gb.native_tensor(f"{node.name}_float", out.dims)
         _RECIPES[node.target](_Chain(gb, node, result, floats))
-        gb.add_op(node, "Quantize", [result], [out], suffix="quantize")
+        gb.add_op(node, QnnOpType.Quantize, [result], [out], suffix="quantize")
 
     def _channel_slope(self, gb: GraphBuilder, node: torch.fx.Node, rank: int) -> QnnTensor:
         """prelu's weight ([C] or [1]) shaped [1, C, 1, ...] to broadcast along axis 1 (a
@@ -285,12 +273,12 @@ class DecomposedMathBuilder(NodeBuilder):
         lane's unselected value may saturate, its selected one is in range)."""
         negative = gb.native_tensor(f"{node.name}_negative", x.dims, DataType.BOOL_8)
         zero = number_operand(gb, node, 0, node.args[0], "zero")
-        gb.add_op(node, "ElementWiseLess", [x, padded_rank(gb, node, zero, len(x.dims), "zero")], [negative],
+        gb.add_op(node, QnnOpType.ElementWiseLess, [x, padded_rank(gb, node, zero, len(x.dims), "zero")], [negative],
                   suffix="negative")
         ceil, floor = gb.like(out, f"{node.name}_ceil"), gb.like(out, f"{node.name}_floor")
-        gb.add_op(node, "ElementWiseCeil", [x], [ceil], suffix="ceil")
-        gb.add_op(node, "ElementWiseFloor", [x], [floor], suffix="floor")
-        gb.add_op(node, "ElementWiseSelect", [negative, ceil, floor], [out])
+        gb.add_op(node, QnnOpType.ElementWiseCeil, [x], [ceil], suffix="ceil")
+        gb.add_op(node, QnnOpType.ElementWiseFloor, [x], [floor], suffix="floor")
+        gb.add_op(node, QnnOpType.ElementWiseSelect, [negative, ceil, floor], [out])
 
     def _constant(self, gb: GraphBuilder, node: torch.fx.Node, like: QnnTensor, value: float, name: str) -> QnnTensor:
         """A one-element operand in `like`'s data type: HTP wants both operands of a quantized
@@ -304,16 +292,16 @@ class DecomposedMathBuilder(NodeBuilder):
         low = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
         high = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
         if low is None:
-            gb.add_op(node, "ElementWiseMinimum", [x, self._bound(gb, node, x, high, "max")], [out])
+            gb.add_op(node, QnnOpType.ElementWiseMinimum, [x, self._bound(gb, node, x, high, "max")], [out])
             return
         low_t = self._bound(gb, node, x, low, "min")
         if high is None:
-            gb.add_op(node, "ElementWiseMaximum", [x, low_t], [out])
+            gb.add_op(node, QnnOpType.ElementWiseMaximum, [x, low_t], [out])
             return
         dims = list(np.broadcast_shapes(tuple(x.dims), tuple(low_t.dims)))
         raised = gb.like(out, f"{node.name}_max", dims)  # quantized: the output's encoding
-        gb.add_op(node, "ElementWiseMaximum", [x, low_t], [raised], suffix="max")
-        gb.add_op(node, "ElementWiseMinimum", [raised, self._bound(gb, node, x, high, "max")], [out])
+        gb.add_op(node, QnnOpType.ElementWiseMaximum, [x, low_t], [raised], suffix="max")
+        gb.add_op(node, QnnOpType.ElementWiseMinimum, [raised, self._bound(gb, node, x, high, "max")], [out])
 
     def _bound(self, gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, bound: object, name: str) -> QnnTensor:
         if isinstance(bound, torch.fx.Node):

@@ -26,8 +26,10 @@ from backends.qualcomm.builders.registry import (
     NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, check_static_shapes,
     first_failure, register_builder,
 )
-from backends.qualcomm.builders.utils import dequantized, is_quantized, normalize_axis, one_element_dims, reshape
-from backends.qualcomm.serialization.qnn_graph import QnnTensor, int32_tensor
+from backends.qualcomm.builders.utils import (
+    dequantized, is_quantized, normalize_axis, one_element_dims, reshape, slice_axis,
+)
+from backends.qualcomm.serialization.qnn_graph import QnnTensor
 
 _aten = exir_ops.edge.aten
 PROD_OPS = (_aten.prod.dim_int, _aten.prod.default)
@@ -53,17 +55,6 @@ def _check_prod(node: torch.fx.Node) -> SupportResult:
     return SUPPORTED
 
 
-def _slice(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, axis: int, begin: int, end: int,
-           suffix: str) -> QnnTensor:
-    ranges = [[0, d, 1] for d in x.dims]
-    ranges[axis] = [begin, end, 1]
-    dims = list(x.dims)
-    dims[axis] = end - begin
-    out = gb.like(x, f"{node.name}_{suffix}", dims)
-    gb.add_op(node, "StridedSlice", [x], [out], [int32_tensor("ranges", ranges, [len(ranges), 3])], suffix=suffix)
-    return out
-
-
 def _multiply(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, suffix: str) -> QnnTensor:
     out = gb.like(a, f"{node.name}_{suffix}")
     gb.add_op(node, "ElementWiseMultiply", [a, b], [out], suffix=suffix)
@@ -78,9 +69,9 @@ def product_tree(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, axis: int)
     while x.dims[axis] > 1:
         n, half = x.dims[axis], x.dims[axis] // 2
         if n % 2:
-            leftovers.append(_slice(gb, node, x, axis, n - 1, n, f"rest{step}"))
-        low = _slice(gb, node, x, axis, 0, half, f"low{step}")
-        high = _slice(gb, node, x, axis, half, 2 * half, f"high{step}")
+            leftovers.append(slice_axis(gb, node, x, axis, n - 1, n, f"rest{step}"))
+        low = slice_axis(gb, node, x, axis, 0, half, f"low{step}")
+        high = slice_axis(gb, node, x, axis, half, 2 * half, f"high{step}")
         x = _multiply(gb, node, low, high, f"mul{step}")
         step += 1
     for k, rest in enumerate(leftovers):

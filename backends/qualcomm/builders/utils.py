@@ -9,11 +9,12 @@ import torch
 from backends.qualcomm.builders.graph_builder import (
     GraphBuilder, logical_shape, moves_only_unit_dims, node_layout, permute_dims,
 )
-from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_tensor
+from backends.qualcomm.serialization.qnn_graph import QnnTensor, int32_tensor, uint32_tensor
 from backends.qualcomm.utils.constants import (
     CHANNEL_LAST_RANKS, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_CONSTANT, QCOM_INPUT_LAYOUT,
     QCOM_QUANT_ATTRS, channel_last_perm,
 )
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.quant_encoding import QuantAttrs, exact_scalar_attrs
 
 
@@ -135,6 +136,19 @@ def reshape(gb: GraphBuilder, node: torch.fx.Node, source: QnnTensor, dims: Sequ
     gb.add_op(node, "Reshape", [source], [out], suffix=suffix)
     return out
 
+
+
+def slice_axis(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, axis: int, begin: int, end: int,
+               suffix: str) -> QnnTensor:
+    """x[..., begin:end, ...] along `axis` (a StridedSlice, output `<node>_<suffix>`)."""
+    ranges = [[0, d, 1] for d in x.dims]
+    ranges[axis] = [begin, end, 1]
+    dims = list(x.dims)
+    dims[axis] = end - begin
+    out = gb.like(x, f"{node.name}_{suffix}", dims)
+    gb.add_op(node, QnnOpType.StridedSlice, [x], [out], [int32_tensor("ranges", ranges, [len(ranges), 3])],
+              suffix=suffix)
+    return out
 
 
 def view_as(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, dims: Sequence[int],

@@ -1,6 +1,8 @@
 #include "backends/qualcomm/runtime/engine/DataType.h"
 
-#if defined(__F16C__)
+#include "backends/qualcomm/runtime/engine/Simd.h"
+
+#ifdef QNN_X86
 #include <immintrin.h>
 #endif
 
@@ -52,13 +54,24 @@ const char* dtype_name(DType dt) {
   return (name && *name) ? name : "<unknown data type>";
 }
 
-void round_to_half_copy(const float* src, float* dst, size_t n) {
+#ifdef QNN_X86
+namespace {
+// 8 floats per F16C conversion (the same rounding as round_to_half); returns how many it rounded.
+QNN_TARGET_AVX2 size_t round_to_half_f16c(const float* src, float* dst, size_t n) {
   size_t i = 0;
-#if defined(__F16C__)
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
   }
+  return i;
+}
+} // namespace
+#endif
+
+void round_to_half_copy(const float* src, float* dst, size_t n) {
+  size_t i = 0;
+#ifdef QNN_X86
+  if (cpu_simd_level() >= SimdLevel::Avx2) i = round_to_half_f16c(src, dst, n);
 #endif
   for (; i < n; ++i) dst[i] = round_to_half(src[i]);
 }

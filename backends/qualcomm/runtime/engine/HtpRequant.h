@@ -1,6 +1,6 @@
 // Fixed-point requantization of an int32 accumulator as Qualcomm's QNN HTP does
 // it (measured on QNN 2.51 HTP, SM8650, against tiny FullyConnected / Conv2d
-// graphs; see backends/qualcomm/tests/test_qnn_fidelity_weighted.py):
+// graphs; see backends/qualcomm/tests/qnn/test_fidelity_weighted.py):
 //
 //   m  = in_scale * w_scale / out_scale             (float32 scales, double math)
 //   e  = floor(-log2(m)),  s = max(0, e - 3)        (pre-shift of the accumulator)

@@ -359,9 +359,9 @@ Status create_wrapped(const OpView& v, KernelEnv& graph_env, KernelFactory float
 
 } // namespace
 
-// kernels/norm.cpp: quantized LayerNorm as QNN computes it (`out` left empty when not applicable).
+// kernels/layer_norm.cpp: quantized LayerNorm as QNN computes it (`out` left empty when not applicable).
 Status create_layer_norm_quant(const OpView& v, KernelEnv& env, KernelPtr& out);
-// kernels/norm.cpp: quantized Softmax over the last axis (the wrapper's numbers, fused, threaded).
+// kernels/softmax.cpp: quantized Softmax over the last axis (the wrapper's numbers, fused, threaded).
 Status create_softmax_quant(const OpView& v, KernelEnv& env, KernelPtr& out);
 
 Status create_dispatched_kernel(const OpView& v, KernelEnv& env, KernelPtr& out) {

@@ -11,11 +11,9 @@
 
 #include <executorch/runtime/backend/interface.h>
 
-#include "backends/qualcomm/runtime/ContextCache.h"
 #include "backends/qualcomm/runtime/PayloadLoader.h"
 #include "backends/qualcomm/runtime/QnnDelegateBackend.h"
 #include "backends/qualcomm/runtime/RuntimeOptions.h"
-#include "backends/qualcomm/runtime/engine/Kernel.h"
 #include "backends/qualcomm/runtime/engine/ThreadPool.h"
 #include "backends/qualcomm/runtime/python/engine_arrays.h"
 #include "backends/qualcomm/runtime/python/qnn_pybind.h"
@@ -160,9 +158,6 @@ PYBIND11_MODULE(_qnn_delegate, m) {
         "Set several runtime options in one backend call (valid ones apply even if others fail).");
   m.def("reset_runtime_options", [] { runtime::RuntimeOptions::instance().reset(); },
         "Forget every run-time value: the values compiled into each payload hold again.");
-  m.def("live_context_count", [] { return runtime::ContextCache::instance().live_contexts(); },
-        "Loaded (cached, shared) contexts alive in this process.");
-  m.def("live_handle_count", &runtime::live_handle_count, "Delegate handles alive in this process.");
   m.def("thread_pool_size", [] { return engine::ThreadPool::instance().max_threads(); },
         "Threads of the engine's pool (the caller included).");
   m.def("threads_for_performance_mode",
@@ -176,8 +171,6 @@ PYBIND11_MODULE(_qnn_delegate, m) {
         py::arg("mode"),
         "Engine threads used for an HTP performance mode value.");
   m.def("get_runtime_option", &get_runtime_option, py::arg("key"));
-  m.def("registered_op_types", &engine::registered_op_types);
-  m.def("duplicate_kernel_registrations", &engine::duplicate_kernel_registrations);
   m.def("fnv1a64",
         [](py::buffer data) {
           py::buffer_info info = data.request();
@@ -185,7 +178,5 @@ PYBIND11_MODULE(_qnn_delegate, m) {
                                   static_cast<size_t>(info.size * info.itemsize));
         },
         py::arg("data"), "FNV-1a 64-bit hash (the payload signature) of a bytes-like object.");
-  m.def("engine_bytes_in_use", &engine::TrackingAllocator::process_bytes_in_use,
-        "Bytes currently held by all engine allocators of the process.");
   register_qnn_bindings(m);
 }

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "backends/qualcomm/runtime/ContextCache.h"
 #include "backends/qualcomm/runtime/PayloadLoader.h"
 #include "backends/qualcomm/runtime/qnn/QnnCompiler.h"
 #include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
@@ -202,8 +201,6 @@ void register_qnn_bindings(py::module_& m) {
         "Every op of one graph checked by QNN's backendValidateOpConfig in one call (blob "
         "verified, tensors described once): [(op index, None when accepted, else QNN's "
         "reason)], the reasons qnn_validate_op gives. ValueError for a malformed blob.");
-  m.def("live_qnn_context_count", [] { return runtime::ContextCache::instance().live_qnn_contexts(); },
-        "Loaded contexts that run on the QNN engine.");
   m.def("run_payload_qnn", &run, py::arg("blob"), py::arg("inputs"), py::arg("graph_index") = 0,
         py::arg("profile_level") = 0,
         "Load the blob's QNN context binary, execute one graph once: (outputs, profile events).");

@@ -3,7 +3,7 @@
 // facts (struct layouts, enum values, the order of the provider's function
 // table); no vendor header is used. Only what we call is declared; the
 // layouts are checked by static_asserts below and by tests against the
-// real library (tests/test_qnn_abi.py).
+// real library (backends/qualcomm/tests/qnn/test_qnn_abi.py).
 #pragma once
 
 #include <cstdarg>

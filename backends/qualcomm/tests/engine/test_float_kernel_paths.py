@@ -1,7 +1,8 @@
-"""The float Conv2d / DepthWiseConv2d kernels give the same bits on every path: the one the
-engine picks (register-blocked, split over the thread pool) and the plain loops forced with
-QNN_HOST_ENGINE_KERNELS=plain, in float32 and in fp16 precision (outputs rounded to half), and
-with a Relu / ReluMinMax fused into its producer or not.
+"""The float Conv2d / DepthWiseConv2d / FullyConnected kernels give the same bits on every path:
+the one the engine picks for this CPU (AVX-512 / AVX2 GEMM tiles, register-blocked depthwise,
+split over the thread pool) and the narrower ones forced with QNN_HOST_ENGINE_KERNELS=avx2 /
+plain, in float32 and in fp16 precision (outputs rounded to half), and with a Relu / ReluMinMax
+fused into its producer or not.
 Each run reads the code path the kernel picked (Kernel::path, through the test hooks), so a
 silent fallback fails the test; each path is also checked against torch.
 """
@@ -62,6 +63,34 @@ def test_depthwise_paths_bit_exact(monkeypatch, fp16, c, stride, k):
     if fp16:
         y = outputs["default"]
         np.testing.assert_array_equal(y, y.astype(np.float16).astype(np.float32))
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+@pytest.mark.parametrize("op,k,cin", [("Conv2d", 3, 13), ("Conv2d", 1, 40), ("FullyConnected", 0, 61)])
+def test_gemm_paths_bit_exact(monkeypatch, fp16, op, k, cin):
+    """Float Conv2d (im2col and pointwise) and FullyConnected run the packed GEMM on the widest
+    path this CPU has ("avx512": 32-column panels, "avx2": 16, "plain": one output at a time);
+    QNN_HOST_ENGINE_KERNELS=avx2 / plain force the narrower ones. 37 output channels leave a
+    partial panel on each path; every path gives the same bits."""
+    features = test_hooks().kernel_features()
+    best = "avx512" if features["avx512"] else ("avx2" if features["avx2"] else "plain")
+    if op == "FullyConnected":
+        x, w, b = randn(45, cin, seed=61), randn(37, cin, seed=62), randn(37, seed=63)
+        shape, params = (45, 37), dict(keep_dims=scalar(BOOL, 0))
+    else:
+        x, w, b = randn(1, 17, 19, cin, seed=61), randn(k, k, cin, 37, seed=62), randn(37, seed=63)
+        pad = k // 2
+        shape, params = (1, 17, 19, 37), dict(group=scalar(U32, 1), **conv_params((1, 1), ((pad, pad), (pad, pad))))
+    outputs = {}
+    for env, want in (("", best), ("avx2", "avx2" if best != "plain" else "plain"), ("plain", "plain")):
+        if env:
+            monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", env)
+        else:
+            monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+        outputs[env], ran = _run(op, x, w, b, shape, fp16, **params)
+        assert ran == want, f"QNN_HOST_ENGINE_KERNELS={env}: ran {ran}, expected {want}"
+    for env in ("avx2", "plain"):
+        np.testing.assert_array_equal(outputs[env].view(np.uint32), outputs[""].view(np.uint32), err_msg=env)
 
 
 def _producer(op: str, x: np.ndarray):

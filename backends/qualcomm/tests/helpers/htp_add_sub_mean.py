@@ -134,7 +134,7 @@ def random_cases(rng: np.random.Generator, bits: int, n: int, shape=(1, 8, 32)) 
     return cases, codes
 
 
-# ---- ReduceMean (reduce_quant.cpp) -----------------------------------------------------------
+# ---- ReduceMean (reduce_mean_quant.cpp) -----------------------------------------------------------
 def htp_mean(x: np.ndarray, axes: Sequence[int], ei: Enc, eo: Enc, bits: int) -> np.ndarray:
     """QNN HTP's quantized mean over non-depth axes (measured on QNN 2.51, SM8650)."""
     (si, oi), (so, oo) = ei, eo

@@ -32,12 +32,28 @@ RUNTIME_KEYS = ("qnn_runtime_log_level", "qnn_runtime_profile_level",
                 "qnn_runtime_htp_performance_mode", "qnn_runtime_heap_profiling_path")
 
 
+class _Native:
+    """The product extension (backends.qualcomm._qnn_delegate); a name it lacks is looked up in
+    the test hooks, which hold the introspection the product does not expose (live contexts
+    and handles, engine allocator bytes, kernel registrations)."""
+
+    def __init__(self, extension):
+        self._extension = extension
+
+    def __getattr__(self, name: str):
+        try:
+            return getattr(self._extension, name)
+        except AttributeError:
+            return getattr(test_hooks(), name)
+
+
 def native():
-    return require_extension()
+    return _Native(require_extension())
 
 
 def test_hooks():
-    """The test-only extension backends.qualcomm.tests._qnn_test_hooks (built with the package)."""
+    """The test-only extension backends.qualcomm.tests._qnn_test_hooks (built with
+    -DQNN_BUILD_TEST_HOOKS=ON, as `make install` / `make test` do; not in a wheel)."""
     from backends.qualcomm.tests import _qnn_test_hooks  # type: ignore[attr-defined]
 
     return _qnn_test_hooks

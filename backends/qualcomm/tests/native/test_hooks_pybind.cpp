@@ -1,7 +1,9 @@
-// backends.qualcomm.tests._qnn_test_hooks: test-only entry points into the
-// runtime, built next to the product extension (backends.qualcomm._qnn_delegate)
-// but installed with the tests and never imported by the package. Both link
-// libqnn_delegate_backend.so, so they share its backend instance and context cache.
+// backends.qualcomm.tests._qnn_test_hooks: test-only entry points into the runtime
+// (lifecycle, buffer rebinding, introspection: live contexts and handles, allocator bytes,
+// kernel registrations and paths), built next to the product extension
+// (backends.qualcomm._qnn_delegate) only with -DQNN_BUILD_TEST_HOOKS=ON, installed with the
+// tests and never imported by the package. Both link libqnn_delegate_backend.so, so they
+// share its backend instance, context cache and kernel registry.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -15,7 +17,9 @@
 
 #include "backends/qualcomm/runtime/ContextCache.h"
 #include "backends/qualcomm/runtime/QnnDelegateBackend.h"
-#include "backends/qualcomm/runtime/engine/kernels/QuantGemm.h"
+#include "backends/qualcomm/runtime/engine/Allocator.h"
+#include "backends/qualcomm/runtime/engine/Kernel.h"
+#include "backends/qualcomm/runtime/engine/Simd.h"
 #include "backends/qualcomm/runtime/python/engine_arrays.h"
 
 namespace py = pybind11;
@@ -43,16 +47,13 @@ std::vector<std::tuple<std::string, std::string, std::string>> kernel_paths(cons
   return out;
 }
 
-// What the engine's kernels can pick on this machine and build: {"avx2": CPU has AVX2,
-// "vnni": the uint8 AVX-512 VNNI GEMM is compiled in}.
+// Which SIMD paths the engine's kernels can pick on this CPU (Simd.h): {"avx2": AVX2 + FMA +
+// F16C, "avx512": AVX-512 F/BW/DQ/VL too, "vnni": AVX-512 VNNI too}.
 py::dict kernel_features() {
   py::dict d;
-#if defined(__x86_64__) || defined(__i386__)
-  d["avx2"] = bool(__builtin_cpu_supports("avx2"));
-#else
-  d["avx2"] = false;
-#endif
-  d["vnni"] = engine::vnni_available();
+  d["avx2"] = engine::cpu_simd_level() >= engine::SimdLevel::Avx2;
+  d["avx512"] = engine::cpu_simd_level() >= engine::SimdLevel::Avx512;
+  d["vnni"] = engine::cpu_has_avx512_vnni();
   return d;
 }
 
@@ -93,4 +94,14 @@ PYBIND11_MODULE(_qnn_test_hooks, m) {
   m.def("kernel_features", &kernel_features, "Which SIMD paths the host engine's kernels can pick here.");
   m.def("init_destroy_twice", &init_destroy_twice, py::arg("blob"),
         "Lifecycle check: two handles of one blob, the first destroyed twice; live contexts per step.");
+  m.def("live_context_count", [] { return runtime::ContextCache::instance().live_contexts(); },
+        "Loaded (cached, shared) contexts alive in this process.");
+  m.def("live_qnn_context_count", [] { return runtime::ContextCache::instance().live_qnn_contexts(); },
+        "Loaded contexts that run on the QNN engine.");
+  m.def("live_handle_count", &runtime::live_handle_count, "Delegate handles alive in this process.");
+  m.def("engine_bytes_in_use", &engine::TrackingAllocator::process_bytes_in_use,
+        "Bytes currently held by all engine allocators of the process.");
+  m.def("registered_op_types", &engine::registered_op_types, "Op types with a registered host kernel.");
+  m.def("duplicate_kernel_registrations", &engine::duplicate_kernel_registrations,
+        "Op types registered more than once per kernel registry (should be empty).");
 }

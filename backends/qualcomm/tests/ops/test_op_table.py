@@ -10,11 +10,11 @@ from typing import Dict, Set
 import pytest
 import torch
 
-from backends.qualcomm import _qnn_delegate
 from backends.qualcomm.builders import registry
 from backends.qualcomm.builders.qnn_op_types import LUT_OP_TYPES, OP_TABLE, QNN_OP_TYPES, QNN_QUANT_OP_TYPES
 from backends.qualcomm.serialization import op_table
 from backends.qualcomm.serialization import qnn_op_table_generated as generated
+from backends.qualcomm.tests.utils_helpers import test_hooks
 
 BUILDERS_DIR = Path(__file__).resolve().parents[2] / "builders"
 
@@ -22,8 +22,9 @@ BUILDERS_DIR = Path(__file__).resolve().parents[2] / "builders"
 # ---- what a builder can emit, read from its source --------------------------------------
 class _OpTypeCollector:
     """The QNN op types one builder module can pass to GraphBuilder.add_op: string literals,
-    conditional expressions, and lookups in module-level dicts (their values or the first element
-    of tuple values), directly or through a local variable."""
+    QnnOpType constants, conditional expressions, and lookups in module-level dicts (their values
+    or the first element of tuple values), directly or through a local variable; an op type a
+    helper takes as a parameter (a composition's emitter) is any QnnOpType constant the module names."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -55,6 +56,8 @@ class _OpTypeCollector:
     def _resolve(self, expr: ast.expr, func: ast.AST, index) -> Set[str]:
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return {expr.value}
+        if self._is_constant(expr):
+            return {expr.attr}
         if isinstance(expr, ast.IfExp):
             return self._resolve(expr.body, func, index) | self._resolve(expr.orelse, func, index)
         if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and expr.value.id in self.dicts:
@@ -71,7 +74,13 @@ class _OpTypeCollector:
             found |= self._resolve(value, func, None)
         return found
 
+    @staticmethod
+    def _is_constant(expr: ast.expr) -> bool:
+        return isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "QnnOpType"
+
     def _resolve_name(self, name: ast.Name, func: ast.AST) -> Set[str]:
+        if name.id in {a.arg for a in func.args.args + func.args.kwonlyargs}:
+            return {n.attr for n in ast.walk(self.tree) if self._is_constant(n)}
         for node in ast.walk(func):
             if not isinstance(node, ast.Assign):
                 continue
@@ -237,10 +246,10 @@ def test_malformed_composite_is_rejected(tmp_path, body, message):
 
 # ---- table vs engine kernels --------------------------------------------------------------------
 def test_every_table_op_has_a_kernel_and_every_kernel_a_table_op():
-    registered = set(_qnn_delegate.registered_op_types())
+    registered = set(test_hooks().registered_op_types())
     assert set(OP_TABLE) - registered == set(), "table ops without an engine kernel"
     assert registered - set(OP_TABLE) == set(), "kernels for ops missing from ops.toml"
 
 
 def test_no_op_type_registers_two_kernels_of_one_kind():
-    assert _qnn_delegate.duplicate_kernel_registrations() == []
+    assert test_hooks().duplicate_kernel_registrations() == []

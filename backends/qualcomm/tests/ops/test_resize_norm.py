@@ -125,7 +125,7 @@ def test_channel_last_chain_has_no_transpose_between_ops():
 # ---- quantized --------------------------------------------------------------------------------
 
 # 8-bit LayerNorm with gamma / beta, (max steps, min exact share) vs the QDQ reference: the host
-# engine adds beta in whole output steps as QNN's HTP does (norm.cpp; 97.6% bit-exact with QNN),
+# engine adds beta in whole output steps as HTP does (layer_norm.cpp; 97.6% bit-exact with QNN),
 # PT2E does not: measured 66.7% exact, max 1 (norm output 7, layer_norm over [3, 6]).
 LAYER_NORM_BOUNDS_8BIT = {"norm": {7: (1, 0.6)}}
 

@@ -236,8 +236,10 @@ class TestQNNFloatingPointUtils:
         assert counts == (base + 1, base + 1, base)
 
     def test_qnn_backend_test_hooks_not_in_product_module(self):
-        product, hooks = h.native(), h.test_hooks()
-        for name in ("execute_many", "init_destroy_twice"):
+        product, hooks = h.require_extension(), h.test_hooks()
+        for name in ("execute_many", "init_destroy_twice", "kernel_paths", "live_context_count",
+                     "live_qnn_context_count", "live_handle_count", "engine_bytes_in_use",
+                     "registered_op_types", "duplicate_kernel_registrations"):
             assert not hasattr(product, name) and callable(getattr(hooks, name))
 
     def test_qnn_backend_options_from_threads_while_executing(self, small):

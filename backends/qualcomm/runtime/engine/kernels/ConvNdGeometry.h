@@ -48,5 +48,43 @@ inline long transposed_source(const NdGeometry& g, size_t a, size_t o, size_t t)
   return i < long(g.in[a]) ? i : -1;
 }
 
+// One output pixel: image n, spatial coordinates o (depth, height, width), flat pixel index.
+struct NdPixel {
+  size_t n = 0, o[kMaxSpatial] = {0, 0, 0}, index = 0;
+};
+
+// f(pixel) for every output pixel, in memory order.
+template <typename F>
+void for_each_output_pixel(const NdGeometry& g, F f) {
+  NdPixel p;
+  for (p.n = 0; p.n < g.n; ++p.n)
+    for (p.o[0] = 0; p.o[0] < g.out[0]; ++p.o[0])
+      for (p.o[1] = 0; p.o[1] < g.out[1]; ++p.o[1])
+        for (p.o[2] = 0; p.o[2] < g.out[2]; ++p.o[2], ++p.index) f(static_cast<const NdPixel&>(p));
+}
+
+// f(input pixel index, tap index) for each tap of output pixel p that reads an input pixel,
+// in (kd, kh, kw) order (transposed: the taps an input pixel reaches p through).
+template <typename F>
+void for_each_tap(const NdGeometry& g, bool transposed, const NdPixel& p, F f) {
+  auto source = [&g, transposed](size_t a, size_t o, size_t t) {
+    return transposed ? transposed_source(g, a, o, t) : conv_source(g, a, o, t);
+  };
+  for (size_t kd = 0; kd < g.k[0]; ++kd) {
+    const long id = source(0, p.o[0], kd);
+    if (id < 0) continue;
+    for (size_t kh = 0; kh < g.k[1]; ++kh) {
+      const long ih = source(1, p.o[1], kh);
+      if (ih < 0) continue;
+      for (size_t kw = 0; kw < g.k[2]; ++kw) {
+        const long iw = source(2, p.o[2], kw);
+        if (iw < 0) continue;
+        f(((p.n * g.in[0] + size_t(id)) * g.in[1] + size_t(ih)) * g.in[2] + size_t(iw),
+          (kd * g.k[1] + kh) * g.k[2] + kw);
+      }
+    }
+  }
+}
+
 } // namespace engine
 } // namespace qnn_delegate

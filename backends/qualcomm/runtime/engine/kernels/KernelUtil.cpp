@@ -1,16 +1,9 @@
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace qnn_delegate {
 namespace engine {
-
-bool plain_kernels_forced() {
-  const char* force = std::getenv("QNN_HOST_ENGINE_KERNELS");
-  return force != nullptr && std::strcmp(force, "plain") == 0;
-}
 
 bool broadcast_dims(const Dims& a, const Dims& b, Dims& out) {
   const size_t rank = std::max(a.size(), b.size());
@@ -43,6 +36,10 @@ Index contiguous_strides(const Dims& dims) {
     s *= dims[i];
   }
   return strides;
+}
+
+QNN_FMA_CLONES void fma_axpy(float a, const float* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
 Status byte_element_size(const OpView& view, const TensorInfo& t, size_t& out) {

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
 
 #include "backends/qualcomm/runtime/engine/Kernel.h"
 #include "backends/qualcomm/runtime/engine/Params.h"
+#include "backends/qualcomm/runtime/engine/Simd.h"
 
 namespace qnn_delegate {
 namespace engine {
@@ -77,9 +79,23 @@ void apply_broadcast(const T* a, const T* b, T* out, size_t numel, size_t a_nume
   } while (next_index(idx, outer));
 }
 
-// Env QNN_HOST_ENGINE_KERNELS=plain: kernels created now take their plain C++ loops (no
-// AVX2 / VNNI / vector exp), so tests can run every path; read when a kernel is created.
-bool plain_kernels_forced();
+// acc + sum over k < K of a[k * sa] * b[k * sb], added in k order, the products of the first
+// K - K % kBlock terms rounded before they are added and the last K % kBlock terms fused
+// (fma): the numbers the float reference dot products (Conv2d / FullyConnected with dynamic
+// weights, MatMul on a transposed b) have always given (the vectorized loops of the former
+// -march=native build, kBlock lanes each). Pinned so that every build gives them.
+template <size_t kBlock>
+inline float dot_tail_fused(float acc, const float* a, size_t sa, const float* b, size_t sb, size_t K) {
+  const size_t head = K - K % kBlock;
+  size_t k = 0;
+  for (; k < head; ++k) acc += a[k * sa] * b[k * sb];
+  for (; k < K; ++k) acc = std::fma(a[k * sa], b[k * sb], acc);
+  return acc;
+}
+
+// y[i] = fma(a, x[i], y[i]) for i < n. Compiled for x86-64 and x86-64-v3 (Simd.h:
+// QNN_FMA_CLONES), so the fused multiply-adds run as instructions where the CPU has them.
+void fma_axpy(float a, const float* x, float* y, size_t n);
 
 // Element size of a byte-addressable tensor (fails for packed 4-bit types).
 Status byte_element_size(const OpView& view, const TensorInfo& t, size_t& out);

@@ -43,7 +43,7 @@ struct Requant {
       v = v < qmin ? qmin : (v > qmax ? qmax : v);
       return static_cast<O>(v);
     }
-    double v = std::nearbyint(double(acc) * mult[n] + bias[n]) - double(out_offset);
+    double v = std::nearbyint(std::fma(double(acc), mult[n], bias[n])) - double(out_offset);
     v = v < double(qmin) ? double(qmin) : (v > double(qmax) ? double(qmax) : v);
     return static_cast<O>(v);
   }
@@ -138,9 +138,9 @@ void prepare_vnni(QWeights& w, size_t groups, TrackingAllocator* alloc, VnniWeig
 }
 
 // ---- path choice, AVX2 path, threading -----------------------------------------
-// Vnni: u8 x s8 with AVX-512 VNNI (compiled in); Avx2: u8 / u16 x s8 when the CPU has
-// AVX2; Plain: qgemm. Env QNN_HOST_ENGINE_KERNELS=plain forces Plain, =avx2 skips VNNI
-// (read when a kernel is created). Every path gives the same integers.
+// Vnni: u8 x s8 when the CPU has AVX-512 VNNI; Avx2: u8 / u16 x s8 when it has AVX2; Plain:
+// qgemm. Chosen from simd_level() (Simd.h) when a kernel is created: env
+// QNN_HOST_ENGINE_KERNELS=plain forces Plain, =avx2 skips VNNI. Every path gives the same integers.
 enum class QGemmPath { Plain, Avx2, Vnni };
 QGemmPath qgemm_path(bool a8_w8);
 inline std::string qgemm_path_name(QGemmPath p) {

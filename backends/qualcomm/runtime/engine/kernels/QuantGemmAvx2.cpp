@@ -12,9 +12,8 @@
 
 #include "backends/qualcomm/runtime/engine/kernels/QuantGemm.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef QNN_X86
 #include <immintrin.h>
-#define QNN_X86 1
 #endif
 
 namespace qnn_delegate {
@@ -27,14 +26,9 @@ constexpr size_t kBlock16 = 256;    // k per int32 partial sum with 16-bit activ
 } // namespace
 
 QGemmPath qgemm_path(bool a8_w8) {
-  const char* force = std::getenv("QNN_HOST_ENGINE_KERNELS");
-  const bool no_vnni = force && std::strcmp(force, "avx2") == 0;
-  if (plain_kernels_forced()) return QGemmPath::Plain;
-  if (a8_w8 && vnni_available() && !no_vnni) return QGemmPath::Vnni;
-#ifdef QNN_X86
-  if (__builtin_cpu_supports("avx2")) return QGemmPath::Avx2;
-#endif
-  return QGemmPath::Plain;
+  const SimdLevel level = simd_level();
+  if (a8_w8 && level == SimdLevel::Avx512 && vnni_available()) return QGemmPath::Vnni;
+  return level >= SimdLevel::Avx2 ? QGemmPath::Avx2 : QGemmPath::Plain;
 }
 
 // For HtpRequant with frac 15 and post 0, y(u) = ((2u + half) M + 2^15) >> 16 is
@@ -188,24 +182,23 @@ __attribute__((target("avx2"))) void tile(const int16_t* a, size_t lda, const in
     }
 }
 
+// p[i .. i + 8).
+__attribute__((target("avx2"))) inline __m256i ld8(const std::vector<int32_t>& p, size_t i) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.data() + i));
+}
+
 // 8 lanes of Avx2Weights::vec_rq requantization: uint8 values in the low bytes.
 __attribute__((target("avx2"))) inline __m256i requant8(__m256i acc, const VecRequant8& v, size_t i) {
-  auto ld = [i](const std::vector<int32_t>& p) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.data() + i));
-  };
-  const __m256i lim = ld(v.ulim);
-  __m256i u = _mm256_srav_epi32(_mm256_add_epi32(acc, ld(v.pre)), ld(v.shift));
+  const __m256i lim = ld8(v.ulim, i);
+  __m256i u = _mm256_srav_epi32(_mm256_add_epi32(acc, ld8(v.pre, i)), ld8(v.shift, i));
   u = _mm256_min_epi32(_mm256_max_epi32(u, _mm256_sub_epi32(_mm256_setzero_si256(), lim)), lim);
-  const __m256i t = _mm256_add_epi32(_mm256_add_epi32(u, u), ld(v.half));
-  __m256i y = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(t, ld(v.mult)), _mm256_set1_epi32(1 << 15)), 16);
+  const __m256i t = _mm256_add_epi32(_mm256_add_epi32(u, u), ld8(v.half, i));
+  __m256i y = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(t, ld8(v.mult, i)), _mm256_set1_epi32(1 << 15)), 16);
   y = _mm256_sub_epi32(y, _mm256_set1_epi32(v.out_offset));
   return _mm256_min_epi32(_mm256_max_epi32(y, _mm256_set1_epi32(v.qmin)), _mm256_set1_epi32(v.qmax));
 }
 
 // 8 lanes of VecRequantW requantization (hi, lo as described there): int32 results.
-__attribute__((target("avx2"))) inline __m256i ld8(const std::vector<int32_t>& p, size_t i) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.data() + i));
-}
 
 __attribute__((target("avx2"))) inline __m256i requant_wide(__m256i hi, __m256i lo, const VecRequantW& v,
                                                             size_t i) {

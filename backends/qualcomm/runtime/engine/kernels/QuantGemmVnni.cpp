@@ -1,14 +1,13 @@
 // u8 x s8 -> int32 GEMM with AVX-512 VNNI: 4 rows x 16 output channels per
 // step, one vpdpbusd per row and 4 k; HTP fixed-point requantization per output
-// (HtpRequant.h).
+// (HtpRequant.h). Compiled with target attributes (Simd.h), used when the CPU has VNNI.
 #include <algorithm>
 #include <cstring>
 
 #include "backends/qualcomm/runtime/engine/kernels/QuantGemm.h"
 
-#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+#ifdef QNN_X86
 #include <immintrin.h>
-#define QNN_HAVE_VNNI 1
 #endif
 
 namespace qnn_delegate {
@@ -37,7 +36,7 @@ void requant_row(const Requant& rq, const int32_t* acc, size_t n0, size_t cnt, O
   for (size_t j = 0; j < cnt; ++j) dst[j] = rq.apply<O>(int64_t(acc[j]) + in_off * wsum[j], n0 + j);
 }
 
-#ifdef QNN_HAVE_VNNI
+#ifdef QNN_X86
 inline int32_t load4(const uint8_t* p, size_t avail) {
   int32_t v = 0;
   std::memcpy(&v, p, avail < 4 ? avail : 4);
@@ -46,8 +45,8 @@ inline int32_t load4(const uint8_t* p, size_t avail) {
 
 // MR rows of a x one 16-column panel.
 template <int MR, typename O>
-void vnni_tile(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t n0, size_t cnt,
-               const Requant& rq, O* out, size_t ldo) {
+QNN_TARGET_VNNI void vnni_tile(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t n0,
+                               size_t cnt, const Requant& rq, O* out, size_t ldo) {
   __m512i acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
   const size_t full = K / 4, k4 = (K + 3) / 4;
@@ -76,18 +75,12 @@ void vnni_tile(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t 
 
 } // namespace
 
-bool vnni_available() {
-#ifdef QNN_HAVE_VNNI
-  return true;
-#else
-  return false;
-#endif
-}
+bool vnni_available() { return cpu_has_avx512_vnni(); }
 
 template <typename O>
 void qgemm_vnni(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t n0, size_t nn,
                 size_t M, const Requant& rq, O* out, size_t ldo) {
-#ifdef QNN_HAVE_VNNI
+#ifdef QNN_X86
   const size_t panel_bytes = ((K + 3) / 4) * kVnniNR * 4;
   const size_t panels = (nn + kVnniNR - 1) / kVnniNR;
   size_t m = 0;

@@ -6,15 +6,15 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
-
 #include "backends/qualcomm/runtime/engine/kernels/ConvGeometry.h"
 #include "backends/qualcomm/runtime/engine/kernels/Gemm.h"
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 #include "backends/qualcomm/runtime/engine/DataType.h"
 #include "backends/qualcomm/runtime/engine/ThreadPool.h"
+
+#ifdef QNN_X86
+#include <immintrin.h>
+#endif
 
 namespace qnn_delegate {
 namespace engine {
@@ -42,7 +42,7 @@ void conv_reference(const ConvGeometry& g, size_t mult, const float* x, const fl
               if (ix < 0 || ix >= long(g.w)) continue;
               const float* px = x + ((n * g.h + iy) * g.w + ix) * g.cin + grp * cin_g;
               const float* pw = w + (ky * g.kw + kx) * cin_g * g.cout + co;
-              for (size_t ci = 0; ci < cin_g; ++ci) acc += px[ci] * pw[ci * g.cout];
+              acc = dot_tail_fused<2>(acc, px, 1, pw, g.cout, cin_g);
             }
           }
           out[((n * g.oh + oy) * g.ow + ox) * g.cout + co] = acc;
@@ -75,18 +75,19 @@ class ConvGemmKernel final : public Kernel {
  public:
   ConvGemmKernel(const ConvGeometry& g, const ConvIds& ids, const float* w, TrackingAllocator* a,
                  const GemmEpilogue& ep)
-      : g_(g), ids_(ids), ep_(ep) {
+      : g_(g), ids_(ids), path_(gemm_path()), ep_(ep) {
     k_ = g.kh * g.kw * g.cin_g();
     pointwise_ = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.group == 1 &&
                  g.pt + g.pb + g.pl + g.pr == 0;
-    group_floats_ = packed_b_floats(k_, g.cout_g());
+    group_floats_ = packed_b_floats(path_, k_, g.cout_g());
     packed_ = Buffer(a, group_floats_ * g.group * sizeof(float));
     if (!packed_.valid()) return;
     for (size_t grp = 0; grp < g.group; ++grp) {
-      pack_b_kn(w + grp * g.cout_g(), k_, g.cout_g(), g.cout, packed_.as<float>() + grp * group_floats_);
+      pack_b_kn(path_, w + grp * g.cout_g(), k_, g.cout_g(), g.cout, packed_.as<float>() + grp * group_floats_);
     }
   }
   bool valid() const { return packed_.valid(); }
+  const char* path() const override { return gemm_path_name(path_); }
   // im2col: one tile per pool thread.
   size_t scratch_bytes() const override { return pointwise_ ? 0 : slots_ * tile_bytes(); }
   size_t owned_bytes() const override { return packed_.size(); }
@@ -97,7 +98,7 @@ class ConvGemmKernel final : public Kernel {
     const float* b = c.at<const float>(ids_.b);
     float* out = c.at<float>(ids_.out);
     if (pointwise_) {
-      gemm_packed(x, g_.cin, packed_.as<float>(), b, out, g_.cout, g_.n * g_.h * g_.w, g_.cout, g_.cin, ep_);
+      gemm_packed(path_, x, g_.cin, packed_.as<float>(), b, out, g_.cout, g_.n * g_.h * g_.w, g_.cout, g_.cin, ep_);
       return Status::Ok();
     }
     const size_t pixels = g_.n * g_.oh * g_.ow;
@@ -139,13 +140,14 @@ class ConvGemmKernel final : public Kernel {
         const size_t np = std::min(kIm2colTile, p_end - p0);
         for (size_t grp = 0; grp < g.group; ++grp) {
           im2col_rows(g, k.k_, j.x, p0, np, grp, 0.0f, cols);
-          gemm_packed(cols, k.k_, k.packed_.as<float>() + grp * k.group_floats_, j.b + grp * g.cout_g(),
+          gemm_packed(k.path_, cols, k.k_, k.packed_.as<float>() + grp * k.group_floats_, j.b + grp * g.cout_g(),
                       j.out + p0 * g.cout + grp * g.cout_g(), g.cout, np, g.cout_g(), k.k_, k.ep_);
         }
       }
     }
   }
 
+  GemmPath path_;
   size_t k_ = 0, group_floats_ = 0;
   size_t slots_ = ThreadPool::instance().max_threads();
   bool pointwise_ = false;
@@ -154,25 +156,16 @@ class ConvGemmKernel final : public Kernel {
 };
 
 // ---- fast depthwise (multiplier 1) ------------------------------------------
-// Output rows split over the pool. With FMA, per pixel the channels go in blocks of 32 held
-// in ymm registers across the taps: each output is b, then fma(x, w, acc) per tap in (ky, kx)
-// order, which is what the plain loop computes (the compiler contracts its x * w + o into
-// one FMA on such a machine), bit for bit. Without FMA the plain loop runs.
-#if defined(__AVX2__) && defined(__FMA__)
-#define QNN_DW_BLOCKED 1
-#endif
+// Output rows split over the pool. Each output is b, then fma(x, w, acc) per tap in (ky, kx)
+// order. Blocked path (AVX2 + FMA, Simd.h): per pixel the channels go in blocks of 32 held in
+// ymm registers across the taps; plain path: the channel loop per tap. Same bits.
 constexpr size_t kDwMaxTapsF = 64;
 
 class DepthwiseKernel final : public Kernel {
  public:
   DepthwiseKernel(const ConvGeometry& g, const ConvIds& ids, FloatActivation act, bool round_half)
-      : g_(g), ids_(ids), act_(act), round_(round_half) {
-#ifdef QNN_DW_BLOCKED
-    blocked_ = g.kh * g.kw <= kDwMaxTapsF && !plain_kernels_forced();
-#else
-    blocked_ = false;
-#endif
-  }
+      : g_(g), ids_(ids), act_(act), round_(round_half),
+        blocked_(g.kh * g.kw <= kDwMaxTapsF && simd_level() >= SimdLevel::Avx2) {}
   const char* path() const override { return blocked_ ? "blocked" : "plain"; }
   bool rounds_fp16_outputs() const override { return round_; }
   Status run(const RunContext& c) const override {
@@ -228,7 +221,7 @@ class DepthwiseKernel final : public Kernel {
         const float* px = tap_pixel(x, n, oy, ox, ky, kx);
         if (px == nullptr) continue;
         const float* pw = w + (ky * g_.kw + kx) * C;
-        for (size_t ch = 0; ch < C; ++ch) o[ch] += px[ch] * pw[ch];
+        for (size_t ch = 0; ch < C; ++ch) o[ch] = std::fma(px[ch], pw[ch], o[ch]);
       }
     if (act_.kind != FloatActivation::None) {
       for (size_t ch = 0; ch < C; ++ch) o[ch] = act_.apply(o[ch]);
@@ -236,9 +229,9 @@ class DepthwiseKernel final : public Kernel {
     if (round_) round_to_half_inplace(o, C);
   }
 
-#ifdef QNN_DW_BLOCKED
-  void pixel_blocked(const float* x, const float* w, const float* b, size_t n, size_t oy, size_t ox,
-                     float* o) const {
+#ifdef QNN_X86
+  QNN_TARGET_AVX2 void pixel_blocked(const float* x, const float* w, const float* b, size_t n, size_t oy,
+                                     size_t ox, float* o) const {
     const size_t C = g_.cout;
     const float* px[kDwMaxTapsF];
     const float* pw[kDwMaxTapsF];
@@ -282,7 +275,7 @@ class DepthwiseKernel final : public Kernel {
 
   // The fused activation (as FloatActivation::apply: ordered compares, so NaN stays NaN for
   // ReluMinMax and becomes 0 for Relu), then round_to_half when the kernel rounds its outputs.
-  __m256 finish(__m256 v) const {
+  QNN_TARGET_AVX2 __m256 finish(__m256 v) const {
     if (act_.kind == FloatActivation::Relu) {
       v = _mm256_and_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ), v);
     } else if (act_.kind == FloatActivation::ReluMinMax) {
@@ -290,15 +283,7 @@ class DepthwiseKernel final : public Kernel {
       const __m256 below = _mm256_cmp_ps(v, lo, _CMP_LT_OQ), above = _mm256_cmp_ps(v, hi, _CMP_GT_OQ);
       v = _mm256_blendv_ps(_mm256_blendv_ps(v, hi, above), lo, below);
     }
-#if defined(__F16C__)
     return round_ ? _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)) : v;
-#else
-    if (!round_) return v;
-    alignas(32) float f[8];
-    _mm256_store_ps(f, v);
-    round_to_half_inplace(f, 8);
-    return _mm256_load_ps(f);
-#endif
   }
 #else
   void pixel_blocked(const float* x, const float* w, const float* b, size_t n, size_t oy, size_t ox,

@@ -117,36 +117,17 @@ class ConvNdKernel final : public Kernel {
     // weight strides: one tap holds [w_in][w_out]
     const size_t w_out = kTransposed ? cout_g : g.cout;
     const size_t tap_size = (kTransposed ? g.cin : cin_g) * w_out;
-    for (size_t n = 0; n < g.n; ++n)
-      for (size_t od = 0; od < g.out[0]; ++od)
-        for (size_t oh = 0; oh < g.out[1]; ++oh)
-          for (size_t ow = 0; ow < g.out[2]; ++ow) {
-            float* o = out + (((n * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow) * g.cout;
-            std::copy(b, b + g.cout, o);
-            for (size_t kd = 0; kd < g.k[0]; ++kd) {
-              const long id = source(0, od, kd);
-              if (id < 0) continue;
-              for (size_t kh = 0; kh < g.k[1]; ++kh) {
-                const long ih = source(1, oh, kh);
-                if (ih < 0) continue;
-                for (size_t kw = 0; kw < g.k[2]; ++kw) {
-                  const long iw = source(2, ow, kw);
-                  if (iw < 0) continue;
-                  const float* px = x + (((n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * g.cin;
-                  const float* tap = w + ((kd * g.k[1] + kh) * g.k[2] + kw) * tap_size;
-                  accumulate(px, tap, cin_g, cout_g, w_out, o);
-                }
-              }
-            }
-          }
+    for_each_output_pixel(g, [&](const NdPixel& p) {
+      float* o = out + p.index * g.cout;
+      std::copy(b, b + g.cout, o);
+      for_each_tap(g, kTransposed, p, [&](size_t in_pixel, size_t tap) {
+        accumulate(x + in_pixel * g.cin, w + tap * tap_size, cin_g, cout_g, w_out, o);
+      });
+    });
     return Status::Ok();
   }
 
  private:
-  long source(size_t axis, size_t o, size_t t) const {
-    return kTransposed ? transposed_source(g_, axis, o, t) : conv_source(g_, axis, o, t);
-  }
-
   // o[co] += sum over the group's input channels of px[ci] * w(ci, co).
   void accumulate(const float* px, const float* tap, size_t cin_g, size_t cout_g, size_t w_out,
                   float* o) const {
@@ -157,8 +138,7 @@ class ConvNdKernel final : public Kernel {
         // conv: row ci of [Cin/group][Cout], columns of this group; transposed: row
         // grp*cin_g+ci of [Cin][Cout/group]
         const float* wr = kTransposed ? tap + (grp * cin_g + ci) * w_out : tap + ci * w_out + grp * cout_g;
-        float* og = o + grp * cout_g;
-        for (size_t co = 0; co < cout_g; ++co) og[co] += xv * wr[co];
+        fma_axpy(xv, wr, o + grp * cout_g, cout_g);
       }
     }
   }

@@ -46,36 +46,17 @@ class QConvNdKernel final : public Kernel {
     O* out = c.at<O>(ids_.out);
     Acc* acc = static_cast<Acc*>(c.scratch);
     const NdGeometry& g = g_;
-    for (size_t n = 0; n < g.n; ++n)
-      for (size_t od = 0; od < g.out[0]; ++od)
-        for (size_t oh = 0; oh < g.out[1]; ++oh)
-          for (size_t ow = 0; ow < g.out[2]; ++ow) {
-            std::fill(acc, acc + g.cout, Acc(0));
-            for (size_t kd = 0; kd < g.k[0]; ++kd) {
-              const long id = source(0, od, kd);
-              if (id < 0) continue;
-              for (size_t kh = 0; kh < g.k[1]; ++kh) {
-                const long ih = source(1, oh, kh);
-                if (ih < 0) continue;
-                for (size_t kw = 0; kw < g.k[2]; ++kw) {
-                  const long iw = source(2, ow, kw);
-                  if (iw < 0) continue;
-                  const A* px = x + (((n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * g.cin;
-                  accumulate(px, (kd * g.k[1] + kh) * g.k[2] + kw, acc);
-                }
-              }
-            }
-            O* o = out + (((n * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow) * g.cout;
-            for (size_t co = 0; co < g.cout; ++co) o[co] = rq_.apply<O>(acc[co], co);
-          }
+    for_each_output_pixel(g, [&](const NdPixel& p) {
+      std::fill(acc, acc + g.cout, Acc(0));
+      for_each_tap(g, transposed_, p,
+                   [&](size_t in_pixel, size_t tap) { accumulate(x + in_pixel * g.cin, tap, acc); });
+      O* o = out + p.index * g.cout;
+      for (size_t co = 0; co < g.cout; ++co) o[co] = rq_.apply<O>(acc[co], co);
+    });
     return Status::Ok();
   }
 
  private:
-  long source(size_t axis, size_t o, size_t t) const {
-    return transposed_ ? transposed_source(g_, axis, o, t) : conv_source(g_, axis, o, t);
-  }
-
   // acc[co] += (px[ci] + in_offset) * w(tap, ci, co) over each group's channels.
   void accumulate(const A* px, size_t tap, Acc* acc) const {
     const size_t cin_g = g_.cin_g(), cout_g = g_.cout_g();

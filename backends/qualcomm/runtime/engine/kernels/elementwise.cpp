@@ -17,7 +17,7 @@ namespace {
 template <typename T>
 using Wide = typename std::conditional<std::is_integral<T>::value, std::make_unsigned<T>,
                                        std::common_type<T>>::type::type;
-// Integer add/sub/mul as QNN 2.51's HTP computes them (measured on SM8650, test_ops_int_arith.py):
+// Integer add/sub/mul as QNN 2.51's HTP computes them (measured on SM8650, tests/ops/test_integer_arithmetic.py):
 // in int32, saturated to [-2^31, 2^31 - 1] on overflow (torch wraps). An INT_64 tensor runs as
 // INT_32 on QNN (narrowed by wrapping): the same on the low 32 bits of each operand, sign-extended.
 template <typename T, typename F>
@@ -216,7 +216,7 @@ struct EluFn {
 constexpr int64_t kNeuronHardSigmoid = 2;
 struct HardSigmoidFn {
   static float apply(float x, const UnaryParams& p) {
-    const float y = p.alpha * x + p.beta;
+    const float y = std::fma(p.alpha, x, p.beta);
     return y != y ? y : (y < 0.f ? 0.f : (y > 1.f ? 1.f : y));
   }
 };

@@ -27,7 +27,7 @@ struct GridGeometry {
 // clamped to the image for border padding.
 float source_coordinate(float g, size_t size, bool align, PaddingMode padding) {
   const float s = float(size);
-  float src = align ? (g + 1.f) * 0.5f * (s - 1.f) : ((g + 1.f) * s - 1.f) * 0.5f;
+  float src = align ? (g + 1.f) * 0.5f * (s - 1.f) : std::fma(g + 1.f, s, -1.f) * 0.5f;
   if (padding == PaddingMode::kBorder) src = std::min(std::max(src, 0.f), s - 1.f);
   return src;
 }
@@ -78,7 +78,7 @@ class GridSampleKernel final : public Kernel {
       const long yy = y0 + (t >> 1), xx = x0 + (t & 1);
       if (!inside(yy, xx)) continue;
       const float* px = image + (size_t(yy) * g_.iw + size_t(xx)) * g_.c;
-      for (size_t ch = 0; ch < g_.c; ++ch) out[ch] += weights[t] * px[ch];
+      fma_axpy(weights[t], px, out, g_.c);
     }
   }
 

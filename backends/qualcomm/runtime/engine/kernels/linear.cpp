@@ -32,8 +32,7 @@ class FcReferenceKernel final : public Kernel {
     float* out = c.at<float>(s_.out);
     for (size_t m = 0; m < s_.M; ++m)
       for (size_t n = 0; n < s_.N; ++n) {
-        float acc = b[n];
-        for (size_t k = 0; k < s_.K; ++k) acc += x[m * s_.K + k] * w[n * s_.K + k];
+        const float acc = dot_tail_fused<8>(b[n], x + m * s_.K, 1, w + n * s_.K, 1, s_.K);
         out[m * s_.N + n] = act_.apply(acc);
       }
     return Status::Ok();
@@ -47,20 +46,22 @@ class FcReferenceKernel final : public Kernel {
 class FcPackedKernel final : public Kernel {
  public:
   FcPackedKernel(const FcShape& s, const float* w, TrackingAllocator* a, const GemmEpilogue& ep)
-      : s_(s), packed_(a, packed_b_floats(s.K, s.N) * sizeof(float)), ep_(ep) {
-    if (packed_.valid()) pack_b_nk(w, s.K, s.N, packed_.as<float>());
+      : s_(s), path_(gemm_path()), packed_(a, packed_b_floats(path_, s.K, s.N) * sizeof(float)), ep_(ep) {
+    if (packed_.valid()) pack_b_nk(path_, w, s.K, s.N, packed_.as<float>());
   }
+  const char* path() const override { return gemm_path_name(path_); }
   bool valid() const { return packed_.valid(); }
   size_t owned_bytes() const override { return packed_.size(); }
   bool rounds_fp16_outputs() const override { return ep_.round_half; }
   Status run(const RunContext& c) const override {
-    gemm_packed(c.at<const float>(s_.x), s_.K, packed_.as<float>(), c.at<const float>(s_.b),
+    gemm_packed(path_, c.at<const float>(s_.x), s_.K, packed_.as<float>(), c.at<const float>(s_.b),
                 c.at<float>(s_.out), s_.N, s_.M, s_.N, s_.K, ep_);
     return Status::Ok();
   }
 
  private:
   FcShape s_;
+  GemmPath path_;
   Buffer packed_;
   GemmEpilogue ep_;  // fused activation, fp16 rounding
 };
@@ -115,9 +116,7 @@ class MatMulKernel final : public Kernel {
     } else {
       for (size_t m = 0; m < M; ++m)
         for (size_t n = 0; n < N; ++n) {
-          float acc = 0.f;
-          for (size_t k = 0; k < K; ++k) acc += a[m * K + k] * b[n * K + k];
-          c[m * N + n] = acc;
+          c[m * N + n] = dot_tail_fused<8>(0.f, a + m * K, 1, b + n * K, 1, K);
         }
     }
   }

@@ -111,11 +111,8 @@ class QMatMulKernel final : public Kernel {
   static constexpr size_t kRows = 4;  // rows of A per register tile
   typedef double VecD __attribute__((vector_size(32)));
 
-  static VecD load4(const double* p) {
-    VecD v;
-    __builtin_memcpy(&v, p, sizeof(v));
-    return v;
-  }
+  // (Through memory: a 32-byte vector return value would change the ABI without AVX.)
+  static void load4(const double* p, VecD& v) { __builtin_memcpy(&v, p, sizeof(v)); }
 
   // Rows m0 .. m0 + kRows of C: 4 rows x 8 columns of sums in registers over the k loop (the
   // sums are exact integers in any order, so they equal the plain loop's).
@@ -130,7 +127,9 @@ class QMatMulKernel final : public Kernel {
     for (; n0 + 8 <= N; n0 += 8) {
       VecD acc[kRows][2] = {};
       for (size_t k = 0; k < K; ++k) {
-        const VecD b0 = load4(bd + k * N + n0), b1 = load4(bd + k * N + n0 + 4);
+        VecD b0, b1;
+        load4(bd + k * N + n0, b0);
+        load4(bd + k * N + n0 + 4, b1);
 #pragma GCC unroll 4
         for (size_t r = 0; r < kRows; ++r) {
           const double av = ad[r * K + k];

@@ -254,13 +254,14 @@ constexpr size_t kMaxTaps = 4;
 float source_coordinate(size_t o, size_t in, size_t out, bool align, bool half, bool clamp_negative) {
   if (align) return out > 1 ? float(o) * (float(in - 1) / float(out - 1)) : 0.f;
   const float scale = float(in) / float(out);
-  float src = half ? (float(o) + 0.5f) * scale - 0.5f : float(o) * scale;
+  float src = half ? std::fma(float(o) + 0.5f, scale, -0.5f) : float(o) * scale;
   if (clamp_negative && src < 0.f) src = 0.f;
   return src;
 }
 
-float cubic_near(float t, float a) { return ((a + 2.f) * t - (a + 3.f)) * t * t + 1.f; }
-float cubic_far(float t, float a) { return ((a * t - 5.f * a) * t + 8.f * a) * t - 4.f * a; }
+// Keys' cubic kernel, |t| <= 1 and 1 < |t| < 2 (Horner steps fused as written).
+float cubic_near(float t, float a) { return std::fma(std::fma(a + 2.f, t, -(a + 3.f)) * t, t, 1.f); }
+float cubic_far(float t, float a) { return std::fma(std::fma(std::fma(a, t, -(5.f * a)), t, 8.f * a), t, -(4.f * a)); }
 
 // Source taps of one axis: 2 (bilinear, torch's clamped lambda) or 4 (cubic, edge-clamped).
 Status axis_taps(const OpView& v, KernelEnv& env, size_t in, size_t out, size_t taps, bool align, bool half,
@@ -317,8 +318,8 @@ class InterpolateKernel final : public Kernel {
             for (size_t a = 0; a < taps_; ++a) {
               const float* row = xb + size_t(ri[oy * taps_ + a]) * im_.iw * C;
               float racc = 0.f;
-              for (size_t b = 0; b < taps_; ++b) {
-                racc += cw[ox * taps_ + b] * row[size_t(ci[ox * taps_ + b]) * C + ch];
+              for (size_t b = 0; b < taps_; ++b) {  // taps_ <= kMaxTaps: each tap fused
+                racc = std::fma(cw[ox * taps_ + b], row[size_t(ci[ox * taps_ + b]) * C + ch], racc);
               }
               acc += rw[oy * taps_ + a] * racc;
             }

@@ -1,10 +1,12 @@
-// GroupNorm and InstanceNorm on channel-last [N, ..., C] (statistics per image and channel
-// group, over every spatial position; InstanceNorm: one group per channel), RmsNorm over the
-// last axes. float32 (quantized: the dispatcher's dequantize / requantize wrapper).
+// Channel norms on channel-last [N, ..., C], float32 (quantized: the dispatcher's dequantize /
+// requantize wrapper; 8-bit GroupNorm / InstanceNorm outputs quantized in float16 as HTP does):
+// GroupNorm and InstanceNorm (statistics per image and channel group over every spatial
+// position; InstanceNorm: one group per channel) and Batchnorm (x * scale + offset per channel).
 #include <cmath>
 #include <vector>
 
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+#include "backends/qualcomm/runtime/engine/kernels/Normalize.h"
 
 namespace qnn_delegate {
 namespace engine {
@@ -41,9 +43,10 @@ class GroupNormKernel final : public Kernel {
         var /= count;
         const float m = float(mean);
         const float inv = float(1.0 / std::sqrt(var + double(eps_)));
-        for (size_t p = 0; p < pixels_; ++p)
-          for (size_t c = c0; c < c0 + per_group; ++c)
-            yi[p * c_ + c] = (xi[p * c_ + c] - m) * inv * gamma[c] + (beta ? beta[c] : 0.f);
+        for (size_t p = 0; p < pixels_; ++p) {
+          normalize_row(xi + p * c_ + c0, yi + p * c_ + c0, per_group, m, inv, gamma + c0,
+                        beta ? beta + c0 : nullptr);
+        }
       }
     }
     return Status::Ok();
@@ -109,69 +112,47 @@ Status create_instance_norm(const OpView& v, KernelEnv&, KernelPtr& out) {
   return make_group_norm(v, x.rank() ? size_t(x.dims.back()) : 0, eps, out);
 }
 
-// ---- RmsNorm ------------------------------------------------------------------------------
-class RmsNormKernel final : public Kernel {
+// ---- Batchnorm ----------------------------------------------------------------
+class BatchnormKernel final : public Kernel {
  public:
-  RmsNormKernel(uint32_t x, uint32_t gamma, uint32_t beta, uint32_t out, size_t rows, size_t cols, float eps)
-      : x_(x), g_(gamma), b_(beta), out_(out), rows_(rows), cols_(cols), eps_(eps) {}
-  Status run(const RunContext& c) const override {
-    const float* x = c.at<const float>(x_);
-    const float* gamma = c.at<const float>(g_);
-    const float* beta = c.at<const float>(b_);
-    float* y = c.at<float>(out_);
-    for (size_t r = 0; r < rows_; ++r) {
-      const float* px = x + r * cols_;
-      float* py = y + r * cols_;
-      double sq = 0.0;
-      for (size_t i = 0; i < cols_; ++i) sq += double(px[i]) * double(px[i]);
-      const float inv = float(1.0 / std::sqrt(sq / double(cols_) + double(eps_)));
-      for (size_t i = 0; i < cols_; ++i) py[i] = px[i] * inv * gamma[i] + beta[i];
-    }
+  BatchnormKernel(uint32_t x, uint32_t scale, uint32_t offset, uint32_t out, size_t rows, size_t c)
+      : x_(x), s_(scale), o_(offset), out_(out), rows_(rows), c_(c) {}
+  Status run(const RunContext& ctx) const override {
+    const float* x = ctx.at<const float>(x_);
+    const float* s = ctx.at<const float>(s_);
+    const float* o = ctx.at<const float>(o_);
+    float* y = ctx.at<float>(out_);
+    for (size_t r = 0; r < rows_; ++r)
+      for (size_t i = 0; i < c_; ++i) y[r * c_ + i] = std::fma(x[r * c_ + i], s[i], o[i]);
     return Status::Ok();
   }
 
  private:
-  uint32_t x_, g_, b_, out_;
-  size_t rows_, cols_;
-  float eps_;
+  uint32_t x_, s_, o_, out_;
+  size_t rows_, c_;
 };
 
-Status create_rms_norm(const OpView& v, KernelEnv&, KernelPtr& out) {
+Status create_batchnorm(const OpView& v, KernelEnv&, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(v.expect_arity(3, 3, 1));
   const TensorInfo& x = *v.inputs[0];
-  const TensorInfo& gamma = *v.inputs[1];
-  const TensorInfo& beta = *v.inputs[2];
-  for (const TensorInfo* t : {&x, &gamma, &beta}) QNN_RETURN_IF_ERROR(v.expect_float(*t));
-  ParamReader params(v);
-  float eps = 0.f;
-  std::vector<int64_t> axes;
-  QNN_RETURN_IF_ERROR(params.scalar_float("epsilon", eps));
-  QNN_RETURN_IF_ERROR(params.tensor_int("axes", DType::UINT_32, {}, axes));
-  const size_t k = axes.size();
-  if (k == 0 || k > x.rank()) {
-    return v.fail(ErrorKind::InvalidProgram, "'axes' must name 1..%zu axes, got %zu", x.rank(), k);
-  }
-  for (size_t i = 0; i < k; ++i) {
-    if (size_t(axes[i]) != x.rank() - k + i) {
-      return v.fail(ErrorKind::NotSupported, "'axes' must be the last %zu axes of input '%s' %s", k,
-                    x.name.c_str(), dims_to_string(x.dims).c_str());
-    }
-  }
-  const size_t cols = product(x.dims, x.rank() - k);
-  if (gamma.numel != cols || beta.numel != cols) {
-    return v.fail(ErrorKind::InvalidProgram, "gamma '%s' / beta '%s' must have the %zu normalized elements",
-                  gamma.name.c_str(), beta.name.c_str(), cols);
+  const TensorInfo& scale = *v.inputs[1];
+  const TensorInfo& offset = *v.inputs[2];
+  for (const TensorInfo* t : {&x, &scale, &offset}) QNN_RETURN_IF_ERROR(v.expect_float(*t));
+  const size_t c = x.rank() ? x.dims.back() : 1;
+  if (scale.numel != c || offset.numel != c) {
+    return v.fail(ErrorKind::InvalidProgram, "scale '%s' / offset '%s' must have C = %zu elements",
+                  scale.name.c_str(), offset.name.c_str(), c);
   }
   QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, DType::FLOAT_32));
-  return emplace_kernel<RmsNormKernel>(out, x.id, gamma.id, beta.id, v.outputs[0]->id, cols ? x.numel / cols : 0,
-                                       cols, eps);
+  return emplace_kernel<BatchnormKernel>(out, x.id, scale.id, offset.id, v.outputs[0]->id,
+                                         c ? x.numel / c : 0, c);
 }
 
 } // namespace
 
 QNN_REGISTER_KERNEL(Float, GroupNorm, &create_group_norm);
 QNN_REGISTER_KERNEL(Float, InstanceNorm, &create_instance_norm);
-QNN_REGISTER_KERNEL(Float, RmsNorm, &create_rms_norm);
+QNN_REGISTER_KERNEL(Float, Batchnorm, &create_batchnorm);
 
 } // namespace engine
 } // namespace qnn_delegate

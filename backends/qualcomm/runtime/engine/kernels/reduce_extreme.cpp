@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+#include "backends/qualcomm/runtime/engine/kernels/ReduceGeometry.h"
 
 namespace qnn_delegate {
 namespace engine {
@@ -26,42 +26,27 @@ struct MinOf {
   static uint8_t pick(uint8_t acc, uint8_t x) { return (acc && x) ? 1 : 0; }
 };
 
-// Walks the input in order; output offset = sum idx[d] * so[d] (so[d] = 0 on reduced axes).
+// Walks the input in order (ReduceGeometry::for_each_run).
 template <typename T, typename Op>
 class ExtremeKernel final : public Kernel {
  public:
-  ExtremeKernel(uint32_t in, uint32_t out, const Dims& in_dims, const Index& out_strides, size_t out_numel)
-      : in_(in), out_(out), dims_(in_dims), so_(out_strides), out_numel_(out_numel) {
-    if (!dims_.empty()) outer_.assign(dims_.begin(), dims_.end() - 1);
-  }
+  ExtremeKernel(uint32_t in, uint32_t out, const ReduceGeometry& g) : in_(in), out_(out), g_(g) {}
   Status run(const RunContext& c) const override {
     const T* x = c.at<const T>(in_);
     T* y = c.at<T>(out_);
-    for (size_t k = 0; k < out_numel_; ++k) y[k] = Op::init(T());
-    if (product(dims_) == 0) return Status::Ok();
-    const size_t rank = dims_.size();
-    const size_t inner = rank ? dims_[rank - 1] : 1;
-    const size_t inner_stride = rank ? so_[rank - 1] : 0;
-    Index idx{};
-    size_t i = 0;
-    do {
-      size_t o = 0;
-      for (size_t d = 0; d < outer_.size(); ++d) o += idx[d] * so_[d];
-      for (size_t j = 0; j < inner; ++j) {
-        T& acc = y[o + j * inner_stride];
+    for (size_t k = 0; k < g_.out_numel; ++k) y[k] = Op::init(T());
+    g_.for_each_run([x, y](size_t i, size_t o, size_t n, size_t stride) {
+      for (size_t j = 0; j < n; ++j) {
+        T& acc = y[o + j * stride];
         acc = Op::pick(acc, x[i + j]);
       }
-      i += inner;
-    } while (next_index(idx, outer_));
+    });
     return Status::Ok();
   }
 
  private:
   uint32_t in_, out_;
-  Dims dims_;
-  Index so_;
-  size_t out_numel_;
-  Dims outer_;  // all but the innermost axis (no allocation in run)
+  ReduceGeometry g_;
 };
 
 template <typename Op>
@@ -71,37 +56,11 @@ Status create_extreme(const OpView& v, KernelEnv&, KernelPtr& out) {
   if (x.dtype != DType::FLOAT_32 && x.dtype != DType::BOOL_8) {
     return v.fail(ErrorKind::NotSupported, "input '%s' must be FLOAT_32 or BOOL_8", x.name.c_str());
   }
-  ParamReader params(v);
-  std::vector<int64_t> axes;
-  bool keep_dims = false;
-  QNN_RETURN_IF_ERROR(params.tensor_int("axes", DType::UINT_32, {}, axes));
-  QNN_RETURN_IF_ERROR(params.optional_bool("keep_dims", keep_dims));
-  std::vector<bool> reduced(x.rank(), false);
-  for (int64_t a : axes) {
-    if (a < 0 || size_t(a) >= x.rank() || reduced[a]) {
-      return v.fail(ErrorKind::InvalidProgram, "axis %lld is out of range or repeated for input '%s' %s",
-                    static_cast<long long>(a), x.name.c_str(), dims_to_string(x.dims).c_str());
-    }
-    if (x.dims[a] == 0) {
-      return v.fail(ErrorKind::InvalidProgram, "reduced axis %lld of input '%s' %s is empty",
-                    static_cast<long long>(a), x.name.c_str(), dims_to_string(x.dims).c_str());
-    }
-    reduced[a] = true;
-  }
-  Dims out_dims, kept_dims;
-  for (size_t d = 0; d < x.rank(); ++d) {
-    kept_dims.push_back(reduced[d] ? 1 : x.dims[d]);
-    if (!reduced[d] || keep_dims) out_dims.push_back(reduced[d] ? 1 : x.dims[d]);
-  }
-  QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, x.dtype));
-  Index so = contiguous_strides(kept_dims);
-  for (size_t d = 0; d < x.rank(); ++d) {
-    if (reduced[d]) so[d] = 0;
-  }
-  if (x.dtype == DType::BOOL_8) {
-    return emplace_kernel<ExtremeKernel<uint8_t, Op>>(out, x.id, v.outputs[0]->id, x.dims, so, product(out_dims));
-  }
-  return emplace_kernel<ExtremeKernel<float, Op>>(out, x.id, v.outputs[0]->id, x.dims, so, product(out_dims));
+  ReduceGeometry g;
+  QNN_RETURN_IF_ERROR(reduce_geometry(v, x, true, g));
+  QNN_RETURN_IF_ERROR(v.expect_output(0, g.out_dims, x.dtype));
+  if (x.dtype == DType::BOOL_8) return emplace_kernel<ExtremeKernel<uint8_t, Op>>(out, x.id, v.outputs[0]->id, g);
+  return emplace_kernel<ExtremeKernel<float, Op>>(out, x.id, v.outputs[0]->id, g);
 }
 
 // ---- shared by the single-axis ops: [outer, n, inner] around `axis` -----------

@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "backends/qualcomm/runtime/engine/Quant.h"
-#include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
+#include "backends/qualcomm/runtime/engine/kernels/ReduceGeometry.h"
 
 namespace qnn_delegate {
 namespace engine {
@@ -42,39 +42,25 @@ bool mean_params(const QuantParams& in, const QuantParams& out, size_t count, bo
 template <typename T>
 class QuantMeanKernel final : public Kernel {
  public:
-  QuantMeanKernel(uint32_t in, uint32_t out, const Dims& in_dims, const Index& out_strides,
-                  size_t out_numel, const MeanParams& p)
-      : in_(in), out_(out), dims_(in_dims), so_(out_strides), out_numel_(out_numel), p_(p) {
-    if (!dims_.empty()) outer_.assign(dims_.begin(), dims_.end() - 1);
-  }
-  size_t scratch_bytes() const override { return out_numel_ * sizeof(int64_t); }
+  QuantMeanKernel(uint32_t in, uint32_t out, const ReduceGeometry& g, const MeanParams& p)
+      : in_(in), out_(out), g_(g), p_(p) {}
+  size_t scratch_bytes() const override { return g_.out_numel * sizeof(int64_t); }
 
   Status run(const RunContext& c) const override {
     const T* x = c.at<const T>(in_);
     T* y = c.at<T>(out_);
     int64_t* acc = static_cast<int64_t*>(c.scratch);
-    std::memset(acc, 0, out_numel_ * sizeof(int64_t));
-    const size_t n = product(dims_);
-    if (n > 0) {
-      const size_t rank = dims_.size();
-      const size_t inner = rank ? dims_[rank - 1] : 1;
-      const size_t inner_stride = rank ? so_[rank - 1] : 0;
-      Index idx{};
-      size_t i = 0;
-      do {
-        size_t o = 0;
-        for (size_t d = 0; d < outer_.size(); ++d) o += idx[d] * so_[d];
-        if (inner_stride == 0) {
-          int64_t s = 0;
-          for (size_t j = 0; j < inner; ++j) s += x[i + j];
-          acc[o] += s;
-        } else {
-          for (size_t j = 0; j < inner; ++j) acc[o + j] += x[i + j];
-        }
-        i += inner;
-      } while (next_index(idx, outer_));
-    }
-    for (size_t k = 0; k < out_numel_; ++k) {
+    std::memset(acc, 0, g_.out_numel * sizeof(int64_t));
+    g_.for_each_run([x, acc](size_t i, size_t o, size_t n, size_t stride) {
+      if (stride == 0) {
+        int64_t s = 0;
+        for (size_t j = 0; j < n; ++j) s += x[i + j];
+        acc[o] += s;
+      } else {
+        for (size_t j = 0; j < n; ++j) acc[o + j] += x[i + j];
+      }
+    });
+    for (size_t k = 0; k < g_.out_numel; ++k) {
       const int64_t v = (p_.m * acc[k] + p_.c) >> p_.shift;
       y[k] = T(v < 0 ? 0 : (v > p_.qmax ? p_.qmax : v));
     }
@@ -83,10 +69,7 @@ class QuantMeanKernel final : public Kernel {
 
  private:
   uint32_t in_, out_;
-  Dims dims_;
-  Index so_;
-  size_t out_numel_;
-  Dims outer_;
+  ReduceGeometry g_;
   MeanParams p_;
 };
 
@@ -97,35 +80,16 @@ Status create_quant_mean(const OpView& v, KernelEnv& env, KernelPtr& out) {
   if (!is_quant_activation(x) || !is_quant_activation(y) || x.dtype != y.dtype || x.rank() > kMaxDims) {
     return Status::Ok();
   }
-  ParamReader params(v);
-  std::vector<int64_t> axes;
-  bool keep_dims = false;
-  QNN_RETURN_IF_ERROR(params.tensor_int("axes", DType::UINT_32, {}, axes));
-  QNN_RETURN_IF_ERROR(params.optional_bool("keep_dims", keep_dims));
-  std::vector<bool> reduced(x.rank(), false);
-  for (int64_t a : axes) {
-    if (a < 0 || size_t(a) >= x.rank() || reduced[a]) return Status::Ok();  // the float path reports it
-    reduced[a] = true;
-  }
-  if (x.rank() == 0 || reduced[x.rank() - 1]) return Status::Ok();  // depth-axis means: not HTP's formula
-  Dims out_dims, kept_dims;
-  size_t count = 1;
-  for (size_t d = 0; d < x.rank(); ++d) {
-    kept_dims.push_back(reduced[d] ? 1 : x.dims[d]);
-    if (reduced[d]) count *= x.dims[d];
-    if (!reduced[d] || keep_dims) out_dims.push_back(reduced[d] ? 1 : x.dims[d]);
-  }
-  if (count == 0) return Status::Ok();
-  QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, y.dtype));
-  Index so = contiguous_strides(kept_dims);
-  for (size_t d = 0; d < x.rank(); ++d) {
-    if (reduced[d]) so[d] = 0;
-  }
+  ReduceGeometry g;
+  if (!reduce_geometry(v, x, false, g).ok()) return Status::Ok();  // the float path reports it
+  if (x.rank() == 0 || g.reduced[x.rank() - 1]) return Status::Ok();  // depth-axis means: not HTP's formula
+  if (g.count == 0) return Status::Ok();
+  QNN_RETURN_IF_ERROR(v.expect_output(0, g.out_dims, y.dtype));
   const bool eight_bit = y.dtype == DType::UFIXED_POINT_8;
   MeanParams p;
-  if (!mean_params(quant_params_of(x), quant_params_of(y), count, eight_bit, p)) return Status::Ok();
-  if (eight_bit) return emplace_kernel<QuantMeanKernel<uint8_t>>(out, x.id, y.id, x.dims, so, product(out_dims), p);
-  return emplace_kernel<QuantMeanKernel<uint16_t>>(out, x.id, y.id, x.dims, so, product(out_dims), p);
+  if (!mean_params(quant_params_of(x), quant_params_of(y), g.count, eight_bit, p)) return Status::Ok();
+  if (eight_bit) return emplace_kernel<QuantMeanKernel<uint8_t>>(out, x.id, y.id, g, p);
+  return emplace_kernel<QuantMeanKernel<uint16_t>>(out, x.id, y.id, g, p);
 }
 
 } // namespace

@@ -4,9 +4,12 @@
 //   comparison false but NotEqual, as IEEE and torch);
 // - ElementWiseAnd / Or / Xor (BOOL_8, broadcasting) and ElementWiseNot (BOOL_8);
 // - ElementWiseSelect: condition BOOL_8, then / else of one data type (FLOAT_32, INT_32, INT_64,
-//   BOOL_8), all three broadcast to the output.
+//   BOOL_8), all three broadcast to the output;
+// - IsNan: FLOAT_32 -> BOOL_8 (isinf / isnan of a graph input are INT_32 comparisons of its
+//   bits instead, builders/op_logic.py ClassifyBuilder: QNN 2.51 HTP cannot finalize IsInf).
 // Quantized inputs run through QuantDispatch's float path (dequantized values compared; the
 // BOOL_8 output is not quantized).
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -219,6 +222,37 @@ Status create_select(const OpView& v, KernelEnv&, KernelPtr& out) {
   }
 }
 
+// ---- IsNan ------------------------------------------------------------------------
+struct IsNanFn {
+  static bool apply(float x) { return std::isnan(x); }
+};
+
+template <typename Fn>
+class ClassifyKernel final : public Kernel {
+ public:
+  explicit ClassifyKernel(const OpView& v)
+      : in_(v.inputs[0]->id), out_(v.outputs[0]->id), numel_(v.inputs[0]->numel) {}
+
+  Status run(const RunContext& ctx) const override {
+    const float* in = ctx.at<const float>(in_);
+    uint8_t* out = ctx.at<uint8_t>(out_);
+    for (size_t i = 0; i < numel_; ++i) out[i] = Fn::apply(in[i]) ? 1 : 0;
+    return Status::Ok();
+  }
+
+ private:
+  uint32_t in_, out_;
+  size_t numel_;
+};
+
+template <typename Fn>
+Status create_classify(const OpView& v, KernelEnv&, KernelPtr& out) {
+  QNN_RETURN_IF_ERROR(v.expect_arity(1, 1, 1));
+  QNN_RETURN_IF_ERROR(v.expect_float(*v.inputs[0]));
+  QNN_RETURN_IF_ERROR(v.expect_output(0, v.inputs[0]->dims, DType::BOOL_8));
+  return emplace_kernel<ClassifyKernel<Fn>>(out, v);
+}
+
 } // namespace
 
 QNN_REGISTER_KERNEL(Float, ElementWiseEqual, &create_compare<EqualOp>);
@@ -232,6 +266,7 @@ QNN_REGISTER_KERNEL(Float, ElementWiseOr, &create_logical<OrOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseXor, &create_logical<XorOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseNot, &create_not);
 QNN_REGISTER_KERNEL(Float, ElementWiseSelect, &create_select);
+QNN_REGISTER_KERNEL(Float, IsNan, &create_classify<IsNanFn>);
 
 } // namespace engine
 } // namespace qnn_delegate
