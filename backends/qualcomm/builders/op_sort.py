@@ -1,18 +1,30 @@
-"""sort (last axis) -> TopK with k = the axis size (values FLOAT_32, indices INT_32 + Cast to
-INT_64). descending=True is TopK itself; ascending sorts -x descending and negates the values back.
-Equal values: the host engine keeps the lower index first (PyTorch's stable order), QNN 2.51's
-HTP TopK puts the higher index first (measured) - both valid for stable=False (sort.default), so
-stable=True is rejected. NaN sorts first in both directions (PyTorch puts it last when
-ascending). Indices are not quantized: in quantized graphs sort runs in float."""
+"""sort (last axis) -> TopK with k = the axis size (indices INT_32 + Cast to INT_64).
+
+Quantized graphs (the sort reads a per-tensor uint8 / uint16 tensor through its Dequantize):
+TopK sorts exact INT_32 keys that fold the index in, key = code * n + (n - 1 - i) (descending) or
+(n - 1 - i) - code * n (ascending), so equal codes keep the lower index first on both engines
+(PyTorch's stable order; stable=True is accepted); the values are the input codes gathered by
+those indices (GatherElements), dequantized last. QNN 2.51's HTP TopK puts the higher index
+first among equal values (UFIXED_POINT_8 / 16, INT_32 and FLOAT_32 inputs alike), and
+quantizing makes ties common: 8a8w sort indices were 86-88% equal to the QDQ reference on QNN;
+its float path (Dequantize -> TopK) also rounded the values to float16 (0.4% equal, 1 step).
+
+Float graphs: values FLOAT_32, descending=True is TopK itself; ascending sorts -x descending and
+negates the values back. Equal values: the host engine keeps the lower index first, QNN 2.51's
+HTP the higher one - both valid for stable=False (sort.default), so stable=True is rejected.
+NaN sorts first in both directions (PyTorch puts it last when ascending)."""
 from __future__ import annotations
 
 import operator
-from typing import Tuple
+from typing import Optional, Tuple
 
+import numpy as np
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.op_lookup import code_index
+from backends.qualcomm.builders.quant_encoding import is_dequantize
 from backends.qualcomm.builders.registry import (
     NodeBuilder, SupportResult, SUPPORTED, first_failure, node_val, register_builder,
 )
@@ -39,8 +51,25 @@ def _check_input(node: torch.fx.Node) -> SupportResult:
     return SUPPORTED
 
 
+def quantized_source(node: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """The uint8 / uint16 tensor a sort reads through its per-tensor Dequantize (quantized
+    graphs; the Dequantize's own args give the range, before and after FoldQDQ) when its keys
+    code * n + index fit INT_32, else None (the float path)."""
+    source = node.args[0]
+    if not is_dequantize(source) or "per_tensor" not in str(source.target):
+        return None
+    args = list(source.args) + [None] * 6
+    qmin, qmax = args[3], args[4]
+    if not isinstance(source.args[0], torch.fx.Node) or not isinstance(qmin, int) or not isinstance(qmax, int):
+        return None
+    if qmin < 0 or not 0 < qmax <= 65535:
+        return None
+    n = int(logical_shape(node.args[0])[-1])
+    return source.args[0] if (qmax + 256) * n < 2 ** 31 else None
+
+
 def _check_stable(node: torch.fx.Node) -> SupportResult:
-    if node.kwargs.get("stable"):
+    if node.kwargs.get("stable") and quantized_source(node) is None:
         return False, ("stable=True: QNN's TopK orders equal values by the higher index first "
                        "(measured on QNN 2.51), not PyTorch's stable order")
     return SUPPORTED
@@ -60,6 +89,28 @@ def _negated(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, what: str) -> 
     return out
 
 
+def _sort_codes(gb: GraphBuilder, node: torch.fx.Node, q: QnnTensor, indices: QnnTensor, k) -> None:
+    """Stable sort of the codes of q (module docstring): TopK of the INT_32 keys gives
+    `indices`; the node's float output is q gathered by them, dequantized."""
+    n = int(q.dims[-1])
+    codes, _pad = code_index(gb, node, q, "_sort")
+    int32 = lambda label: gb.native_tensor(f"{node.name}_{label}", q.dims, DataType.INT_32)  # noqa: E731
+    scaled = int32("codes_scaled")
+    gb.add_op(node, "ElementWiseMultiply", [codes, gb.static_tensor(f"{node.name}_n", np.array([n], np.int32))],
+              [scaled], suffix="codes_scaled")
+    ramp = gb.static_tensor(f"{node.name}_ramp", (n - 1 - np.arange(n)).astype(np.int32))
+    keys = int32("keys")
+    if sort_args(node)[1]:
+        gb.add_op(node, "ElementWiseAdd", [scaled, ramp], [keys], suffix="keys")
+    else:
+        gb.add_op(node, "ElementWiseSubtract", [ramp, scaled], [keys], suffix="keys")
+    gb.add_op(node, "TopK", [keys], [int32("sorted_keys"), indices], [k])
+    values = gb.like(q, f"{node.name}_codes_sorted")
+    gb.add_op(node, "GatherElements", [q, indices], [values], [uint32_scalar("axis", len(q.dims) - 1)],
+              suffix="values")
+    gb.add_op(node, "Dequantize", [values], [gb.define_output(node, dtype=torch.float32)], suffix="dequantize")
+
+
 @register_builder
 class SortBuilder(NodeBuilder):
     targets = SORT_OPS
@@ -72,7 +123,11 @@ class SortBuilder(NodeBuilder):
         x = gb.tensor(node.args[0])
         k = uint32_scalar("k", int(x.dims[-1]))
         indices = gb.native_tensor(f"{node.name}_indices_int32", x.dims, DataType.INT_32)
-        if sort_args(node)[1]:
+        source = quantized_source(node)
+        if source is not None and gb.tensor(source).data_type in (DataType.UFIXED_POINT_8,
+                                                                  DataType.UFIXED_POINT_16):
+            _sort_codes(gb, node, gb.tensor(source), indices, k)
+        elif sort_args(node)[1]:
             gb.add_op(node, "TopK", [x], [gb.define_output(node, dtype=torch.float32), indices], [k])
         else:
             top = gb.native_tensor(f"{node.name}_negated_sorted", x.dims, DataType.FLOAT_32)

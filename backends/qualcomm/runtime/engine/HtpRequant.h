@@ -97,6 +97,27 @@ inline HtpRequant htp_requant16_of(double m, float bias_real, float in_scale, fl
   return r;
 }
 
+// Sub-byte weights next to uint16 activations (16a4w, 16a2w). QNN 2.51's HTP computes
+// a 4-bit (or 2-bit) weight as its int8 container: the bitwidth changes only the storage
+// (packed in the context binary), the arithmetic is the 16-bit path above, whose
+// accumulator loses 8 bits. A 4-bit code spans 1/16 of the int8 range, so at the same
+// output step that loss is 16x larger in output steps: measured on one-op Conv2d /
+// DepthWiseConv2d / FullyConnected graphs, 4-16 steps (up to 28 at m ~ 0.04) off the
+// exact result, and the whole-model figures of issue 30 (QNN 15-33 steps off per conv of
+// a small 16a4w net, the host engine within 1). The same weights as 8-bit codes
+// q * 2^(8 - bits) with scale / 2^(8 - bits) (bias: codes * 2^(8 - bits), scale / 2^(8 -
+// bits), so that bias scale = input scale x weight scale holds) are the same real
+// numbers and bring QNN within 1-2 steps of the exact result. QNN gets that form
+// (runtime/qnn/QnnTensorDesc.cpp, widen_sub_byte_weights) and the host engine computes
+// it with the same arithmetic (QuantGemm.cpp, prepare_requant). Returns the factor
+// 2^(8 - bits), or 1 when the weights stay as they are (8-bit or wider weights, other
+// activations, or a bias code times the factor beyond int32).
+inline int32_t sub_byte_widening(uint32_t weight_bits, bool uint16_in_and_out, int64_t max_abs_bias_code) {
+  if (!uint16_in_and_out || weight_bits == 0 || weight_bits >= 8) return 1;
+  const int32_t f = int32_t(1) << (8 - weight_bits);
+  return max_abs_bias_code * f > int64_t(INT32_MAX) ? 1 : f;
+}
+
 // A bias value (dequantized in float32, `bias_real`) in accumulator units, as
 // HTP folds it: floor(bias_real / f32(in_scale * w_scale)) in float32.
 inline int64_t htp_bias_acc(float bias_real, float in_scale, float w_scale) {

@@ -118,6 +118,7 @@ Status describe_all(const fb::Graph* g, uint32_t version,
   for (size_t i = 0; i < n; ++i) {
     QNN_RETURN_IF_ERROR(describe_tensor(g->tensors()->Get(i), version, tensors[i]));
   }
+  widen_sub_byte_weights(g, tensors);
   return Status::Ok();
 }
 
@@ -339,6 +340,7 @@ Status validate_ops(const fb::Graph* g, uint32_t soc_model, std::vector<OpVerdic
       tensor_errors[i] = s.message;
     }
   }
+  widen_sub_byte_weights(g, tensors);
   Session session;
   QNN_RETURN_IF_ERROR(device_for_validation(lib, soc_model, session));
   const size_t num_ops = g->ops() ? g->ops()->size() : 0;

@@ -1,6 +1,11 @@
 #include "backends/qualcomm/runtime/qnn/QnnTensorDesc.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
+
+#include "backends/qualcomm/runtime/engine/HtpRequant.h"
 
 namespace qnn_delegate {
 namespace qnn {
@@ -223,6 +228,146 @@ Status describe_tensor(const fb::Tensor* t, uint32_t version, std::unique_ptr<Te
                       d.name.c_str());
   }
   return Status::Ok();
+}
+
+namespace {
+
+bool has_weights(const std::string& type) {
+  return type == "Conv2d" || type == "DepthWiseConv2d" || type == "TransposeConv2d" ||
+         type == "Conv3d" || type == "TransposeConv3d" || type == "FullyConnected";
+}
+
+// 2^(8 - bits) for a weighted op whose sub-byte weights QNN computes better as 8-bit codes
+// (engine::sub_byte_widening), else 1. The host engine takes the same decision from the
+// same tensors (QuantGemm.cpp, prepare_requant).
+int32_t widening_of(const fb::Graph* g, const fb::Op* op,
+                    const std::vector<std::unique_ptr<TensorDesc>>& tensors) {
+  const auto* in = op->inputs();
+  const auto* out = op->outputs();
+  if (!has_weights(op->type()->str()) || in == nullptr || in->size() < 2 || out == nullptr ||
+      out->size() < 1) {
+    return 1;
+  }
+  const auto* all = g->tensors();
+  for (size_t k = 0; k < in->size() && k < 3; ++k) {
+    if (in->Get(k) >= all->size() || in->Get(k) >= tensors.size()) return 1;
+  }
+  if (out->Get(0) >= all->size()) return 1;
+  const fb::Tensor* x = all->Get(in->Get(0));
+  const fb::Tensor* w = all->Get(in->Get(1));
+  const fb::Tensor* y = all->Get(out->Get(0));
+  const fb::QuantizeParams* wq = w->quant();
+  if (w->type() != fb::QnnTensorType::STATIC || w->data_type() != fb::QnnDataType::SFIXED_POINT_4 ||
+      wq == nullptr || (wq->encoding() != fb::QnnQuantEncoding::SCALE_OFFSET &&
+                        wq->encoding() != fb::QnnQuantEncoding::BW_SCALE_OFFSET &&
+                        wq->encoding() != fb::QnnQuantEncoding::AXIS_SCALE_OFFSET &&
+                        wq->encoding() != fb::QnnQuantEncoding::BW_AXIS_SCALE_OFFSET)) {
+    return 1;
+  }
+  const TensorDesc* wd = tensors[in->Get(1)].get();
+  if (wd == nullptr) return 1;
+  for (int32_t o : wd->offsets) {
+    if (o != 0) return 1;
+  }
+  if (wd->scales.empty() && wq->offset() != 0) return 1;
+  const bool u16 = x->data_type() == fb::QnnDataType::UFIXED_POINT_16 &&
+                   y->data_type() == fb::QnnDataType::UFIXED_POINT_16;
+  int64_t max_bias = 0;
+  if (in->size() > 2) {
+    const fb::Tensor* b = all->Get(in->Get(2));
+    const TensorDesc* bd = tensors[in->Get(2)].get();
+    if (b->data_type() == fb::QnnDataType::SFIXED_POINT_32) {
+      if (bd == nullptr || b->type() != fb::QnnTensorType::STATIC) return 1;
+      for (size_t i = 0; i + 4 <= bd->data.size(); i += 4) {
+        int32_t v = 0;
+        std::memcpy(&v, bd->data.data() + i, 4);
+        max_bias = std::max<int64_t>(max_bias, std::llabs(int64_t(v)));
+      }
+    }
+  }
+  return engine::sub_byte_widening(wq->bitwidth() ? wq->bitwidth() : 4, u16, max_bias);
+}
+
+void widen_weights(TensorDesc& d, int32_t f) {
+  for (auto& byte : d.data) byte = uint8_t(int8_t(int32_t(int8_t(byte)) * f));
+  QnnQuantParams& q = core(d.tensor).quant;
+  if (q.encoding == kQnnEncBwAxisScaleOffset || q.encoding == kQnnEncAxisScaleOffset) {
+    const uint32_t axis = q.encoding == kQnnEncBwAxisScaleOffset ? q.bw_axis_scale_offset.axis
+                                                                 : q.axis_scale_offset.axis;
+    for (size_t i = 0; i < d.scales.size(); ++i) {
+      d.scales[i] /= float(f);
+      d.scale_offsets[i] = {d.scales[i], 0};
+    }
+    q.encoding = kQnnEncAxisScaleOffset;
+    q.axis_scale_offset = {int32_t(axis), uint32_t(d.scale_offsets.size()), d.scale_offsets.data()};
+  } else {
+    const float scale = q.encoding == kQnnEncBwScaleOffset ? q.bw_scale_offset.scale
+                                                           : q.scale_offset.scale;
+    q.encoding = kQnnEncScaleOffset;
+    q.scale_offset = {scale / float(f), 0};
+  }
+}
+
+void widen_bias(TensorDesc& d, int32_t f) {
+  for (size_t i = 0; i + 4 <= d.data.size(); i += 4) {
+    int32_t v = 0;
+    std::memcpy(&v, d.data.data() + i, 4);
+    v *= f;
+    std::memcpy(d.data.data() + i, &v, 4);
+  }
+  QnnQuantParams& q = core(d.tensor).quant;
+  if (q.encoding == kQnnEncAxisScaleOffset) {
+    for (size_t i = 0; i < d.scales.size(); ++i) {
+      d.scales[i] /= float(f);
+      d.scale_offsets[i].scale = d.scales[i];
+    }
+  } else if (q.encoding == kQnnEncScaleOffset) {
+    q.scale_offset.scale /= float(f);
+  } else if (q.encoding == kQnnEncBwScaleOffset) {
+    q.bw_scale_offset.scale /= float(f);
+  } else if (q.encoding == kQnnEncBwAxisScaleOffset) {
+    for (size_t i = 0; i < d.scales.size(); ++i) d.scales[i] /= float(f);
+  }
+}
+
+}  // namespace
+
+void widen_sub_byte_weights(const fb::Graph* g, std::vector<std::unique_ptr<TensorDesc>>& tensors) {
+  const size_t num_ops = g->ops() ? g->ops()->size() : 0;
+  if (num_ops == 0 || g->tensors() == nullptr) return;
+  // factor per weight / bias tensor; -1 when its ops disagree (a shared tensor): left as is
+  std::map<uint32_t, int32_t> factor;
+  std::vector<int32_t> op_factor(num_ops, 1);
+  std::set<uint32_t> done;  // tensors widened (once, however many ops use them)
+  auto vote = [&](uint32_t id, int32_t f) {
+    auto it = factor.find(id);
+    if (it == factor.end()) factor[id] = f;
+    else if (it->second != f) it->second = -1;
+  };
+  for (size_t i = 0; i < num_ops; ++i) {
+    const fb::Op* op = g->ops()->Get(i);
+    if (!has_weights(op->type()->str()) || op->inputs() == nullptr || op->inputs()->size() < 2) continue;
+    op_factor[i] = widening_of(g, op, tensors);
+    for (size_t k = 1; k < op->inputs()->size() && k < 3; ++k) vote(op->inputs()->Get(k), op_factor[i]);
+  }
+  for (size_t i = 0; i < num_ops; ++i) {
+    const fb::Op* op = g->ops()->Get(i);
+    if (op_factor[i] <= 1) continue;
+    bool agreed = true;
+    for (size_t k = 1; k < op->inputs()->size() && k < 3; ++k) {
+      agreed = agreed && factor[op->inputs()->Get(k)] == op_factor[i];
+    }
+    if (!agreed) continue;
+    const uint32_t w = op->inputs()->Get(1);
+    if (done.insert(w).second) widen_weights(*tensors[w], op_factor[i]);
+    if (op->inputs()->size() > 2) {
+      const uint32_t b = op->inputs()->Get(2);
+      if (tensors[b] && g->tensors()->Get(b)->data_type() == fb::QnnDataType::SFIXED_POINT_32 &&
+          done.insert(b).second) {
+        widen_bias(*tensors[b], op_factor[i]);
+      }
+    }
+  }
 }
 
 Status describe_param_tensor(const fb::Param* p, const std::string& name,

@@ -52,6 +52,13 @@ struct TensorDesc {
 engine::Status describe_tensor(const ::qnn_delegate::Tensor* t, uint32_t version,
                                std::unique_ptr<TensorDesc>& out);
 
+// Sub-byte weights of weighted ops with uint16 activations (and their int32 biases) as the
+// same values in 8-bit codes (engine::sub_byte_widening): QNN 2.51 computes them with 16x
+// (4-bit) less accumulator precision otherwise. `tensors` are describe_tensor's of `g`
+// (null entries are skipped).
+void widen_sub_byte_weights(const ::qnn_delegate::Graph* g,
+                            std::vector<std::unique_ptr<TensorDesc>>& tensors);
+
 // A STATIC tensor for a TENSOR op param.
 engine::Status describe_param_tensor(const ::qnn_delegate::Param* p, const std::string& name,
                                      std::unique_ptr<TensorDesc>& out);

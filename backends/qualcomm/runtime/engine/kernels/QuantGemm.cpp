@@ -1,5 +1,7 @@
 #include "backends/qualcomm/runtime/engine/kernels/QuantGemm.h"
 
+#include <cstdlib>
+
 namespace qnn_delegate {
 namespace engine {
 
@@ -90,9 +92,27 @@ void weight_sums(const W* w, size_t N, size_t K, std::vector<int64_t>& out) {
 
 } // namespace
 
-void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, const QWeights& w,
+int32_t sub_byte_widening_of(const TensorInfo& x, const TensorInfo& w_info, const QWeights& w,
+                             const TensorInfo& b, const TensorInfo& out) {
+  if (w_info.dtype != DType::SFIXED_POINT_4 || w_info.quant.blockwise() || w.wide) return 1;
+  int64_t max_bias = 0;
+  if (b.dtype == DType::SFIXED_POINT_32) {
+    for (size_t n = 0; n < b.numel; ++n) max_bias = std::max<int64_t>(max_bias, std::llabs(static_q_at(b, n)));
+  }
+  const bool a16 = x.dtype == DType::UFIXED_POINT_16 && out.dtype == DType::UFIXED_POINT_16;
+  return sub_byte_widening(w_info.quant.bitwidth, a16, max_bias);
+}
+
+void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, QWeights& w,
                      const TensorInfo& b, const TensorInfo& out, Requant& rq) {
   const float in_scale = x.quant.scale, out_scale = out.quant.scale;
+  // 16-bit activations with sub-byte weights: the 8-bit codes q * f QNN is given (HtpRequant.h)
+  const int32_t widen = sub_byte_widening_of(x, w_info, w, b, out);
+  if (widen > 1) {
+    int8_t* d = w.data.as<int8_t>();
+    for (size_t i = 0; i < w.data.size(); ++i) d[i] = int8_t(int32_t(d[i]) * widen);
+    for (double& s : w.scale) s = double(float(s) / float(widen));
+  }
   rq.in_offset = x.quant.offset;
   rq.out_offset = out.quant.offset;
   rq.qmin = quant_min(out);
@@ -104,7 +124,8 @@ void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, const QWeigh
   }
   // LPBQ weights count as 8-bit per-channel weights k * q (folded in w): QNN 2.51 computes an
   // LPBQ FullyConnected / 1x1 Conv2d exactly as that per-channel conv (measured: equal outputs).
-  const bool w8 = (w_info.dtype == DType::SFIXED_POINT_8 || w_info.quant.blockwise()) && !w.wide;
+  const bool w8 = (w_info.dtype == DType::SFIXED_POINT_8 || w_info.quant.blockwise() || widen > 1) &&
+                  !w.wide;
   const bool a8 = x.dtype == DType::UFIXED_POINT_8 && out.dtype == DType::UFIXED_POINT_8;
   const bool a16 = x.dtype == DType::UFIXED_POINT_16 && out.dtype == DType::UFIXED_POINT_16;
   rq.htp = w8 && (a8 || a16);

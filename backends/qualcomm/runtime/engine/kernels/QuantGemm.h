@@ -24,7 +24,7 @@ namespace engine {
 //   out_q = clamp(hr[n].apply(acc) - out_offset), QNN HTP's fixed-point arithmetic
 //   (HtpRequant.h; bias and zero-point folds in hr[n].pre / post).
 // (LPBQ weights count as 8-bit per-channel weights k * q.)
-// otherwise (sub-byte / 16-bit weights, mixed 8/16-bit activations, whose HTP
+// otherwise (sub-byte weights next to uint8, 16-bit weights, mixed 8/16-bit activations, whose HTP
 // arithmetic is not reproduced): out_q = clamp(rne(acc * mult[n] + bias[n]) -
 // out_offset), the PT2E float reference (double multiplier, round half even).
 struct Requant {
@@ -69,8 +69,9 @@ Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_l
 
 // Multipliers / bias terms / weight sums for x (*) w + b -> out (HTP arithmetic
 // when x and out are both uint8 or both uint16 and w is an 8-bit per-tensor /
-// per-channel weight).
-void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, const QWeights& w,
+// per-channel weight). Sub-byte weights next to uint16 activations are first widened
+// in `w` to the 8-bit codes QNN is given (sub_byte_widening, HtpRequant.h).
+void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, QWeights& w,
                      const TensorInfo& b, const TensorInfo& out, Requant& rq);
 
 template <typename A, typename W, typename Acc>
