@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from backends.qualcomm.serialization import qnn_payload_generated as gen
-from backends.qualcomm.tests.quant_reference import E, S4, S8, S32, U16, pack_bits
-from backends.qualcomm.tests.test_engine_kernels import U32, scalar, u32
-from backends.qualcomm.tests.test_qnn_fidelity_weighted import OneOp, Tally, act, bias_enc, run_both
-from backends.qualcomm.tests.utils_helpers import needs_qnn
+from backends.qualcomm.tests.helpers.quant_reference import E, S4, S8, S32, U16, pack_bits
+from backends.qualcomm.tests.helpers.payload_builder import U32, scalar, u32
+from backends.qualcomm.tests.qnn.test_fidelity_weighted import OneOp, Tally, act, bias_enc, run_both
+from backends.qualcomm.tests.helpers.runtime import needs_qnn
 from backends.qualcomm.utils.runtime_options import require_extension
 
 KIND = gen.QnnTensorType

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
-from backends.qualcomm.tests.quant_tester import QuantTester
-from backends.qualcomm.tests.utils_helpers import needs_qnn, one_delegate_blob
+from backends.qualcomm.tests.helpers.quant_tester import QuantTester
+from backends.qualcomm.tests.helpers.runtime import needs_qnn, one_delegate_blob
 from backends.qualcomm.utils.runtime_options import require_extension
 
 DTYPES = [QuantDtype.use_8a8w, QuantDtype.use_16a8w]

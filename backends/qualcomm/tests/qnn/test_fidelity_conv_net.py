@@ -11,7 +11,7 @@ within 2 (measured before the fixes, this net and seed):
 - 4-bit weights: QNN computes them as int8 codes on its uint16 path, whose accumulator loses
   8 bits (16x more output steps than 8-bit codes of the same weights): QNN 15-33 steps off
   per conv / linear. QNN now gets them as 8-bit codes q * 16 (HtpRequant.h,
-  sub_byte_widening; test_qnn_fidelity_sub_byte.py).
+  sub_byte_widening; qnn/test_fidelity_sub_byte.py).
 After: QNN within 2-4 steps of the reference (HTP's own 16-bit arithmetic), QNN vs host engine
 75-100% equal, max 1."""
 from __future__ import annotations
@@ -24,8 +24,8 @@ from torch import nn
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.serialization.payload_reader import describe_payload
-from backends.qualcomm.tests.quant_tester import QuantTester, output_encodings, step_stats
-from backends.qualcomm.tests.utils_helpers import needs_qnn, one_delegate_blob
+from backends.qualcomm.tests.helpers.quant_tester import QuantTester, output_encodings, step_stats
+from backends.qualcomm.tests.helpers.runtime import needs_qnn, one_delegate_blob
 from backends.qualcomm.utils.runtime_options import require_extension
 
 DTYPES = [QuantDtype.use_16a4w, QuantDtype.use_16a8w]
