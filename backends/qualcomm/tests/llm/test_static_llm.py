@@ -177,10 +177,11 @@ def test_generation_stops_at_eos_and_at_the_context(llama_fp16):
     first = generate(result.path, PROMPT, 8, engine="host").tokens[0]
     stopped = generate(result.path, PROMPT, 8, engine="host", eos_ids=[first])
     assert stopped.tokens == [first] and stopped.stats.stop_reason == "eos"
+    # positions 0..61 prompted, 62 and 63 fed back: the third token is the last the context allows
     long_prompt = (PROMPT * 6)[:CONTEXT - 2]
     streamed = []
     out = generate(result.path, long_prompt, 8, engine="host", eos_ids=[], on_token=streamed.append)
-    assert len(out.tokens) == 2 and out.stats.stop_reason == "context" and streamed == out.tokens
+    assert len(out.tokens) == 3 and out.stats.stop_reason == "context" and streamed == out.tokens
 
 
 @pytest.mark.parametrize("fixture", ["llama_fp16", "qwen3_fp16"])
