@@ -205,23 +205,24 @@ def quantize_static_modules(modules: Dict[str, StaticDecoder], recipe: str,
     return {name: convert_pt2e(gm) for name, gm in prepared.items()}
 
 
-def compile_specs(recipe: str, soc=None):
+def compile_specs(recipe: str, soc=None, weight_sharing: bool = True):
     from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
 
     return generate_qnn_executorch_compiler_spec(
         soc or QcomChipset.SM8650,
-        generate_htp_compiler_spec(use_fp16=(recipe == "fp16"), use_weight_sharing=True))
+        generate_htp_compiler_spec(use_fp16=(recipe == "fp16"), use_weight_sharing=weight_sharing))
 
 
 def export_static_llm(hf_model: torch.nn.Module, path: Union[str, Path], recipe: str = "fp16",
                       context_len: int = 512, ar_len: int = 32,
                       calibration: Optional[Sequence[Sequence[int]]] = None, block_size: int = 32,
                       kv_bits: Optional[int] = 8, soc=None, convert_linear_to_conv2d: bool = False,
-                      verbose: bool = True) -> ExportResult:
+                      weight_sharing: bool = True, verbose: bool = True) -> ExportResult:
     """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
     `prefill` (ar_len tokens) and `decode` (1 token) methods sharing weights in one QNN context.
     `calibration`: token sequences for the quantized recipes. `kv_bits`: 8 (16a4w_block's 8-bit
-    cache) or None (16-bit like every activation). Prints the export time and peak RSS."""
+    cache) or None (16-bit like every activation). `weight_sharing=False`: one context per method
+    (for comparison). Prints the export time and peak RSS."""
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
 
     if recipe not in RECIPES:
@@ -243,7 +244,7 @@ def export_static_llm(hf_model: torch.nn.Module, path: Union[str, Path], recipe:
     t = time.perf_counter()
     eos_ids, bos_id = _eos_and_bos(hf_model)
     edge = to_edge_transform_and_lower_to_qnn(
-        lowered_modules, inputs, compile_specs(recipe, soc),
+        lowered_modules, inputs, compile_specs(recipe, soc, weight_sharing),
         constant_methods=constant_methods(shape, eos_ids, bos_id),
         convert_linear_to_conv2d=convert_linear_to_conv2d)
     stages["lower"] = time.perf_counter() - t
