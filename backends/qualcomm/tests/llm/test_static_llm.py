@@ -215,6 +215,17 @@ def _cache_encodings(module):
     return found
 
 
+def _weight_kinds(module):
+    """{linear's module path: 'block' (LPBQ dequantize_affine) or 'channel' (int8 per channel)}."""
+    kinds = {}
+    for node in module.graph.nodes:
+        if node.target == torch.ops.aten.linear.default:
+            path = list(node.meta["nn_module_stack"].values())[-1][0]
+            kinds[path] = "block" if "dequantize_affine" in str(node.args[1].target) else \
+                "channel" if "per_channel" in str(node.args[1].target) else str(node.args[1].target)
+    return kinds
+
+
 def test_16a4w_block_host_engine_matches_qdq_reference(llama_16a4w):
     """The host engine against the converted (QDQ) modules run in Python, teacher-forced over a
     prompt (2 prefill chunks) and 8 decode steps: measured max |host - QDQ| 9.7e-3 on logits up
@@ -225,6 +236,10 @@ def test_16a4w_block_host_engine_matches_qdq_reference(llama_16a4w):
     prefill_enc, decode_enc = (_cache_encodings(result.modules[m]) for m in ("prefill", "decode"))
     assert len(prefill_enc) == 4 and prefill_enc == decode_enc
     assert all(dtype == torch.uint8 for _, _, dtype in prefill_enc)
+    kinds = _weight_kinds(result.modules["decode"])
+    assert {k for k, v in kinds.items() if v == "channel"} == {"lm_head", "layers.0.mlp.down_proj",
+                                                              "layers.1.mlp.down_proj"}
+    assert sum(v == "block" for v in kinds.values()) == 12, kinds
     qdq = ModuleProgram(result.modules, result.shape)
     ids = PROMPT + CALIBRATION[0][:8]
     reference = teacher_forced(qdq, ids, prompt_len=len(PROMPT))
