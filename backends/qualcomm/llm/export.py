@@ -19,9 +19,11 @@ Recipes (RECIPES):
                concatenations of the two share one uint8 encoding per layer and tensor kind.
 Quantized recipes calibrate both methods on `calibration` (token sequences): each sequence runs
 through the float generation loop of the prepared modules (prefill in chunks, then decode
-token by token with the sequence's own next tokens), so both graphs see real caches. The cache
-encodings of the two methods are then made equal (the union of their ranges): one method's new
-entries are the other's past entries, and equal encodings carry them with no requantization.
+token by token with the sequence's own next tokens), so both graphs see real caches. The
+encodings of the two methods are then made equal (the union of their ranges; unify_encodings):
+one method's new cache entries are the other's past entries, and equal encodings carry them with
+no requantization; equal encodings elsewhere make a token's numbers independent of the method
+that computes it and let the weight-shared payload store the 16-bit lookup tables once.
 """
 from __future__ import annotations
 
@@ -181,6 +183,41 @@ def unify_cache_encodings(prepared: Dict[str, GraphModule]) -> int:
     return unified
 
 
+def _observer_sites(graph_module: GraphModule) -> List[tuple]:
+    """(observer module name, name of the node it observes) in graph order."""
+    sites = []
+    for node in graph_module.graph.nodes:
+        if node.op == "call_module" and "activation_post_process" in str(node.target):
+            source = node.args[0]
+            sites.append((str(node.target), source.name if isinstance(source, Node) else str(source)))
+    return sites
+
+
+def unify_encodings(prepared: Dict[str, GraphModule]) -> str:
+    """Every activation encoding the same in all methods (the union of their ranges) when the
+    methods' prepared graphs have the same observers on the same nodes (they are traced from
+    the same code; only N differs): a token then gets the same encodings whichever method
+    computes it, and the host engine's 16-bit lookup tables are equal, so the weight-shared
+    payload stores them once. Otherwise only the caches are unified. Returns "all" or "caches"."""
+    graphs = list(prepared.values())
+    sites = [_observer_sites(gm) for gm in graphs]
+    if any(s != sites[0] for s in sites[1:]):
+        unify_cache_encodings(prepared)
+        return "caches"
+    for module_name, _ in sites[0]:
+        observers = [getattr(gm, module_name) for gm in graphs]
+        if not all(hasattr(o, "min_val") and hasattr(o, "max_val") for o in observers):
+            continue
+        if any(o.min_val.shape != observers[0].min_val.shape or o.min_val.numel() == 0 for o in observers):
+            continue
+        low = torch.stack([o.min_val for o in observers]).amin(dim=0)
+        high = torch.stack([o.max_val for o in observers]).amax(dim=0)
+        for o in observers:
+            o.min_val.copy_(low)
+            o.max_val.copy_(high)
+    return "all"
+
+
 def quantize_static_modules(modules: Dict[str, StaticDecoder], recipe: str,
                             calibration: Sequence[Sequence[int]], block_size: int = 32,
                             kv_bits: Optional[int] = 8) -> Dict[str, GraphModule]:
@@ -201,7 +238,7 @@ def quantize_static_modules(modules: Dict[str, StaticDecoder], recipe: str,
     with torch.no_grad():
         for ids in calibration:
             teacher_forced(program, list(ids))
-    unify_cache_encodings(prepared)
+    unify_encodings(prepared)
     return {name: convert_pt2e(gm) for name, gm in prepared.items()}
 
 
