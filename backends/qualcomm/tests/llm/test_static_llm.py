@@ -287,3 +287,21 @@ def test_quantized_qwen3_host_engine_matches_qdq_reference(kind, recipe, tmp_pat
           f"{(reference.argmax(-1) == float_logits.argmax(-1)).mean():.3f}")
     assert err < 3e-2 * max(1.0, float(np.abs(reference).max()))
     assert (host.argmax(-1) == reference.argmax(-1)).mean() >= 0.9
+
+
+def test_command_line_exports_and_generates(tmp_path, capsys):
+    """`python -m backends.qualcomm.llm export / generate` on a saved HF folder (no tokenizer:
+    token ids in, token ids out): the streamed tokens are HF eager's greedy ones."""
+    from backends.qualcomm.llm.__main__ import main
+
+    model = hf_model("llama")
+    model.save_pretrained(tmp_path / "hf")
+    pte = tmp_path / "cli.pte"
+    assert main(["export", "--model", str(tmp_path / "hf"), "--output", str(pte), "--recipe", "fp16",
+                 "--context-len", str(CONTEXT), "--ar-len", str(AR_LEN)]) == 0
+    assert "exported cli.pte (fp16, context 64, AR 8)" in capsys.readouterr().out
+    assert main(["generate", "--pte", str(pte), "--prompt-ids", ",".join(map(str, PROMPT)), "--engine", "host",
+                 "--max-new-tokens", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [int(t) for t in lines[0].split()] == hf_greedy(model, PROMPT, 4)
+    assert "decode" in lines[1] and "tok/s" in lines[1]
