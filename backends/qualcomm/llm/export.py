@@ -1,0 +1,298 @@
+"""Export a Hugging Face decoder as one .pte with a `prefill` and a `decode` method sharing weights.
+
+    result = export_static_llm(hf_model, "model.pte", recipe="16a4w_block", context_len=512,
+                               ar_len=32, calibration=[ids_1, ids_2, ...])
+
+Both methods are the StaticDecoder (static_decoder.py) of the same HF model: `prefill` takes
+`ar_len` tokens per call, `decode` one. They are lowered together with
+`to_edge_transform_and_lower_to_qnn({"prefill": ..., "decode": ...})` and HTP weight sharing, so
+the program holds one delegate blob: one QNN context with a graph per method whose identical
+weights are stored once. The .pte also carries constant methods with the shape facts a runner
+needs (upstream's names: get_max_seq_len, get_ar_len, get_n_layers, ...).
+
+Recipes (RECIPES):
+- fp16         float16 compute on HTP, no quantization.
+- 16a8w        uint16 activations, int8 per-channel weights.
+- 16a4w_block  uint16 activations, int4 LPBQ weights (block 32 by default, block_size=64 also),
+               the output head and every MLP down projection 16a8w (upstream's overrides), and
+               an 8-bit KV cache: the past K / V inputs, the new K / V outputs and the attention's
+               concatenations of the two share one uint8 encoding per layer and tensor kind.
+Quantized recipes calibrate both methods on `calibration` (token sequences): each sequence runs
+through the float generation loop of the prepared modules (prefill in chunks, then decode
+token by token with the sequence's own next tokens), so both graphs see real caches. The
+encodings of the two methods are then made equal (the union of their ranges; unify_encodings):
+one method's new cache entries are the other's past entries, and equal encodings carry them with
+no requantization; equal encodings elsewhere make a token's numbers independent of the method
+that computes it and let the weight-shared payload store the 16-bit lookup tables once.
+"""
+from __future__ import annotations
+
+import operator
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Union
+
+import torch
+from torch.fx import GraphModule, Node
+
+from backends.qualcomm.llm.static_decoder import DecoderShape, StaticDecoder
+
+RECIPES = ("fp16", "16a8w", "16a4w_block")
+METHODS = ("prefill", "decode")
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    recipe: str
+    shape: DecoderShape
+    seconds: float                 # wall time of the whole export (quantization and lowering included)
+    peak_rss_mb: float             # peak resident set size of this process so far
+    stage_seconds: Dict[str, float] = field(default_factory=dict)
+    modules: Dict[str, torch.nn.Module] = field(default_factory=dict)  # the (converted) modules lowered
+
+    def summary(self) -> str:
+        stages = ", ".join(f"{k} {v:.1f} s" for k, v in self.stage_seconds.items())
+        return (f"exported {self.path.name} ({self.recipe}, context {self.shape.context_len}, AR {self.shape.ar_len}) "
+                f"in {self.seconds:.1f} s ({stages}); peak RSS {self.peak_rss_mb:.0f} MB")
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def static_modules(hf_model: torch.nn.Module, context_len: int, ar_len: int) -> Dict[str, StaticDecoder]:
+    """{"prefill": StaticDecoder(N=ar_len), "decode": StaticDecoder(N=1)} over the same weights."""
+    hf_model = hf_model.eval()
+    return {"prefill": StaticDecoder(hf_model, context_len, ar_len).eval(),
+            "decode": StaticDecoder(hf_model, context_len, 1).eval()}
+
+
+def constant_methods(shape: DecoderShape, eos_ids: Sequence[int], bos_id: Optional[int]) -> Dict[str, object]:
+    """Metadata methods (upstream's names where they exist)."""
+    eos = list(eos_ids) or [-1]
+    return {
+        "get_max_seq_len": shape.context_len, "get_max_context_len": shape.context_len,
+        "get_ar_len": shape.ar_len, "get_n_layers": shape.n_layers, "get_n_kv_heads": shape.n_kv_heads,
+        "get_head_dim": shape.head_dim, "get_vocab_size": shape.vocab_size, "get_dim": shape.hidden,
+        "get_eos_id": int(eos[0]), "get_eos_ids": torch.tensor(eos, dtype=torch.int64),
+        "get_bos_id": -1 if bos_id is None else int(bos_id), "get_use_kv_cache": True,
+    }
+
+
+def _eos_and_bos(hf_model) -> tuple:
+    config = getattr(hf_model, "generation_config", None) or hf_model.config
+    eos = getattr(config, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(hf_model.config, "eos_token_id", None)
+    eos_ids = [] if eos is None else ([int(eos)] if isinstance(eos, int) else [int(e) for e in eos])
+    return eos_ids, getattr(hf_model.config, "bos_token_id", None)
+
+
+# ---- quantization -------------------------------------------------------------------------------
+def make_quantizer(recipe: str, block_size: int = 32, kv_bits: Optional[int] = 8):
+    """QnnQuantizer for a quantized recipe (QuantRecipe with a MinMax activation observer: the
+    union of everything calibration showed, as upstream's LLM recipes do)."""
+    from torchao.quantization.pt2e import MinMaxObserver
+
+    from backends.qualcomm.quantizer import QnnQuantizer, QuantDtype, QuantGranularity, QuantRecipe
+
+    if recipe == "16a8w":
+        plan = QuantRecipe(QuantDtype.use_16a8w, False, MinMaxObserver, QuantGranularity.PER_CHANNEL,
+                           note="16a8w")
+    elif recipe == "16a4w_block":
+        plan = QuantRecipe(QuantDtype.use_16a4w_block, False, MinMaxObserver, QuantGranularity.PER_BLOCK,
+                           note="16a4w LPBQ", extra_kwargs={"block_size": (1, int(block_size))})
+        plan.add_regex({r"lm_head", r"down_proj"}, QuantDtype.use_16a8w, False, MinMaxObserver,
+                       QuantGranularity.PER_CHANNEL, note="16a8w head / down projection", priority=2)
+        if kv_bits == 8:
+            plan.custom_quant_annotations.append(annotate_kv_cache_8bit)
+    else:
+        raise ValueError(f"recipe {recipe!r} is not a quantized recipe (quantized: 16a8w, 16a4w_block)")
+    quantizer = QnnQuantizer()
+    quantizer.set_recipe(plan)
+    return quantizer
+
+
+def _cache_placeholders(graph_module: GraphModule) -> List[Node]:
+    """The past-cache placeholders, in forward's order (K of every layer, then V)."""
+    inputs = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    return [n for n in inputs if n.name.startswith("caches")]
+
+
+def _cat_of(placeholder: Node) -> Node:
+    cats = [u for u in placeholder.users if u.target == torch.ops.aten.cat.default]
+    if len(cats) != 1:
+        raise RuntimeError(f"cache input {placeholder.name}: expected one cat user, got {list(placeholder.users)}")
+    return cats[0]
+
+
+def annotate_kv_cache_8bit(graph_module: GraphModule) -> None:
+    """Per layer and per K / V: the past cache input, the new entries (the graph output) and
+    their concatenation share one uint8 encoding. The new entries are 16-bit where they are
+    computed (the rotary add, the v projection) and converted to 8 bits once (QNN Convert), at
+    the K transpose / V transpose that produces the returned tensor."""
+    from torchao.quantization.pt2e import MinMaxObserver
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, QuantizationSpec, SharedQuantizationSpec
+
+    key = "quantization_annotation"
+    spec8 = QuantizationSpec(dtype=torch.uint8, quant_min=0, quant_max=255, qscheme=torch.per_tensor_affine,
+                             observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=0.0001 / 255))
+    for placeholder in _cache_placeholders(graph_module):
+        cat = _cat_of(placeholder)
+        new = cat.args[0][1]          # the transpose producing the returned new entries
+        if not isinstance(new, Node) or new.target != torch.ops.aten.transpose.int:
+            raise RuntimeError(f"cache {placeholder.name}: new entries come from {new}, expected a transpose")
+        source = new.args[0]
+        new.meta[key] = QuantizationAnnotation(input_qspec_map={source: spec8},
+                                               output_qspec=SharedQuantizationSpec((source, new)), _annotated=True)
+        shared = SharedQuantizationSpec((source, new))
+        cat.meta[key] = QuantizationAnnotation(input_qspec_map={placeholder: shared, new: shared},
+                                               output_qspec=shared, _annotated=True)
+
+
+def _observer_of(graph_module: GraphModule, node: Node):
+    """The observer module that observes `node`'s output in a prepared graph (None if none)."""
+    for user in node.users:
+        if user.op == "call_module" and "activation_post_process" in str(user.target):
+            return getattr(graph_module, user.target)
+    return None
+
+
+def unify_cache_encodings(prepared: Dict[str, GraphModule]) -> int:
+    """Give each cache input (and what shares its observer) the union of its ranges over the
+    methods; returns the number of cache tensors unified."""
+    per_method = {name: _cache_placeholders(gm) for name, gm in prepared.items()}
+    counts = {len(v) for v in per_method.values()}
+    if len(counts) != 1:
+        raise RuntimeError(f"methods have different cache inputs: { {k: len(v) for k, v in per_method.items()} }")
+    unified = 0
+    for i in range(counts.pop()):
+        observers = [_observer_of(gm, per_method[name][i]) for name, gm in prepared.items()]
+        observers = [o for o in observers if o is not None and hasattr(o, "min_val")]
+        if len(observers) < 2:
+            continue
+        low = torch.stack([o.min_val for o in observers]).min()
+        high = torch.stack([o.max_val for o in observers]).max()
+        for o in observers:
+            o.min_val.copy_(low)
+            o.max_val.copy_(high)
+        unified += 1
+    return unified
+
+
+def _observer_sites(graph_module: GraphModule) -> List[tuple]:
+    """(observer module name, name of the node it observes) in graph order."""
+    sites = []
+    for node in graph_module.graph.nodes:
+        if node.op == "call_module" and "activation_post_process" in str(node.target):
+            source = node.args[0]
+            sites.append((str(node.target), source.name if isinstance(source, Node) else str(source)))
+    return sites
+
+
+def unify_encodings(prepared: Dict[str, GraphModule]) -> str:
+    """Every activation encoding the same in all methods (the union of their ranges) when the
+    methods' prepared graphs have the same observers on the same nodes (they are traced from
+    the same code; only N differs): a token then gets the same encodings whichever method
+    computes it, and the host engine's 16-bit lookup tables are equal, so the weight-shared
+    payload stores them once. Otherwise only the caches are unified. Returns "all" or "caches"."""
+    graphs = list(prepared.values())
+    sites = [_observer_sites(gm) for gm in graphs]
+    if any(s != sites[0] for s in sites[1:]):
+        unify_cache_encodings(prepared)
+        return "caches"
+    for module_name, _ in sites[0]:
+        observers = [getattr(gm, module_name) for gm in graphs]
+        if not all(hasattr(o, "min_val") and hasattr(o, "max_val") for o in observers):
+            continue
+        if any(o.min_val.shape != observers[0].min_val.shape or o.min_val.numel() == 0 for o in observers):
+            continue
+        low = torch.stack([o.min_val for o in observers]).amin(dim=0)
+        high = torch.stack([o.max_val for o in observers]).amax(dim=0)
+        for o in observers:
+            o.min_val.copy_(low)
+            o.max_val.copy_(high)
+    return "all"
+
+
+def quantize_static_modules(modules: Dict[str, StaticDecoder], recipe: str,
+                            calibration: Sequence[Sequence[int]], block_size: int = 32,
+                            kv_bits: Optional[int] = 8) -> Dict[str, GraphModule]:
+    """PT2E prepare of both methods, calibration through the generation loop, cache encodings
+    unified, convert. Returns {method: converted GraphModule}."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from backends.qualcomm.llm.generate import ModuleProgram, teacher_forced
+
+    if not calibration:
+        raise ValueError(f"recipe {recipe}: calibration needs at least one token sequence")
+    prepared = {}
+    for name, module in modules.items():
+        inputs = module.example_inputs(module.shape.ar_len)
+        exported = torch.export.export(module, inputs, strict=False).module()
+        prepared[name] = prepare_pt2e(exported, make_quantizer(recipe, block_size, kv_bits))
+    program = ModuleProgram(prepared, modules["prefill"].shape)
+    with torch.no_grad():
+        for ids in calibration:
+            teacher_forced(program, list(ids))
+    unify_encodings(prepared)
+    return {name: convert_pt2e(gm) for name, gm in prepared.items()}
+
+
+def compile_specs(recipe: str, soc=None, weight_sharing: bool = True):
+    from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
+
+    return generate_qnn_executorch_compiler_spec(
+        soc or QcomChipset.SM8650,
+        generate_htp_compiler_spec(use_fp16=(recipe == "fp16"), use_weight_sharing=weight_sharing))
+
+
+def export_static_llm(hf_model: torch.nn.Module, path: Union[str, Path], recipe: str = "fp16",
+                      context_len: int = 512, ar_len: int = 32,
+                      calibration: Optional[Sequence[Sequence[int]]] = None, block_size: int = 32,
+                      kv_bits: Optional[int] = 8, soc=None, convert_linear_to_conv2d: bool = False,
+                      weight_sharing: bool = True, verbose: bool = True) -> ExportResult:
+    """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
+    `prefill` (ar_len tokens) and `decode` (1 token) methods sharing weights in one QNN context.
+    `calibration`: token sequences for the quantized recipes. `kv_bits`: 8 (16a4w_block's 8-bit
+    cache) or None (16-bit like every activation). `weight_sharing=False`: one context per method
+    (for comparison). Prints the export time and peak RSS."""
+    from backends.qualcomm import to_edge_transform_and_lower_to_qnn
+
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; recipes: {', '.join(RECIPES)}")
+    if kv_bits not in (8, None):
+        raise ValueError(f"kv_bits must be 8 or None, got {kv_bits!r}")
+    path = Path(path)
+    start = time.perf_counter()
+    stages: Dict[str, float] = {}
+    modules = static_modules(hf_model, context_len, ar_len)
+    shape = modules["prefill"].shape
+    inputs = {"prefill": modules["prefill"].example_inputs(ar_len), "decode": modules["decode"].example_inputs(1)}
+    lowered_modules: Dict[str, torch.nn.Module] = dict(modules)
+    if recipe != "fp16":
+        t = time.perf_counter()
+        lowered_modules = quantize_static_modules(modules, recipe, calibration or [], block_size,
+                                                  kv_bits if recipe == "16a4w_block" else None)
+        stages["quantize"] = time.perf_counter() - t
+    t = time.perf_counter()
+    eos_ids, bos_id = _eos_and_bos(hf_model)
+    edge = to_edge_transform_and_lower_to_qnn(
+        lowered_modules, inputs, compile_specs(recipe, soc, weight_sharing),
+        constant_methods=constant_methods(shape, eos_ids, bos_id),
+        convert_linear_to_conv2d=convert_linear_to_conv2d)
+    stages["lower"] = time.perf_counter() - t
+    t = time.perf_counter()
+    program = edge.to_executorch()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        program.write_to_file(f)
+    stages["serialize"] = time.perf_counter() - t
+    result = ExportResult(path, recipe, shape, time.perf_counter() - start, peak_rss_mb(), stages,
+                          lowered_modules)
+    if verbose:
+        print(result.summary())
+    return result

@@ -1,0 +1,1 @@
+"""Static-KV-cache LLMs: export of prefill + decode, the generation loop, both engines."""

@@ -1,0 +1,307 @@
+"""Static-KV-cache LLMs (backends/qualcomm/llm): the StaticDecoder against Hugging Face eager, the
+prefill + decode program exported into one weight-shared .pte, and the Python generation loop on
+the host engine and on QNN (x86 emulation).
+
+Tiny random-weight Llama / Qwen3 configs (2 layers, hidden 64, 4 query / 2 KV heads, vocab 128),
+context 64, prefill chunks of 8 tokens (an 11-token prompt takes a full chunk and a padded one).
+initializer_range 0.1 (HF's default 0.02 gives near-uniform logits whose greedy tokens are ties)."""
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from backends.qualcomm.llm import (
+    KvCache, ModuleProgram, PteProgram, StaticDecoder, causal_mask, export_static_llm, generate, sample,
+    static_modules, teacher_forced,
+)
+from backends.qualcomm.utils.qnn_context import AOT_ENV, qnn_library_status
+from backends.qualcomm.utils.runtime_options import require_extension
+
+transformers = pytest.importorskip("transformers")
+
+CONTEXT, AR_LEN, VOCAB = 64, 8, 128
+PROMPT = torch.randint(0, VOCAB, (11,), generator=torch.Generator().manual_seed(9)).tolist()
+CALIBRATION = [torch.randint(0, VOCAB, (24,), generator=torch.Generator().manual_seed(s)).tolist()
+               for s in range(3)]
+QNN_LOADED, _ = qnn_library_status()
+
+
+def hf_model(kind: str, tie: bool = False) -> torch.nn.Module:
+    configs = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+               "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+               "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM)}
+    config_type, model_type = configs[kind]
+    torch.manual_seed(0)
+    config = config_type(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT,
+                         initializer_range=0.1, tie_word_embeddings=tie)
+    return model_type(config).eval()
+
+
+def hf_logits(model, ids) -> np.ndarray:
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].numpy()
+
+
+def hf_greedy(model, prompt, n: int):
+    ids = list(prompt)
+    for _ in range(n):
+        ids.append(int(hf_logits(model, ids)[-1].argmax()))
+    return ids[len(prompt):]
+
+
+def _export(kind: str, recipe: str, tmp_path_factory, tie: bool = False):
+    """Exported once per module; with QNN context binaries when QNN's library loads."""
+    model = hf_model(kind, tie)
+    path = tmp_path_factory.mktemp(f"{kind}_{recipe}") / "model.pte"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(AOT_ENV, "1" if QNN_LOADED else "0")
+        result = export_static_llm(model, path, recipe, context_len=CONTEXT, ar_len=AR_LEN,
+                                   calibration=CALIBRATION)
+    return model, result
+
+
+@pytest.fixture(scope="module")
+def llama_fp16(tmp_path_factory):
+    return _export("llama", "fp16", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def qwen3_fp16(tmp_path_factory):
+    return _export("qwen3", "fp16", tmp_path_factory, tie=True)
+
+
+@pytest.fixture(scope="module")
+def llama_16a4w(tmp_path_factory):
+    return _export("llama", "16a4w_block", tmp_path_factory)
+
+
+def _release():
+    gc.collect()
+
+
+# ---- the module, in PyTorch ------------------------------------------------------------------
+@pytest.mark.parametrize("kind, tie", [("llama", False), ("qwen2", False), ("qwen3", True)])
+def test_static_decoder_matches_hf_eager(kind, tie):
+    """Chunked prefill (8 + 3 padded) then decode, float32: the logits of every position equal HF's
+    full forward (measured max 1.7e-6); q / k / v biases (Qwen2), q_norm / k_norm and tied
+    embeddings (Qwen3) included."""
+    model = hf_model(kind, tie)
+    modules = static_modules(model, CONTEXT, AR_LEN)
+    program = ModuleProgram(modules, modules["prefill"].shape)
+    ids = PROMPT + [3, 77, 12, 5]
+    ours = teacher_forced(program, ids, prompt_len=len(PROMPT))
+    err = float(np.abs(ours - hf_logits(model, ids)).max())
+    print(f"{kind}: max |static - HF| {err:.2e}")
+    assert err < 1e-5
+
+
+def test_prefill_falls_back_to_decode_where_a_chunk_does_not_fit():
+    """AR length 24 in a context of 64: a chunk may start at 40 at the latest, so a 50-token prompt
+    takes chunks at 0 and 24, then decode calls for positions 48 and 49."""
+    model = hf_model("llama")
+    modules = static_modules(model, CONTEXT, 24)
+    program = ModuleProgram(modules, modules["prefill"].shape)
+    ids = torch.randint(0, VOCAB, (50,), generator=torch.Generator().manual_seed(4)).tolist()
+    calls = []
+    for name, module in list(program.modules.items()):
+        program.modules[name] = (lambda m, n: lambda *a: (calls.append(n), m(*a))[1])(module, name)
+    logits = teacher_forced(program, ids, prompt_len=50)
+    assert calls == ["prefill", "prefill", "decode", "decode"]
+    assert float(np.abs(logits - hf_logits(model, ids)).max()) < 1e-5
+
+
+def test_mask_and_cache_layout():
+    model = hf_model("llama")
+    decoder = StaticDecoder(model, CONTEXT, AR_LEN)
+    mask = causal_mask(start=5, n_valid=3, n_tokens=AR_LEN, context_len=CONTEXT)[0]
+    past = CONTEXT - AR_LEN
+    assert (mask[:, :5] == 0).all() and (mask[:, 5:past] < 0).all()  # written slots only
+    assert (mask[0, past:past + 1] == 0).all() and (mask[0, past + 1:] < 0).all()  # causal among the new
+    assert (mask[2, past:past + 3] == 0).all()
+    k, v = decoder.shape.cache_shapes(AR_LEN)
+    assert k == (1, 2, 16, past) and v == (1, 2, past, 16)  # K transposed: keys along the last axis
+    cache = KvCache(decoder.shape)
+    assert cache.k[0].shape == (1, 2, 16, CONTEXT - 1)  # the decode method's past
+    outputs = decoder(*decoder.example_inputs(AR_LEN))
+    assert tuple(outputs[0].shape) == (1, AR_LEN, VOCAB)
+    assert [tuple(o.shape) for o in outputs[1:]] == [(1, 2, 16, AR_LEN)] * 2 + [(1, 2, AR_LEN, 16)] * 2
+
+
+def test_sampling():
+    logits = np.array([0.0, 3.0, 2.9, -5.0])
+    assert sample(logits) == 1
+    rng = np.random.default_rng(0)
+    drawn = {sample(logits, temperature=1.0, top_p=0.9, rng=rng) for _ in range(50)}
+    assert drawn == {1, 2}  # p = 0.52, 0.47, 0.01, 0.00: top-p 0.9 keeps the first two
+    assert {sample(logits, temperature=1.0, top_p=1e-6, rng=rng) for _ in range(20)} == {1}
+
+
+# ---- fp16 .pte: host engine and QNN ------------------------------------------------------------
+def _pte_checks(result):
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(result.path.read_bytes()).program
+    plans = {p.name: p for p in program.execution_plan}
+    assert set(plans) >= {"prefill", "decode", "get_ar_len", "get_max_context_len", "get_n_layers"}
+    for name in ("prefill", "decode"):
+        assert len(plans[name].delegates) == 1
+        assert not plans[name].operators, [o.name for o in plans[name].operators]  # no CPU op
+    blob = bytes(program.backend_delegate_data[0].data)
+    assert result.path.read_bytes().count(blob) == 1  # one weight-shared context, stored once
+
+
+@pytest.mark.parametrize("fixture", ["llama_fp16", "qwen3_fp16"])
+def test_fp16_host_engine_matches_hf(fixture, request):
+    """Greedy tokens equal to HF eager's over 8 new tokens; the logits of the prompt's last token and
+    of every decode step within float16 of HF's (measured max |diff| 3e-3 .. 5e-3 on logits up to 2.8)."""
+    model, result = request.getfixturevalue(fixture)
+    _pte_checks(result)
+    out = generate(result.path, PROMPT, max_new_tokens=8, engine="host", return_logits=True)
+    expected = hf_greedy(model, PROMPT, 8)
+    reference = hf_logits(model, PROMPT + expected[:-1])[len(PROMPT) - 1:]
+    err = float(np.abs(np.stack(out.logits) - reference).max())
+    print(f"{fixture}: {result.summary()}\n  host: {out.stats.summary()}; max |logits - HF| {err:.2e}")
+    assert out.tokens == expected
+    assert err < 2e-2 * max(1.0, float(np.abs(reference).max()))
+    assert out.stats.prefill_tok_s > 0 and out.stats.decode_tok_s > 0 and out.stats.ttft_s > 0
+    assert out.stats.stop_reason == "max_new_tokens"
+
+
+def test_generation_stops_at_eos_and_at_the_context(llama_fp16):
+    _, result = llama_fp16
+    first = generate(result.path, PROMPT, 8, engine="host").tokens[0]
+    stopped = generate(result.path, PROMPT, 8, engine="host", eos_ids=[first])
+    assert stopped.tokens == [first] and stopped.stats.stop_reason == "eos"
+    # positions 0..61 prompted, 62 and 63 fed back: the third token is the last the context allows
+    long_prompt = (PROMPT * 6)[:CONTEXT - 2]
+    streamed = []
+    out = generate(result.path, long_prompt, 8, engine="host", eos_ids=[], on_token=streamed.append)
+    assert len(out.tokens) == 3 and out.stats.stop_reason == "context" and streamed == out.tokens
+
+
+@pytest.mark.parametrize("fixture", ["llama_fp16", "qwen3_fp16"])
+def test_fp16_on_qnn_matches_host_and_hf(fixture, request, real_qnn):
+    """The same .pte on QNN's HTP emulation: both methods from one QNN context; greedy tokens equal
+    to the host engine's and HF's over 3 new tokens (measured max |qnn - host| 1.6e-2 (Llama),
+    7.3e-3 (Qwen3) on logits up to 2.8)."""
+    model, result = request.getfixturevalue(fixture)
+    host = generate(result.path, PROMPT, 3, engine="host", return_logits=True)
+    program = PteProgram(result.path, "qnn")
+    try:
+        qnn = generate(program, PROMPT, 3, return_logits=True)
+        assert require_extension().live_qnn_context_count() == 1
+    finally:
+        program.close()
+        _release()
+    err = float(np.abs(np.stack(qnn.logits) - np.stack(host.logits)).max())
+    print(f"{fixture}: QNN {qnn.stats.summary()}; max |qnn - host| {err:.2e}")
+    assert qnn.tokens == host.tokens == hf_greedy(model, PROMPT, 3)
+    assert err < 3e-2 * max(1.0, float(np.abs(np.stack(host.logits)).max()))
+
+
+# ---- 16a4w_block (LPBQ, 8-bit KV cache) ---------------------------------------------------------------
+def _cache_encodings(module):
+    """(scale, zero point, dtype) of the quantize after each cache input."""
+    found = []
+    for node in module.graph.nodes:
+        if node.op == "placeholder" and node.name.startswith("caches"):
+            q = [u for u in node.users if "quantize_per_tensor" in str(u.target)]
+            found.append(tuple(q[0].args[1:3]) + (q[0].args[5],))
+    return found
+
+
+def _weight_kinds(module):
+    """{linear's module path: 'block' (LPBQ dequantize_affine) or 'channel' (int8 per channel)}."""
+    kinds = {}
+    for node in module.graph.nodes:
+        if node.target == torch.ops.aten.linear.default:
+            path = list(node.meta["nn_module_stack"].values())[-1][0]
+            kinds[path] = "block" if "dequantize_affine" in str(node.args[1].target) else \
+                "channel" if "per_channel" in str(node.args[1].target) else str(node.args[1].target)
+    return kinds
+
+
+def test_16a4w_block_host_engine_matches_qdq_reference(llama_16a4w):
+    """The host engine against the converted (QDQ) modules run in Python, teacher-forced over a
+    prompt (2 prefill chunks) and 8 decode steps: measured max |host - QDQ| 1.3e-2 on logits up
+    to 2.8, every argmax equal; greedy tokens equal. The cache is uint8 with one encoding per
+    tensor shared by prefill and decode."""
+    _, result = llama_16a4w
+    _pte_checks(result)
+    prefill_enc, decode_enc = (_cache_encodings(result.modules[m]) for m in ("prefill", "decode"))
+    assert len(prefill_enc) == 4 and prefill_enc == decode_enc
+    assert all(dtype == torch.uint8 for _, _, dtype in prefill_enc)
+    kinds = _weight_kinds(result.modules["decode"])
+    assert {k for k, v in kinds.items() if v == "channel"} == {"lm_head", "layers.0.mlp.down_proj",
+                                                              "layers.1.mlp.down_proj"}
+    assert sum(v == "block" for v in kinds.values()) == 12, kinds
+    qdq = ModuleProgram(result.modules, result.shape)
+    ids = PROMPT + CALIBRATION[0][:8]
+    reference = teacher_forced(qdq, ids, prompt_len=len(PROMPT))
+    host = teacher_forced(PteProgram(result.path, "host"), ids, prompt_len=len(PROMPT))
+    err = float(np.abs(host - reference).max())
+    span = float(np.abs(reference).max())
+    print(f"{result.summary()}\n  max |host - QDQ| {err:.2e} (logits up to {span:.2f}); argmax agreement "
+          f"{(host.argmax(-1) == reference.argmax(-1)).mean():.3f}")
+    assert err < 1e-2 * max(1.0, span) * 3
+    assert (host.argmax(-1) == reference.argmax(-1)).all()
+    assert generate(result.path, PROMPT, 8, engine="host").tokens == generate(qdq, PROMPT, 8).tokens
+
+
+def test_16a4w_block_on_qnn_matches_host(llama_16a4w, real_qnn):
+    """QNN's HTP emulation against the host engine on the same .pte, teacher-forced (a prompt of 9:
+    a full chunk and a padded one, then 2 decode steps): measured max |qnn - host| 1.5e-2 on logits
+    up to 2.8, every argmax equal."""
+    _, result = llama_16a4w
+    ids = PROMPT
+    host = teacher_forced(PteProgram(result.path, "host"), ids, prompt_len=9)
+    program = PteProgram(result.path, "qnn")
+    try:
+        qnn = teacher_forced(program, ids, prompt_len=9)
+    finally:
+        program.close()
+        _release()
+    err = float(np.abs(qnn - host).max())
+    print(f"max |qnn - host| {err:.2e}; argmax agreement {(qnn.argmax(-1) == host.argmax(-1)).mean():.3f}")
+    assert err < 5e-2 * max(1.0, float(np.abs(host).max()))
+    assert (qnn.argmax(-1) == host.argmax(-1)).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, recipe", [("qwen3", "16a4w_block"), ("qwen3", "16a8w")])
+def test_quantized_qwen3_host_engine_matches_qdq_reference(kind, recipe, tmp_path_factory):
+    """Measured max |host - QDQ|: 16a4w_block 1.8e-2, 16a8w 3.0e-3 (17 teacher-forced positions)."""
+    model, result = _export(kind, recipe, tmp_path_factory, tie=True)
+    qdq = ModuleProgram(result.modules, result.shape)
+    ids = PROMPT + CALIBRATION[1][:6]
+    reference = teacher_forced(qdq, ids, prompt_len=len(PROMPT))
+    host = teacher_forced(PteProgram(result.path, "host"), ids, prompt_len=len(PROMPT))
+    err = float(np.abs(host - reference).max())
+    float_logits = hf_logits(model, ids)
+    print(f"{result.summary()}\n  max |host - QDQ| {err:.2e}; QDQ vs float argmax agreement "
+          f"{(reference.argmax(-1) == float_logits.argmax(-1)).mean():.3f}")
+    assert err < 3e-2 * max(1.0, float(np.abs(reference).max()))
+    assert (host.argmax(-1) == reference.argmax(-1)).mean() >= 0.9
+
+
+def test_command_line_exports_and_generates(tmp_path, capsys):
+    """`python -m backends.qualcomm.llm export / generate` on a saved HF folder (no tokenizer:
+    token ids in, token ids out): the streamed tokens are HF eager's greedy ones."""
+    from backends.qualcomm.llm.__main__ import main
+
+    model = hf_model("llama")
+    model.save_pretrained(tmp_path / "hf")
+    pte = tmp_path / "cli.pte"
+    assert main(["export", "--model", str(tmp_path / "hf"), "--output", str(pte), "--recipe", "fp16",
+                 "--context-len", str(CONTEXT), "--ar-len", str(AR_LEN)]) == 0
+    assert "exported cli.pte (fp16, context 64, AR 8)" in capsys.readouterr().out
+    assert main(["generate", "--pte", str(pte), "--prompt-ids", ",".join(map(str, PROMPT)), "--engine", "host",
+                 "--max-new-tokens", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [int(t) for t in lines[0].split()] == hf_greedy(model, PROMPT, 4)
+    assert "decode" in lines[1] and "tok/s" in lines[1]
