@@ -10,7 +10,7 @@ JOBS    ?= $(shell nproc)
 # test processes (pytest-xdist): one per core; TEST_WORKERS=0 runs the suite in this process
 TEST_WORKERS ?= $(JOBS)
 
-.PHONY: all install run test test-fast bench clean sanitize wheel-check
+.PHONY: format format-check all install run test test-fast bench clean sanitize wheel-check
 
 all: install
 
@@ -74,3 +74,11 @@ sanitize: install
 # source tree (.ci/wheel_check; a full native build and a venv, 2-5 minutes).
 wheel-check: $(STAMP)
 	.ci/wheel_check
+
+# Python formatting (ruff, pinned in pyproject's test extra): `make format` rewrites the tree,
+# `make format-check` (in .ci/run) fails when a file is not formatted.
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+
+format-check: $(STAMP)
+	$(VENV)/bin/ruff format --check .

@@ -2,6 +2,7 @@
 qnn-delegate wheel. Quantizes a tiny model with QnnQuantizer (8a8w), lowers it with
 to_edge_transform_and_lower + QnnPartitioner, runs it with executorch.runtime and compares it
 with eager PyTorch; also checks that the wheel holds no test code."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -15,7 +16,11 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import backends.qualcomm as qnn
 from backends.qualcomm import (
-    QcomChipset, QnnPartitioner, QnnQuantizer, QuantDtype, generate_htp_compiler_spec,
+    QcomChipset,
+    QnnPartitioner,
+    QnnQuantizer,
+    QuantDtype,
+    generate_htp_compiler_spec,
     generate_qnn_executorch_compiler_spec,
 )
 
@@ -25,8 +30,7 @@ def main() -> int:
     assert "site-packages" in str(package), f"imported from {package}, not from the installed wheel"
     assert importlib.util.find_spec("backends.qualcomm.tests") is None, "the wheel ships the tests"
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1)).eval()
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1)).eval()
     x = torch.randn(1, 3, 16, 16)
     quantizer = QnnQuantizer()
     quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_conv_per_channel=True)
@@ -36,8 +40,10 @@ def main() -> int:
     converted = convert_pt2e(prepared)
     specs = generate_qnn_executorch_compiler_spec(QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=False))
     edge = to_edge_transform_and_lower(
-        torch.export.export(converted, (x,), strict=False), partitioner=[QnnPartitioner(specs)],
-        compile_config=EdgeCompileConfig(_check_ir_validity=False))
+        torch.export.export(converted, (x,), strict=False),
+        partitioner=[QnnPartitioner(specs)],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+    )
     program = Runtime.get().load_program(edge.to_executorch().buffer)
     got = program.load_method("forward").execute([x])[0]
     with torch.no_grad():

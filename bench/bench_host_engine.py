@@ -81,8 +81,9 @@ class DecoderLayer(nn.Module):
 class TinyDecoder(nn.Module):
     """forward(input_ids [1, S] int64) -> logits [1, S, vocab]."""
 
-    def __init__(self, vocab: int = 2048, dim: int = 256, heads: int = 4, hidden: int = 688,
-                 layers: int = 4, seq_len: int = 128):
+    def __init__(
+        self, vocab: int = 2048, dim: int = 256, heads: int = 4, hidden: int = 688, layers: int = 4, seq_len: int = 128
+    ):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.layers = nn.ModuleList(DecoderLayer(dim, heads, hidden) for _ in range(layers))
@@ -116,17 +117,18 @@ def build_model(name: str, seq_len: int) -> BenchModel:
         from qnn_models.mobilenet_v2 import load_mobilenet_v2
 
         photos = list(imagenet.load_photo_batch().values())
-        return BenchModel(name, load_mobilenet_v2().eval(), (photos[0],), [(p,) for p in photos],
-                          lambda out: out.flatten())
+        return BenchModel(
+            name, load_mobilenet_v2().eval(), (photos[0],), [(p,) for p in photos], lambda out: out.flatten()
+        )
     if name == "minilm":
-        from qnn_models.minilm import (SAMPLE_SENTENCES, load_minilm,
-                                                           sentence_embeddings, tokenize)
+        from qnn_models.minilm import SAMPLE_SENTENCES, load_minilm, sentence_embeddings, tokenize
 
         encoder, tokenizer = load_minilm(seq_len)
         ids, mask = tokenize(tokenizer, SAMPLE_SENTENCES, seq_len)
-        samples = [(ids[i:i + 1], mask[i:i + 1]) for i in range(ids.shape[0])]
-        return BenchModel(name, encoder, samples[0], samples,
-                          lambda out: sentence_embeddings(out, samples[0][1]).flatten())
+        samples = [(ids[i : i + 1], mask[i : i + 1]) for i in range(ids.shape[0])]
+        return BenchModel(
+            name, encoder, samples[0], samples, lambda out: sentence_embeddings(out, samples[0][1]).flatten()
+        )
     if name == "decoder":
         module = TinyDecoder(seq_len=seq_len).eval()
         samples = [(torch.randint(0, 2048, (1, seq_len)),) for _ in range(4)]
@@ -154,8 +156,9 @@ def lower_ours(model: BenchModel, variant: str, pte: Path) -> Path:
         specs = utils.build_compiler_specs(soc_model="SM8650", use_fp16=True)
         edge = utils.lower_to_qnn(model.module, model.example, specs)
     else:
-        dtype = {"8a8w": QuantDtype.use_8a8w, "16a8w": QuantDtype.use_16a8w,
-                 "16a4w_lpbq": QuantDtype.use_16a4w_block}[variant]
+        dtype = {"8a8w": QuantDtype.use_8a8w, "16a8w": QuantDtype.use_16a8w, "16a4w_lpbq": QuantDtype.use_16a4w_block}[
+            variant
+        ]
         quantizer = QnnQuantizer()
         quantizer.set_default_quant_config(dtype, is_conv_per_channel=True, is_linear_per_channel=True)
         if variant == "16a4w_lpbq":
@@ -169,9 +172,13 @@ def lower_ours(model: BenchModel, variant: str, pte: Path) -> Path:
 def lpbq_blocks(model: BenchModel, block: int = 64) -> dict[str, int]:
     """Block size map (input features per block) for every linear node of the exported graph."""
     graph = torch.export.export(model.module, model.example, strict=False).module().graph
-    return {node.name: block for node in graph.nodes
-            if node.op == "call_function" and node.target == torch.ops.aten.linear.default
-            and node.args[1].meta["val"].shape[1] % block == 0}
+    return {
+        node.name: block
+        for node in graph.nodes
+        if node.op == "call_function"
+        and node.target == torch.ops.aten.linear.default
+        and node.args[1].meta["val"].shape[1] % block == 0
+    }
 
 
 def lower_xnnpack(model: BenchModel, variant: str, pte: Path) -> Path:
@@ -181,7 +188,9 @@ def lower_xnnpack(model: BenchModel, variant: str, pte: Path) -> Path:
     module = model.module
     if variant == "xnn_int8":
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-            XNNPACKQuantizer, get_symmetric_quantization_config)
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
         from qnn_models.quantize import quantize_module
 
         quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
@@ -256,11 +265,19 @@ def bench_model(model: BenchModel, variants: list[str], args: argparse.Namespace
     rows = []
     for item in loaded:
         ms = medians[item.variant]
-        rows.append({"model": model.name, "variant": item.variant, "ms": ms,
-                     "vs_int8": ms / medians["xnn_int8"] if "xnn_int8" in medians else float("nan"),
-                     "vs_fp32": ms / medians["xnn_fp32"] if "xnn_fp32" in medians else float("nan"),
-                     "gops": 2 * macs / ms / 1e6, "gmacs": macs / 1e9,
-                     "rss_mb": item.rss_added / 2**20, "cos": cosines[item.variant]})
+        rows.append(
+            {
+                "model": model.name,
+                "variant": item.variant,
+                "ms": ms,
+                "vs_int8": ms / medians["xnn_int8"] if "xnn_int8" in medians else float("nan"),
+                "vs_fp32": ms / medians["xnn_fp32"] if "xnn_fp32" in medians else float("nan"),
+                "gops": 2 * macs / ms / 1e6,
+                "gmacs": macs / 1e9,
+                "rss_mb": item.rss_added / 2**20,
+                "cos": cosines[item.variant],
+            }
+        )
     return rows
 
 
@@ -268,11 +285,12 @@ def print_table(rows: list[dict]) -> None:
     print("\n| model | variant | median ms | vs XNN int8 | vs XNN fp32 | GOPS | GMAC | +RSS MB | cos vs fp32 |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['model']} | {r['variant']} | {r['ms']:.2f} | {r['vs_int8']:.2f}x | {r['vs_fp32']:.2f}x "
-              f"| {r['gops']:.1f} | {r['gmacs']:.3f} | {r['rss_mb']:.1f} | {r['cos']:.4f} |")
+        print(
+            f"| {r['model']} | {r['variant']} | {r['ms']:.2f} | {r['vs_int8']:.2f}x | {r['vs_fp32']:.2f}x "
+            f"| {r['gops']:.1f} | {r['gmacs']:.3f} | {r['rss_mb']:.1f} | {r['cos']:.4f} |"
+        )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"\npeak RSS of this process: {peak:.0f} MB; torch threads {torch.get_num_threads()}, "
-          f"cores {os.cpu_count()}")
+    print(f"\npeak RSS of this process: {peak:.0f} MB; torch threads {torch.get_num_threads()}, cores {os.cpu_count()}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -281,8 +299,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--variants", default=",".join(ALL_VARIANTS))
     parser.add_argument("--runs", type=int, default=20, help="timed rounds (one execute per variant each)")
     parser.add_argument("--warm_up", type=int, default=3, help="untimed executes per variant")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="torch intra-op threads (our engine and XNNPACK use the machine's cores)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch intra-op threads (our engine and XNNPACK use the machine's cores)"
+    )
     parser.add_argument("--seq_len", type=int, default=128, help="MiniLM / decoder sequence length")
     parser.add_argument("--artifact", type=Path, default=Path("artifacts") / "bench")
     parser.add_argument("--rebuild", action="store_true", help="relower even when a cached .pte exists")

@@ -32,8 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warm_up", type=int, default=3, help="untimed runs per backend")
     parser.add_argument("--soc_model", default="SM8650")
     parser.add_argument("--artifact", type=Path, default=Path("artifacts") / "bench")
-    parser.add_argument("--with_runner", action="store_true",
-                        help="also time our .pte with qnn_executor_runner")
+    parser.add_argument("--with_runner", action="store_true", help="also time our .pte with qnn_executor_runner")
     return parser.parse_args(argv)
 
 
@@ -73,8 +72,14 @@ def time_runtime(pte_path: Path, example: torch.Tensor, runs: int, warm_up: int)
 
 def time_runner(pte_path: Path, example: torch.Tensor, artifact: Path, runs: int, warm_up: int) -> float | None:
     input_list = utils.write_input_files([[example]], artifact / "runner_inputs")
-    result = utils.run_runner(pte_path, input_list, artifact / "runner_outputs", iterations=runs,
-                              warm_up=warm_up, perf_path=artifact / "runner_perf.txt")
+    result = utils.run_runner(
+        pte_path,
+        input_list,
+        artifact / "runner_outputs",
+        iterations=runs,
+        warm_up=warm_up,
+        perf_path=artifact / "runner_perf.txt",
+    )
     if result.returncode != 0:
         print(f"qnn_executor_runner failed ({result.returncode}): {result.stderr.strip()}")
         return None
@@ -100,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'backend':<10}{'median ms':>12}{'pte MB':>10}")
     for name, pte in (("xnnpack", xnn_pte), ("qnn", qnn_pte)):
         print(f"{name:<10}{medians[name]:>12.2f}{pte.stat().st_size / 1e6:>10.2f}")
-    print(f"ratio qnn / xnnpack = {medians['qnn'] / medians['xnnpack']:.2f}x "
-          f"(torch threads {torch.get_num_threads()})")
+    print(f"ratio qnn / xnnpack = {medians['qnn'] / medians['xnnpack']:.2f}x (torch threads {torch.get_num_threads()})")
     if args.with_runner:
         avg = time_runner(qnn_pte, example, artifact, args.runs, args.warm_up)
         print(f"qnn_executor_runner average: {'n/a' if avg is None else f'{avg:.2f} ms'}")

@@ -8,6 +8,7 @@ times ``forward`` through ``executorch.runtime`` with
 power saver (one thread). Prints the median latency per mode, the ratio of
 each mode to burst, and our burst latency against XNNPACK. Not a test.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warm_up", type=int, default=3)
-    parser.add_argument("--models", nargs="+", default=["mlp", "mobilenet_v2"],
-                        choices=["mlp", "mobilenet_v2"])
+    parser.add_argument("--models", nargs="+", default=["mlp", "mobilenet_v2"], choices=["mlp", "mobilenet_v2"])
     parser.add_argument("--artifact", type=Path, default=Path("artifacts") / "bench_perf_mode")
     return parser.parse_args(argv)
 
@@ -72,11 +72,15 @@ def bench_model(name: str, args: argparse.Namespace) -> None:
     print(f"\n{name}  (pool {native.thread_pool_size()} threads, torch threads {torch.get_num_threads()})")
     print(f"{'mode':<14}{'threads':>8}{'median ms':>12}{'vs burst':>10}")
     for mode, value in MODES.items():
-        print(f"{mode:<14}{native.threads_for_performance_mode(value):>8}{medians[mode]:>12.2f}"
-              f"{medians[mode] / medians['burst']:>9.2f}x")
+        print(
+            f"{mode:<14}{native.threads_for_performance_mode(value):>8}{medians[mode]:>12.2f}"
+            f"{medians[mode] / medians['burst']:>9.2f}x"
+        )
     print(f"{'xnnpack':<14}{'':>8}{xnn:>12.2f}")
-    print(f"ratio power_saver / burst = {medians['power_saver'] / medians['burst']:.2f}x; "
-          f"qnn burst / xnnpack = {medians['burst'] / xnn:.2f}x")
+    print(
+        f"ratio power_saver / burst = {medians['power_saver'] / medians['burst']:.2f}x; "
+        f"qnn burst / xnnpack = {medians['burst'] / xnn:.2f}x"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

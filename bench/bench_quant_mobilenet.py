@@ -5,6 +5,7 @@
 Both programs are lowered in this run and timed through ``executorch.runtime``;
 prints the median latency of each and the ratio quantized / float. Not a test.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     model = load_mobilenet_v2().eval()
     example = torch.randn(1, 3, 224, 224)
     quantizer = QnnQuantizer()
-    quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_conv_per_channel=True,
-                                       is_linear_per_channel=True)
+    quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_conv_per_channel=True, is_linear_per_channel=True)
     calibration = [(torch.randn(1, 3, 224, 224),) for _ in range(4)]
     converted = quantize_module(model, (example,), quantizer, calibration)
     edge = to_edge_transform_and_lower_to_qnn(converted, (example,), quant_compile_specs(QuantDtype.use_8a8w))

@@ -7,6 +7,7 @@ Inputs are those bench_host_engine.py uses for the model the file name starts wi
 (median over runs of the summed per-op microseconds) and the slowest single ops.
 Not a test.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ def model_of(pte: Path) -> tuple[str, int]:
     stem = pte.stem
     for name in ("mobilenet_v2", "minilm", "decoder"):
         if stem.startswith(name):
-            rest = stem[len(name):]
+            rest = stem[len(name) :]
             seq = int(rest.split("_")[1][1:]) if rest.startswith("_s") else 128
             return name, seq
     raise SystemExit(f"cannot tell the model of {pte.name}")
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     for kind, values in sorted(per_type.items(), key=lambda kv: -sum(kv[1])):
         print(f"| {kind} | {len(values)} | {sum(values) / 1e3:.2f} | {100 * sum(values) / total:.1f}% |")
     print("\nslowest ops:")
-    for op, (kind, us) in sorted(per_op.items(), key=lambda kv: -kv[1][1])[:args.top]:
+    for op, (kind, us) in sorted(per_op.items(), key=lambda kv: -kv[1][1])[: args.top]:
         print(f"  {us / 1e3:8.3f} ms  {kind:<22} {op}")
     return 0
 

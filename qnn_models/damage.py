@@ -7,6 +7,7 @@ linear's) weights rounded to `bits` bits of resolution: quantized weights keep t
 8-bit encoding, only 2**bits levels remain; float weights keep 2**bits levels over
 their range. The debugger must then name that
 node as the first one departing from the CPU reference."""
+
 from __future__ import annotations
 
 import contextlib

@@ -47,12 +47,8 @@ def load_efficientnet_lite0() -> nn.Module:
     try:
         from efficientnet_lite_pytorch import EfficientNet
     except ImportError as exc:
-        raise RuntimeError(
-            "EfficientNet-Lite0 needs the pip package 'efficientnet-lite-pytorch'"
-        ) from exc
+        raise RuntimeError("EfficientNet-Lite0 needs the pip package 'efficientnet-lite-pytorch'") from exc
     with contextlib.redirect_stdout(io.StringIO()):  # the loader prints a banner
-        model = EfficientNet.from_pretrained(
-            MODEL_NAME, weights_path=str(efficientnet_lite0_weights_path())
-        )
+        model = EfficientNet.from_pretrained(MODEL_NAME, weights_path=str(efficientnet_lite0_weights_path()))
     check_export_friendly(model)
     return model.eval()

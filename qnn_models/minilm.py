@@ -72,9 +72,7 @@ def load_minilm(seq_len: int = SEQ_LEN) -> tuple[MiniLMEncoder, object]:
     return MiniLMEncoder(bert.eval(), seq_len).eval(), tokenizer
 
 
-def tokenize(
-    tokenizer: object, sentences: Sequence[str], seq_len: int = SEQ_LEN
-) -> tuple[torch.Tensor, torch.Tensor]:
+def tokenize(tokenizer: object, sentences: Sequence[str], seq_len: int = SEQ_LEN) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask), both int64 [len(sentences), seq_len], padded/truncated."""
     batch = tokenizer(
         list(sentences),

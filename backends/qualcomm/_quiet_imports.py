@@ -11,6 +11,7 @@ import, on this CPU-only stack:
   ExecuTorch unpickles tree specs.
 Each filter matches one exact message; nothing else is dropped.
 """
+
 from __future__ import annotations
 
 import logging

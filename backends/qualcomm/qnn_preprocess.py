@@ -1,4 +1,5 @@
 """QnnDelegate.preprocess: preprocess passes -> builders -> one flatbuffer payload."""
+
 from __future__ import annotations
 
 import copy
@@ -79,8 +80,9 @@ def build_qnn_graph(ep: ExportedProgram, graph_name: str, fp16: bool, dump: bool
         _build_node(node, gb)
     output = next(n for n in ep.graph_module.graph.nodes if n.op == "output")
     outputs = output.args[0]
-    gb.define_graph_outputs(list(outputs) if isinstance(outputs, (tuple, list)) else [outputs],
-                            output.meta.get(QCOM_OUTPUT_DIM_ORDERS))
+    gb.define_graph_outputs(
+        list(outputs) if isinstance(outputs, (tuple, list)) else [outputs], output.meta.get(QCOM_OUTPUT_DIM_ORDERS)
+    )
     if dump:
         gb.promote_for_dump(dumped_handle_owners(nodes))
     return gb.graph
@@ -91,7 +93,9 @@ def delegate_label(edge_program: ExportedProgram, graph_name: str) -> str:
     its first and last compute nodes, its op count and its runtime inputs."""
     graph = edge_program.graph_module.graph
     nodes = [n.name for n in graph.nodes if n.op == "call_function"]
-    inputs = [n.name for n in graph.nodes if n.op == "placeholder" and n.name in edge_program.graph_signature.user_inputs]
+    inputs = [
+        n.name for n in graph.nodes if n.op == "placeholder" and n.name in edge_program.graph_signature.user_inputs
+    ]
     span = f"'{nodes[0]}' .. '{nodes[-1]}'" if len(nodes) > 1 else f"'{nodes[0]}'" if nodes else "no node"
     reads = f"inputs {', '.join(inputs[:4])}{', ...' if len(inputs) > 4 else ''}" if inputs else "no runtime input"
     return f"graph '{graph_name}' (the delegate of nodes {span}: {len(nodes)} nodes, {reads})"
@@ -101,7 +105,8 @@ MULTI_CONTEXTS_MESSAGE = (
     "use_multi_contexts=True is not supported: upstream it makes the contexts of one .pte share a "
     "single spill-fill buffer on a real HTP, which this delegate's engines have no equivalent of. "
     "Contexts here: without use_weight_sharing every partition (delegate) is its own context; with "
-    "use_weight_sharing all graphs share one. Leave use_multi_contexts False.")
+    "use_weight_sharing all graphs share one. Leave use_multi_contexts False."
+)
 
 
 def check_backend_options(options) -> None:
@@ -119,13 +124,11 @@ class QnnDelegate(BackendDetails):
         options = options_from_compile_specs(compile_specs)
         check_backend_options(options)
         ep = run_preprocess_passes(copy.deepcopy(edge_program))
-        graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options),
-                                bool(options.dumpIntermediateOutputs))
+        graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options), bool(options.dumpIntermediateOutputs))
         label = delegate_label(edge_program, graph.name)
         attach_tables_for_options(graph, options, label)
         blob = attach_qnn_context_for_options(serialize_graphs([graph]), options, label)
-        return PreprocessResult(processed_bytes=blob,
-                                debug_handle_map=_debug_handle_map(edge_program, ep))
+        return PreprocessResult(processed_bytes=blob, debug_handle_map=_debug_handle_map(edge_program, ep))
 
 
 QnnBackend = QnnDelegate

@@ -13,6 +13,7 @@ exists for that reason, and our own code does not import from it:
   (not built yet: it raises a clear error).
 Upstream paths that are also ours (`quantizer.quantizer`, `quantizer.quant_recipe`) are the real
 modules."""
+
 from __future__ import annotations
 
 import sys
@@ -26,19 +27,22 @@ from backends.qualcomm.utils.compile_spec import QcomChipset
 _FROM_CONTEXT_BINARY = (
     "from_context_binary: qnn-delegate does not wrap a prebuilt QNN context binary as a program "
     "yet (our delegates carry QNN context binaries built from our own payload, which the host "
-    "engine also runs). Lower the model with to_edge_transform_and_lower_to_qnn instead.")
+    "engine also runs). Lower the model with to_edge_transform_and_lower_to_qnn instead."
+)
 _NO_BINARY_IN_PTE = (
     "dump_context_from_pte: {path} has no QNN context binary to dump (its {count} qnn-delegate "
     "delegate(s) were lowered without the QNN libraries, with QNN_DELEGATE_CONTEXT_BINARY=0, or "
-    "QNN refused their graphs at lowering)")
+    "QNN refused their graphs at lowering)"
+)
 
 
 class ContextBinaryNotSupportedError(NotImplementedError):
     """from_context_binary (not built yet); dump_context_from_pte of a .pte without binaries."""
 
 
-def from_context_binary(ctx_path, op_name: str, soc_model: QcomChipset = QcomChipset.SM8650,
-                        custom_info: Optional[Dict] = None):
+def from_context_binary(
+    ctx_path, op_name: str, soc_model: QcomChipset = QcomChipset.SM8650, custom_info: Optional[Dict] = None
+):
     """Upstream: wrap a prebuilt QNN context binary as a custom op and a program. Not built yet."""
     raise ContextBinaryNotSupportedError(_FROM_CONTEXT_BINARY)
 
@@ -73,15 +77,23 @@ def dump_context_from_pte(pte_path) -> List[str]:
             written.append(str(target))
     if skipped:
         logging.getLogger("backends.qualcomm").warning(
-            "dump_context_from_pte: no QNN context binary in delegate(s) %s", ", ".join(skipped))
+            "dump_context_from_pte: no QNN context binary in delegate(s) %s", ", ".join(skipped)
+        )
     if not written:
         raise ContextBinaryNotSupportedError(_NO_BINARY_IN_PTE.format(path=path, count=len(skipped)))
     return written
 
 
-def skip_annotation(nn_module: torch.nn.Module, quantizer, compiler_specs, sample_input: Tuple[torch.Tensor, ...],
-                    calibration_cb: Callable[[torch.fx.GraphModule], None], fp_node_id_set: Optional[Set[str]] = None,
-                    fp_node_op_set: Optional[Set[object]] = None, fallback_to_cpu: bool = True):
+def skip_annotation(
+    nn_module: torch.nn.Module,
+    quantizer,
+    compiler_specs,
+    sample_input: Tuple[torch.Tensor, ...],
+    calibration_cb: Callable[[torch.fx.GraphModule], None],
+    fp_node_id_set: Optional[Set[str]] = None,
+    fp_node_op_set: Optional[Set[object]] = None,
+    fallback_to_cpu: bool = True,
+):
     """Quantize `nn_module` leaving the named nodes / ops unannotated (float), and lower it.
 
     With fallback_to_cpu (default) the skipped nodes stay on ExecuTorch's CPU kernels;
@@ -105,8 +117,9 @@ def skip_annotation(nn_module: torch.nn.Module, quantizer, compiler_specs, sampl
     program = torch.export.export(converted, tuple(sample_input), strict=False)
     skip_ids = _edge_names(program, fp_node_id_set) if fallback_to_cpu else None
     skip_ops = fp_node_op_set if fallback_to_cpu else None
-    manager = to_edge_transform_and_lower_to_qnn(program, tuple(sample_input), compiler_specs,
-                                                 skip_node_id_set=skip_ids, skip_node_op_set=skip_ops)
+    manager = to_edge_transform_and_lower_to_qnn(
+        program, tuple(sample_input), compiler_specs, skip_node_id_set=skip_ids, skip_node_op_set=skip_ops
+    )
     return manager.exported_program().module(), [manager]
 
 
@@ -133,13 +146,21 @@ def _upstream_modules() -> Dict[str, Dict[str, object]]:
     from backends.qualcomm.utils import compile_spec
     from backends.qualcomm.utils.lowering import to_edge_transform_and_lower_to_qnn
 
-    enums = ("HtpArch", "QcomChipset", "QnnExecuTorchBackendType", "QnnExecuTorchHtpPerformanceMode",
-             "QnnExecuTorchHtpPrecision", "QnnExecuTorchLogLevel", "QnnExecuTorchProfileLevel")
+    enums = (
+        "HtpArch",
+        "QcomChipset",
+        "QnnExecuTorchBackendType",
+        "QnnExecuTorchHtpPerformanceMode",
+        "QnnExecuTorchHtpPrecision",
+        "QnnExecuTorchLogLevel",
+        "QnnExecuTorchProfileLevel",
+    )
     return {
         "partition": {},
         "partition.qnn_partitioner": {"QnnPartitioner": QnnPartitioner},
         "utils.utils": {
-            "dump_context_from_pte": dump_context_from_pte, "from_context_binary": from_context_binary,
+            "dump_context_from_pte": dump_context_from_pte,
+            "from_context_binary": from_context_binary,
             "generate_htp_compiler_spec": compile_spec.generate_htp_compiler_spec,
             "generate_qnn_executorch_compiler_spec": compile_spec.generate_qnn_executorch_compiler_spec,
             "skip_annotation": skip_annotation,

@@ -36,15 +36,23 @@ MAX_RELATIVE_LOGIT_DIFF_8A8W = 0.25
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--artifact", type=Path, default=Path("artifacts") / MODEL_NAME,
-                        help="output folder for the .pte, inputs and runner outputs")
+    parser.add_argument(
+        "--artifact",
+        type=Path,
+        default=Path("artifacts") / MODEL_NAME,
+        help="output folder for the .pte, inputs and runner outputs",
+    )
     parser.add_argument("--soc_model", default="SM8650", help="target SoC (QcomChipset name)")
     parser.add_argument("--iterations", type=int, default=10, help="timed runner iterations")
     parser.add_argument("--warm_up", type=int, default=2, help="untimed runner warm-up runs")
-    parser.add_argument("--quantize", action="store_true",
-                        help="quantize 8a8w with QnnQuantizer (calibrated on the photos) instead of fp16")
-    parser.add_argument("--skip_qnn", action="store_true",
-                        help="do not run the QNN engine (Qualcomm's library) after the host engine")
+    parser.add_argument(
+        "--quantize",
+        action="store_true",
+        help="quantize 8a8w with QnnQuantizer (calibrated on the photos) instead of fp16",
+    )
+    parser.add_argument(
+        "--skip_qnn", action="store_true", help="do not run the QNN engine (Qualcomm's library) after the host engine"
+    )
     return parser.parse_args(argv)
 
 
@@ -61,8 +69,7 @@ def quantize_8a8w(model: torch.nn.Module, photos: dict[str, torch.Tensor]) -> to
 
     utils.log_step(f"quantizing {MODEL_NAME} 8a8w (calibration: {len(photos)} photos)")
     quantizer = QnnQuantizer()
-    quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_conv_per_channel=True,
-                                       is_linear_per_channel=True)
+    quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_conv_per_channel=True, is_linear_per_channel=True)
     example = (next(iter(photos.values())),)
     prepared = prepare_pt2e(torch.export.export(model.eval(), example, strict=False).module(), quantizer)
     with torch.no_grad():
@@ -71,8 +78,9 @@ def quantize_8a8w(model: torch.nn.Module, photos: dict[str, torch.Tensor]) -> to
     return convert_pt2e(prepared)
 
 
-def export_pte(model: torch.nn.Module, example: torch.Tensor, soc_model: str, pte_path: Path,
-               quantized: bool = False) -> Path:
+def export_pte(
+    model: torch.nn.Module, example: torch.Tensor, soc_model: str, pte_path: Path, quantized: bool = False
+) -> Path:
     precision = "8a8w" if quantized else "fp16"
     start = utils.log_step(f"lowering {MODEL_NAME} to the QNN delegate ({precision}, {soc_model})")
     specs = utils.build_compiler_specs(soc_model=soc_model, use_fp16=not quantized)
@@ -84,28 +92,38 @@ def export_pte(model: torch.nn.Module, example: torch.Tensor, soc_model: str, pt
     else:
         edge = utils.lower_to_qnn(model, (example,), specs)
     utils.assert_fully_delegated(edge, MODEL_NAME)
-    print(f"      fully delegated ({utils.delegate_call_count(edge)} delegate call(s)) "
-          f"in {time.perf_counter() - start:.1f} s", flush=True)
+    print(
+        f"      fully delegated ({utils.delegate_call_count(edge)} delegate call(s)) "
+        f"in {time.perf_counter() - start:.1f} s",
+        flush=True,
+    )
     utils.save_pte(edge, pte_path)
     print(f"      wrote {pte_path} ({pte_path.stat().st_size / 1e6:.1f} MB)", flush=True)
     return pte_path
 
 
-def run_on_runner(pte_path: Path, photos: dict[str, torch.Tensor], artifact: Path,
-                  iterations: int, warm_up: int, engine: str = "host") -> utils.RunnerResult:
+def run_on_runner(
+    pte_path: Path, photos: dict[str, torch.Tensor], artifact: Path, iterations: int, warm_up: int, engine: str = "host"
+) -> utils.RunnerResult:
     input_list = utils.write_input_files([[x] for x in photos.values()], artifact / "inputs")
     runner = utils.find_runner()
-    utils.log_step(f"running {runner.name} --engine {engine} ({len(photos)} photo(s), {warm_up} "
-                   f"warm-up + {iterations} iteration(s) each)")
+    utils.log_step(
+        f"running {runner.name} --engine {engine} ({len(photos)} photo(s), {warm_up} "
+        f"warm-up + {iterations} iteration(s) each)"
+    )
     suffix = "" if engine == "host" else f"_{engine}"
     result = utils.run_runner(
-        pte_path, input_list, artifact / f"outputs{suffix}", iterations=iterations, warm_up=warm_up,
-        perf_path=artifact / f"performance{suffix}.txt", runner=runner, extra_flags=["--engine", engine],
+        pte_path,
+        input_list,
+        artifact / f"outputs{suffix}",
+        iterations=iterations,
+        warm_up=warm_up,
+        perf_path=artifact / f"performance{suffix}.txt",
+        runner=runner,
+        extra_flags=["--engine", engine],
     )
     if result.returncode != 0:
-        raise utils.ExampleError(
-            f"{runner.name} failed with exit code {result.returncode}:\n{result.stderr.strip()}"
-        )
+        raise utils.ExampleError(f"{runner.name} failed with exit code {result.returncode}:\n{result.stderr.strip()}")
     return result
 
 
@@ -116,22 +134,24 @@ def report_photo(name: str, logits: torch.Tensor, eager: torch.Tensor) -> tuple[
     matches = top5[0][0] == eager_top1
     max_diff = float((logits - eager).abs().max())
     rel_diff = max_diff / float(eager.max() - eager.min())
-    print(f"\n{name}: top-1 {'==' if matches else '!='} eager "
-          f"({imagenet.load_imagenet_labels()[eager_top1]}), max |logit - eager| = {max_diff:.4f}")
+    print(
+        f"\n{name}: top-1 {'==' if matches else '!='} eager "
+        f"({imagenet.load_imagenet_labels()[eager_top1]}), max |logit - eager| = {max_diff:.4f}"
+    )
     for class_id, label, prob in top5:
         print(f"    {prob:7.2%}  {class_id:4d} {label}")
     return matches, rel_diff
 
 
-def check_results(outcomes: dict[str, tuple[bool, float]], chelsea_top1: int,
-                  max_relative_diff: float = MAX_RELATIVE_LOGIT_DIFF) -> None:
+def check_results(
+    outcomes: dict[str, tuple[bool, float]], chelsea_top1: int, max_relative_diff: float = MAX_RELATIVE_LOGIT_DIFF
+) -> None:
     if not imagenet.is_cat_class(chelsea_top1):
         raise utils.ExampleError(f"chelsea (a cat) classified as class {chelsea_top1}")
     for name, (_, rel_diff) in outcomes.items():
         if rel_diff > max_relative_diff:
             raise utils.ExampleError(
-                f"{name}: logits differ from eager by {rel_diff:.2%} of their range "
-                f"(bound {max_relative_diff:.0%})"
+                f"{name}: logits differ from eager by {rel_diff:.2%} of their range (bound {max_relative_diff:.0%})"
             )
 
 
@@ -144,8 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     eager = eager_logits(model, photos)
 
     lowered = quantize_8a8w(model, photos) if args.quantize else model
-    pte_path = export_pte(lowered, next(iter(photos.values())), args.soc_model,
-                          artifact / f"{MODEL_NAME}.pte", quantized=args.quantize)
+    pte_path = export_pte(
+        lowered, next(iter(photos.values())), args.soc_model, artifact / f"{MODEL_NAME}.pte", quantized=args.quantize
+    )
     result = run_on_runner(pte_path, photos, artifact, args.iterations, args.warm_up)
 
     outcomes = {}
@@ -156,17 +177,22 @@ def main(argv: list[str] | None = None) -> int:
         delegated_top1[name] = int(logits.argmax())
     matched = sum(match for match, _ in outcomes.values())
     latency = "n/a" if result.avg_latency_ms is None else f"{result.avg_latency_ms:.2f} ms"
-    print(f"\ntop-1 equal to eager on {matched}/{len(outcomes)} photos; "
-          f"runner average latency {latency}")
-    check_results(outcomes, delegated_top1["chelsea"],
-                  MAX_RELATIVE_LOGIT_DIFF_8A8W if args.quantize else MAX_RELATIVE_LOGIT_DIFF)
+    print(f"\ntop-1 equal to eager on {matched}/{len(outcomes)} photos; runner average latency {latency}")
+    check_results(
+        outcomes, delegated_top1["chelsea"], MAX_RELATIVE_LOGIT_DIFF_8A8W if args.quantize else MAX_RELATIVE_LOGIT_DIFF
+    )
     if not args.skip_qnn:
         compare_with_qnn(pte_path, photos, artifact, eager, result)
     return 0
 
 
-def compare_with_qnn(pte_path: Path, photos: dict[str, torch.Tensor], artifact: Path,
-                     eager: dict[str, torch.Tensor], host: utils.RunnerResult) -> None:
+def compare_with_qnn(
+    pte_path: Path,
+    photos: dict[str, torch.Tensor],
+    artifact: Path,
+    eager: dict[str, torch.Tensor],
+    host: utils.RunnerResult,
+) -> None:
     """One photo, one iteration on Qualcomm's QNN library (x86 emulation of the HTP: seconds)."""
     from backends.qualcomm.utils.qnn_context import qnn_library_status
 
@@ -183,9 +209,11 @@ def compare_with_qnn(pte_path: Path, photos: dict[str, torch.Tensor], artifact: 
     qnn_logits = utils.read_raw_output(artifact / "outputs_qnn", 0, 0, eager[name])
     host_logits = utils.read_raw_output(artifact / "outputs", list(photos).index(name), 0, eager[name])
     span = float(eager[name].max() - eager[name].min())
-    print(f"\nQNN engine ({name}): top-1 {int(qnn_logits.argmax())} vs host {int(host_logits.argmax())} "
-          f"vs eager {int(eager[name].argmax())}; max |QNN - host| = "
-          f"{float((qnn_logits - host_logits).abs().max()) / span:.3%} of the logit range")
+    print(
+        f"\nQNN engine ({name}): top-1 {int(qnn_logits.argmax())} vs host {int(host_logits.argmax())} "
+        f"vs eager {int(eager[name].argmax())}; max |QNN - host| = "
+        f"{float((qnn_logits - host_logits).abs().max()) / span:.3%} of the logit range"
+    )
     qnn_ms = "n/a" if qnn.avg_latency_ms is None else f"{qnn.avg_latency_ms:.0f} ms"
     host_ms = "n/a" if host.avg_latency_ms is None else f"{host.avg_latency_ms:.2f} ms"
     print(f"latency: host engine {host_ms}, QNN (x86 emulation) {qnn_ms}")

@@ -1,6 +1,7 @@
 """Read every quantize / dequantize node of a delegated QDQ graph into a QuantAttrs:
 quantize nodes get QCOM_QUANT_ATTRS (encoding of their output), dequantize nodes get
 QCOM_DEQUANT_ATTRS (encoding of their input)."""
+
 from __future__ import annotations
 
 from typing import Callable, Dict
@@ -34,8 +35,9 @@ def _affine_attrs(ep: ExportedProgram, node: torch.fx.Node) -> QuantAttrs:
     # its channel axis is 1. The effective scales are kept as [channel, block].
     axis = 1 if len(block_size) > 2 and block_size[0] > 1 and block_size[1] == 1 else 0
     scale = np.moveaxis(scale, axis, 0)
-    return QuantAttrs(scale.reshape(scale.shape[0], -1), zp, int(qmin), int(qmax), dtype, axis=axis,
-                      block_size=block_size)
+    return QuantAttrs(
+        scale.reshape(scale.shape[0], -1), zp, int(qmin), int(qmax), dtype, axis=axis, block_size=block_size
+    )
 
 
 def _per_channel_attrs(ep: ExportedProgram, node: torch.fx.Node) -> QuantAttrs:
@@ -48,8 +50,9 @@ def _per_channel_attrs(ep: ExportedProgram, node: torch.fx.Node) -> QuantAttrs:
 def _per_tensor_attrs(ep: ExportedProgram, node: torch.fx.Node) -> QuantAttrs:
     _, scale, zp, qmin, qmax, dtype = list(node.args[:6])
     scale, zp = _value(ep, scale, node), _value(ep, zp, node)
-    return QuantAttrs(float(np.asarray(scale).reshape(-1)[0]), int(np.asarray(zp).reshape(-1)[0]),
-                      int(qmin), int(qmax), dtype)
+    return QuantAttrs(
+        float(np.asarray(scale).reshape(-1)[0]), int(np.asarray(zp).reshape(-1)[0]), int(qmin), int(qmax), dtype
+    )
 
 
 def quant_attrs_of(ep: ExportedProgram, node: torch.fx.Node) -> QuantAttrs:

@@ -6,6 +6,7 @@ convert_linear_to_conv2d rewrites each marked linear with a constant weight as
     x [..., K] -> view [M, K, 1, 1] -> convolution(weight [N, K, 1, 1]) -> view [..., N]
 The weight keeps its encoding: per-channel scales on the output channel, LPBQ block scales
 per output channel and per block of input channels (HWIO: axis 3, block axis 2)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,8 +49,9 @@ def _conv_weight(ep: ExportedProgram, graph: torch.fx.Graph, linear: torch.fx.No
     data = get_param_tensor(ep, weight)
     first_placeholder = next(n for n in graph.nodes if n.op == "placeholder")
     with graph.inserting_before(first_placeholder):
-        node = create_constant_placeholder(ep, graph, f"{weight.name}_oihw", InputKind.PARAMETER,
-                                           data.reshape(*data.shape, 1, 1).contiguous())
+        node = create_constant_placeholder(
+            ep, graph, f"{weight.name}_oihw", InputKind.PARAMETER, data.reshape(*data.shape, 1, 1).contiguous()
+        )
     node.meta[QCOM_CONSTANT] = True
     attrs = weight.meta.get(QCOM_QUANT_ATTRS)
     if attrs is not None:
@@ -67,8 +69,9 @@ def _rewrite(ep: ExportedProgram, linear: torch.fx.Node) -> None:
     with graph.inserting_before(linear):
         weight = _conv_weight(ep, graph, linear)
         x4 = _view(graph, x, [m, k, 1, 1], x)
-        conv = graph.call_function(_aten.convolution.default,
-                                   (x4, weight, bias, [1, 1], [0, 0], [1, 1], False, [0, 0], 1))
+        conv = graph.call_function(
+            _aten.convolution.default, (x4, weight, bias, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+        )
         conv.meta["val"] = linear.meta["val"].new_empty([m, n, 1, 1])
         conv.meta.update({k_: v for k_, v in linear.meta.items() if k_ not in ("val",)})
         out = _view(graph, conv, out_shape, linear)
@@ -80,8 +83,12 @@ def _convertible(ep: ExportedProgram, node: torch.fx.Node) -> bool:
     if node.op != "call_function" or node.target != _aten.linear.default:
         return False
     weight = node.args[1]
-    return (node.meta.get(QCOM_LINEAR_AS_CONV, False) and isinstance(weight, torch.fx.Node)
-            and weight.op == "placeholder" and is_param_node(ep, weight))
+    return (
+        node.meta.get(QCOM_LINEAR_AS_CONV, False)
+        and isinstance(weight, torch.fx.Node)
+        and weight.op == "placeholder"
+        and is_param_node(ep, weight)
+    )
 
 
 def convert_linear_to_conv2d(ep: ExportedProgram) -> ExportedProgram:

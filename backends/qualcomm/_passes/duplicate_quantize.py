@@ -1,5 +1,6 @@
 """Edge pass: one quantize node per dequantize consumer, so that the partitioner can keep
 every quantize -> dequantize pair inside one delegate (see partitioner/quant_boundaries)."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Fold an eval batch norm that follows a convolution into the conv's weight and bias."""
+
 from __future__ import annotations
 
 import operator
@@ -6,7 +7,10 @@ from typing import Optional
 
 import torch
 from executorch.backends.transforms.utils import (
-    create_constant_placeholder, delete_constant_placeholder, get_param_tensor, is_param_node,
+    create_constant_placeholder,
+    delete_constant_placeholder,
+    get_param_tensor,
+    is_param_node,
 )
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.export import ExportedProgram

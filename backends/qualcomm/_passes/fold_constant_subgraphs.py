@@ -10,6 +10,7 @@ compute, stored in the program), so the delegates downstream read static tensors
 Never folded: quantize / dequantize nodes (the encodings of a quantized graph stay ops), impure
 nodes (random draws, mutation), nodes reading a mutable buffer, and values the graph returns
 directly (a graph output cannot be a lifted constant)."""
+
 from __future__ import annotations
 
 import logging
@@ -82,19 +83,25 @@ def _replace_with_constants(ep: ExportedProgram, folded: List[Node], values: Dic
     """Each folded tensor read by a node that is not folded -> a lifted constant; returns how many."""
     graph = ep.graph_module.graph
     inside = set(folded)
-    first_user_input = next(n for n in graph.nodes if n.op == "placeholder"
-                            and n.name in ep.graph_signature.user_inputs) \
-        if ep.graph_signature.user_inputs else None
+    first_user_input = (
+        next(n for n in graph.nodes if n.op == "placeholder" and n.name in ep.graph_signature.user_inputs)
+        if ep.graph_signature.user_inputs
+        else None
+    )
     created = 0
     for node in folded:
         value = values[node]
         if not isinstance(value, torch.Tensor) or all(user in inside for user in node.users):
             continue
-        insert = graph.inserting_before(first_user_input) if first_user_input is not None \
+        insert = (
+            graph.inserting_before(first_user_input)
+            if first_user_input is not None
             else graph.inserting_before(next(iter(graph.nodes)))
+        )
         with insert:
-            constant = create_constant_placeholder(ep, graph, f"{FOLDED_PREFIX}{node.name}",
-                                                   InputKind.CONSTANT_TENSOR, value.detach().contiguous().clone())
+            constant = create_constant_placeholder(
+                ep, graph, f"{FOLDED_PREFIX}{node.name}", InputKind.CONSTANT_TENSOR, value.detach().contiguous().clone()
+            )
         node.replace_all_uses_with(constant)
         created += 1
     return created
@@ -122,7 +129,10 @@ class FoldConstantSubgraphs(ExportedProgramPassBase):
     builders read) -> lifted constants."""
 
     def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
-        parameters = {n for n in exported_program.graph_module.graph.nodes
-                      if n.op == "placeholder" and is_param(exported_program, n)}
+        parameters = {
+            n
+            for n in exported_program.graph_module.graph.nodes
+            if n.op == "placeholder" and is_param(exported_program, n)
+        }
         created = fold_constant_nodes(exported_program, exclude_inputs=parameters)
         return ExportedProgramPassResult(exported_program, created > 0)

@@ -10,6 +10,7 @@ movement as
 
 where `merged` drops the permute's size-1 dims and merges the dims it keeps adjacent and in
 order (window partition: 6 dims -> 4). Exact: only the data order matters, and it is the same."""
+
 from __future__ import annotations
 
 import math
@@ -69,8 +70,9 @@ def _chain_from(first: torch.fx.Node, clones: set) -> Optional[List[torch.fx.Nod
     return chain
 
 
-def new_shape_node(graph: torch.fx.Graph, target, args: tuple, like: torch.fx.Node, shape: Sequence[int],
-              template: torch.fx.Node) -> torch.fx.Node:
+def new_shape_node(
+    graph: torch.fx.Graph, target, args: tuple, like: torch.fx.Node, shape: Sequence[int], template: torch.fx.Node
+) -> torch.fx.Node:
     node = graph.call_function(target, args)
     node.meta["val"] = like.meta["val"].new_empty(list(shape))
     for key in (QCOM_QUANT_ATTRS, DEBUG_HANDLE, "stack_trace", "nn_module_stack"):

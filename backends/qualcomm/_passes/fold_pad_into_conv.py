@@ -1,5 +1,6 @@
 """Fold a zero constant_pad_nd of H/W into the pad_amount of the convolutions reading it
 (directly, or through the dequantize FoldQDQ leaves before a float convolution)."""
+
 from __future__ import annotations
 
 from typing import List, Set

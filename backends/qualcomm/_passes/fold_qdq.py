@@ -13,6 +13,7 @@
    tensor is annotated as one op, but export makes it clone + view) runs on the quantized
    tensor: the chain's nodes get the encoding and the quantize goes.
 Quantize nodes left over are graph-input `Quantize`s or requantizations (InsertRequantize)."""
+
 from __future__ import annotations
 
 import operator
@@ -31,9 +32,17 @@ from backends.qualcomm.utils.constants import QCOM_DEQUANT_ATTRS, QCOM_QUANT_ATT
 def _data_movement_targets() -> set:
     """Edge ops that only move or alias their one tensor input's values."""
     aten, dim_order = exir_ops.edge.aten, exir_ops.edge.dim_order_ops
-    targets = {aten.view_copy.default, aten.clone.default, aten.alias_copy.default,
-               aten.permute_copy.default, aten.unsqueeze_copy.default, aten.squeeze_copy.dims,
-               aten.squeeze_copy.dim, aten.squeeze_copy.default, aten.expand_copy.default}
+    targets = {
+        aten.view_copy.default,
+        aten.clone.default,
+        aten.alias_copy.default,
+        aten.permute_copy.default,
+        aten.unsqueeze_copy.default,
+        aten.squeeze_copy.dims,
+        aten.squeeze_copy.dim,
+        aten.squeeze_copy.default,
+        aten.expand_copy.default,
+    }
     clone_dim_order = getattr(dim_order, "_clone_dim_order", None)
     if clone_dim_order is not None:
         targets.add(clone_dim_order.default)
@@ -77,8 +86,13 @@ def _data_movement_chain(q: torch.fx.Node, targets: set) -> List[torch.fx.Node]:
     each read by the next only; [] when `q` is not at the end of such a chain."""
     chain: List[torch.fx.Node] = []
     node = q.args[0]
-    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in targets \
-            and len(node.users) == 1 and QCOM_QUANT_ATTRS not in node.meta:
+    while (
+        isinstance(node, torch.fx.Node)
+        and node.op == "call_function"
+        and node.target in targets
+        and len(node.users) == 1
+        and QCOM_QUANT_ATTRS not in node.meta
+    ):
         chain.append(node)
         node = node.args[0]
     if not chain or not isinstance(node, torch.fx.Node) or not is_dequantize(node):
@@ -134,8 +148,7 @@ def _fold_output_quantizes(graph: torch.fx.Graph) -> None:
 def _consumes_quantized(user: torch.fx.Node) -> bool:
     if user.op == "call_function" and _compares_quantized(user):
         return True
-    return user.op == "call_function" and QCOM_QUANT_ATTRS in compute_source(user).meta \
-        and not is_quantize(user)
+    return user.op == "call_function" and QCOM_QUANT_ATTRS in compute_source(user).meta and not is_quantize(user)
 
 
 def _compares_quantized(node: torch.fx.Node) -> bool:

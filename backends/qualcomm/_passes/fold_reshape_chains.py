@@ -11,6 +11,7 @@ Reshape [2, 10, 1, 3] is 26 off where the host engine and eager agree; with a si
   is reshape-like too reads the chain's source directly: view(source, its own shape).
 
 Exact: a reshape chain moves no data. Chain links left without users are erased."""
+
 from __future__ import annotations
 
 from typing import Set
@@ -33,8 +34,12 @@ def _moves_unit_dims_only(node: torch.fx.Node) -> bool:
 
 
 def _is_reshape_like(node: object, reshapes: Set, clones: Set) -> bool:
-    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or \
-            not isinstance(node.args[0], torch.fx.Node) or not isinstance(node.meta.get("val"), torch.Tensor):
+    if (
+        not isinstance(node, torch.fx.Node)
+        or node.op != "call_function"
+        or not isinstance(node.args[0], torch.fx.Node)
+        or not isinstance(node.meta.get("val"), torch.Tensor)
+    ):
         return False
     if node.target in reshapes:
         return True

@@ -9,6 +9,7 @@ annotates one rms_norm (input, weight, output encodings) instead of five ops wit
 A graph that is already quantized has Quantize / Dequantize nodes between the pieces and is left as
 it is; so is any chain whose intermediate results are read elsewhere, whose casts change the dtype,
 whose mean is not over trailing axes, or whose weight does not have the normalized shape."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,8 +19,7 @@ import torch
 
 _aten = torch.ops.aten
 # Ops that leave a float32 tensor unchanged when their output dtype is the input's.
-_CASTS = (_aten.to.dtype, _aten._to_copy.default, _aten.type_as.default, _aten.clone.default,
-          _aten.alias.default)
+_CASTS = (_aten.to.dtype, _aten._to_copy.default, _aten.type_as.default, _aten.clone.default, _aten.alias.default)
 _ASSERTS = (_aten._assert_tensor_metadata.default,)
 
 
@@ -36,8 +36,12 @@ def _dtype(node: object) -> Optional[torch.dtype]:
 
 
 def _is_identity_cast(node: torch.fx.Node) -> bool:
-    return (node.op == "call_function" and _target(node) in _CASTS and isinstance(node.args[0], torch.fx.Node)
-            and _dtype(node) == _dtype(node.args[0]) == torch.float32)
+    return (
+        node.op == "call_function"
+        and _target(node) in _CASTS
+        and isinstance(node.args[0], torch.fx.Node)
+        and _dtype(node) == _dtype(node.args[0]) == torch.float32
+    )
 
 
 def _source(node: object) -> object:
@@ -67,8 +71,8 @@ class RmsNormMatch:
     normalized_shape: List[int]
     eps: float
     weight: Optional[torch.fx.Node]
-    last: torch.fx.Node          # its uses become the rms_norm's
-    chain: List[torch.fx.Node]   # nodes that die with the fusion
+    last: torch.fx.Node  # its uses become the rms_norm's
+    chain: List[torch.fx.Node]  # nodes that die with the fusion
 
 
 def _square_of(node: object) -> Optional[torch.fx.Node]:
@@ -90,7 +94,7 @@ def _trailing_shape(mean: torch.fx.Node, x: torch.fx.Node) -> Optional[List[int]
     dims = sorted(int(d) % len(shape) for d in mean.args[1])
     if not dims or dims != list(range(len(shape) - len(dims), len(shape))):
         return None
-    return shape[len(shape) - len(dims):]
+    return shape[len(shape) - len(dims) :]
 
 
 def _weight_of(node: torch.fx.Node, normed: torch.fx.Node, shape: List[int]) -> Optional[torch.fx.Node]:
@@ -110,8 +114,13 @@ def _weight_of(node: torch.fx.Node, normed: torch.fx.Node, shape: List[int]) -> 
 def match_rms_norm(rsqrt: torch.fx.Node) -> Optional[RmsNormMatch]:
     """The RMSNorm around an rsqrt node: rsqrt(mean(x^2) + eps) * x [* weight]."""
     add = rsqrt.args[0]
-    if not isinstance(add, torch.fx.Node) or _target(add) != _aten.add.Tensor or len(add.args) != 2 \
-            or not isinstance(add.args[1], (int, float)) or add.kwargs.get("alpha", 1) != 1:
+    if (
+        not isinstance(add, torch.fx.Node)
+        or _target(add) != _aten.add.Tensor
+        or len(add.args) != 2
+        or not isinstance(add.args[1], (int, float))
+        or add.kwargs.get("alpha", 1) != 1
+    ):
         return None
     mean = add.args[0]
     if not isinstance(mean, torch.fx.Node) or _target(mean) != _aten.mean.dim:
@@ -182,8 +191,9 @@ def fuse_rms_norm(graph_module: torch.fx.GraphModule) -> bool:
         if match is None:
             continue
         with graph.inserting_after(match.last):
-            rms = graph.call_function(_aten.rms_norm.default,
-                                      (match.x, match.normalized_shape, match.weight, match.eps))
+            rms = graph.call_function(
+                _aten.rms_norm.default, (match.x, match.normalized_shape, match.weight, match.eps)
+            )
         rms.meta.update({k: v for k, v in match.last.meta.items() if k != "source_fn_stack"})
         match.last.replace_all_uses_with(rms)
         _erase_dead(graph, list(reversed(match.chain + _cast_nodes_after(match.chain[-1], match.last))))
@@ -200,6 +210,7 @@ class FuseRmsNorm:
 
     def __call__(self, graph_module: torch.fx.GraphModule):
         from torch.fx.passes.infra.pass_base import PassResult
+
         return PassResult(graph_module, fuse_rms_norm(graph_module))
 
 

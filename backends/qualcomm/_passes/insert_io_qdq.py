@@ -15,6 +15,7 @@ quantize / dequantize node's own args:
   -> Quantize(encoding) -> the dequantize's consumers (exactly the stored integers back);
 - output (`insert_io_qdq`, after FoldQDQ):  quantized -> Dequantize -> * (1/scale)
   -> + (zero_point + 0.5) -> Cast to the edge dtype (truncation = rounding, q >= 0)."""
+
 from __future__ import annotations
 
 from typing import List, Optional
@@ -26,7 +27,10 @@ from torch.export import ExportedProgram
 from backends.qualcomm.builders.graph_builder import io_dim_order
 from backends.qualcomm.builders.quant_encoding import QuantAttrs, is_dequantize
 from backends.qualcomm.utils.constants import (
-    QCOM_DEQUANT_ATTRS, QCOM_OUTPUT_DIM_ORDERS, QCOM_OUTPUT_DTYPES, QCOM_QUANT_ATTRS,
+    QCOM_DEQUANT_ATTRS,
+    QCOM_OUTPUT_DIM_ORDERS,
+    QCOM_OUTPUT_DTYPES,
+    QCOM_QUANT_ATTRS,
 )
 from backends.qualcomm.utils.errors import QnnLoweringError
 
@@ -61,8 +65,9 @@ def _is_integer(dtype: Optional[torch.dtype]) -> bool:
     return dtype is not None and not dtype.is_floating_point and dtype is not torch.bool
 
 
-def _call(graph: torch.fx.Graph, target, args: tuple, val: torch.Tensor, kwargs: Optional[dict] = None
-          ) -> torch.fx.Node:
+def _call(
+    graph: torch.fx.Graph, target, args: tuple, val: torch.Tensor, kwargs: Optional[dict] = None
+) -> torch.fx.Node:
     node = graph.call_function(target, args, kwargs or {})
     node.meta["val"] = val
     return node
@@ -76,12 +81,16 @@ def _user_inputs(ep: ExportedProgram) -> List[torch.fx.Node]:
 def _quantize_integer_input(graph: torch.fx.Graph, placeholder: torch.fx.Node, dq: torch.fx.Node) -> None:
     """placeholder (stored integers) -> float real values -> Quantize with dq's encoding -> dq."""
     if "per_tensor" not in str(dq.target):
-        raise QnnLoweringError(f"delegate input '{placeholder.name}' is a quantized integer tensor with a "
-                               "per-channel encoding; only per-tensor activations can cross delegates", dq)
+        raise QnnLoweringError(
+            f"delegate input '{placeholder.name}' is a quantized integer tensor with a "
+            "per-channel encoding; only per-tensor activations can cross delegates",
+            dq,
+        )
     _, scale, zero_point = dq.args[:3]
     if not isinstance(scale, (int, float)) or not isinstance(zero_point, int):
-        raise QnnLoweringError(f"delegate input '{placeholder.name}': the dequantize's scale / zero point "
-                               "are not constants", dq)
+        raise QnnLoweringError(
+            f"delegate input '{placeholder.name}': the dequantize's scale / zero point are not constants", dq
+        )
     fval = placeholder.meta["val"].to(torch.float32)
     with graph.inserting_before(dq):
         as_float = _call(graph, _CAST, (placeholder,), fval, {"dtype": torch.float32})
@@ -98,7 +107,8 @@ def record_output_meta(ep: ExportedProgram) -> ExportedProgram:
     flat = _flat_outputs(output)
     output.meta[QCOM_OUTPUT_DTYPES] = [_val_dtype(n) for n in flat]
     output.meta[QCOM_OUTPUT_DIM_ORDERS] = [
-        list(io_dim_order(n.meta.get("val"))) if isinstance(n, torch.fx.Node) else [] for n in flat]
+        list(io_dim_order(n.meta.get("val"))) if isinstance(n, torch.fx.Node) else [] for n in flat
+    ]
     return ep
 
 
@@ -121,20 +131,23 @@ def quantize_integer_inputs(ep: ExportedProgram) -> ExportedProgram:
 
 def _dequantize_after(graph: torch.fx.Graph, node: torch.fx.Node, attrs: QuantAttrs) -> torch.fx.Node:
     with graph.inserting_after(node):
-        dq = graph.call_function(_DQ, (node, float(attrs.scale), int(attrs.zero_point), attrs.qmin,
-                                       attrs.qmax, attrs.dtype))
+        dq = graph.call_function(
+            _DQ, (node, float(attrs.scale), int(attrs.zero_point), attrs.qmin, attrs.qmax, attrs.dtype)
+        )
     dq.meta["val"] = node.meta["val"].to(torch.float32)
     dq.meta[QCOM_DEQUANT_ATTRS] = attrs
     return dq
 
 
-def _integer_output(graph: torch.fx.Graph, node: torch.fx.Node, attrs: QuantAttrs,
-                    dtype: torch.dtype) -> torch.fx.Node:
+def _integer_output(graph: torch.fx.Graph, node: torch.fx.Node, attrs: QuantAttrs, dtype: torch.dtype) -> torch.fx.Node:
     """The stored integers of quantized `node` as a plain `dtype` tensor."""
     if attrs.axis != -1 or attrs.qmin < 0:
-        raise QnnLoweringError(f"delegate output '{node.name}' is a quantized integer tensor with a "
-                               "per-channel or signed encoding; only unsigned per-tensor activations can "
-                               "cross delegates", node)
+        raise QnnLoweringError(
+            f"delegate output '{node.name}' is a quantized integer tensor with a "
+            "per-channel or signed encoding; only unsigned per-tensor activations can "
+            "cross delegates",
+            node,
+        )
     real = _dequantize_after(graph, node, attrs)
     fval = real.meta["val"]
     with graph.inserting_after(real):

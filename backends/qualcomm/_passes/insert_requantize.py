@@ -1,6 +1,7 @@
 """Requantization where producer and consumer encodings differ: a dequantize -> quantize
 chain (e.g. 8-bit producer, 16-bit consumer) becomes one quantize node reading the
 quantized tensor, which the builder emits as QNN `Convert`; equal encodings fold away."""
+
 from __future__ import annotations
 
 import torch

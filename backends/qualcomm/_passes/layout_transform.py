@@ -3,6 +3,7 @@
 ops (rank 4; rank 3 / 5 through elementwise ops), channel-first
 elsewhere. The GraphBuilder inserts one Transpose (or a Reshape when only unit dims
 move) per tensor and layout actually requested, so permutes appear only at boundaries."""
+
 from __future__ import annotations
 
 import operator
@@ -12,8 +13,13 @@ import torch
 from backends.qualcomm.builders.graph_builder import io_dim_order
 from backends.qualcomm.builders.registry import LayoutPolicy, get_builder
 from backends.qualcomm.utils.constants import (
-    CHANNEL_LAST_RANKS, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, QCOM_CONSTANT,
-    QCOM_INPUT_LAYOUT, QCOM_LAYOUT,
+    CHANNEL_LAST_RANKS,
+    LAYOUT_CHANNEL_FIRST,
+    LAYOUT_CHANNEL_LAST,
+    NCHW_TO_NHWC,
+    QCOM_CONSTANT,
+    QCOM_INPUT_LAYOUT,
+    QCOM_LAYOUT,
 )
 
 
@@ -52,8 +58,14 @@ def _keeps_other_rank_channel_last(node: torch.fx.Node, builder, cl_inputs: list
     """An elementwise op (channel_last_any_rank) reading channel-last rank-3 / rank-5 tensors
     of its own output rank (conv1d / conv3d outputs) stays channel-last."""
     rank = _rank(node)
-    return (bool(cl_inputs) and rank in CHANNEL_LAST_RANKS and rank != 4 and builder.channel_last_any_rank
-            and all(_rank(a) == rank for a in cl_inputs) and builder.supports_channel_last(node))
+    return (
+        bool(cl_inputs)
+        and rank in CHANNEL_LAST_RANKS
+        and rank != 4
+        and builder.channel_last_any_rank
+        and all(_rank(a) == rank for a in cl_inputs)
+        and builder.supports_channel_last(node)
+    )
 
 
 def _graph_input_layout(node: torch.fx.Node) -> str:

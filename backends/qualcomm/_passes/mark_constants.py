@@ -1,5 +1,6 @@
 """Flag placeholders that hold params/buffers/lifted constants (read by builder checks), and int64
 constants holding values outside int32 (QNN narrows INT_64 to INT_32: integer arithmetic refuses them)."""
+
 from __future__ import annotations
 
 import torch
@@ -19,7 +20,7 @@ def _beyond_int32(ep: ExportedProgram, node: torch.fx.Node) -> bool:
         data = data.constant
     if not isinstance(data, torch.Tensor) or isinstance(data, FakeTensor) or data.numel() == 0:
         return False  # nothing to read (a fake constant without its value)
-    return bool(((data < -2 ** 31) | (data >= 2 ** 31)).any())
+    return bool(((data < -(2**31)) | (data >= 2**31)).any())
 
 
 def mark_constants(ep: ExportedProgram) -> ExportedProgram:

@@ -4,6 +4,7 @@ EDGE_TRANSFORM_PASSES run (as ExecuTorch transform passes) in
 to_edge_transform_and_lower_to_qnn before partitioning; PREPROCESS_PASSES run on each
 delegated program inside QnnDelegate.preprocess, so that plain
 to_edge_transform_and_lower(..., partitioner=[QnnPartitioner(specs)]) works too."""
+
 from __future__ import annotations
 
 from typing import Callable, List
@@ -30,7 +31,13 @@ from backends.qualcomm._passes.resolve_debug_handle import ResolveDebugHandle
 def edge_transform_passes(convert_linear_to_conv2d: bool = False) -> List[Callable]:
     """Edge passes; `convert_linear_to_conv2d` marks linear nodes to be lowered as 1x1 Conv2d."""
     optional = [MarkLinearAsConv2d()] if convert_linear_to_conv2d else []
-    return [FoldConstantSubgraphs(), RemoveIdentityOps(), DuplicateQuantize(), *optional, ResolveDebugHandle()]  # ResolveDebugHandle stays last
+    return [
+        FoldConstantSubgraphs(),
+        RemoveIdentityOps(),
+        DuplicateQuantize(),
+        *optional,
+        ResolveDebugHandle(),
+    ]  # ResolveDebugHandle stays last
 
 
 def _annotate_layout(ep: ExportedProgram) -> ExportedProgram:

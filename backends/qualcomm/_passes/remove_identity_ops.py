@@ -1,4 +1,5 @@
 """Edge pass: drop ops that do not change data (clone, alias, eval dropout)."""
+
 from __future__ import annotations
 
 import torch

@@ -12,6 +12,7 @@ Without our edge passes (plain to_edge_transform_and_lower users), handles may
 still be shared; `dumped_handle_owners` picks the one node per handle whose
 output stands for the group (the last one, as ExecuTorch's Inspector does).
 """
+
 from __future__ import annotations
 
 import operator
@@ -103,8 +104,7 @@ def folded_handle_groups(original: torch.fx.Graph, lowered: torch.fx.Graph) -> D
     norm, quantize / dequantize or identity op the node upstream of it with the same shape (its
     output is what the dumped tensor holds: the group's last handle), a pad folded into a conv
     the conv after it (before the conv's own handle)."""
-    surviving = {h for h in (node_debug_handle(n) for n in lowered.nodes if n.op == "call_function")
-                 if h is not None}
+    surviving = {h for h in (node_debug_handle(n) for n in lowered.nodes if n.op == "call_function") if h is not None}
     groups: Dict[int, List[int]] = {h: [h] for h in surviving}
     for node in original.nodes:
         handle = node_debug_handle(node) if node.op == "call_function" and not _is_getitem(node) else None

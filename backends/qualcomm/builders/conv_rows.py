@@ -3,6 +3,7 @@ op_conv.rows_qnn_leaves_unset): no kernel tap reaches them, so they hold the bia
 builder appends them to what the TransposeConv writes as constant rows with one Concat per
 spatial axis (exact in fp16; quantized, the bias quantized to the output's encoding as the QDQ
 reference quantizes the conv's output there)."""
+
 from __future__ import annotations
 
 from typing import List
@@ -29,8 +30,9 @@ def bias_values(bias: QnnTensor) -> np.ndarray:
     return (data + offsets) * scales
 
 
-def _row_block(gb: GraphBuilder, node: torch.fx.Node, values: np.ndarray, dims: List[int], like: QnnTensor,
-               name: str) -> QnnTensor:
+def _row_block(
+    gb: GraphBuilder, node: torch.fx.Node, values: np.ndarray, dims: List[int], like: QnnTensor, name: str
+) -> QnnTensor:
     """A STATIC block of `dims` (channel last) holding `values` [C] in every position, in the
     data type / encoding of `like` (the conv's output)."""
     block = np.broadcast_to(values.astype(np.float32), dims)
@@ -38,13 +40,19 @@ def _row_block(gb: GraphBuilder, node: torch.fx.Node, values: np.ndarray, dims: 
     if like.quant is None or attrs is None:
         return gb.static_tensor(f"{node.name}_{name}", np.ascontiguousarray(block))
     codes = torch.ops.quantized_decomposed.quantize_per_tensor(
-        torch.from_numpy(np.ascontiguousarray(block)), float(attrs.scale), int(attrs.zero_point), attrs.qmin,
-        attrs.qmax, attrs.dtype)
+        torch.from_numpy(np.ascontiguousarray(block)),
+        float(attrs.scale),
+        int(attrs.zero_point),
+        attrs.qmin,
+        attrs.qmax,
+        attrs.dtype,
+    )
     return gb.quantized_static(f"{node.name}_{name}", codes.to(torch.int64).numpy(), attrs)
 
 
-def append_bias_rows(gb: GraphBuilder, node: torch.fx.Node, written: QnnTensor, bias: QnnTensor,
-                     unset: List[int], target: QnnTensor) -> None:
+def append_bias_rows(
+    gb: GraphBuilder, node: torch.fx.Node, written: QnnTensor, bias: QnnTensor, unset: List[int], target: QnnTensor
+) -> None:
     """target [N, spatial.., C] = `written` (the rows the TransposeConv wrote) with `unset[i]`
     bias rows appended along spatial axis i, one Concat per axis (the last one into target)."""
     values = bias_values(bias)

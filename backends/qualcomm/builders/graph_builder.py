@@ -1,4 +1,5 @@
 """GraphBuilder: owns the QNN tensors and ops that builders emit for one delegate graph."""
+
 from __future__ import annotations
 
 import operator
@@ -12,24 +13,45 @@ from torch.export import ExportedProgram
 from backends.qualcomm.builders.qnn_op_types import QNN_OP_TYPES, QNN_QUANT_OP_TYPES
 from backends.qualcomm.builders.quant_encoding import QuantAttrs, qnn_quant_dtype, quant_params, stored_data
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType, QnnGraph, QnnOp, QnnParam, QnnTensor, QuantParams, TensorType, uint32_tensor,
+    DataType,
+    QnnGraph,
+    QnnOp,
+    QnnParam,
+    QnnTensor,
+    QuantParams,
+    TensorType,
+    uint32_tensor,
 )
 from backends.qualcomm.utils.constants import (
-    CHANNEL_LAST_RANKS, DEBUG_HANDLE, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC, QCOM_LAYOUT,
-    QCOM_QUANT_ATTRS, channel_first_perm, channel_last_perm,
+    CHANNEL_LAST_RANKS,
+    DEBUG_HANDLE,
+    LAYOUT_CHANNEL_FIRST,
+    LAYOUT_CHANNEL_LAST,
+    NCHW_TO_NHWC,
+    QCOM_LAYOUT,
+    QCOM_QUANT_ATTRS,
+    channel_first_perm,
+    channel_last_perm,
 )
 from backends.qualcomm.utils.errors import QnnLoweringError
 from backends.qualcomm.utils.tensor_dump import DEBUG_ID_MARKER, dump_tensor_name
 
 _TORCH_TO_QNN_DTYPE = {
-    torch.float32: DataType.FLOAT_32, torch.int32: DataType.INT_32, torch.int64: DataType.INT_64,
-    torch.bool: DataType.BOOL_8, torch.uint8: DataType.UINT_8, torch.int8: DataType.INT_8,
+    torch.float32: DataType.FLOAT_32,
+    torch.int32: DataType.INT_32,
+    torch.int64: DataType.INT_64,
+    torch.bool: DataType.BOOL_8,
+    torch.uint8: DataType.UINT_8,
+    torch.int8: DataType.INT_8,
     torch.int16: DataType.INT_16,
 }
 _NUMPY_TO_QNN_DTYPE = {
-    np.dtype(np.float32): DataType.FLOAT_32, np.dtype(np.int32): DataType.INT_32,
-    np.dtype(np.int64): DataType.INT_64, np.dtype(np.bool_): DataType.BOOL_8,
-    np.dtype(np.uint8): DataType.UINT_8, np.dtype(np.int8): DataType.INT_8,
+    np.dtype(np.float32): DataType.FLOAT_32,
+    np.dtype(np.int32): DataType.INT_32,
+    np.dtype(np.int64): DataType.INT_64,
+    np.dtype(np.bool_): DataType.BOOL_8,
+    np.dtype(np.uint8): DataType.UINT_8,
+    np.dtype(np.int8): DataType.INT_8,
     np.dtype(np.int16): DataType.INT_16,
 }
 
@@ -100,7 +122,7 @@ class GraphBuilder:
         self.graph = QnnGraph(graph_name, fp16_precision=fp16_precision)
         self._tensors: Dict[Tuple[torch.fx.Node, str], QnnTensor] = {}
         self._graph_inputs: Dict[torch.fx.Node, QnnTensor] = {}  # APP_WRITE tensor of each graph input
-        self._input_bits: Dict[torch.fx.Node, QnnTensor] = {}    # input_bits() results
+        self._input_bits: Dict[torch.fx.Node, QnnTensor] = {}  # input_bits() results
         self._tensor_names: Set[str] = set()
         self._op_names: Set[str] = set()
         self._shared: Dict[object, object] = {}
@@ -115,10 +137,24 @@ class GraphBuilder:
         return name
 
     # ---- tensors --------------------------------------------------------------
-    def add_tensor(self, name: str, kind: int, data_type: int, dims: Sequence[int],
-                   data: Optional[np.ndarray] = None, quant: Optional[QuantParams] = None) -> QnnTensor:
-        tensor = QnnTensor(len(self.graph.tensors), self._unique(name, self._tensor_names), kind,
-                           data_type, [int(d) for d in dims], quant, data)
+    def add_tensor(
+        self,
+        name: str,
+        kind: int,
+        data_type: int,
+        dims: Sequence[int],
+        data: Optional[np.ndarray] = None,
+        quant: Optional[QuantParams] = None,
+    ) -> QnnTensor:
+        tensor = QnnTensor(
+            len(self.graph.tensors),
+            self._unique(name, self._tensor_names),
+            kind,
+            data_type,
+            [int(d) for d in dims],
+            quant,
+            data,
+        )
         self.graph.tensors.append(tensor)
         return tensor
 
@@ -127,8 +163,9 @@ class GraphBuilder:
         array = np.ascontiguousarray(array)
         if array.dtype not in _NUMPY_TO_QNN_DTYPE:
             raise QnnLoweringError(f"static tensor '{name}' has unsupported dtype {array.dtype}")
-        return self.add_tensor(name, TensorType.STATIC, _NUMPY_TO_QNN_DTYPE[array.dtype],
-                               list(array.shape), array, quant)
+        return self.add_tensor(
+            name, TensorType.STATIC, _NUMPY_TO_QNN_DTYPE[array.dtype], list(array.shape), array, quant
+        )
 
     def shared(self, key: object, make: Callable[[], object]) -> object:
         """One value per graph under `key` (tensors several nodes' ops read, emitted once by the
@@ -142,23 +179,32 @@ class GraphBuilder:
         its data the first time."""
         return self.shared(("static", name), lambda: self.static_tensor(name, make()))
 
-    def native_tensor(self, name: str, dims: Sequence[int], data_type: int = DataType.FLOAT_32,
-                      quant: Optional[QuantParams] = None) -> QnnTensor:
+    def native_tensor(
+        self, name: str, dims: Sequence[int], data_type: int = DataType.FLOAT_32, quant: Optional[QuantParams] = None
+    ) -> QnnTensor:
         return self.add_tensor(name, TensorType.NATIVE, data_type, dims, quant=quant)
 
     def like(self, source: QnnTensor, name: str, dims: Optional[Sequence[int]] = None) -> QnnTensor:
         """A NATIVE tensor with the data type and encoding of `source` (dims default to its own)."""
         return self.native_tensor(name, source.dims if dims is None else dims, source.data_type, source.quant)
 
-    def quantized_static(self, name: str, values: np.ndarray, attrs: QuantAttrs,
-                         perm: Optional[Sequence[int]] = None) -> QnnTensor:
+    def quantized_static(
+        self, name: str, values: np.ndarray, attrs: QuantAttrs, perm: Optional[Sequence[int]] = None
+    ) -> QnnTensor:
         """A STATIC quantized tensor from integer `values` already in stored layout (`perm`:
         stored dims = logical dims[perm], used to place the encoding's axes)."""
-        return self.add_tensor(name, TensorType.STATIC, qnn_quant_dtype(attrs), list(values.shape),
-                               stored_data(values, attrs), quant_params(attrs, perm))
+        return self.add_tensor(
+            name,
+            TensorType.STATIC,
+            qnn_quant_dtype(attrs),
+            list(values.shape),
+            stored_data(values, attrs),
+            quant_params(attrs, perm),
+        )
 
-    def static_from_constant(self, node: torch.fx.Node, perm: Optional[Sequence[int]] = None,
-                             name: Optional[str] = None) -> QnnTensor:
+    def static_from_constant(
+        self, node: torch.fx.Node, perm: Optional[Sequence[int]] = None, name: Optional[str] = None
+    ) -> QnnTensor:
         """STATIC tensor of a constant placeholder, permuted by `perm`; quantized when the
         fold pass left an encoding on the placeholder."""
         array = self.constant_data(node).detach().contiguous().numpy()
@@ -169,8 +215,9 @@ class GraphBuilder:
             return self.quantized_static(name or node.name, np.ascontiguousarray(array), attrs, perm)
         return self.static_tensor(name or node.name, array)
 
-    def define_output(self, node: torch.fx.Node, dims: Optional[Sequence[int]] = None,
-                      dtype: Optional[torch.dtype] = None) -> QnnTensor:
+    def define_output(
+        self, node: torch.fx.Node, dims: Optional[Sequence[int]] = None, dtype: Optional[torch.dtype] = None
+    ) -> QnnTensor:
         """The NATIVE output tensor of `node` in its own layout (dims from meta unless given)."""
         layout = node_layout(node)
         if dims is None:
@@ -239,8 +286,12 @@ class GraphBuilder:
         one Transpose to the logical dims."""
         shape = logical_shape(node)
         order = io_dim_order(node.meta["val"])
-        tensor = self.add_tensor(node.name, TensorType.APP_WRITE, qnn_dtype(node.meta["val"].dtype, node),
-                                 [shape[d] for d in order] if order else shape)
+        tensor = self.add_tensor(
+            node.name,
+            TensorType.APP_WRITE,
+            qnn_dtype(node.meta["val"].dtype, node),
+            [shape[d] for d in order] if order else shape,
+        )
         tensor.dim_order = list(order)
         self.graph.inputs.append(tensor.id)
         self._graph_inputs[node] = tensor
@@ -282,8 +333,11 @@ class GraphBuilder:
         data = self.constant_data(node)
         if data is None:
             raise QnnLoweringError("placeholder is neither a graph input nor a constant", node)
-        perm = channel_last_perm(data.dim()) if layout == LAYOUT_CHANNEL_LAST and data.dim() in CHANNEL_LAST_RANKS \
+        perm = (
+            channel_last_perm(data.dim())
+            if layout == LAYOUT_CHANNEL_LAST and data.dim() in CHANNEL_LAST_RANKS
             else None
+        )
         tensor = self.static_from_constant(node, perm)
         self._tensors[(node, layout)] = tensor
         return tensor
@@ -318,20 +372,29 @@ class GraphBuilder:
         return out
 
     # ---- ops ------------------------------------------------------------------
-    def add_op(self, node: Optional[torch.fx.Node], op_type: str, inputs: Sequence[QnnTensor],
-               outputs: Sequence[QnnTensor], params: Sequence[QnnParam] = (), suffix: str = "") -> QnnOp:
+    def add_op(
+        self,
+        node: Optional[torch.fx.Node],
+        op_type: str,
+        inputs: Sequence[QnnTensor],
+        outputs: Sequence[QnnTensor],
+        params: Sequence[QnnParam] = (),
+        suffix: str = "",
+    ) -> QnnOp:
         if op_type not in QNN_OP_TYPES and op_type not in QNN_QUANT_OP_TYPES:
-            raise QnnLoweringError(f"builder emitted unknown QNN op type '{op_type}'"
-                                   + (f" for node '{node.name}'" if node is not None else ""))
+            raise QnnLoweringError(
+                f"builder emitted unknown QNN op type '{op_type}'"
+                + (f" for node '{node.name}'" if node is not None else "")
+            )
         base = node.name if node is not None else op_type.lower()
         name = self._unique(f"{base}_{suffix}" if suffix else base, self._op_names)
-        op = QnnOp(name, op_type, [t.id for t in inputs], [t.id for t in outputs], list(params),
-                   _debug_handle(node))
+        op = QnnOp(name, op_type, [t.id for t in inputs], [t.id for t in outputs], list(params), _debug_handle(node))
         self.graph.ops.append(op)
         return op
 
-    def define_graph_outputs(self, output_nodes: Sequence[object],
-                             dim_orders: Optional[Sequence[Sequence[int]]] = None) -> None:
+    def define_graph_outputs(
+        self, output_nodes: Sequence[object], dim_orders: Optional[Sequence[Sequence[int]]] = None
+    ) -> None:
         """APP_READ tensors in output order, in the dim order the caller's tensor has
         (`dim_orders`, default contiguous; channels_last = the channel-last tensor); copies
         when a tensor repeats."""
@@ -355,6 +418,5 @@ class GraphBuilder:
         if not order:
             return tensor
         stored = self.like(tensor, f"{node.name}_dim_order", [tensor.dims[d] for d in order])
-        self.add_op(node, "Transpose", [tensor], [stored], [uint32_tensor("perm", list(order))],
-                    suffix="dim_order")
+        self.add_op(node, "Transpose", [tensor], [stored], [uint32_tensor("perm", list(order))], suffix="dim_order")
         return stored

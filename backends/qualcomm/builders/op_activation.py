@@ -1,6 +1,7 @@
 """Unary ops, one row per op: relu, hardtanh/relu6, clamp, sigmoid, tanh, gelu, silu, hardswish,
 hardsigmoid (ElementWiseNeuron HARD_SIGMOID), rsqrt, sqrt, neg, abs,
 exp, log, sin, cos, asin, atan, ceil, floor, round, sign."""
+
 from __future__ import annotations
 
 from typing import Callable, Dict, List
@@ -11,7 +12,12 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, SUPPORTED, SupportResult, check_float_io, register_builder,
+    LayoutPolicy,
+    NodeBuilder,
+    SUPPORTED,
+    SupportResult,
+    check_float_io,
+    register_builder,
     table_quant_annotations,
 )
 from backends.qualcomm.builders.quant_encoding import is_dequantize
@@ -48,8 +54,10 @@ def _clamp_bounds_params(node: torch.fx.Node) -> List[QnnParam]:
     """clamp(x, min=None, max=None): a missing bound is the float range's end."""
     low = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
     high = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
-    return [float_scalar("min_value", -_FLOAT_MAX if low is None else float(low)),
-            float_scalar("max_value", _FLOAT_MAX if high is None else float(high))]
+    return [
+        float_scalar("min_value", -_FLOAT_MAX if low is None else float(low)),
+        float_scalar("max_value", _FLOAT_MAX if high is None else float(high)),
+    ]
 
 
 def _clamp_check(node: torch.fx.Node) -> SupportResult:
@@ -102,6 +110,8 @@ UNARY_OPS: Dict[object, tuple] = {
     _aten.sign.default: (QnnOpType.ElementWiseSign, _no_params),
     _aten.elu.default: (QnnOpType.Elu, _elu_params),
 }
+
+
 def _elu_check(node: torch.fx.Node) -> SupportResult:
     for i, name in ((2, "scale"), (3, "input_scale")):
         value = node.args[i] if len(node.args) > i else node.kwargs.get(name, 1.0)
@@ -159,8 +169,10 @@ class UnaryActivationBuilder(NodeBuilder):
         x = gb.tensor(node.args[0], input_layout(node))
         if node.target == _aten.silu.default:
             sigmoid = gb.native_tensor(f"{node.name}_sigmoid", x.dims, *sigmoid_encoding(node))
-            ops = [gb.add_op(node, QnnOpType.Sigmoid, [x], [sigmoid], suffix="sigmoid"),
-                   gb.add_op(node, QnnOpType.ElementWiseMultiply, [x, sigmoid], [gb.define_output(node)])]
+            ops = [
+                gb.add_op(node, QnnOpType.Sigmoid, [x], [sigmoid], suffix="sigmoid"),
+                gb.add_op(node, QnnOpType.ElementWiseMultiply, [x, sigmoid], [gb.define_output(node)]),
+            ]
             for op in ops:  # quantized x with the FLOAT_32 sigmoid: see sigmoid_encoding
                 op.finalize_accepts = x.quant is not None
             return

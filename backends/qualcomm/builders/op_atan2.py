@@ -26,6 +26,7 @@ Measured (tests/ops/test_atan2.py: a numpy model of these ops over 200k random c
 encoding, incl. axes, |y| == |x| and small codes, k from -12 to 6; lowered graphs on QNN and the
 host engine): within 1 step of the QDQ reference, 99.7-100% exact, QNN bit-exact with the host (a
 table of codes at the middle of each index, without the interpolation, was 92-97% exact)."""
+
 from __future__ import annotations
 
 import math
@@ -59,6 +60,7 @@ _MAX_RANK = 4
 class Atan2Plan:
     """The scale ratio sy / sx = 2^k f, the two index ranges and the output's fixed point
     (module docstring)."""
+
     k: int
     f: float
     t_limit: int  # T <= t_limit: atan(rho) (rho <= 1 up to one index)
@@ -72,7 +74,7 @@ class Atan2Plan:
 
     def units(self, scale: float) -> float:
         """Fixed-point units per radian."""
-        return 2.0 ** self.point_bits / scale
+        return 2.0**self.point_bits / scale
 
 
 def atan2_plan(sy: float, sx: float, s_out: float) -> Optional[Atan2Plan]:
@@ -83,12 +85,11 @@ def atan2_plan(sy: float, sx: float, s_out: float) -> Optional[Atan2Plan]:
     if not (r > 0 and math.isfinite(r) and s_out > 0):
         return None
     k = int(round(math.log2(r)))
-    point_bits = min(_POINT_BITS, int(math.floor(math.log2(2.0 ** 28 * s_out / math.pi))))
+    point_bits = min(_POINT_BITS, int(math.floor(math.log2(2.0**28 * s_out / math.pi))))
     if abs(k) > _MAX_K or point_bits < 2:
         return None
-    f = r / 2.0 ** k
-    return Atan2Plan(k, f, int(math.floor(2 ** FRACTION_BITS / f)), int(math.floor(2 ** FRACTION_BITS * f)),
-                     point_bits)
+    f = r / 2.0**k
+    return Atan2Plan(k, f, int(math.floor(2**FRACTION_BITS / f)), int(math.floor(2**FRACTION_BITS * f)), point_bits)
 
 
 def atan2_attrs(node: torch.fx.Node) -> Optional[Tuple[QuantAttrs, QuantAttrs, QuantAttrs]]:
@@ -106,7 +107,7 @@ def angle_table(plan: Atan2Plan, s_out: float) -> np.ndarray:
     """First-quadrant angles in fixed point (INT_32): atan(f T / 2^F) for T = 0 .. t_limit + 1,
     then pi / 2 - atan(S / (f 2^F)) for S = 0 .. s_limit + 1 (one entry past each range for the
     interpolation)."""
-    scale = 2.0 ** FRACTION_BITS
+    scale = 2.0**FRACTION_BITS
     t = np.arange(plan.t_limit + 2, dtype=np.float64)
     s = np.arange(plan.s_limit + 2, dtype=np.float64)
     angles = np.concatenate([np.arctan(plan.f * t / scale), np.pi / 2 - np.arctan(s / (plan.f * scale))])
@@ -120,7 +121,7 @@ def reference_units(plan: Atan2Plan, angle: float, s_out: float) -> int:
     1 / s_out in float32 (quantize_per_tensor's product; float32 pi is 0.0009 of a step above
     pi at s_out = 2 pi / 65535, enough to round the other way)."""
     product = torch.tensor([angle], dtype=torch.float32) * (1.0 / s_out)
-    return int(round(float(product[0]) * 2.0 ** plan.point_bits))
+    return int(round(float(product[0]) * 2.0**plan.point_bits))
 
 
 def _identity_codes(pout: QuantAttrs) -> np.ndarray:
@@ -140,8 +141,9 @@ class _Ints:
     def op(self, qnn_type: str, *inputs: QnnTensor, boolean: bool = False) -> QnnTensor:
         self._count += 1
         dims = list(np.broadcast_shapes(*(tuple(t.dims) for t in inputs)))
-        out = self.gb.native_tensor(f"{self.node.name}_i{self._count}", dims,
-                                    DataType.BOOL_8 if boolean else DataType.INT_32)
+        out = self.gb.native_tensor(
+            f"{self.node.name}_i{self._count}", dims, DataType.BOOL_8 if boolean else DataType.INT_32
+        )
         self.gb.add_op(self.node, qnn_type, list(inputs), [out], suffix=f"{qnn_type[11:].lower()}{self._count}")
         return out
 
@@ -219,8 +221,11 @@ def emit_atan2(gb: GraphBuilder, node: torch.fx.Node, y: QnnTensor, x: QnnTensor
     pi_units = reference_units(plan, math.pi, float(pout.scale))
     angle = e.select(x_negative, e.op(QnnOpType.ElementWiseSubtract, e.const(pi_units), angle), angle)
     angle = e.select(y_negative, e.op(QnnOpType.ElementWiseSubtract, zero, angle), angle)
-    half = e.op(QnnOpType.ElementWiseAdd, angle,
-                e.const((int(pout.zero_point) << plan.point_bits) + (1 << (plan.point_bits - 1))))
+    half = e.op(
+        QnnOpType.ElementWiseAdd,
+        angle,
+        e.const((int(pout.zero_point) << plan.point_bits) + (1 << (plan.point_bits - 1))),
+    )
     code = e.floor_shift(half, plan.point_bits, (pi_units >> plan.point_bits) + 2)
     code = e.select(e.less(code, e.const(pout.qmin)), e.const(pout.qmin), code)
     code = e.select(e.less(e.const(pout.qmax), code), e.const(pout.qmax), code)
@@ -243,8 +248,15 @@ def _flat(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, label: str) 
     return reshape(gb, node, tensor, [int(np.prod(tensor.dims))], f"{label}_flat")
 
 
-def _interpolated(gb: GraphBuilder, node: torch.fx.Node, e: _Ints, table: np.ndarray, start: int,
-                  index: QnnTensor, fraction: QnnTensor) -> QnnTensor:
+def _interpolated(
+    gb: GraphBuilder,
+    node: torch.fx.Node,
+    e: _Ints,
+    table: np.ndarray,
+    start: int,
+    index: QnnTensor,
+    fraction: QnnTensor,
+) -> QnnTensor:
     """table[index] + round((table[index + 1] - table[index]) fraction / 2^M), in INT_32 (S's
     entries from `start`)."""
     static = gb.static_tensor(f"{node.name}_angles", table)

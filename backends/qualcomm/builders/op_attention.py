@@ -10,6 +10,7 @@
 
 Quantized graphs never hold this node: QnnQuantizer decomposes attention before annotation
 (quantizer/decompose_sdpa.py)."""
+
 from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
@@ -20,7 +21,11 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, SUPPORTED, SupportResult, register_builder, tensor_vals,
+    NodeBuilder,
+    SUPPORTED,
+    SupportResult,
+    register_builder,
+    tensor_vals,
 )
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, bool_scalar, float_scalar, uint32_scalar, uint32_tensor
 
@@ -60,8 +65,9 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
             # preserved SDPA (contiguous) cannot redo: such a node is decomposed instead.
             return False, "output strides are not contiguous (decomposed instead)"
         mask = args["attn_mask"]
-        if mask is not None and not (isinstance(mask, torch.fx.Node) and
-                                     tensor_vals(mask)[0].dtype in (torch.bool, torch.float32)):
+        if mask is not None and not (
+            isinstance(mask, torch.fx.Node) and tensor_vals(mask)[0].dtype in (torch.bool, torch.float32)
+        ):
             return False, "attn_mask must be a bool or float32 tensor"
         q, k, v = (logical_shape(args[n]) for n in ("query", "key", "value"))
         if len(q) < 3 or len(k) != len(q) or len(v) != len(q):
@@ -77,30 +83,46 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
         k, v = self._repeat_heads(node, gb, k, heads, "k"), self._repeat_heads(node, gb, v, heads, "v")
         scores_dims = list(q.dims[:-1]) + [k.dims[-2]]
         scores = gb.native_tensor(f"{node.name}_scores", scores_dims)
-        gb.add_op(node, "MatMul", [q, k], [scores],
-                  [bool_scalar("transpose_in0", False), bool_scalar("transpose_in1", True)], suffix="qk")
+        gb.add_op(
+            node,
+            "MatMul",
+            [q, k],
+            [scores],
+            [bool_scalar("transpose_in0", False), bool_scalar("transpose_in1", True)],
+            suffix="qk",
+        )
         scale = args["scale"] if args["scale"] is not None else 1.0 / float(np.sqrt(q.dims[-1]))
         scaled = gb.native_tensor(f"{node.name}_scaled", scores_dims)
-        gb.add_op(node, "ElementWiseMultiply", [scores, gb.static_tensor(f"{node.name}_scale",
-                                                                           np.array([scale], np.float32))],
-                  [scaled], suffix="scale")
+        gb.add_op(
+            node,
+            "ElementWiseMultiply",
+            [scores, gb.static_tensor(f"{node.name}_scale", np.array([scale], np.float32))],
+            [scaled],
+            suffix="scale",
+        )
         bias, keep = self._mask_bias(node, gb, args, q.dims[-2], k.dims[-2])
         if bias is not None:
             masked = gb.native_tensor(f"{node.name}_masked", scores_dims)
             gb.add_op(node, "ElementWiseAdd", [scaled, bias], [masked], suffix="mask")
             scaled = masked
         probs = gb.native_tensor(f"{node.name}_probs", scores_dims)
-        gb.add_op(node, "Softmax", [scaled], [probs],
-                  [uint32_scalar("axis", len(scores_dims) - 1), float_scalar("beta", 1.0)])
+        gb.add_op(
+            node, "Softmax", [scaled], [probs], [uint32_scalar("axis", len(scores_dims) - 1), float_scalar("beta", 1.0)]
+        )
         if keep is not None:
             kept = gb.native_tensor(f"{node.name}_probs_kept", scores_dims)
             gb.add_op(node, "ElementWiseMultiply", [probs, keep], [kept], suffix="zero_masked_rows")
             probs = kept
-        gb.add_op(node, "MatMul", [probs, v], [gb.define_output(node)],
-                  [bool_scalar("transpose_in0", False), bool_scalar("transpose_in1", False)], suffix="pv")
+        gb.add_op(
+            node,
+            "MatMul",
+            [probs, v],
+            [gb.define_output(node)],
+            [bool_scalar("transpose_in0", False), bool_scalar("transpose_in1", False)],
+            suffix="pv",
+        )
 
-    def _repeat_heads(self, node: torch.fx.Node, gb: GraphBuilder, x: QnnTensor, heads: int,
-                      which: str) -> QnnTensor:
+    def _repeat_heads(self, node: torch.fx.Node, gb: GraphBuilder, x: QnnTensor, heads: int, which: str) -> QnnTensor:
         """[..., Hkv, S, E] -> [..., heads, S, E]: each kv head repeated heads / Hkv times in a row."""
         hkv = x.dims[-3]
         if hkv == heads:
@@ -115,8 +137,9 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
         gb.add_op(node, "Reshape", [tiled], [out], suffix=f"{which}_merge_heads")
         return out
 
-    def _mask_bias(self, node: torch.fx.Node, gb: GraphBuilder, args: Dict[str, object], rows: int,
-                   cols: int) -> Tuple[Optional[QnnTensor], Optional[QnnTensor]]:
+    def _mask_bias(
+        self, node: torch.fx.Node, gb: GraphBuilder, args: Dict[str, object], rows: int, cols: int
+    ) -> Tuple[Optional[QnnTensor], Optional[QnnTensor]]:
         """(the additive bias of the mask, the 0 / 1 float mask of a bool mask); None when absent."""
         mask = args["attn_mask"]
         if mask is None:
@@ -130,10 +153,19 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
         keep = gb.native_tensor(f"{node.name}_keep", m.dims)
         gb.add_op(node, "Cast", [m], [keep], suffix="mask_to_float")
         shifted = gb.native_tensor(f"{node.name}_keep_minus_one", m.dims)
-        gb.add_op(node, "ElementWiseSubtract", [keep, gb.static_tensor(f"{node.name}_one", np.ones([1], np.float32))],
-                  [shifted], suffix="mask_shift")
+        gb.add_op(
+            node,
+            "ElementWiseSubtract",
+            [keep, gb.static_tensor(f"{node.name}_one", np.ones([1], np.float32))],
+            [shifted],
+            suffix="mask_shift",
+        )
         bias = gb.native_tensor(f"{node.name}_mask_bias", m.dims)
-        gb.add_op(node, "ElementWiseMultiply",
-                  [shifted, gb.static_tensor(f"{node.name}_big", np.array([-MASKED_BIAS], np.float32))],
-                  [bias], suffix="mask_scale")
+        gb.add_op(
+            node,
+            "ElementWiseMultiply",
+            [shifted, gb.static_tensor(f"{node.name}_big", np.array([-MASKED_BIAS], np.float32))],
+            [bias],
+            suffix="mask_scale",
+        )
         return bias, keep

@@ -18,6 +18,7 @@ bitwise nodes read is split once per graph.
 
 Measured (QNN 2.51 SM8650 emulation and the host engine, tests/ops/test_bitwise.py): equal to
 eager on random int32 / int64 operands with -2^31, 2^31 - 1, -1, 0, 255, -256 among them."""
+
 from __future__ import annotations
 
 import functools
@@ -33,16 +34,24 @@ from backends.qualcomm.builders.op_division import Emitter
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import SUPPORTED, SupportResult, node_val, tensor_vals
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType, QnnTensor, QuantEncoding, QuantParams, TensorType, int32_scalar,
+    DataType,
+    QnnTensor,
+    QuantEncoding,
+    QuantParams,
+    TensorType,
+    int32_scalar,
 )
 
 _aten = exir_ops.edge.aten
 
 # edge op -> the numpy function the byte table holds
 BITWISE_OPS = {
-    _aten.bitwise_and.Tensor: np.bitwise_and, _aten.bitwise_and.Scalar: np.bitwise_and,
-    _aten.bitwise_or.Tensor: np.bitwise_or, _aten.bitwise_or.Scalar: np.bitwise_or,
-    _aten.bitwise_xor.Tensor: np.bitwise_xor, _aten.bitwise_xor.Scalar: np.bitwise_xor,
+    _aten.bitwise_and.Tensor: np.bitwise_and,
+    _aten.bitwise_and.Scalar: np.bitwise_and,
+    _aten.bitwise_or.Tensor: np.bitwise_or,
+    _aten.bitwise_or.Scalar: np.bitwise_or,
+    _aten.bitwise_xor.Tensor: np.bitwise_xor,
+    _aten.bitwise_xor.Scalar: np.bitwise_xor,
 }
 SCALAR_OPS = (_aten.bitwise_and.Scalar, _aten.bitwise_or.Scalar, _aten.bitwise_xor.Scalar)
 # tensor dtype -> (numpy dtype of the composition, its QNN data type, bytes split); uint8 tensors
@@ -56,7 +65,7 @@ _INTEGER = {
 # The byte table's encoding: uint8 codes that are the values (HTP refuses a UINT_8 Gather table,
 # 3110; Cast of a UFIXED_POINT_8 tensor to INT_32 gives its codes, on QNN and the host engine)
 _CODES = QuantParams(QuantEncoding.SCALE_OFFSET, 8, 1.0, 0)
-_VALUE_RANGES = {torch.int32: (-2 ** 31, 2 ** 31 - 1), torch.int64: (-2 ** 31, 2 ** 31 - 1), torch.uint8: (0, 255)}
+_VALUE_RANGES = {torch.int32: (-(2**31), 2**31 - 1), torch.int64: (-(2**31), 2**31 - 1), torch.uint8: (0, 255)}
 
 
 def _dtype(arg: object) -> Optional[torch.dtype]:
@@ -142,8 +151,10 @@ class _Bytes:
         for k in range(self.count):
             pieces.append(self.e.op(QnnOpType.ElementWiseMod, [rest, self.c256]))
             if k + 1 < self.count:  # (a_k - b_k) / 256: an exact division
-                rest = self.e.op(QnnOpType.ElementWiseDivide,
-                                 [self.e.op(QnnOpType.ElementWiseSubtract, [rest, pieces[-1]]), self.c256])
+                rest = self.e.op(
+                    QnnOpType.ElementWiseDivide,
+                    [self.e.op(QnnOpType.ElementWiseSubtract, [rest, pieces[-1]]), self.c256],
+                )
         return pieces
 
     def lookup(self, table: QnnTensor, x: QnnTensor, y: QnnTensor) -> QnnTensor:
@@ -162,8 +173,9 @@ class _Bytes:
 
     def signed_byte(self, byte: QnnTensor) -> QnnTensor:
         """byte in [0, 255] as signed: Mod(byte + 128, 256) - 128."""
-        shifted = self.e.op(QnnOpType.ElementWiseMod,
-                            [self.e.op(QnnOpType.ElementWiseAdd, [byte, self.c128]), self.c256])
+        shifted = self.e.op(
+            QnnOpType.ElementWiseMod, [self.e.op(QnnOpType.ElementWiseAdd, [byte, self.c128]), self.c256]
+        )
         return self.e.op(QnnOpType.ElementWiseSubtract, [shifted, self.c128])
 
 
@@ -173,7 +185,7 @@ def _scaled_rows(op: np.ufunc, number: int, count: int) -> List[np.ndarray]:
     x = np.arange(256, dtype=np.int64)
     rows = [op(x, byte) << (8 * k) for k, byte in enumerate(_number_bytes(np.array(number), count))]
     if count == 4:
-        rows[3] = np.where(rows[3] >= 2 ** 31, rows[3] - 2 ** 32, rows[3])
+        rows[3] = np.where(rows[3] >= 2**31, rows[3] - 2**32, rows[3])
     return rows
 
 
@@ -186,9 +198,17 @@ def emit_integer_bitwise(gb: GraphBuilder, node: torch.fx.Node) -> None:
     if node.target in SCALAR_OPS:
         _emit_number(b, op, xs, int(node.args[1]), out)
         return
-    table = gb.shared(("bitwise_table", op), lambda: gb.add_tensor(
-        f"bitwise_{op.__name__}_table", TensorType.STATIC, DataType.UFIXED_POINT_8, [1 << 16],
-        byte_table(op).astype(np.uint8), _CODES))
+    table = gb.shared(
+        ("bitwise_table", op),
+        lambda: gb.add_tensor(
+            f"bitwise_{op.__name__}_table",
+            TensorType.STATIC,
+            DataType.UFIXED_POINT_8,
+            [1 << 16],
+            byte_table(op).astype(np.uint8),
+            _CODES,
+        ),
+    )
     ys = b.split(node.args[1], "b")
     r = [b.lookup(table, x, y) for x, y in zip(xs, ys)]
     if b.uint8:  # the byte itself

@@ -6,6 +6,7 @@ fractional floats) are lowered another way, on both engines:
   UINT_8 -> INT_32 -> FLOAT_32 is exact.
 - float -> bool: HTP's Cast gives False for 0 < |x| < 1 (truncation); torch gives True for
   every non-zero value (NaN included): ElementWiseNotEqual(x, 0)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,11 @@ import torch
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.op_shape import dim_order_ops, edge_ops, is_contiguous_dim_order
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, SupportResult, SUPPORTED, register_builder, tensor_vals,
+    NodeBuilder,
+    SupportResult,
+    SUPPORTED,
+    register_builder,
+    tensor_vals,
 )
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor
 

@@ -3,6 +3,7 @@
 No QNN op: the value is known at lowering (full_like only reads its input's shape), so the
 node becomes a STATIC tensor of the payload, quantized with the node's encoding when the
 FoldQDQ pass gave it one (a graph output gets the usual Reshape copy)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -14,8 +15,15 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.op_shape import edge_ops
 from backends.qualcomm.builders.quant_encoding import QuantAttrs
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_static_shapes, first_failure,
-    node_val, register_builder,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_static_shapes,
+    first_failure,
+    node_val,
+    register_builder,
 )
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
@@ -68,16 +76,36 @@ def quantized_codes(array: np.ndarray, attrs: QuantAttrs) -> np.ndarray:
 
 @register_builder
 class ConstantBuilder(NodeBuilder):
-    targets = edge_ops("full.default", "full_like.default", "zeros_like.default", "ones_like.default",
-                       "scalar_tensor.default", "arange.start_step", "arange.default", "arange.start",
-                       "zeros.default", "ones.default")
-    quant_annotations = dict.fromkeys(aten_ops(
-        "full.default", "full_like.default", "zeros_like.default", "ones_like.default", "scalar_tensor.default",
-        "zeros.default", "ones.default", "arange.start_step", "arange.default", "arange.start"), QuantFamily.COMPUTE)
+    targets = edge_ops(
+        "full.default",
+        "full_like.default",
+        "zeros_like.default",
+        "ones_like.default",
+        "scalar_tensor.default",
+        "arange.start_step",
+        "arange.default",
+        "arange.start",
+        "zeros.default",
+        "ones.default",
+    )
+    quant_annotations = dict.fromkeys(
+        aten_ops(
+            "full.default",
+            "full_like.default",
+            "zeros_like.default",
+            "ones_like.default",
+            "scalar_tensor.default",
+            "zeros.default",
+            "ones.default",
+            "arange.start_step",
+            "arange.default",
+            "arange.start",
+        ),
+        QuantFamily.COMPUTE,
+    )
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: _check_output(node), lambda: check_static_shapes(node),
-                             lambda: _check_value(node))
+        return first_failure(lambda: _check_output(node), lambda: check_static_shapes(node), lambda: _check_value(node))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         array = constant_value(node).numpy()

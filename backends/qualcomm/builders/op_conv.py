@@ -1,6 +1,7 @@
 """Convolutions -> Conv2d / DepthWiseConv2d / TransposeConv2d (conv1d and conv_transpose1d
 as their 2-D op on a unit height), Conv3d / TransposeConv3d. Activations channel-last (NWC /
 NHWC / NDHWC), weights spatial dims first: [k.., Cin/group, Cout]; transposed [k.., Cin, Cout/group]."""
+
 from __future__ import annotations
 
 from typing import List, Optional
@@ -11,15 +12,25 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
-    register_builder, tensor_vals,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    register_builder,
+    tensor_vals,
 )
 from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs, is_dequantize, lpbq_as_per_channel
 from backends.qualcomm.builders.utils import int_list, is_constant, is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
 from backends.qualcomm.builders.conv_rows import append_bias_rows
 from backends.qualcomm.utils.constants import (
-    LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_PAD_AMOUNT, QCOM_QUANT_ATTRS,
+    LAYOUT_CHANNEL_FIRST,
+    LAYOUT_CHANNEL_LAST,
+    QCOM_PAD_AMOUNT,
+    QCOM_QUANT_ATTRS,
 )
 
 _QNN_TYPES = {(2, False): "Conv2d", (2, True): "TransposeConv2d", (3, False): "Conv3d", (3, True): "TransposeConv3d"}
@@ -97,8 +108,7 @@ def uses_depthwise_op(node: torch.fx.Node) -> bool:
 
 def conv_args(node: torch.fx.Node) -> dict:
     """Named args of aten.convolution."""
-    names = ["input", "weight", "bias", "stride", "padding", "dilation", "transposed",
-             "output_padding", "groups"]
+    names = ["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"]
     values = dict(zip(names, node.args))
     values.update(node.kwargs)
     return values
@@ -123,9 +133,11 @@ def _transposed_support(node: torch.fx.Node) -> SupportResult:
         bias = bias.args[0]
     unset = rows_qnn_leaves_unset(node)
     if any(unset) and isinstance(bias, torch.fx.Node) and not is_constant(bias):
-        return False, (f"transposed convolution whose output ends {unset} rows per spatial "
-                       "axis beyond what QNN's TransposeConv writes, with a bias that is not a constant (those "
-                       "rows are the bias, appended as constant rows)")
+        return False, (
+            f"transposed convolution whose output ends {unset} rows per spatial "
+            "axis beyond what QNN's TransposeConv writes, with a bias that is not a constant (those "
+            "rows are the bias, appended as constant rows)"
+        )
     return SUPPORTED
 
 
@@ -168,18 +180,31 @@ def _conv3d_support(node: torch.fx.Node) -> SupportResult:
     args = conv_args(node)
     stride, dilation = int_list(args.get("stride"), 3, 1), int_list(args.get("dilation"), 3, 1)
     if any(s > 1 for s in stride) and any(d > 1 for d in dilation):
-        return False, (f"conv3d with stride {stride} and dilation {dilation}: QNN's Conv3d refuses a stride > 1 "
-                       "together with a dilation > 1")
+        return False, (
+            f"conv3d with stride {stride} and dilation {dilation}: QNN's Conv3d refuses a stride > 1 "
+            "together with a dilation > 1"
+        )
     return SUPPORTED
 
 
 @register_builder
 class ConvolutionBuilder(NodeBuilder):
     targets = [exir_ops.edge.aten.convolution.default]
-    quant_annotations = dict.fromkeys(aten_ops(
-        "conv1d.default", "conv1d.padding", "conv2d.default", "conv2d.padding", "conv3d.default", "conv3d.padding",
-        "convolution.default", "conv_transpose1d.default", "conv_transpose2d.input", "conv_transpose3d.input"),
-        QuantFamily.WEIGHTED)
+    quant_annotations = dict.fromkeys(
+        aten_ops(
+            "conv1d.default",
+            "conv1d.padding",
+            "conv2d.default",
+            "conv2d.padding",
+            "conv3d.default",
+            "conv3d.padding",
+            "convolution.default",
+            "conv_transpose1d.default",
+            "conv_transpose2d.input",
+            "conv_transpose3d.input",
+        ),
+        QuantFamily.WEIGHTED,
+    )
     layout_policy = LayoutPolicy.SENSITIVE
     channel_last_ranks = (3, 4, 5)
 
@@ -221,8 +246,9 @@ class ConvolutionBuilder(NodeBuilder):
         gb.add_op(node, "Transpose", [source], [out], [uint32_tensor("perm", perm)], suffix="weight")
         return out
 
-    def _bias(self, gb: GraphBuilder, node: torch.fx.Node, bias: object, cout: int, x: QnnTensor,
-              weight: QnnTensor) -> QnnTensor:
+    def _bias(
+        self, gb: GraphBuilder, node: torch.fx.Node, bias: object, cout: int, x: QnnTensor, weight: QnnTensor
+    ) -> QnnTensor:
         if isinstance(bias, torch.fx.Node):
             return gb.tensor(bias)
         attrs = zero_bias_attrs(x, weight, cout) if is_quantized(node) else None
@@ -237,8 +263,10 @@ class ConvolutionBuilder(NodeBuilder):
         if depthwise_transposed(node):
             pad_amount = [[b, e - op] for (b, e), op in zip(pad_amount, output_padding)]
             output_padding = [0] * len(output_padding)
-        params = [uint32_tensor("stride", spatial_args(node, "stride", 1)),
-                  uint32_tensor("pad_amount", pad_amount, [spatial, 2])]
+        params = [
+            uint32_tensor("stride", spatial_args(node, "stride", 1)),
+            uint32_tensor("pad_amount", pad_amount, [spatial, 2]),
+        ]
         if is_transposed(node):
             params.append(uint32_tensor("output_padding", output_padding))
         else:
@@ -258,14 +286,19 @@ class ConvolutionBuilder(NodeBuilder):
         inputs = [x, weight, self._bias(gb, node, args.get("bias"), cout, x, weight)]
         qnn_type = "DepthWiseConv2d" if depthwise else _QNN_TYPES[(spatial_dims(node), is_transposed(node))]
         out = gb.define_output(node)
-        target = out if not unit_height(node) else gb.like(out, f"{node.name}_2d", [out.dims[0], 1] + list(out.dims[1:]))
+        target = (
+            out if not unit_height(node) else gb.like(out, f"{node.name}_2d", [out.dims[0], 1] + list(out.dims[1:]))
+        )
         # per spatial axis of the QNN op: the trailing rows its TransposeConv leaves unset
         unset = ([0] if unit_height(node) else []) + (rows_qnn_leaves_unset(node) if is_transposed(node) else [])
         unset = unset or [0] * spatial_dims(node)
         written = target
         if any(unset):
-            written = gb.like(target, f"{node.name}_written",
-                              [target.dims[0]] + [d - u for d, u in zip(target.dims[1:-1], unset)] + [target.dims[-1]])
+            written = gb.like(
+                target,
+                f"{node.name}_written",
+                [target.dims[0]] + [d - u for d, u in zip(target.dims[1:-1], unset)] + [target.dims[-1]],
+            )
         gb.add_op(node, qnn_type, inputs, [written], self._params(node, depthwise, unset))
         if any(unset):
             append_bias_rows(gb, node, written, inputs[2], unset, target)

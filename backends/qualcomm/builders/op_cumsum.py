@@ -6,6 +6,7 @@ Quantized graphs: the output gets its own encoding (QuantFamily.COMPUTE, from th
 QNN 2.51's HTP refuses a quantized CumulativeSum (op validation 3110, "Tensor 0 and 0 have
 mismatching datatypes"), so it runs in float between a Dequantize of the input and a Quantize to
 the node's encoding, which is what the PT2E reference computes."""
+
 from __future__ import annotations
 
 import torch
@@ -13,8 +14,15 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape, qnn_dtype
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, SUPPORTED, SupportResult, check_static_shapes, first_failure, node_val, register_builder,
-    table_quant_annotations, tensor_vals,
+    NodeBuilder,
+    SUPPORTED,
+    SupportResult,
+    check_static_shapes,
+    first_failure,
+    node_val,
+    register_builder,
+    table_quant_annotations,
+    tensor_vals,
 )
 from backends.qualcomm.builders.utils import dequantized, is_quantized, normalize_axis
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, bool_scalar, uint32_scalar
@@ -42,7 +50,10 @@ def _dtypes(node: torch.fx.Node):
 def _check_cumsum(node: torch.fx.Node) -> SupportResult:
     source, out = _dtypes(node)
     if source not in _INPUT_DTYPES or out not in _OUTPUT_DTYPES:
-        return False, f"cumsum of {source} -> {out}: inputs float32 / int32 / int64 / bool, outputs float32 / int32 / int64"
+        return (
+            False,
+            f"cumsum of {source} -> {out}: inputs float32 / int32 / int64 / bool, outputs float32 / int32 / int64",
+        )
     if (source == torch.float32) != (out == torch.float32):
         return False, f"cumsum of {source} -> {out}: a float <-> integer change (dtype=) is not supported"
     if not logical_shape(node.args[0]):
@@ -82,4 +93,3 @@ class CumsumBuilder(NodeBuilder):
         total = gb.native_tensor(f"{node.name}_float", x.dims, DataType.FLOAT_32)
         gb.add_op(node, "CumulativeSum", [x], [total], params)
         gb.add_op(node, "Quantize", [total], [gb.define_output(node, dims=x.dims)], suffix="quantize")
-

@@ -8,6 +8,7 @@ The differences are computed directly (torch's compute_mode "donot_use_mm"); tor
 uses the matrix-product form |a|^2 + |b|^2 - 2ab for more than 25 rows, which differs only by
 its rounding. In quantized graphs the chain runs in float between a Dequantize of each input and
 a Quantize to the node's own encoding (QuantFamily.COMPUTE), as the PT2E reference computes it."""
+
 from __future__ import annotations
 
 import math
@@ -20,7 +21,13 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, first_failure,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    first_failure,
     register_builder,
 )
 from backends.qualcomm.builders.utils import dequantized, is_quantized
@@ -55,14 +62,16 @@ def _check(node: torch.fx.Node) -> SupportResult:
     op = "cdist" if _is_cdist(node) else "pdist"
     if _p(node) not in SUPPORTED_P:
         return False, f"{op}: p={_p(node)} is not supported (p = 1, 2 or inf)"
-    shapes = [logical_shape(a) for a in node.args[:2 if _is_cdist(node) else 1]]
+    shapes = [logical_shape(a) for a in node.args[: 2 if _is_cdist(node) else 1]]
     if _is_cdist(node) and (len(shapes[0]) not in (2, 3) or shapes[0][:-2] != shapes[1][:-2]):
         return False, f"cdist: inputs {shapes} must be [P, M] / [R, M] or [B, P, M] / [B, R, M] (same B)"
     if not _is_cdist(node) and (len(shapes[0]) != 2 or shapes[0][0] < 2):
         return False, f"pdist: input {shapes[0]} must be [N, M] with N >= 2"
     if _difference_elements(node) > MAX_DIFFERENCE_ELEMENTS:
-        return False, (f"{op}: the difference tensor would have {_difference_elements(node)} elements "
-                       f"(limit {MAX_DIFFERENCE_ELEMENTS})")
+        return False, (
+            f"{op}: the difference tensor would have {_difference_elements(node)} elements "
+            f"(limit {MAX_DIFFERENCE_ELEMENTS})"
+        )
     return SUPPORTED
 
 
@@ -76,8 +85,10 @@ def upper_pairs(n: int) -> Tuple[np.ndarray, np.ndarray]:
 class DistanceBuilder(NodeBuilder):
     targets = [*_CDISTS, _PDIST]
     keep_whole = [_aten.cdist.default]  # else torch's own decomposition (matmuls beyond 25 rows)
-    quant_annotations = dict.fromkeys(aten_ops("cdist.default", "_cdist_forward.default", "pdist.default",
-                                               "_pdist_forward.default"), QuantFamily.COMPUTE)
+    quant_annotations = dict.fromkeys(
+        aten_ops("cdist.default", "_cdist_forward.default", "pdist.default", "_pdist_forward.default"),
+        QuantFamily.COMPUTE,
+    )
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return first_failure(lambda: check_float_io(node), lambda: _check(node))

@@ -19,6 +19,7 @@ quotient (6 / 3 -> 1.9995): the float forms then take |b| off a result of magnit
 2^-8), which gives the exact quotient's 0. A quotient just below an integer that fp16 rounds up
 to it gives a remainder of the wrong sign: the divisor (remainder) or the dividend's sign times
 |b| (fmod) is added back."""
+
 from __future__ import annotations
 
 from typing import List
@@ -32,7 +33,7 @@ from backends.qualcomm.builders.utils import dequantized as _dequantized
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor
 
 # |r| >= |b| * (1 - 2^-8): r is a whole |b| (see float_remainder)
-_WHOLE_DIVISOR = 1.0 - 2.0 ** -8
+_WHOLE_DIVISOR = 1.0 - 2.0**-8
 
 
 class Emitter:
@@ -44,8 +45,9 @@ class Emitter:
     def op(self, qnn_type: str, inputs: List[QnnTensor], boolean: bool = False) -> QnnTensor:
         self._count += 1
         dims = list(np.broadcast_shapes(*(tuple(t.dims) for t in inputs)))
-        out = self.gb.native_tensor(f"{self.node.name}_d{self._count}", dims,
-                                    DataType.BOOL_8 if boolean else self.data_type)
+        out = self.gb.native_tensor(
+            f"{self.node.name}_d{self._count}", dims, DataType.BOOL_8 if boolean else self.data_type
+        )
         self.gb.add_op(self.node, qnn_type, inputs, [out], suffix=f"{qnn_type[11:].lower()}{self._count}")
         return out
 
@@ -58,8 +60,11 @@ class Emitter:
 
     def zero(self, rank: int) -> QnnTensor:
         self._count += 1
-        dtype = np.int32 if self.data_type == DataType.INT_32 else (
-            np.int64 if self.data_type == DataType.INT_64 else np.float32)
+        dtype = (
+            np.int32
+            if self.data_type == DataType.INT_32
+            else (np.int64 if self.data_type == DataType.INT_64 else np.float32)
+        )
         return self.gb.static_tensor(f"{self.node.name}_zero{self._count}", np.zeros([1] * rank, dtype))
 
 
@@ -69,8 +74,10 @@ def _corrected_remainder(e: Emitter, a: QnnTensor, b: QnnTensor, truncate: bool)
     q = e.op(QnnOpType.ElementWiseDivide, [a, b])
     if truncate:
         negative = e.op(QnnOpType.ElementWiseLess, [q, e.zero(len(q.dims))], boolean=True)
-        whole = e.op(QnnOpType.ElementWiseSelect,
-                     [negative, e.op(QnnOpType.ElementWiseCeil, [q]), e.op(QnnOpType.ElementWiseFloor, [q])])
+        whole = e.op(
+            QnnOpType.ElementWiseSelect,
+            [negative, e.op(QnnOpType.ElementWiseCeil, [q]), e.op(QnnOpType.ElementWiseFloor, [q])],
+        )
     else:
         whole = e.op(QnnOpType.ElementWiseFloor, [q])
     r = e.op(QnnOpType.ElementWiseSubtract, [a, e.op(QnnOpType.ElementWiseMultiply, [whole, b])])
@@ -93,11 +100,16 @@ def _signed_remainder(e: Emitter, a: QnnTensor, b: QnnTensor, truncate: bool) ->
     (measured on the host engine: fmod |b| off on 1 of 128 random fp16 operands)."""
     r = e.op(QnnOpType.ElementWiseSelect, _corrected_remainder(e, a, b, truncate))
     sign_of = a if truncate else b
-    step = (e.op(QnnOpType.ElementWiseMultiply,
-                 [e.op(QnnOpType.ElementWiseSign, [a]), e.op(QnnOpType.ElementWiseAbs, [b])])
-            if truncate else b)
-    wrong_sign = e.op(QnnOpType.ElementWiseLess,
-                      [e.op(QnnOpType.ElementWiseMultiply, [r, sign_of]), e.zero(len(r.dims))], boolean=True)
+    step = (
+        e.op(QnnOpType.ElementWiseMultiply, [e.op(QnnOpType.ElementWiseSign, [a]), e.op(QnnOpType.ElementWiseAbs, [b])])
+        if truncate
+        else b
+    )
+    wrong_sign = e.op(
+        QnnOpType.ElementWiseLess,
+        [e.op(QnnOpType.ElementWiseMultiply, [r, sign_of]), e.zero(len(r.dims))],
+        boolean=True,
+    )
     return [wrong_sign, e.op(QnnOpType.ElementWiseAdd, [r, step]), r]
 
 
@@ -110,8 +122,9 @@ def _write(e: Emitter, qnn_type: str, inputs: List[QnnTensor], out: QnnTensor) -
     e.gb.add_op(e.node, QnnOpType.Quantize, [e.op(qnn_type, inputs)], [out], suffix="quantize")
 
 
-def float_remainder(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor,
-                    truncate: bool) -> None:
+def float_remainder(
+    gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor, truncate: bool
+) -> None:
     """fmod (truncate) or remainder: the corrected remainder; quantized operands are Dequantized
     and the result Quantized to `out`'s encoding."""
     e = Emitter(gb, node, DataType.FLOAT_32)
@@ -127,10 +140,16 @@ def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: Q
     e = Emitter(gb, node, DataType.FLOAT_32)
     a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
     r = e.op(QnnOpType.ElementWiseSelect, _signed_remainder(e, a, b, truncate=False))
-    whole = e.op(QnnOpType.ElementWiseRound,
-                 [e.op(QnnOpType.ElementWiseDivide, [e.op(QnnOpType.ElementWiseSubtract, [a, r]), b])])
-    _write(e, QnnOpType.ElementWiseSelect, [e.op(QnnOpType.ElementWiseEqual, [r, r], boolean=True), whole,
-                                    e.op(QnnOpType.ElementWiseFloorDiv, [a, b])], out)
+    whole = e.op(
+        QnnOpType.ElementWiseRound,
+        [e.op(QnnOpType.ElementWiseDivide, [e.op(QnnOpType.ElementWiseSubtract, [a, r]), b])],
+    )
+    _write(
+        e,
+        QnnOpType.ElementWiseSelect,
+        [e.op(QnnOpType.ElementWiseEqual, [r, r], boolean=True), whole, e.op(QnnOpType.ElementWiseFloorDiv, [a, b])],
+        out,
+    )
 
 
 def integer_fmod(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
@@ -140,10 +159,14 @@ def integer_fmod(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTens
     rank = len(r.dims)
     nonzero = e.op(QnnOpType.ElementWiseNotEqual, [r, e.zero(rank)], boolean=True)
     # Xor of the sign tests (HTP's NotEqual refuses BOOL_8: 3110 'Unsupported input/output datatypes')
-    signs_differ = e.op(QnnOpType.ElementWiseXor,
-                        [e.op(QnnOpType.ElementWiseLess, [a, e.zero(len(a.dims))], boolean=True),
-                         e.op(QnnOpType.ElementWiseLess, [b, e.zero(len(b.dims))], boolean=True)],
-                        boolean=True)
+    signs_differ = e.op(
+        QnnOpType.ElementWiseXor,
+        [
+            e.op(QnnOpType.ElementWiseLess, [a, e.zero(len(a.dims))], boolean=True),
+            e.op(QnnOpType.ElementWiseLess, [b, e.zero(len(b.dims))], boolean=True),
+        ],
+        boolean=True,
+    )
     fix = e.op(QnnOpType.ElementWiseAnd, [nonzero, signs_differ], boolean=True)
     e.last(QnnOpType.ElementWiseSelect, [fix, e.op(QnnOpType.ElementWiseSubtract, [r, b]), r], out)
 

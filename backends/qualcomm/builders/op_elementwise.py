@@ -4,6 +4,7 @@ remainder and fmod (float32; add / sub / mul, floor_divide, remainder and fmod t
 tensors too: QNN's INT_32 Add / Subtract / Multiply saturate on overflow, the host engine's too). Where QNN 2.51's HTP refuses the
 single op (fmod always, float / quantized remainder, integer floor_divide) or gets it wrong (float
 floor_divide), op_division.py composes it from ops HTP takes."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -15,8 +16,16 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders import op_division as division
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
-    register_builder, table_quant_annotations, tensor_vals,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    register_builder,
+    table_quant_annotations,
+    tensor_vals,
 )
 from backends.qualcomm.builders.utils import input_layout, is_quantized, operand, scalar_tensor
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, TensorType, uint32_tensor
@@ -48,8 +57,7 @@ BINARY_OPS = {
 
 # QNN types whose builder rows also take int32 / int64 tensors (the kernels compute in the
 # tensors' integer type; a number operand must then be an integer).
-INTEGER_OPS = ("ElementWiseFloorDiv", "ElementWiseMod", "ElementWiseAdd", "ElementWiseSubtract",
-               "ElementWiseMultiply")
+INTEGER_OPS = ("ElementWiseFloorDiv", "ElementWiseMod", "ElementWiseAdd", "ElementWiseSubtract", "ElementWiseMultiply")
 # fmod: always a composition (QNN 2.51 HTP has no ElementWiseFmod: 3110 'OpValidator not found').
 FMOD_OPS = (_aten.fmod.Tensor, _aten.fmod.Scalar)
 _INT_DTYPES = {torch.int32: np.int32, torch.int64: np.int64}
@@ -83,12 +91,12 @@ def _check_integer_io(node: torch.fx.Node, dtype: torch.dtype) -> SupportResult:
                 return False, f"constant input {i} holds values that do not fit INT_32 (QNN's integer type)"
         elif isinstance(arg, bool) or not (isinstance(arg, int) or (isinstance(arg, float) and arg.is_integer())):
             return False, f"operand {arg!r} is not an integer but the tensors are {dtype}"
-        elif abs(arg) >= 2 ** 31:
+        elif abs(arg) >= 2**31:
             return False, f"operand {arg!r} does not fit INT_32 (QNN's integer type)"
     alpha = node.kwargs.get("alpha", 1)
-    if isinstance(alpha, bool) or not isinstance(alpha, int) or abs(alpha) >= 2 ** 31:
+    if isinstance(alpha, bool) or not isinstance(alpha, int) or abs(alpha) >= 2**31:
         return False, f"alpha={alpha!r} is not an integer that fits INT_32"
-    if len(node.args) > 1 and not isinstance(node.args[1], torch.fx.Node) and abs(int(node.args[1]) * alpha) >= 2 ** 31:
+    if len(node.args) > 1 and not isinstance(node.args[1], torch.fx.Node) and abs(int(node.args[1]) * alpha) >= 2**31:
         return False, f"operand {node.args[1]!r} * alpha {alpha} does not fit INT_32 (QNN's integer type)"
     return SUPPORTED
 
@@ -106,9 +114,13 @@ def composed(node: torch.fx.Node, int_dtype: Optional[torch.dtype]) -> bool:
 
 def _check_qnn_refusals(node: torch.fx.Node) -> SupportResult:
     """Cases kept on the CPU (measured)."""
-    if node.target == _aten.pow.Scalar and (is_quantized(node) or any(QCOM_QUANT_ATTRS in a.meta for a in node.all_input_nodes)):
-        return False, ("quantized scalar ^ tensor (pow.Scalar) is not supported: its 8-bit result was measured "
-                       "wrong (max 255 steps from the QDQ reference)")
+    if node.target == _aten.pow.Scalar and (
+        is_quantized(node) or any(QCOM_QUANT_ATTRS in a.meta for a in node.all_input_nodes)
+    ):
+        return False, (
+            "quantized scalar ^ tensor (pow.Scalar) is not supported: its 8-bit result was measured "
+            "wrong (max 255 steps from the QDQ reference)"
+        )
     return SUPPORTED
 
 
@@ -123,8 +135,10 @@ def _check_rounding_mode(node: torch.fx.Node) -> SupportResult:
 class BinaryElementwiseBuilder(NodeBuilder):
     targets = list(BINARY_OPS) + list(FMOD_OPS)
     # The aten ops the op table lists for these QNN types (add_, mul_, rsub.Scalar included), and fmod.
-    quant_annotations = {**table_quant_annotations(qnn_type for qnn_type, _ in BINARY_OPS.values()),
-                         **dict.fromkeys(aten_ops("fmod.Tensor", "fmod.Scalar"), QuantFamily.COMPUTE)}
+    quant_annotations = {
+        **table_quant_annotations(qnn_type for qnn_type, _ in BINARY_OPS.values()),
+        **dict.fromkeys(aten_ops("fmod.Tensor", "fmod.Scalar"), QuantFamily.COMPUTE),
+    }
     layout_policy = LayoutPolicy.AGNOSTIC
     channel_last_any_rank = True
 
@@ -160,8 +174,11 @@ class BinaryElementwiseBuilder(NodeBuilder):
             raise QnnLoweringError(f"alpha={alpha} on quantized operands is not supported", node)
         scaled = gb.native_tensor(f"{node.name}_alpha_b", tb.dims, tb.data_type)
         int_dtype = _integer_dtype(node)
-        alpha_t = (scalar_tensor(gb, f"{node.name}_alpha", float(alpha)) if int_dtype is None
-                   else scalar_tensor(gb, f"{node.name}_alpha", int(alpha), dtype=_INT_DTYPES[int_dtype]))
+        alpha_t = (
+            scalar_tensor(gb, f"{node.name}_alpha", float(alpha))
+            if int_dtype is None
+            else scalar_tensor(gb, f"{node.name}_alpha", int(alpha), dtype=_INT_DTYPES[int_dtype])
+        )
         gb.add_op(node, "ElementWiseMultiply", [tb, alpha_t], [scaled], suffix="alpha")
         return scaled
 
@@ -191,8 +208,14 @@ class BinaryElementwiseBuilder(NodeBuilder):
         gb.add_op(node, qnn_type, [ta, tb], [out])
 
 
-def _compose(gb: GraphBuilder, node: torch.fx.Node, int_dtype: Optional[torch.dtype], ta: QnnTensor,
-             tb: QnnTensor, out: QnnTensor) -> None:
+def _compose(
+    gb: GraphBuilder,
+    node: torch.fx.Node,
+    int_dtype: Optional[torch.dtype],
+    ta: QnnTensor,
+    tb: QnnTensor,
+    out: QnnTensor,
+) -> None:
     if int_dtype is None and qnn_binary_type(node) == "ElementWiseFloorDiv":
         division.float_floor_divide(gb, node, ta, tb, out)
     elif int_dtype is None:
@@ -217,11 +240,17 @@ def quantized_scalar_constant(gb: GraphBuilder, node: torch.fx.Node, arg: torch.
     constant tensor) as a quantized scalar of the op's data type (QNN's op validation refuses
     a FLOAT_32 operand: error 3110 'mismatching datatypes'); None otherwise."""
     data = gb.constant_data(arg)
-    if output_encoding(node) is None or data is None or data.numel() != 1 or not data.is_floating_point() \
-            or QCOM_QUANT_ATTRS in arg.meta:
+    if (
+        output_encoding(node) is None
+        or data is None
+        or data.numel() != 1
+        or not data.is_floating_point()
+        or QCOM_QUANT_ATTRS in arg.meta
+    ):
         return None
-    return scalar_tensor(gb, f"{node.name}_{name}", float(data.reshape(-1)[0]), quantized=True,
-                         like=output_encoding(node))
+    return scalar_tensor(
+        gb, f"{node.name}_{name}", float(data.reshape(-1)[0]), quantized=True, like=output_encoding(node)
+    )
 
 
 def output_encoding(node: torch.fx.Node):
@@ -236,8 +265,9 @@ _LAYER_NORM_OPS = (_aten.native_layer_norm.default, _aten.layer_norm.default)
 
 def feeds_layer_norm(node: torch.fx.Node) -> bool:
     """`node` reaches a LayerNorm through binary elementwise ops only (which HTP fuses)."""
-    return any(user.target in _LAYER_NORM_OPS or (user.target in BINARY_OPS and feeds_layer_norm(user))
-               for user in node.users)
+    return any(
+        user.target in _LAYER_NORM_OPS or (user.target in BINARY_OPS and feeds_layer_norm(user)) for user in node.users
+    )
 
 
 def tiled_to(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, dims, name: str) -> QnnTensor:
@@ -261,8 +291,7 @@ def as_rank0(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, name: str
     if not tensor.dims:
         return tensor
     if tensor.type == TensorType.STATIC:
-        return gb.add_tensor(f"{tensor.name}_rank0", TensorType.STATIC, tensor.data_type, [],
-                             tensor.data, tensor.quant)
+        return gb.add_tensor(f"{tensor.name}_rank0", TensorType.STATIC, tensor.data_type, [], tensor.data, tensor.quant)
     out = gb.like(tensor, f"{node.name}_{name}_rank0", [])
     gb.add_op(node, "Reshape", [tensor], [out], suffix=f"{name}_rank0")
     return out

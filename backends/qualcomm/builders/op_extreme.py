@@ -11,6 +11,7 @@ flattened input is reduced to [1], which stands for the 0-d output (utils.one_el
 Quantized graphs: amax / amin select one input value, so the output shares the
 input's encoding (QuantFamily.SHARED). max.dim / min.dim return a tuple, which QnnQuantizer
 leaves unannotated: they run on the dequantized input in float, as argmax / argmin do."""
+
 from __future__ import annotations
 
 import operator
@@ -23,12 +24,25 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_reduce import keep_dims, reduce_axes
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
-    first_failure, node_val, register_builder, tensor_vals,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    first_failure,
+    node_val,
+    register_builder,
+    tensor_vals,
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, one_element_dims, reshape, stored_axis
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType, QnnTensor, bool_scalar, uint32_scalar, uint32_tensor,
+    DataType,
+    QnnTensor,
+    bool_scalar,
+    uint32_scalar,
+    uint32_tensor,
 )
 from backends.qualcomm.utils.constants import NCHW_TO_NHWC
 
@@ -36,12 +50,18 @@ _aten = exir_ops.edge.aten
 
 # edge op -> (values op, indices op)
 EXTREME_OPS = {
-    _aten.amax.default: ("ReduceMax", "Argmax"), _aten.max.dim: ("ReduceMax", "Argmax"),
-    _aten.any.dim: ("ReduceMax", "Argmax"), _aten.any.dims: ("ReduceMax", "Argmax"),
-    _aten.amin.default: ("ReduceMin", "Argmin"), _aten.min.dim: ("ReduceMin", "Argmin"),
-    _aten.all.dim: ("ReduceMin", "Argmin"), _aten.all.dims: ("ReduceMin", "Argmin"),
-    _aten.any.default: ("ReduceMax", "Argmax"), _aten.all.default: ("ReduceMin", "Argmin"),
-    _aten.max.default: ("ReduceMax", "Argmax"), _aten.min.default: ("ReduceMin", "Argmin"),
+    _aten.amax.default: ("ReduceMax", "Argmax"),
+    _aten.max.dim: ("ReduceMax", "Argmax"),
+    _aten.any.dim: ("ReduceMax", "Argmax"),
+    _aten.any.dims: ("ReduceMax", "Argmax"),
+    _aten.amin.default: ("ReduceMin", "Argmin"),
+    _aten.min.dim: ("ReduceMin", "Argmin"),
+    _aten.all.dim: ("ReduceMin", "Argmin"),
+    _aten.all.dims: ("ReduceMin", "Argmin"),
+    _aten.any.default: ("ReduceMax", "Argmax"),
+    _aten.all.default: ("ReduceMin", "Argmin"),
+    _aten.max.default: ("ReduceMax", "Argmax"),
+    _aten.min.default: ("ReduceMin", "Argmin"),
 }
 BOOL_OPS = (_aten.any.dim, _aten.any.dims, _aten.all.dim, _aten.all.dims, _aten.any.default, _aten.all.default)
 TUPLE_OPS = (_aten.max.dim, _aten.min.dim)
@@ -95,8 +115,9 @@ def _bool_reduce(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, out: QnnTe
 @register_builder
 class ExtremeBuilder(NodeBuilder):
     targets = list(EXTREME_OPS)
-    quant_annotations = dict.fromkeys(aten_ops("amax.default", "amin.default", "max.default", "min.default"),
-                                      QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(
+        aten_ops("amax.default", "amin.default", "max.default", "min.default"), QuantFamily.SHARED
+    )
     layout_policy = LayoutPolicy.AGNOSTIC
     num_outputs = 2  # max.dim / min.dim: values, indices
 
@@ -131,8 +152,14 @@ class ExtremeBuilder(NodeBuilder):
         users = _indices_users(node) if node.target in TUPLE_OPS else []
         if users:
             indices = gb.native_tensor(f"{node.name}_indices_int32", values.dims, DataType.INT_32)
-            gb.add_op(node, indices_op, [x], [indices],
-                      [uint32_scalar("axis", axes[0]), bool_scalar("keep_dims", keep)], suffix="indices")
+            gb.add_op(
+                node,
+                indices_op,
+                [x],
+                [indices],
+                [uint32_scalar("axis", axes[0]), bool_scalar("keep_dims", keep)],
+                suffix="indices",
+            )
             indices64 = _int64_indices(gb, node, indices)
             for user in users:
                 gb.bind(user, indices64)
@@ -170,6 +197,11 @@ class ArgExtremeBuilder(NodeBuilder):
         rank = len(logical_shape(node.args[0]))
         keep = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
         indices = gb.native_tensor(f"{node.name}_int32", logical_shape(node), DataType.INT_32)
-        gb.add_op(node, ARG_OPS[node.target], [x], [indices],
-                  [uint32_scalar("axis", normalize_axis(_arg_dim(node), rank)), bool_scalar("keep_dims", keep)])
+        gb.add_op(
+            node,
+            ARG_OPS[node.target],
+            [x],
+            [indices],
+            [uint32_scalar("axis", normalize_axis(_arg_dim(node), rank)), bool_scalar("keep_dims", keep)],
+        )
         gb.bind(node, _int64_indices(gb, node, indices))

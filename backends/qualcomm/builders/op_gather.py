@@ -7,6 +7,7 @@ the slices of self around the window + src, one Concat.
 Runtime index tensors keep their dtype in the payload (QNN narrows INT_64 to INT_32); an index
 out of range is an execute error on the host engine. Negative runtime indices are not wrapped
 (they cannot be checked at lowering): the host engine reports them as out of range."""
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -17,12 +18,23 @@ import torch
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_shape import edge_ops
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, check_static_shapes,
-    first_failure, node_val, register_builder,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    check_static_shapes,
+    first_failure,
+    node_val,
+    register_builder,
 )
 from backends.qualcomm.builders.utils import normalize_axis, reshape, slice_axis
 from backends.qualcomm.serialization.qnn_graph import (
-    QnnTensor, int32_scalar, uint32_scalar, uint32_tensor,
+    QnnTensor,
+    int32_scalar,
+    uint32_scalar,
+    uint32_tensor,
 )
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -40,8 +52,9 @@ def _float_data(node: torch.fx.Node) -> SupportResult:
     return check_float_io(node, skip_inputs=tuple(range(1, len(node.args))))
 
 
-def _output_of(gb: GraphBuilder, node: torch.fx.Node, last: bool, like: QnnTensor, dims: Sequence[int],
-               suffix: str) -> QnnTensor:
+def _output_of(
+    gb: GraphBuilder, node: torch.fx.Node, last: bool, like: QnnTensor, dims: Sequence[int], suffix: str
+) -> QnnTensor:
     return gb.define_output(node) if last else gb.like(like, f"{node.name}_{suffix}", dims)
 
 
@@ -73,8 +86,9 @@ class IndexGatherBuilder(NodeBuilder):
     quant_annotations = dict.fromkeys(aten_ops("index_select.default", "index.Tensor"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: _float_data(node), lambda: _check_one_index(node),
-                             lambda: check_static_shapes(node))
+        return first_failure(
+            lambda: _float_data(node), lambda: _check_one_index(node), lambda: check_static_shapes(node)
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         axis, index = tensor_index(node)
@@ -85,8 +99,7 @@ class IndexGatherBuilder(NodeBuilder):
         gb.add_op(node, "Gather", [x, indices], [gb.define_output(node)], [int32_scalar("axis", axis)])
 
 
-def _gather_middle_axis(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, indices: QnnTensor,
-                        axis: int) -> None:
+def _gather_middle_axis(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, indices: QnnTensor, axis: int) -> None:
     """Runtime indices on a middle axis: Transpose the axis first, Gather on axis 0, Transpose
     back. QNN 2.51's HTP Gather with runtime indices on a middle axis of an fp16 graph gets all
     but the first outer row wrong (measured: zeros, max error 2.3 on [2, 3, 6] axis 1); static
@@ -98,10 +111,14 @@ def _gather_middle_axis(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, ind
     rest = [x.dims[d] for d in range(rank) if d != axis]
     gathered = gb.like(x, f"{node.name}_gathered", list(indices.dims) + rest)
     gb.add_op(node, "Gather", [moved, indices], [gathered], [int32_scalar("axis", 0)], suffix="gather")
-    back = [index_rank + j for j in range(axis)] + list(range(index_rank)) + \
-        [index_rank + j for j in range(axis, rank - 1)]
-    gb.add_op(node, "Transpose", [gathered], [gb.define_output(node)], [uint32_tensor("perm", back)],
-              suffix="axis_back")
+    back = (
+        [index_rank + j for j in range(axis)]
+        + list(range(index_rank))
+        + [index_rank + j for j in range(axis, rank - 1)]
+    )
+    gb.add_op(
+        node, "Transpose", [gathered], [gb.define_output(node)], [uint32_tensor("perm", back)], suffix="axis_back"
+    )
 
 
 # ---- gather -> GatherElements -----------------------------------------------------------------
@@ -120,8 +137,9 @@ class GatherElementsBuilder(NodeBuilder):
     quant_annotations = dict.fromkeys(aten_ops("gather.default"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: _float_data(node), lambda: _check_gather_index(node),
-                             lambda: check_static_shapes(node))
+        return first_failure(
+            lambda: _float_data(node), lambda: _check_gather_index(node), lambda: check_static_shapes(node)
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x, indices = gb.tensor(node.args[0]), gb.tensor(node.args[2])
@@ -151,8 +169,9 @@ class FlipBuilder(NodeBuilder):
             gb.add_op(node, "Reshape", [x], [gb.define_output(node)])
             return
         for k, d in enumerate(dims):
-            reversed_index = gb.static_tensor(f"{node.name}_reversed_{d}", np.arange(x.dims[d] - 1, -1, -1,
-                                                                                    dtype=np.int32))
+            reversed_index = gb.static_tensor(
+                f"{node.name}_reversed_{d}", np.arange(x.dims[d] - 1, -1, -1, dtype=np.int32)
+            )
             out = _output_of(gb, node, k == len(dims) - 1, x, x.dims, f"flip_{d}")
             gb.add_op(node, "Gather", [x, reversed_index], [out], [int32_scalar("axis", d)], suffix=f"flip_{d}")
             x = out
@@ -207,8 +226,11 @@ class RollBuilder(NodeBuilder):
     quant_annotations = dict.fromkeys(aten_ops("roll.default"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: check_float_io(node, skip_inputs=(1, 2)), lambda: check_static_shapes(node),
-                             lambda: _check_roll_args(node))
+        return first_failure(
+            lambda: check_float_io(node, skip_inputs=(1, 2)),
+            lambda: check_static_shapes(node),
+            lambda: _check_roll_args(node),
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = gb.tensor(node.args[0])
@@ -256,12 +278,14 @@ def _check_scatter_args(node: torch.fx.Node) -> SupportResult:
 class SliceScatterBuilder(NodeBuilder):
     targets = edge_ops("slice_scatter.default", "select_scatter.default")
     keep_whole = edge_ops("select_scatter.default")  # else decomposed into arange == index + where
-    quant_annotations = dict.fromkeys(aten_ops("slice_scatter.default", "select_scatter.default"),
-                                      QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(aten_ops("slice_scatter.default", "select_scatter.default"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: check_float_io(node, skip_inputs=(2, 3, 4, 5)),
-                             lambda: check_static_shapes(node), lambda: _check_scatter_args(node))
+        return first_failure(
+            lambda: check_float_io(node, skip_inputs=(2, 3, 4, 5)),
+            lambda: check_static_shapes(node),
+            lambda: _check_scatter_args(node),
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x, src = gb.tensor(node.args[0]), gb.tensor(node.args[1])

@@ -1,5 +1,6 @@
 """operator.getitem of a tuple-returning op: output 0 is the op's own tensor; output i > 0
 of a multi-output op (builder with `num_outputs` or `output_count(node)`) is bound by that op's builder. No op."""
+
 from __future__ import annotations
 
 import operator
@@ -8,7 +9,11 @@ import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, SupportResult, SUPPORTED, get_builder, register_builder,
+    NodeBuilder,
+    SupportResult,
+    SUPPORTED,
+    get_builder,
+    register_builder,
 )
 
 
@@ -21,8 +26,7 @@ class GetItemBuilder(NodeBuilder):
         builder = get_builder(getattr(source, "target", None))
         if builder is None:
             return False, f"source '{getattr(source, 'name', source)}' has no builder"
-        count = builder.output_count(source) if hasattr(builder, "output_count") \
-            else getattr(builder, "num_outputs", 1)
+        count = builder.output_count(source) if hasattr(builder, "output_count") else getattr(builder, "num_outputs", 1)
         if not 0 <= node.args[1] < count:
             return False, f"getitem index {node.args[1]} (the op's builder produces outputs 0 .. {count - 1})"
         return builder.is_supported(source)

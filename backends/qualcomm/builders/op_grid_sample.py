@@ -13,6 +13,7 @@ the D samples of a point weighted by its depth coordinate zp (torch's unnormaliz
 sampling: the 2-D samples are bilinear in (x, y)), nearest w_d = (Round(zp) == d); a depth
 outside the volume gets no weight (zeros padding). Quantized: in float between a Dequantize of
 the input and grid and a Quantize to the output's encoding. Costs D 2-D samples per point."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,12 +23,24 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
-    first_failure, register_builder,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    first_failure,
+    register_builder,
 )
 from backends.qualcomm.builders.utils import dequantized, reshape
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType, QnnTensor, bool_scalar, int32_tensor, uint32_scalar, uint32_tensor,
+    DataType,
+    QnnTensor,
+    bool_scalar,
+    int32_tensor,
+    uint32_scalar,
+    uint32_tensor,
 )
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST
 
@@ -41,11 +54,13 @@ def _modes(node: torch.fx.Node) -> SupportResult:
     mode, padding = int(node.args[2]), int(node.args[3])
     op = _op_name(node)
     if mode not in SUPPORTED_MODES:
-        return False, (f"{op}: interpolation mode '{_MODES.get(mode, mode)}' is not supported "
-                       "(bilinear and nearest only)")
+        return False, (
+            f"{op}: interpolation mode '{_MODES.get(mode, mode)}' is not supported (bilinear and nearest only)"
+        )
     if padding not in SUPPORTED_PADDINGS:
-        return False, (f"{op}: padding_mode '{_PADDINGS.get(padding, padding)}' is not supported "
-                       "(zeros and border only)")
+        return False, (
+            f"{op}: padding_mode '{_PADDINGS.get(padding, padding)}' is not supported (zeros and border only)"
+        )
     return SUPPORTED
 
 
@@ -57,7 +72,7 @@ def _shapes(node: torch.fx.Node) -> SupportResult:
     x, grid = logical_shape(node.args[0]), logical_shape(node.args[1])
     rank = 5 if node.target == _aten.grid_sampler_3d.default else 4
     if len(x) != rank or len(grid) != rank or grid[-1] != rank - 2 or grid[0] != x[0]:
-        expected = ("[N, C, D, H, W] and [N, OD, OH, OW, 3]" if rank == 5 else "[N, C, H, W] and [N, OH, OW, 2]")
+        expected = "[N, C, D, H, W] and [N, OD, OH, OW, 3]" if rank == 5 else "[N, C, H, W] and [N, OH, OW, 2]"
         return False, f"{_op_name(node)}: input {x} and grid {grid} must be {expected}"
     return SUPPORTED
 
@@ -65,8 +80,9 @@ def _shapes(node: torch.fx.Node) -> SupportResult:
 @register_builder
 class GridSampleBuilder(NodeBuilder):
     targets = [_aten.grid_sampler_2d.default, _aten.grid_sampler_3d.default]
-    quant_annotations = dict.fromkeys(aten_ops("grid_sampler.default", "grid_sampler_2d.default",
-                                               "grid_sampler_3d.default"), QuantFamily.COMPUTE)
+    quant_annotations = dict.fromkeys(
+        aten_ops("grid_sampler.default", "grid_sampler_2d.default", "grid_sampler_3d.default"), QuantFamily.COMPUTE
+    )
     layout_policy = LayoutPolicy.SENSITIVE
     channel_last_ranks = (4, 5)
 
@@ -83,12 +99,23 @@ class GridSampleBuilder(NodeBuilder):
 
 
 def _params(node: torch.fx.Node) -> list:
-    return [bool_scalar("align_corners", bool(node.args[4])), uint32_scalar("mode", int(node.args[2])),
-            uint32_scalar("padding_mode", int(node.args[3]))]
+    return [
+        bool_scalar("align_corners", bool(node.args[4])),
+        uint32_scalar("mode", int(node.args[2])),
+        uint32_scalar("padding_mode", int(node.args[3])),
+    ]
 
 
-def _op(gb: GraphBuilder, node: torch.fx.Node, op_type: str, inputs, name: str, dims, params=(),
-        data_type: int = DataType.FLOAT_32) -> QnnTensor:
+def _op(
+    gb: GraphBuilder,
+    node: torch.fx.Node,
+    op_type: str,
+    inputs,
+    name: str,
+    dims,
+    params=(),
+    data_type: int = DataType.FLOAT_32,
+) -> QnnTensor:
     out = gb.native_tensor(f"{node.name}_{name}", list(dims), data_type)
     gb.add_op(node, op_type, list(inputs), [out], list(params), suffix=name)
     return out
@@ -101,8 +128,15 @@ def _constant(gb: GraphBuilder, node: torch.fx.Node, name: str, values) -> QnnTe
 
 def _slice_last(gb: GraphBuilder, node: torch.fx.Node, g: QnnTensor, begin: int, end: int, name: str) -> QnnTensor:
     ranges = [[0, d, 1] for d in g.dims[:-1]] + [[begin, end, 1]]
-    return _op(gb, node, QnnOpType.StridedSlice, [g], name, list(g.dims[:-1]) + [end - begin],
-               [int32_tensor("ranges", ranges, [len(ranges), 3])])
+    return _op(
+        gb,
+        node,
+        QnnOpType.StridedSlice,
+        [g],
+        name,
+        list(g.dims[:-1]) + [end - begin],
+        [int32_tensor("ranges", ranges, [len(ranges), 3])],
+    )
 
 
 def _depth_weights(gb: GraphBuilder, node: torch.fx.Node, z: QnnTensor, depth: int) -> QnnTensor:
@@ -111,27 +145,40 @@ def _depth_weights(gb: GraphBuilder, node: torch.fx.Node, z: QnnTensor, depth: i
     border padding; bilinear Relu(1 - |zp - d|), nearest (Round(zp) == d) as 0 / 1."""
     mode, padding, align = int(node.args[2]), int(node.args[3]), bool(node.args[4])
     half = (depth - 1) / 2.0
-    scaled = _op(gb, node, QnnOpType.ElementWiseMultiply,
-                 [z, _constant(gb, node, "z_scale", [half if align else depth / 2.0])],
-                 "z_scaled", z.dims)
+    scaled = _op(
+        gb,
+        node,
+        QnnOpType.ElementWiseMultiply,
+        [z, _constant(gb, node, "z_scale", [half if align else depth / 2.0])],
+        "z_scaled",
+        z.dims,
+    )
     zp = _op(gb, node, QnnOpType.ElementWiseAdd, [scaled, _constant(gb, node, "z_offset", [half])], "z_pixel", z.dims)
     if padding == 1:
-        low = _op(gb, node, QnnOpType.ElementWiseMaximum, [zp, _constant(gb, node, "z_low", [0.0])], "z_low_clamped",
-                  z.dims)
-        zp = _op(gb, node, QnnOpType.ElementWiseMinimum, [low, _constant(gb, node, "z_high", [depth - 1.0])],
-                 "z_clamped", z.dims)
+        low = _op(
+            gb, node, QnnOpType.ElementWiseMaximum, [zp, _constant(gb, node, "z_low", [0.0])], "z_low_clamped", z.dims
+        )
+        zp = _op(
+            gb,
+            node,
+            QnnOpType.ElementWiseMinimum,
+            [low, _constant(gb, node, "z_high", [depth - 1.0])],
+            "z_clamped",
+            z.dims,
+        )
     slices = _constant(gb, node, "depths", np.arange(depth, dtype=np.float32).reshape(1, depth, 1, 1))
     dims = [z.dims[0], depth, z.dims[2], 1]
     if mode == 1:
         rounded = _op(gb, node, QnnOpType.ElementWiseRound, [zp], "z_rounded", z.dims)
-        chosen = _op(gb, node, QnnOpType.ElementWiseEqual, [rounded, slices], "z_chosen", dims,
-                     data_type=DataType.BOOL_8)
+        chosen = _op(
+            gb, node, QnnOpType.ElementWiseEqual, [rounded, slices], "z_chosen", dims, data_type=DataType.BOOL_8
+        )
         return _op(gb, node, QnnOpType.Cast, [chosen], "weights", dims)
     offsets = _op(gb, node, QnnOpType.ElementWiseSubtract, [zp, slices], "z_offsets", dims)
-    distance = _op(gb, node, QnnOpType.ElementWiseAbs, [offsets],
-                   "z_distance", dims)
-    linear = _op(gb, node, QnnOpType.ElementWiseSubtract, [_constant(gb, node, "one", [1.0]), distance], "z_linear",
-                 dims)
+    distance = _op(gb, node, QnnOpType.ElementWiseAbs, [offsets], "z_distance", dims)
+    linear = _op(
+        gb, node, QnnOpType.ElementWiseSubtract, [_constant(gb, node, "one", [1.0]), distance], "z_linear", dims
+    )
     return _op(gb, node, QnnOpType.Relu, [linear], "weights", dims)
 
 
@@ -145,16 +192,31 @@ def _grid_sample_3d(gb: GraphBuilder, node: torch.fx.Node) -> None:
     images = reshape(gb, node, x, [n * depth, h, w, c], "images")
     g = reshape(gb, node, grid, [n, 1, points, 3], "points")
     xy = _slice_last(gb, node, g, 0, 2, "xy")
-    tiled = _op(gb, node, QnnOpType.Tile, [xy], "xy_tiled", [n, depth, points, 2],
-                [uint32_tensor("multiples", [1, depth, 1, 1])])
+    tiled = _op(
+        gb,
+        node,
+        QnnOpType.Tile,
+        [xy],
+        "xy_tiled",
+        [n, depth, points, 2],
+        [uint32_tensor("multiples", [1, depth, 1, 1])],
+    )
     xy_images = reshape(gb, node, tiled, [n * depth, points, 1, 2], "xy_images")
-    sampled = _op(gb, node, QnnOpType.GridSample, [images, xy_images], "sampled", [n * depth, points, 1, c],
-                  _params(node))
+    sampled = _op(
+        gb, node, QnnOpType.GridSample, [images, xy_images], "sampled", [n * depth, points, 1, c], _params(node)
+    )
     per_depth = reshape(gb, node, sampled, [n, depth, points, c], "per_depth")
     weights = _depth_weights(gb, node, _slice_last(gb, node, g, 2, 3, "z"), depth)
     weighted = _op(gb, node, QnnOpType.ElementWiseMultiply, [per_depth, weights], "weighted", per_depth.dims)
-    summed = _op(gb, node, QnnOpType.ReduceSum, [weighted], "summed", [n, points, c],
-                 [uint32_tensor("axes", [1]), bool_scalar("keep_dims", False)])
+    summed = _op(
+        gb,
+        node,
+        QnnOpType.ReduceSum,
+        [weighted],
+        "summed",
+        [n, points, c],
+        [uint32_tensor("axes", [1]), bool_scalar("keep_dims", False)],
+    )
     if out.quant is None:
         gb.add_op(node, QnnOpType.Reshape, [summed], [out], suffix="result")
         return

@@ -12,6 +12,7 @@ group c (input channels c*kh*kw ..) writes output channel c, weight[i*dh, j*dw, 
 stride, padding = cropping; the rows / columns no window reaches are a zero Pad after it. Sums of inputs
 x 1: exact in fp16 up to its rounding of the sums; quantized it requantizes like a conv
 (QuantFamily.COMPUTE: the output has its own encoding)."""
+
 from __future__ import annotations
 
 from typing import List
@@ -25,12 +26,23 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_conv import zero_bias_attrs
 from backends.qualcomm.builders.quant_encoding import QuantAttrs
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, first_failure,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    first_failure,
     register_builder,
 )
 from backends.qualcomm.builders.utils import int_list, is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import (
-    QnnTensor, float_scalar, int32_scalar, uint32_scalar, uint32_tensor,
+    QnnTensor,
+    float_scalar,
+    int32_scalar,
+    uint32_scalar,
+    uint32_tensor,
 )
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST
 
@@ -93,9 +105,18 @@ class Im2ColBuilder(NodeBuilder):
             pads = [[0, 0], [ph, ph], [pw, pw], [0, 0]] if channel_last else [[0, 0], [0, 0], [ph, ph], [pw, pw]]
             dims = [d + a + b for d, (a, b) in zip(x.dims, pads)]
             padded = gb.like(x, f"{node.name}_padded", dims)
-            gb.add_op(node, "Pad", [x], [padded],
-                      [uint32_scalar("scheme", 0), uint32_tensor("pad_amount", pads, [4, 2]),
-                       float_scalar("pad_constant_value", 0.0)], suffix="pad")
+            gb.add_op(
+                node,
+                "Pad",
+                [x],
+                [padded],
+                [
+                    uint32_scalar("scheme", 0),
+                    uint32_tensor("pad_amount", pads, [4, 2]),
+                    float_scalar("pad_constant_value", 0.0),
+                ],
+                suffix="pad",
+            )
             x = padded
         n = x.dims[0]
         flat = reshape(gb, node, x, [n, int(np.prod(x.dims[1:]))], "flat")
@@ -118,8 +139,16 @@ def fold_geometry(node: torch.fx.Node) -> dict:
     extent = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
     blocks = [(s + 2 * p - e) // st + 1 for s, p, e, st in zip(size, padding, extent, stride)]
     output_padding = [s - ((b - 1) * st - 2 * p + e) for s, b, st, p, e in zip(size, blocks, stride, padding, extent)]
-    return {"size": size, "kernel": kernel, "dilation": dilation, "padding": padding, "stride": stride,
-            "extent": extent, "blocks": blocks, "output_padding": output_padding}
+    return {
+        "size": size,
+        "kernel": kernel,
+        "dilation": dilation,
+        "padding": padding,
+        "stride": stride,
+        "extent": extent,
+        "blocks": blocks,
+        "output_padding": output_padding,
+    }
 
 
 def _check_fold(node: torch.fx.Node) -> SupportResult:
@@ -169,14 +198,21 @@ class Col2ImBuilder(NodeBuilder):
         x = reshape(gb, node, x, [n] + geo["blocks"] + [columns], "windows")
         weight = self._weight(gb, node, geo, channels)
         attrs = zero_bias_attrs(x, weight, channels) if is_quantized(node) else None
-        bias = (gb.quantized_static(f"{node.name}_bias", np.zeros([channels], np.int64), attrs) if attrs is not None
-                else gb.static_tensor(f"{node.name}_bias", np.zeros([channels], np.float32)))
+        bias = (
+            gb.quantized_static(f"{node.name}_bias", np.zeros([channels], np.int64), attrs)
+            if attrs is not None
+            else gb.static_tensor(f"{node.name}_bias", np.zeros([channels], np.float32))
+        )
         # Output row y is row y + p of the padded image; the windows reach its rows [0, reach):
         # crop p at the top and reach - p - H (if > 0) at the bottom, zero-pad the rest.
         crop = [[p, max(0, p - extra)] for p, extra in zip(geo["padding"], geo["output_padding"])]
         unreached = [max(0, extra - p) for p, extra in zip(geo["padding"], geo["output_padding"])]
-        params = [uint32_tensor("stride", geo["stride"]), uint32_tensor("pad_amount", crop, [2, 2]),
-                  uint32_tensor("output_padding", [0, 0]), uint32_scalar("group", channels)]
+        params = [
+            uint32_tensor("stride", geo["stride"]),
+            uint32_tensor("pad_amount", crop, [2, 2]),
+            uint32_tensor("output_padding", [0, 0]),
+            uint32_scalar("group", channels),
+        ]
         out = gb.define_output(node)
         if not any(unreached):
             gb.add_op(node, "TransposeConv2d", [x, weight, bias], [out], params)
@@ -186,6 +222,15 @@ class Col2ImBuilder(NodeBuilder):
         (uh, uw) = unreached
         reached = gb.like(out, f"{node.name}_reached", [n, out.dims[1] - uh, out.dims[2] - uw, channels])
         gb.add_op(node, "TransposeConv2d", [x, weight, bias], [reached], params)
-        gb.add_op(node, "Pad", [reached], [out],
-                  [uint32_scalar("scheme", 0), uint32_tensor("pad_amount", [[0, 0], [0, uh], [0, uw], [0, 0]], [4, 2]),
-                   float_scalar("pad_constant_value", 0.0)], suffix="unreached")
+        gb.add_op(
+            node,
+            "Pad",
+            [reached],
+            [out],
+            [
+                uint32_scalar("scheme", 0),
+                uint32_tensor("pad_amount", [[0, 0], [0, uh], [0, uw], [0, 0]], [4, 2]),
+                float_scalar("pad_constant_value", 0.0),
+            ],
+            suffix="unreached",
+        )

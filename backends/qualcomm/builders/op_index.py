@@ -1,4 +1,5 @@
 """cat -> Concat; slice_copy -> StridedSlice; select_copy -> StridedSlice + Reshape; embedding -> Gather."""
+
 from __future__ import annotations
 
 import sys
@@ -9,8 +10,16 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_data_io, check_float_io,
-    register_builder, tensor_vals,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_data_io,
+    check_float_io,
+    register_builder,
+    tensor_vals,
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, reshape, stored_axis
 from backends.qualcomm.serialization.qnn_graph import int32_scalar, int32_tensor, uint32_scalar
@@ -21,8 +30,7 @@ _aten = exir_ops.edge.aten
 @register_builder
 class ConcatBuilder(NodeBuilder):
     targets = [_aten.cat.default]
-    quant_annotations = dict.fromkeys(aten_ops("cat.default"),
-                                      QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(aten_ops("cat.default"), QuantFamily.SHARED)
     layout_policy = LayoutPolicy.AGNOSTIC
     channel_last_any_rank = True  # every input has the output's rank: concat on the stored axis
 
@@ -58,8 +66,7 @@ def _full_ranges(dims: List[int]) -> List[List[int]]:
 @register_builder
 class SliceBuilder(NodeBuilder):
     targets = [_aten.slice_copy.Tensor]
-    quant_annotations = dict.fromkeys(aten_ops("slice.Tensor"),
-                                      QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(aten_ops("slice.Tensor"), QuantFamily.SHARED)
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -80,15 +87,15 @@ class SliceBuilder(NodeBuilder):
         size = logical_shape(node.args[0])[logical_dim]
         ranges = _full_ranges(x.dims)
         ranges[stored_axis(dim, rank, layout)] = slice_range(size, args[2], args[3], step)
-        gb.add_op(node, "StridedSlice", [x], [gb.define_output(node)],
-                  [int32_tensor("ranges", ranges, [len(ranges), 3])])
+        gb.add_op(
+            node, "StridedSlice", [x], [gb.define_output(node)], [int32_tensor("ranges", ranges, [len(ranges), 3])]
+        )
 
 
 @register_builder
 class SelectBuilder(NodeBuilder):
     targets = [_aten.select_copy.int]
-    quant_annotations = dict.fromkeys(aten_ops("select.int"),
-                                      QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(aten_ops("select.int"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return check_data_io(node, skip_inputs=(1, 2))
@@ -103,16 +110,16 @@ class SelectBuilder(NodeBuilder):
         sliced_dims = list(shape)
         sliced_dims[dim] = 1
         sliced = gb.like(x, f"{node.name}_slice", sliced_dims)
-        gb.add_op(node, "StridedSlice", [x], [sliced],
-                  [int32_tensor("ranges", ranges, [len(ranges), 3])], suffix="slice")
+        gb.add_op(
+            node, "StridedSlice", [x], [sliced], [int32_tensor("ranges", ranges, [len(ranges), 3])], suffix="slice"
+        )
         gb.add_op(node, "Reshape", [sliced], [gb.define_output(node)])
 
 
 @register_builder
 class EmbeddingBuilder(NodeBuilder):
     targets = [_aten.embedding.default]
-    quant_annotations = dict.fromkeys(aten_ops("embedding.default"),
-                                      QuantFamily.EMBEDDING)
+    quant_annotations = dict.fromkeys(aten_ops("embedding.default"), QuantFamily.EMBEDDING)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node, skip_inputs=(1,))

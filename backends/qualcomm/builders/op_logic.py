@@ -11,6 +11,7 @@ Quantized graphs: a comparison reads its quantized inputs as they are (QnnQuanti
 the inputs, not the bool output; the fold pass bypasses their dequantizes), so QNN compares
 the dequantized values, as the PT2E reference does; a scalar operand becomes a quantized
 constant that holds it exactly. Select's branches and output carry activation encodings."""
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,13 @@ from backends.qualcomm.builders import op_bitwise as bitwise
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_elementwise import as_rank0
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, SUPPORTED, SupportResult, node_val, register_builder, table_quant_annotations, tensor_vals,
+    NodeBuilder,
+    SUPPORTED,
+    SupportResult,
+    node_val,
+    register_builder,
+    table_quant_annotations,
+    tensor_vals,
 )
 from backends.qualcomm.builders.utils import is_constant, reshape, scalar_tensor
 from backends.qualcomm.builders.quant_encoding import is_dequantize
@@ -35,24 +42,37 @@ _aten = exir_ops.edge.aten
 
 # edge op -> QNN comparison
 COMPARE_OPS = {
-    _aten.eq.Tensor: "ElementWiseEqual", _aten.eq.Scalar: "ElementWiseEqual",
-    _aten.ne.Tensor: "ElementWiseNotEqual", _aten.ne.Scalar: "ElementWiseNotEqual",
-    _aten.lt.Tensor: "ElementWiseLess", _aten.lt.Scalar: "ElementWiseLess",
-    _aten.le.Tensor: "ElementWiseLessEqual", _aten.le.Scalar: "ElementWiseLessEqual",
-    _aten.gt.Tensor: "ElementWiseGreater", _aten.gt.Scalar: "ElementWiseGreater",
-    _aten.ge.Tensor: "ElementWiseGreaterEqual", _aten.ge.Scalar: "ElementWiseGreaterEqual",
+    _aten.eq.Tensor: "ElementWiseEqual",
+    _aten.eq.Scalar: "ElementWiseEqual",
+    _aten.ne.Tensor: "ElementWiseNotEqual",
+    _aten.ne.Scalar: "ElementWiseNotEqual",
+    _aten.lt.Tensor: "ElementWiseLess",
+    _aten.lt.Scalar: "ElementWiseLess",
+    _aten.le.Tensor: "ElementWiseLessEqual",
+    _aten.le.Scalar: "ElementWiseLessEqual",
+    _aten.gt.Tensor: "ElementWiseGreater",
+    _aten.gt.Scalar: "ElementWiseGreater",
+    _aten.ge.Tensor: "ElementWiseGreaterEqual",
+    _aten.ge.Scalar: "ElementWiseGreaterEqual",
 }
 # edge op -> QNN logic op on BOOL_8 tensors
 LOGIC_OPS = {
-    _aten.logical_and.default: "ElementWiseAnd", _aten.bitwise_and.Tensor: "ElementWiseAnd",
-    _aten.logical_or.default: "ElementWiseOr", _aten.bitwise_or.Tensor: "ElementWiseOr",
-    _aten.logical_xor.default: "ElementWiseXor", _aten.bitwise_xor.Tensor: "ElementWiseXor",
-    _aten.logical_not.default: "ElementWiseNot", _aten.bitwise_not.default: "ElementWiseNot",
+    _aten.logical_and.default: "ElementWiseAnd",
+    _aten.bitwise_and.Tensor: "ElementWiseAnd",
+    _aten.logical_or.default: "ElementWiseOr",
+    _aten.bitwise_or.Tensor: "ElementWiseOr",
+    _aten.logical_xor.default: "ElementWiseXor",
+    _aten.bitwise_xor.Tensor: "ElementWiseXor",
+    _aten.logical_not.default: "ElementWiseNot",
+    _aten.bitwise_not.default: "ElementWiseNot",
 }
 # edge op -> (condition, then, else) argument positions, or None for masked_fill's own order
 SELECT_OPS = {
-    _aten.where.self: (0, 1, 2), _aten.where.ScalarOther: (0, 1, 2), _aten.where.ScalarSelf: (0, 1, 2),
-    _aten.where.Scalar: (0, 1, 2), _aten.masked_fill.Scalar: (1, 2, 0),
+    _aten.where.self: (0, 1, 2),
+    _aten.where.ScalarOther: (0, 1, 2),
+    _aten.where.ScalarSelf: (0, 1, 2),
+    _aten.where.Scalar: (0, 1, 2),
+    _aten.masked_fill.Scalar: (1, 2, 0),
     _aten.threshold.default: (None, 0, 2),  # x > threshold ? x : value (condition built here)
 }
 
@@ -88,13 +108,14 @@ def check_scalar_fits(scalar: object, dtype: torch.dtype, what: str) -> SupportR
         return False, f"{what} {scalar!r} next to a bool tensor is not supported"
     if dtype != torch.float32 and (isinstance(scalar, float) and not float(scalar).is_integer()):
         return False, f"{what} {scalar!r} is not an integer but the tensor is {dtype}"
-    if dtype != torch.float32 and abs(scalar) >= 2 ** 31:
+    if dtype != torch.float32 and abs(scalar) >= 2**31:
         return False, f"{what} {scalar!r} does not fit INT_32 (QNN's integer type)"
     return SUPPORTED
 
 
-def number_operand(gb: GraphBuilder, node: torch.fx.Node, value: Union[int, float], like: torch.fx.Node,
-                   name: str) -> QnnTensor:
+def number_operand(
+    gb: GraphBuilder, node: torch.fx.Node, value: Union[int, float], like: torch.fx.Node, name: str
+) -> QnnTensor:
     """A STATIC scalar in the data type of tensor `like`: quantized so that it holds the value
     exactly when `like` is quantized, else of its dtype."""
     attrs = like.meta.get(QCOM_QUANT_ATTRS)
@@ -124,8 +145,14 @@ def padded_rank(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, rank: 
         return tensor
     dims = [1] * (rank - len(tensor.dims)) + list(tensor.dims)
     if tensor.type == TensorType.STATIC:
-        return gb.add_tensor(f"{tensor.name}_rank{rank}", TensorType.STATIC, tensor.data_type, dims,
-                             None if tensor.data is None else tensor.data.reshape(dims), tensor.quant)
+        return gb.add_tensor(
+            f"{tensor.name}_rank{rank}",
+            TensorType.STATIC,
+            tensor.data_type,
+            dims,
+            None if tensor.data is None else tensor.data.reshape(dims),
+            tensor.quant,
+        )
     return reshape(gb, node, tensor, dims, f"{name}_rank{rank}")
 
 
@@ -156,8 +183,12 @@ class CompareBuilder(NodeBuilder):
             if _dtype(b) != dtype:
                 return False, f"inputs differ in dtype ({dtype} and {_dtype(b)}); cast them first"
             return SUPPORTED
-        if dtype == torch.float32 and isinstance(b, (int, float)) and not math.isfinite(float(b)) \
-                and QCOM_QUANT_ATTRS in a.meta:
+        if (
+            dtype == torch.float32
+            and isinstance(b, (int, float))
+            and not math.isfinite(float(b))
+            and QCOM_QUANT_ATTRS in a.meta
+        ):
             return False, f"scalar {b!r} has no quantized form"
         return check_scalar_fits(b, dtype, "scalar")
 
@@ -212,15 +243,21 @@ def _is_value_not(node: torch.fx.Node) -> bool:
     """logical_not of a float32 / int32 / int64 tensor (all(x) of a float x exports as
     logical_not -> any -> logical_not): lowered as x == 0."""
     x = node.args[0]
-    return node.target == _aten.logical_not.default and isinstance(x, torch.fx.Node) and \
-        _dtype(x) in (torch.float32, torch.int32, torch.int64)
+    return (
+        node.target == _aten.logical_not.default
+        and isinstance(x, torch.fx.Node)
+        and _dtype(x) in (torch.float32, torch.int32, torch.int64)
+    )
 
 
 def _is_integer_not(node: torch.fx.Node) -> bool:
     """bitwise_not of an int32 / int64 tensor: -1 - x (QNN's ElementWiseNot is logical)."""
     x = node.args[0]
-    return node.target == _aten.bitwise_not.default and isinstance(x, torch.fx.Node) and \
-        _dtype(x) in (torch.int32, torch.int64)
+    return (
+        node.target == _aten.bitwise_not.default
+        and isinstance(x, torch.fx.Node)
+        and _dtype(x) in (torch.int32, torch.int64)
+    )
 
 
 def one_element_operands(node: torch.fx.Node, operands: List[QnnTensor]) -> bool:
@@ -237,8 +274,10 @@ ISINF = _aten.isinf.default
 POS_INF_BITS, NEG_INF_BITS = 0x7F800000, -0x800000
 # name -> (exact INT_32 comparison, the number the bits are compared with)
 BIT_TESTS = {
-    "pos_inf": ("ElementWiseEqual", POS_INF_BITS), "neg_inf": ("ElementWiseEqual", NEG_INF_BITS),
-    "pos_nan": ("ElementWiseGreater", POS_INF_BITS), "signed": ("ElementWiseLess", 0),
+    "pos_inf": ("ElementWiseEqual", POS_INF_BITS),
+    "neg_inf": ("ElementWiseEqual", NEG_INF_BITS),
+    "pos_nan": ("ElementWiseGreater", POS_INF_BITS),
+    "signed": ("ElementWiseLess", 0),
     "above_neg_inf": ("ElementWiseGreater", NEG_INF_BITS),
 }
 
@@ -262,11 +301,16 @@ class ClassifyBuilder(NodeBuilder):
         if not isinstance(x, torch.fx.Node) or _dtype(x) != torch.float32:
             return False, f"input dtype {_dtype(x) if isinstance(x, torch.fx.Node) else x!r} is not supported (float32)"
         if QCOM_QUANT_ATTRS in x.meta or is_dequantize(x):
-            return False, f"{'isinf' if node.target == ISINF else 'isnan'} of a quantized tensor (which holds no NaN / inf) stays on the CPU"
+            return (
+                False,
+                f"{'isinf' if node.target == ISINF else 'isnan'} of a quantized tensor (which holds no NaN / inf) stays on the CPU",
+            )
         if node.target == ISINF and not is_user_input(x):
-            return False, ("isinf of a tensor that is not a graph input: QNN 2.51 HTP cannot finalize IsInf (error "
-                           "1002) and holds an infinite tensor like NaN (x != x, IsNan true; Abs(x) == inf false: "
-                           "measured); only a graph input's exact bits tell them apart")
+            return False, (
+                "isinf of a tensor that is not a graph input: QNN 2.51 HTP cannot finalize IsInf (error "
+                "1002) and holds an infinite tensor like NaN (x != x, IsNan true; Abs(x) == inf false: "
+                "measured); only a graph input's exact bits tell them apart"
+            )
         return _output_dtype_is(node, (torch.bool,))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
@@ -347,8 +391,13 @@ class WhereBuilder(NodeBuilder):
             return gb.tensor(c)
         x = node.args[0]
         above = gb.native_tensor(f"{node.name}_above", gb.tensor(x).dims, DataType.BOOL_8)
-        gb.add_op(node, "ElementWiseGreater", [gb.tensor(x), number_operand(gb, node, node.args[1], x, "threshold")],
-                  [above], suffix="above")
+        gb.add_op(
+            node,
+            "ElementWiseGreater",
+            [gb.tensor(x), number_operand(gb, node, node.args[1], x, "threshold")],
+            [above],
+            suffix="above",
+        )
         return above
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:

@@ -19,6 +19,7 @@ h's offset is ceil(x's offset / 256); r's two 8-bit pieces Convert(r) with offse
 clamped to [-255, 0]) and offset 0 (r clamped to [0, 255]); Cast each to INT_32 (codes), then
 index = 256 h + a + b = code + 255 - (256 ceil(o / 256) - o), the table padded in front by that
 constant. The index does not depend on how h's ties round, so both engines agree."""
+
 from __future__ import annotations
 
 from typing import Callable, Optional, Tuple
@@ -29,7 +30,11 @@ import torch
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.quant_encoding import QuantAttrs, quant_params
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType, QnnTensor, QuantEncoding, QuantParams, int32_scalar,
+    DataType,
+    QnnTensor,
+    QuantEncoding,
+    QuantParams,
+    int32_scalar,
 )
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
@@ -39,9 +44,16 @@ _TABLE_DTYPES = {8: DataType.UFIXED_POINT_8, 16: DataType.UFIXED_POINT_16}
 
 def per_tensor_unsigned(attrs: Optional[QuantAttrs]) -> bool:
     """A per-tensor uint8 / uint16 activation encoding over the full code range."""
-    return (attrs is not None and attrs.axis == -1 and attrs.block_size is None and not attrs.signed
-            and attrs.qmin == 0 and attrs.qmax == (1 << attrs.bitwidth) - 1 and attrs.bitwidth in _TABLE_DTYPES
-            and np.ndim(attrs.scale) == 0)
+    return (
+        attrs is not None
+        and attrs.axis == -1
+        and attrs.block_size is None
+        and not attrs.signed
+        and attrs.qmin == 0
+        and attrs.qmax == (1 << attrs.bitwidth) - 1
+        and attrs.bitwidth in _TABLE_DTYPES
+        and np.ndim(attrs.scale) == 0
+    )
 
 
 def lookup_attrs(node: torch.fx.Node) -> Optional[tuple]:
@@ -58,12 +70,14 @@ def lookup_attrs(node: torch.fx.Node) -> Optional[tuple]:
 
 def _dequantize(codes: torch.Tensor, attrs: QuantAttrs) -> torch.Tensor:
     return torch.ops.quantized_decomposed.dequantize_per_tensor(
-        codes.to(attrs.dtype), float(attrs.scale), int(attrs.zero_point), attrs.qmin, attrs.qmax, attrs.dtype)
+        codes.to(attrs.dtype), float(attrs.scale), int(attrs.zero_point), attrs.qmin, attrs.qmax, attrs.dtype
+    )
 
 
 def _quantize(values: torch.Tensor, attrs: QuantAttrs) -> torch.Tensor:
     return torch.ops.quantized_decomposed.quantize_per_tensor(
-        values, float(attrs.scale), int(attrs.zero_point), attrs.qmin, attrs.qmax, attrs.dtype)
+        values, float(attrs.scale), int(attrs.zero_point), attrs.qmin, attrs.qmax, attrs.dtype
+    )
 
 
 def table_codes(f: Callable[[torch.Tensor], torch.Tensor], pin: QuantAttrs, pout: QuantAttrs) -> np.ndarray:
@@ -78,8 +92,9 @@ def table_codes(f: Callable[[torch.Tensor], torch.Tensor], pin: QuantAttrs, pout
     return out.numpy()
 
 
-def emit_lookup(gb: GraphBuilder, node: torch.fx.Node, f: Callable[[torch.Tensor], torch.Tensor],
-                x: QnnTensor, out: QnnTensor) -> bool:
+def emit_lookup(
+    gb: GraphBuilder, node: torch.fx.Node, f: Callable[[torch.Tensor], torch.Tensor], x: QnnTensor, out: QnnTensor
+) -> bool:
     """Lower `node` = f(x) as Gather(table, index of x's code) into `out`; False (nothing
     emitted) when its input / output are not per-tensor uint8 / uint16 activations."""
     attrs = lookup_attrs(node)
@@ -93,8 +108,13 @@ def emit_lookup(gb: GraphBuilder, node: torch.fx.Node, f: Callable[[torch.Tensor
     codes = table_codes(f, pin, pout)
     index, pad = code_index(gb, node, x)
     table = np.concatenate([np.full(pad, codes[0], codes.dtype), codes])
-    gb.add_op(node, "Gather", [gb.quantized_static(f"{node.name}_table", table, pout), index], [out],
-              [int32_scalar("axis", 0)])
+    gb.add_op(
+        node,
+        "Gather",
+        [gb.quantized_static(f"{node.name}_table", table, pout), index],
+        [out],
+        [int32_scalar("axis", 0)],
+    )
     return True
 
 

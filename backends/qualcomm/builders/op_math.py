@@ -21,6 +21,7 @@ atan2 with per-tensor uint16 inputs and output is exact integer ops and table lo
 Dequantize of each input and a Quantize to the output's encoding (QNN HTP refuses a FLOAT_32
 operand of a quantized op, 3110 'mismatching datatypes', measured on QNN 2.51, but takes float
 ops between Dequantize and Quantize); HTP runs them in fp16."""
+
 from __future__ import annotations
 
 import math
@@ -33,7 +34,14 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, node_val,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    node_val,
     register_builder,
 )
 from backends.qualcomm.builders.op_logic import number_operand, padded_rank
@@ -58,16 +66,17 @@ class _Chain:
 
     def const(self, value: float) -> QnnTensor:
         self._count += 1
-        return self.gb.static_tensor(f"{self.node.name}_c{self._count}",
-                                     np.full([1] * len(self.out.dims), value, np.float32))
+        return self.gb.static_tensor(
+            f"{self.node.name}_c{self._count}", np.full([1] * len(self.out.dims), value, np.float32)
+        )
 
     def op(self, qnn_type: str, *inputs: QnnTensor, boolean: bool = False) -> QnnTensor:
         self._count += 1
         dims = list(np.broadcast_shapes(*(tuple(t.dims) for t in inputs)))
-        result = self.gb.native_tensor(f"{self.node.name}_t{self._count}", dims,
-                                       DataType.BOOL_8 if boolean else DataType.FLOAT_32)
-        self.gb.add_op(self.node, qnn_type, list(inputs), [result],
-                       suffix=f"{qnn_type[11:].lower()}{self._count}")
+        result = self.gb.native_tensor(
+            f"{self.node.name}_t{self._count}", dims, DataType.BOOL_8 if boolean else DataType.FLOAT_32
+        )
+        self.gb.add_op(self.node, qnn_type, list(inputs), [result], suffix=f"{qnn_type[11:].lower()}{self._count}")
         return result
 
     def last(self, qnn_type: str, *inputs: QnnTensor) -> None:
@@ -81,8 +90,12 @@ def _tan(c: _Chain) -> None:
 def _hyperbolic(combine: str) -> Callable[[_Chain], None]:
     def recipe(c: _Chain) -> None:
         e = c.op(QnnOpType.ElementWiseExp, c.x)
-        c.last(QnnOpType.ElementWiseMultiply, c.op(combine, e, c.op(QnnOpType.ElementWiseDivide, c.const(1.0), e)),
-               c.const(0.5))
+        c.last(
+            QnnOpType.ElementWiseMultiply,
+            c.op(combine, e, c.op(QnnOpType.ElementWiseDivide, c.const(1.0), e)),
+            c.const(0.5),
+        )
+
     return recipe
 
 
@@ -96,8 +109,11 @@ def _asinh(c: _Chain) -> None:
 
 def _one_minus_x_times_one_plus_x(c: _Chain, sign: float) -> QnnTensor:
     """(1 - x)(1 + x) (sign 1) or (x - 1)(x + 1) (sign -1), without x^2's cancellation near 1."""
-    low = (c.op(QnnOpType.ElementWiseSubtract, c.const(1.0), c.x) if sign > 0
-           else c.op(QnnOpType.ElementWiseSubtract, c.x, c.const(1.0)))
+    low = (
+        c.op(QnnOpType.ElementWiseSubtract, c.const(1.0), c.x)
+        if sign > 0
+        else c.op(QnnOpType.ElementWiseSubtract, c.x, c.const(1.0))
+    )
     return c.op(QnnOpType.ElementWiseMultiply, low, c.op(QnnOpType.ElementWiseAdd, c.x, c.const(1.0)))
 
 
@@ -107,23 +123,33 @@ def _acosh(c: _Chain) -> None:
 
 
 def _atanh(c: _Chain) -> None:
-    ratio = c.op(QnnOpType.ElementWiseDivide, c.op(QnnOpType.ElementWiseAdd, c.const(1.0), c.x),
-                 c.op(QnnOpType.ElementWiseSubtract, c.const(1.0), c.x))
+    ratio = c.op(
+        QnnOpType.ElementWiseDivide,
+        c.op(QnnOpType.ElementWiseAdd, c.const(1.0), c.x),
+        c.op(QnnOpType.ElementWiseSubtract, c.const(1.0), c.x),
+    )
     c.last(QnnOpType.ElementWiseMultiply, c.op(QnnOpType.ElementWiseLog, ratio), c.const(0.5))
 
 
 def _acos(c: _Chain) -> None:
     inv = c.op(QnnOpType.ElementWiseRsqrt, _one_minus_x_times_one_plus_x(c, 1.0))
     half_pi = c.const(math.pi / 2)
-    c.last(QnnOpType.ElementWiseSubtract, half_pi,
-           c.op(QnnOpType.ElementWiseAtan, c.op(QnnOpType.ElementWiseMultiply, c.x, inv)))
+    c.last(
+        QnnOpType.ElementWiseSubtract,
+        half_pi,
+        c.op(QnnOpType.ElementWiseAtan, c.op(QnnOpType.ElementWiseMultiply, c.x, inv)),
+    )
 
 
 def _atan2(c: _Chain) -> None:
     y, x = c.inputs
     base = c.op(QnnOpType.ElementWiseAtan, c.op(QnnOpType.ElementWiseDivide, y, x))
-    turn = c.op(QnnOpType.ElementWiseSelect, c.op(QnnOpType.ElementWiseGreaterEqual, y, c.const(0.0), boolean=True),
-                c.const(math.pi), c.const(-math.pi))
+    turn = c.op(
+        QnnOpType.ElementWiseSelect,
+        c.op(QnnOpType.ElementWiseGreaterEqual, y, c.const(0.0), boolean=True),
+        c.const(math.pi),
+        c.const(-math.pi),
+    )
     negative = c.op(QnnOpType.ElementWiseLess, x, c.const(0.0), boolean=True)
     offset = c.op(QnnOpType.ElementWiseSelect, negative, turn, c.const(0.0))
     c.last(QnnOpType.ElementWiseAdd, base, offset)
@@ -132,6 +158,7 @@ def _atan2(c: _Chain) -> None:
 def _scaled_log(factor: float) -> Callable[[_Chain], None]:
     def recipe(c: _Chain) -> None:
         c.last(QnnOpType.ElementWiseMultiply, c.op(QnnOpType.ElementWiseLog, c.x), c.const(factor))
+
     return recipe
 
 
@@ -145,13 +172,20 @@ def _log1p(c: _Chain) -> None:
 
 # Decompositions: edge op -> recipe (in float; quantized graphs run them between Dequantize and Quantize).
 _RECIPES: Dict[object, Callable[[_Chain], None]] = {
-    _aten.log2.default: _scaled_log(1.0 / math.log(2.0)), _aten.log10.default: _scaled_log(1.0 / math.log(10.0)),
-    _aten.expm1.default: _expm1, _aten.log1p.default: _log1p,
-    _aten.tan.default: _tan, _aten.sinh.default: _hyperbolic(QnnOpType.ElementWiseSubtract),
-    _aten.cosh.default: _hyperbolic(QnnOpType.ElementWiseAdd), _aten.asinh.default: _asinh,
-    _aten.acosh.default: _acosh, _aten.atanh.default: _atanh, _aten.acos.default: _acos,
+    _aten.log2.default: _scaled_log(1.0 / math.log(2.0)),
+    _aten.log10.default: _scaled_log(1.0 / math.log(10.0)),
+    _aten.expm1.default: _expm1,
+    _aten.log1p.default: _log1p,
+    _aten.tan.default: _tan,
+    _aten.sinh.default: _hyperbolic(QnnOpType.ElementWiseSubtract),
+    _aten.cosh.default: _hyperbolic(QnnOpType.ElementWiseAdd),
+    _aten.asinh.default: _asinh,
+    _aten.acosh.default: _acosh,
+    _aten.atanh.default: _atanh,
+    _aten.acos.default: _acos,
     _aten.atan2.default: _atan2,
 }
+
 
 def reads_quantized(node: torch.fx.Node) -> bool:
     """A tensor input of `node` is quantized (a dequantize in the QDQ graph, or folded)."""
@@ -170,14 +204,36 @@ _SLOPE_OPS = (_aten.leaky_relu.default, _aten.prelu.default)
 
 @register_builder
 class DecomposedMathBuilder(NodeBuilder):
-    targets = [_aten.clamp.Tensor, _aten.reciprocal.default, _aten.leaky_relu.default,
-               _aten.prelu.default, _aten.trunc.default] + list(_RECIPES)
+    targets = [
+        _aten.clamp.Tensor,
+        _aten.reciprocal.default,
+        _aten.leaky_relu.default,
+        _aten.prelu.default,
+        _aten.trunc.default,
+    ] + list(_RECIPES)
     keep_whole = [_aten.prelu.default]
     quant_annotations: Dict[object, QuantFamily] = dict.fromkeys(
-        aten_ops("clamp.Tensor", "reciprocal.default", "leaky_relu.default", "prelu.default", "trunc.default",
-                 "log2.default", "log10.default", "expm1.default", "log1p.default", "tan.default", "sinh.default",
-                 "cosh.default", "asinh.default", "acosh.default", "atanh.default", "acos.default", "atan2.default"),
-        QuantFamily.COMPUTE)
+        aten_ops(
+            "clamp.Tensor",
+            "reciprocal.default",
+            "leaky_relu.default",
+            "prelu.default",
+            "trunc.default",
+            "log2.default",
+            "log10.default",
+            "expm1.default",
+            "log1p.default",
+            "tan.default",
+            "sinh.default",
+            "cosh.default",
+            "asinh.default",
+            "acosh.default",
+            "atanh.default",
+            "acos.default",
+            "atan2.default",
+        ),
+        QuantFamily.COMPUTE,
+    )
     # leaky_relu / prelu run in the layout of their input (conv -> leaky_relu -> conv keeps
     # channel-last); the other decompositions read channel-first tensors.
     layout_policy = LayoutPolicy.AGNOSTIC
@@ -189,8 +245,10 @@ class DecomposedMathBuilder(NodeBuilder):
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)
         if ok and node.target in _RECIPES and reads_quantized(node) and not writes_quantized(node):
-            return False, ("a decomposition that reads quantized inputs needs its output quantized too (its "
-                           "float chain runs between Dequantize and Quantize)")
+            return False, (
+                "a decomposition that reads quantized inputs needs its output quantized too (its "
+                "float chain runs between Dequantize and Quantize)"
+            )
         if ok and node.target in (_aten.prelu.default, torch.ops.aten.prelu.default):
             return self._prelu_supported(node)
         if not ok or node.target not in (_aten.clamp.Tensor, torch.ops.aten.clamp.Tensor):
@@ -209,8 +267,10 @@ class DecomposedMathBuilder(NodeBuilder):
             attrs = arg.meta.get(QCOM_QUANT_ATTRS)
             qmax = attrs.qmax if attrs is not None else (arg.args[4] if is_dequantize(arg) and len(arg.args) > 4 else 0)
             if isinstance(qmax, int) and qmax > 255:
-                return False, ("QNN 2.51 HTP cannot build a 16-bit Prelu with a weight tensor (graphFinalize: "
-                               "'could not create op q::prelu.opt', error 1002)")
+                return False, (
+                    "QNN 2.51 HTP cannot build a 16-bit Prelu with a weight tensor (graphFinalize: "
+                    "'could not create op q::prelu.opt', error 1002)"
+                )
         channels = x_shape[1] if len(x_shape) > 1 else 1
         if len(w_shape) > 1 or (w_shape and w_shape[0] not in (1, channels)):
             return False, f"prelu weight of shape {list(w_shape)} is not one value or one per channel ({channels})"
@@ -264,8 +324,14 @@ class DecomposedMathBuilder(NodeBuilder):
         if list(weight.dims) == dims:
             return weight
         if weight.type == TensorType.STATIC:
-            return gb.add_tensor(f"{weight.name}_slope", TensorType.STATIC, weight.data_type, dims,
-                                 None if weight.data is None else weight.data.reshape(dims), weight.quant)
+            return gb.add_tensor(
+                f"{weight.name}_slope",
+                TensorType.STATIC,
+                weight.data_type,
+                dims,
+                None if weight.data is None else weight.data.reshape(dims),
+                weight.quant,
+            )
         return reshape(gb, node, weight, dims, "slope")
 
     def _trunc(self, gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, out: QnnTensor) -> None:
@@ -273,8 +339,13 @@ class DecomposedMathBuilder(NodeBuilder):
         lane's unselected value may saturate, its selected one is in range)."""
         negative = gb.native_tensor(f"{node.name}_negative", x.dims, DataType.BOOL_8)
         zero = number_operand(gb, node, 0, node.args[0], "zero")
-        gb.add_op(node, QnnOpType.ElementWiseLess, [x, padded_rank(gb, node, zero, len(x.dims), "zero")], [negative],
-                  suffix="negative")
+        gb.add_op(
+            node,
+            QnnOpType.ElementWiseLess,
+            [x, padded_rank(gb, node, zero, len(x.dims), "zero")],
+            [negative],
+            suffix="negative",
+        )
         ceil, floor = gb.like(out, f"{node.name}_ceil"), gb.like(out, f"{node.name}_floor")
         gb.add_op(node, QnnOpType.ElementWiseCeil, [x], [ceil], suffix="ceil")
         gb.add_op(node, QnnOpType.ElementWiseFloor, [x], [floor], suffix="floor")

@@ -1,4 +1,5 @@
 """linear (kept whole) -> FullyConnected; matmul / bmm / mm / addmm -> MatMul (+ add)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,13 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_conv import zero_bias_attrs
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, register_builder,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    register_builder,
     tensor_vals,
 )
 from backends.qualcomm.serialization.qnn_graph import bool_scalar
@@ -19,8 +26,7 @@ _aten = exir_ops.edge.aten
 @register_builder
 class LinearBuilder(NodeBuilder):
     targets = [_aten.linear.default]
-    quant_annotations = dict.fromkeys(aten_ops("linear.default"),
-                                      QuantFamily.WEIGHTED)
+    quant_annotations = dict.fromkeys(aten_ops("linear.default"), QuantFamily.WEIGHTED)
     keep_whole = [_aten.linear.default]
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -60,8 +66,9 @@ _MATMUL_OPS = [_aten.matmul.default, _aten.bmm.default, _aten.mm.default, _aten.
 @register_builder
 class MatMulBuilder(NodeBuilder):
     targets = _MATMUL_OPS
-    quant_annotations = dict.fromkeys(aten_ops("matmul.default", "bmm.default", "mm.default", "addmm.default"),
-                                      QuantFamily.COMPUTE)
+    quant_annotations = dict.fromkeys(
+        aten_ops("matmul.default", "bmm.default", "mm.default", "addmm.default"), QuantFamily.COMPUTE
+    )
     keep_whole = [_aten.matmul.default]
 
     def _operands(self, node: torch.fx.Node):

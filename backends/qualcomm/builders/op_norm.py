@@ -1,5 +1,6 @@
 """layer_norm / native_layer_norm -> LayerNorm; batch norm (eval) -> Batchnorm; group_norm ->
 GroupNorm; instance_norm and batch norm with batch statistics -> InstanceNorm; rms_norm -> RmsNorm."""
+
 from __future__ import annotations
 
 import operator
@@ -11,13 +12,24 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
-    first_failure, register_builder,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    first_failure,
+    register_builder,
 )
 from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs, is_dequantize, is_quantize
 from backends.qualcomm.builders.utils import is_constant, is_quantized, reshape, view_as, view_back
 from backends.qualcomm.serialization.qnn_graph import (
-    QnnTensor, bool_scalar, float_scalar, uint32_scalar, uint32_tensor,
+    QnnTensor,
+    bool_scalar,
+    float_scalar,
+    uint32_scalar,
+    uint32_tensor,
 )
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_QUANT_ATTRS
 from backends.qualcomm.utils.errors import QnnLoweringError
@@ -34,8 +46,7 @@ def only_output_zero_used(node: torch.fx.Node) -> SupportResult:
 
 
 # Encodings of an absent gamma (ones) in quantized graphs, by activation bits.
-_UNIT_GAMMA_ATTRS = {8: QuantAttrs(1.0, 0, 0, 255, torch.uint8),
-                     16: QuantAttrs(1.0, 0, -32768, 32767, torch.int16)}
+_UNIT_GAMMA_ATTRS = {8: QuantAttrs(1.0, 0, 0, 255, torch.uint8), 16: QuantAttrs(1.0, 0, -32768, 32767, torch.int16)}
 
 
 def _unit_gamma_attrs(node: torch.fx.Node) -> QuantAttrs:
@@ -76,8 +87,8 @@ def last_axis_norm(gb: GraphBuilder, node: torch.fx.Node, k: int) -> tuple:
     2.51's LayerNorm refuses axes other than the last: 'incorrect Value 2, expected equal to
     3'): x viewed with those axes collapsed into their product."""
     x = gb.tensor(node.args[0])
-    size = int(np.prod(x.dims[len(x.dims) - k:], dtype=np.int64))
-    flat = list(x.dims[:len(x.dims) - k]) + [size]
+    size = int(np.prod(x.dims[len(x.dims) - k :], dtype=np.int64))
+    flat = list(x.dims[: len(x.dims) - k]) + [size]
     x_flat, out_flat, out = view_as(gb, node, x, flat)
     return x_flat, out_flat, out, size
 
@@ -85,8 +96,7 @@ def last_axis_norm(gb: GraphBuilder, node: torch.fx.Node, k: int) -> tuple:
 @register_builder
 class LayerNormBuilder(NodeBuilder):
     targets = [_aten.native_layer_norm.default, _aten.layer_norm.default]
-    quant_annotations = dict.fromkeys(aten_ops("layer_norm.default"),
-                                      QuantFamily.LAYER_NORM)
+    quant_annotations = dict.fromkeys(aten_ops("layer_norm.default"), QuantFamily.LAYER_NORM)
     keep_whole = [_aten.layer_norm.default]
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -101,8 +111,11 @@ class LayerNormBuilder(NodeBuilder):
         bias = node.args[3] if len(node.args) > 3 else None
         eps = node.args[4] if len(node.args) > 4 else 1e-5
         x, out_flat, out, size = last_axis_norm(gb, node, len(normalized_shape))
-        inputs = [x, affine_input(gb, node, weight, [size], 1, "gamma"),
-                  affine_input(gb, node, bias, [size], 0, "beta")]
+        inputs = [
+            x,
+            affine_input(gb, node, weight, [size], 1, "gamma"),
+            affine_input(gb, node, bias, [size], 0, "beta"),
+        ]
         params = [float_scalar("epsilon", eps), uint32_tensor("axes", [len(x.dims) - 1])]
         gb.add_op(node, "LayerNorm", inputs, [out_flat], params)
         view_back(gb, node, out_flat, out)
@@ -111,8 +124,9 @@ class LayerNormBuilder(NodeBuilder):
 @register_builder
 class BatchNormBuilder(NodeBuilder):
     targets = [_aten._native_batch_norm_legit_no_training.default]
-    quant_annotations = dict.fromkeys(aten_ops("batch_norm.default", "_native_batch_norm_legit_no_training.default"),
-                                      QuantFamily.COMPUTE)
+    quant_annotations = dict.fromkeys(
+        aten_ops("batch_norm.default", "_native_batch_norm_legit_no_training.default"), QuantFamily.COMPUTE
+    )
     layout_policy = LayoutPolicy.SENSITIVE
     channel_last_ranks = (3, 4, 5)  # BatchNorm1d after a conv1d, BatchNorm3d: channels last
 
@@ -138,13 +152,17 @@ class BatchNormBuilder(NodeBuilder):
         # HTP's Batchnorm takes rank 2 to 4: NDHWC runs as [N, D*H, W, C]
         dims = list(x.dims) if len(x.dims) < 5 else [x.dims[0], x.dims[1] * x.dims[2], *x.dims[3:]]
         x_in, out, node_out = view_as(gb, node, x, dims)
-        inputs = [x_in, gb.static_tensor(f"{node.name}_scale", scale.astype(np.float32)),
-                  gb.static_tensor(f"{node.name}_offset", offset.astype(np.float32))]
+        inputs = [
+            x_in,
+            gb.static_tensor(f"{node.name}_scale", scale.astype(np.float32)),
+            gb.static_tensor(f"{node.name}_offset", offset.astype(np.float32)),
+        ]
         gb.add_op(node, "Batchnorm", inputs, [out])
         view_back(gb, node, out, node_out)
 
 
 # ---- normalization with statistics over channels groups / spatial positions (channel-last) ----
+
 
 def _constant_through_qdq(arg: object) -> bool:
     """A constant, or (before QDQ folding, when ExecuTorch asks which ops to keep whole) the
@@ -185,16 +203,21 @@ class GroupNormBuilder(NodeBuilder):
     channel_last_ranks = (3, 4)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: check_float_io(node), lambda: _rank_in(node, self.channel_last_ranks),
-                             lambda: _constant_affine(node, node.args[1], node.args[2]),
-                             lambda: only_output_zero_used(node))
+        return first_failure(
+            lambda: check_float_io(node),
+            lambda: _rank_in(node, self.channel_last_ranks),
+            lambda: _constant_affine(node, node.args[1], node.args[2]),
+            lambda: only_output_zero_used(node),
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x_node, weight, bias = node.args[:3]
         group, eps = int(node.args[6]), float(node.args[7])
         shape = logical_shape(x_node)
-        affine = [affine_input(gb, node, weight, [shape[1]], 1, "gamma"),
-                  affine_input(gb, node, bias, [shape[1]], 0, "beta")]
+        affine = [
+            affine_input(gb, node, weight, [shape[1]], 1, "gamma"),
+            affine_input(gb, node, bias, [shape[1]], 0, "beta"),
+        ]
         params = [float_scalar("epsilon", eps), uint32_scalar("group", group)]
         x4, out4, out = view_as(gb, node, gb.tensor(x_node, LAYOUT_CHANNEL_LAST), _per_image_dims(shape))
         gb.add_op(node, "GroupNorm", [x4] + affine, [out4], params)
@@ -207,8 +230,12 @@ _BATCH_STATS_NORM = _aten._native_batch_norm_legit.no_stats
 
 def _instance_norm_params(eps: float) -> list:
     # mode 0 (mu_sigma), region 0 (across spatial), normalize_variance: QNN op definition
-    return [float_scalar("epsilon", eps), uint32_scalar("mode", 0), bool_scalar("normalize_variance", True),
-            uint32_scalar("region", 0)]
+    return [
+        float_scalar("epsilon", eps),
+        uint32_scalar("mode", 0),
+        bool_scalar("normalize_variance", True),
+        uint32_scalar("region", 0),
+    ]
 
 
 @register_builder
@@ -221,8 +248,9 @@ class InstanceNormBuilder(NodeBuilder):
     keep_whole = [_INSTANCE_NORM]
     # _native_batch_norm_legit.no_stats: QnnQuantizer's form of a batch-statistics batch_norm
     # (quantizer/batch_stats_norm.py)
-    quant_annotations = dict.fromkeys(aten_ops("instance_norm.default", "_native_batch_norm_legit.no_stats"),
-                                      QuantFamily.LAYER_NORM)
+    quant_annotations = dict.fromkeys(
+        aten_ops("instance_norm.default", "_native_batch_norm_legit.no_stats"), QuantFamily.LAYER_NORM
+    )
     layout_policy = LayoutPolicy.SENSITIVE
     channel_last_ranks = (3, 4)
 
@@ -233,16 +261,23 @@ class InstanceNormBuilder(NodeBuilder):
             if len(node.args) > 5 and not node.args[5]:
                 return False, "use_input_stats=False (running statistics) is not supported"
             return SUPPORTED
+
         ranks = (2, 3, 4) if node.target == _BATCH_STATS_NORM else (3, 4)
-        return first_failure(lambda: check_float_io(node), lambda: _rank_in(node, ranks),
-                             lambda: _constant_affine(node, node.args[1], node.args[2]), options)
+        return first_failure(
+            lambda: check_float_io(node),
+            lambda: _rank_in(node, ranks),
+            lambda: _constant_affine(node, node.args[1], node.args[2]),
+            options,
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x_node, weight, bias = node.args[:3]
         shape = logical_shape(x_node)
         eps = float(node.args[7] if node.target == _INSTANCE_NORM else node.args[5])
-        affine = [affine_input(gb, node, weight, [shape[1]], 1, "gamma"),
-                  affine_input(gb, node, bias, [shape[1]], 0, "beta")]
+        affine = [
+            affine_input(gb, node, weight, [shape[1]], 1, "gamma"),
+            affine_input(gb, node, bias, [shape[1]], 0, "beta"),
+        ]
         dims4 = _per_image_dims(shape)
         if node.target == _BATCH_STATS_NORM:  # one image of all batches' pixels
             dims4 = [1, dims4[0] * dims4[1], dims4[2], dims4[3]]
@@ -270,8 +305,11 @@ class RmsNormBuilder(NodeBuilder):
         weight = node.args[2] if len(node.args) > 2 else None
         eps = node.args[3] if len(node.args) > 3 and node.args[3] is not None else float(torch.finfo(torch.float32).eps)
         x, out_flat, out, size = last_axis_norm(gb, node, len(normalized_shape))
-        inputs = [x, affine_input(gb, node, weight, [size], 1, "gamma"),
-                  affine_input(gb, node, None, [size], 0, "beta")]
+        inputs = [
+            x,
+            affine_input(gb, node, weight, [size], 1, "gamma"),
+            affine_input(gb, node, None, [size], 0, "beta"),
+        ]
         params = [float_scalar("epsilon", float(eps)), uint32_tensor("axes", [len(x.dims) - 1])]
         gb.add_op(node, "RmsNorm", inputs, [out_flat], params)
         view_back(gb, node, out_flat, out)

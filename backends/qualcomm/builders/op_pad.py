@@ -2,6 +2,7 @@
 MIRROR_REFLECT / EDGE), layout-agnostic (a channel-last tensor is padded channel-last: the pad
 amounts are permuted). A zero pad of H/W read only by convolutions is not a Pad: the
 FoldPadIntoConv preprocess pass merges it into the conv's pad_amount, so it lowers only with them."""
+
 from __future__ import annotations
 
 from typing import List
@@ -11,12 +12,23 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape, node_layout
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, register_builder,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    register_builder,
 )
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.serialization.qnn_graph import float_scalar, uint32_scalar, uint32_tensor
-from backends.qualcomm.utils.constants import CHANNEL_LAST_RANKS, LAYOUT_CHANNEL_LAST, QCOM_QUANT_ATTRS, \
-    channel_last_perm
+from backends.qualcomm.utils.constants import (
+    CHANNEL_LAST_RANKS,
+    LAYOUT_CHANNEL_LAST,
+    QCOM_QUANT_ATTRS,
+    channel_last_perm,
+)
 
 _aten = exir_ops.edge.aten
 _CONV = _aten.convolution.default
@@ -76,7 +88,7 @@ def pad_amounts(node: torch.fx.Node) -> List[List[int]]:
     flat = [int(p) for p in node.args[1]]
     pairs = [[0, 0] for _ in range(rank)]
     for i in range(len(flat) // 2):
-        pairs[rank - 1 - i] = flat[2 * i:2 * i + 2]
+        pairs[rank - 1 - i] = flat[2 * i : 2 * i + 2]
     return pairs
 
 
@@ -96,14 +108,20 @@ def standalone_pad(node: torch.fx.Node) -> SupportResult:
     if limit is not None and any(max(pair) > n + limit or n == 0 for pair, n in zip(pads, shape) if max(pair)):
         return False, f"{mode} padding {list(node.args[1])} does not fit input {shape}"
     if mode != "constant" and len(shape) > 4:
-        return False, (f"{mode} padding of a rank-{len(shape)} tensor: QNN 2.51's Pad refuses rank 5 in "
-                       "MIRROR_REFLECT / EDGE (3110 'incorrect Rank 5')")
+        return False, (
+            f"{mode} padding of a rank-{len(shape)} tensor: QNN 2.51's Pad refuses rank 5 in "
+            "MIRROR_REFLECT / EDGE (3110 'incorrect Rank 5')"
+        )
     if mode == "replicate" and not _reads_quantized(node):
-        return False, ("replicate padding in a float graph: QNN 2.51's Pad EDGE returns garbage in fp16 on HTP "
-                       "(|qnn - torch| up to 131007 measured; quantized EDGE is correct)")
+        return False, (
+            "replicate padding in a float graph: QNN 2.51's Pad EDGE returns garbage in fp16 on HTP "
+            "(|qnn - torch| up to 131007 measured; quantized EDGE is correct)"
+        )
     if pad_value(node) != 0.0 and _reads_quantized(node):
-        return False, (f"pad value {pad_value(node)} in a quantized graph: only 0 (exactly representable "
-                       "in the shared encoding) is supported")
+        return False, (
+            f"pad value {pad_value(node)} in a quantized graph: only 0 (exactly representable "
+            "in the shared encoding) is supported"
+        )
     return SUPPORTED
 
 
@@ -116,8 +134,7 @@ def _reads_quantized(node: torch.fx.Node) -> bool:
 class PadBuilder(NodeBuilder):
     targets = [_PAD_ND, _PAD]
     keep_whole = [_PAD]
-    quant_annotations = dict.fromkeys(aten_ops("constant_pad_nd.default", "pad.default"),
-                                      QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(aten_ops("constant_pad_nd.default", "pad.default"), QuantFamily.SHARED)
     layout_policy = LayoutPolicy.AGNOSTIC
     channel_last_any_rank = True
 

@@ -4,6 +4,7 @@ separable: (H, W) on [N*D, H, W, C], then D on [N, D, H'*W', C], joined by Resha
 data in channel-last). Activations channel-last (NWC / NHWC / NDHWC). torch's ceil_mode becomes explicit
 extra bottom / right padding (QNN pads never win a max and are not counted by an average without
 count_pad_for_edges), so torch's "last window must start inside the input" rule holds exactly."""
+
 from __future__ import annotations
 
 import operator
@@ -16,8 +17,15 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
-    first_failure, register_builder,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    first_failure,
+    register_builder,
 )
 from backends.qualcomm.builders.utils import int_list, is_quantized, reshape, scalar_tensor
 from backends.qualcomm.serialization.qnn_graph import QnnParam, QnnTensor, bool_scalar, uint32_tensor
@@ -27,9 +35,13 @@ _aten = exir_ops.edge.aten
 
 # Spatial dims of each op's input (1: rank 3, 2: rank 4, 3: rank 5).
 POOL_SPATIAL = {
-    _aten.max_pool1d.default: 1, _aten.max_pool2d.default: 2, _aten.max_pool2d_with_indices.default: 2,
+    _aten.max_pool1d.default: 1,
+    _aten.max_pool2d.default: 2,
+    _aten.max_pool2d_with_indices.default: 2,
     _aten.max_pool3d_with_indices.default: 3,  # two PoolMax2d passes (add_max_pool3d)
-    _aten.avg_pool1d.default: 1, _aten.avg_pool2d.default: 2, _aten.avg_pool3d.default: 3,
+    _aten.avg_pool1d.default: 1,
+    _aten.avg_pool2d.default: 2,
+    _aten.avg_pool3d.default: 3,
 }
 _AVG = (_aten.avg_pool1d.default, _aten.avg_pool2d.default, _aten.avg_pool3d.default)
 _WITH_INDICES = (_aten.max_pool2d_with_indices.default, _aten.max_pool3d_with_indices.default)
@@ -50,15 +62,21 @@ def spatial_of(node: torch.fx.Node) -> int:
 
 
 # QNN op of each (kind, spatial dims): 1-D pools run as 2-D ones on a unit height.
-POOL_TYPES = {("Max", 1): "PoolMax2d", ("Max", 2): "PoolMax2d",
-              ("Avg", 1): "PoolAvg2d", ("Avg", 2): "PoolAvg2d", ("Avg", 3): "PoolAvg3d"}
+POOL_TYPES = {
+    ("Max", 1): "PoolMax2d",
+    ("Max", 2): "PoolMax2d",
+    ("Avg", 1): "PoolAvg2d",
+    ("Avg", 2): "PoolAvg2d",
+    ("Avg", 3): "PoolAvg3d",
+}
 
 
 def check_rank(node: torch.fx.Node, spatial: int) -> SupportResult:
     rank = len(logical_shape(node.args[0]))
     if rank != spatial + 2:
-        return False, (f"only batched input of rank {spatial + 2} is supported for a {spatial}-D pool "
-                       f"(got rank {rank})")
+        return False, (
+            f"only batched input of rank {spatial + 2} is supported for a {spatial}-D pool (got rank {rank})"
+        )
     return SUPPORTED
 
 
@@ -68,8 +86,7 @@ def only_values_used(node: torch.fx.Node) -> SupportResult:
         if user.target is operator.getitem and user.args[1] != 0 and not user.users:
             continue  # export's unused getitem of the indices
         if user.target is not operator.getitem or user.args[1] != 0:
-            return False, (f"the indices output is used by '{user.name}': QNN's PoolMax returns the "
-                           "values only")
+            return False, (f"the indices output is used by '{user.name}': QNN's PoolMax returns the values only")
     return SUPPORTED
 
 
@@ -82,8 +99,11 @@ class Window:
     pads: List[List[int]]  # [[before, after]] per spatial dim, incl. ceil_mode's extra after
 
     def params(self) -> List[QnnParam]:
-        return [uint32_tensor("filter_size", self.kernel), uint32_tensor("stride", self.stride),
-                uint32_tensor("pad_amount", self.pads, [len(self.kernel), 2])]
+        return [
+            uint32_tensor("filter_size", self.kernel),
+            uint32_tensor("stride", self.stride),
+            uint32_tensor("pad_amount", self.pads, [len(self.kernel), 2]),
+        ]
 
 
 def unit_height(values: List[int], fill: int, spatial: int) -> List[int]:
@@ -100,8 +120,9 @@ def window_of(node: torch.fx.Node, spatial: int) -> Window:
     lengths = logical_shape(node.args[0])[2:]
     outs = logical_shape(node)[2:]
     pads = [[p, max(p, (o - 1) * s + k - n - p)] for p, s, k, n, o in zip(padding, stride, kernel, lengths, outs)]
-    return Window(unit_height(kernel, 1, spatial), unit_height(stride, 1, spatial),
-                  [[0, 0]] + pads if spatial == 1 else pads)
+    return Window(
+        unit_height(kernel, 1, spatial), unit_height(stride, 1, spatial), [[0, 0]] + pads if spatial == 1 else pads
+    )
 
 
 def _overhangs(node: torch.fx.Node, spatial: int) -> bool:
@@ -113,8 +134,10 @@ def _overhangs(node: torch.fx.Node, spatial: int) -> bool:
 # Measured on QNN 2.51's HTP (x86 emulation, fp16): op validation of PoolMax3d fails with 3110
 # "OpValidator not found" (hence add_max_pool3d); PoolAvg3d with count_pad_for_edges and padding differs from torch by
 # up to 0.37 on N(0,1) inputs (without padding, or without count_pad_for_edges: 2.4e-7).
-AVG_3D_COUNT_PAD = ("3-D average pooling counting padding (count_include_pad / divisor_override with padding): "
-                    "QNN 2.51's PoolAvg3d gets it wrong (max error 0.37 measured)")
+AVG_3D_COUNT_PAD = (
+    "3-D average pooling counting padding (count_include_pad / divisor_override with padding): "
+    "QNN 2.51's PoolAvg3d gets it wrong (max error 0.37 measured)"
+)
 
 
 def avg_options(node: torch.fx.Node, spatial: int) -> SupportResult:
@@ -124,8 +147,10 @@ def avg_options(node: torch.fx.Node, spatial: int) -> SupportResult:
     padding = int_list(arg(node, 3, "padding", 0), spatial, 0)
     divisor = arg(node, 6, "divisor_override") if spatial > 1 else None
     if divisor is None and count_pad and any(padding) and _overhangs(node, spatial):
-        return False, ("ceil_mode with count_include_pad and padding > 0: the last window's divisor "
-                       "counts the padding but not its overhang, which QNN's PoolAvg cannot express")
+        return False, (
+            "ceil_mode with count_include_pad and padding > 0: the last window's divisor "
+            "counts the padding but not its overhang, which QNN's PoolAvg cannot express"
+        )
     if divisor is not None and int(divisor) <= 0:
         return False, f"divisor_override {divisor} must be positive"
     padded = any(p for pair in window_of(node, spatial).pads for p in pair)
@@ -153,13 +178,24 @@ def add_max_pool3d(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, window: 
     _, d_out, h_out, w_out, _ = out.dims
     planes = reshape(gb, node, x, [n * d, h, w, c], "planes")
     pooled = gb.like(out, f"{node.name}_hw", [n * d, h_out, w_out, c])
-    gb.add_op(node, "PoolMax2d", [planes], [pooled],
-              Window(window.kernel[1:], window.stride[1:], window.pads[1:]).params(), suffix="hw")
+    gb.add_op(
+        node,
+        "PoolMax2d",
+        [planes],
+        [pooled],
+        Window(window.kernel[1:], window.stride[1:], window.pads[1:]).params(),
+        suffix="hw",
+    )
     columns = reshape(gb, node, pooled, [n, d, h_out * w_out, c], "depth_columns")
     depth = gb.like(out, f"{node.name}_d", [n, d_out, h_out * w_out, c])
-    gb.add_op(node, "PoolMax2d", [columns], [depth],
-              Window([window.kernel[0], 1], [window.stride[0], 1], [window.pads[0], [0, 0]]).params(),
-              suffix="depth")
+    gb.add_op(
+        node,
+        "PoolMax2d",
+        [columns],
+        [depth],
+        Window([window.kernel[0], 1], [window.stride[0], 1], [window.pads[0], [0, 0]]).params(),
+        suffix="depth",
+    )
     gb.add_op(node, "Reshape", [depth], [out], suffix="view_back")
 
 
@@ -170,8 +206,15 @@ def to_qnn_view(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, spatial: in
     return reshape(gb, node, x, [x.dims[0], 1] + list(x.dims[1:]), "unit_height")
 
 
-def add_pool(gb: GraphBuilder, node: torch.fx.Node, kind: str, spatial: int, x: QnnTensor,
-             params: List[QnnParam], out: Optional[QnnTensor] = None) -> None:
+def add_pool(
+    gb: GraphBuilder,
+    node: torch.fx.Node,
+    kind: str,
+    spatial: int,
+    x: QnnTensor,
+    params: List[QnnParam],
+    out: Optional[QnnTensor] = None,
+) -> None:
     """The QNN pool of x (in the QNN view) writing `out` (default: the node's output; 1-D: through
     a unit-height tensor and a Reshape)."""
     out = out if out is not None else gb.define_output(node)
@@ -188,17 +231,29 @@ class _PoolBuilder(NodeBuilder):
 
 @register_builder
 class MaxPoolBuilder(_PoolBuilder):
-    targets = [_aten.max_pool1d.default, _aten.max_pool2d.default, _aten.max_pool2d_with_indices.default,
-               _aten.max_pool3d_with_indices.default]
+    targets = [
+        _aten.max_pool1d.default,
+        _aten.max_pool2d.default,
+        _aten.max_pool2d_with_indices.default,
+        _aten.max_pool3d_with_indices.default,
+    ]
     keep_whole = [_aten.max_pool1d.default]
-    quant_annotations = dict.fromkeys(aten_ops(
-        "max_pool1d.default", "max_pool2d.default", "max_pool2d_with_indices.default", "max_pool3d.default",
-        "max_pool3d_with_indices.default"), QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(
+        aten_ops(
+            "max_pool1d.default",
+            "max_pool2d.default",
+            "max_pool2d_with_indices.default",
+            "max_pool3d.default",
+            "max_pool3d_with_indices.default",
+        ),
+        QuantFamily.SHARED,
+    )
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         spatial = spatial_of(node)
-        return first_failure(lambda: check_float_io(node), lambda: check_rank(node, spatial),
-                             lambda: max_options(node, spatial))
+        return first_failure(
+            lambda: check_float_io(node), lambda: check_rank(node, spatial), lambda: max_options(node, spatial)
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         spatial = spatial_of(node)
@@ -213,13 +268,15 @@ class MaxPoolBuilder(_PoolBuilder):
 class AvgPoolBuilder(_PoolBuilder):
     targets = [_aten.avg_pool1d.default, _aten.avg_pool2d.default, _aten.avg_pool3d.default]
     keep_whole = [_aten.avg_pool1d.default]
-    quant_annotations = dict.fromkeys(aten_ops("avg_pool1d.default", "avg_pool2d.default", "avg_pool3d.default"),
-                                      QuantFamily.COMPUTE)
+    quant_annotations = dict.fromkeys(
+        aten_ops("avg_pool1d.default", "avg_pool2d.default", "avg_pool3d.default"), QuantFamily.COMPUTE
+    )
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         spatial = spatial_of(node)
-        return first_failure(lambda: check_float_io(node), lambda: check_rank(node, spatial),
-                             lambda: avg_options(node, spatial))
+        return first_failure(
+            lambda: check_float_io(node), lambda: check_rank(node, spatial), lambda: avg_options(node, spatial)
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         spatial = spatial_of(node)
@@ -235,8 +292,16 @@ class AvgPoolBuilder(_PoolBuilder):
             return
         self._divisor_override(gb, node, spatial, x, params, int(divisor), int(np.prod(window.kernel)))
 
-    def _divisor_override(self, gb: GraphBuilder, node: torch.fx.Node, spatial: int, x: QnnTensor,
-                          params: List[QnnParam], divisor: int, window_size: int) -> None:
+    def _divisor_override(
+        self,
+        gb: GraphBuilder,
+        node: torch.fx.Node,
+        spatial: int,
+        x: QnnTensor,
+        params: List[QnnParam],
+        divisor: int,
+        window_size: int,
+    ) -> None:
         """sum / divisor = PoolAvg (every window divided by its full size) x (size / divisor)
         (2-D / 3-D only: avg_pool1d has no divisor_override). Quantized: the mean carries the
         output's encoding scaled by divisor / size (the output's resolution at its own range);

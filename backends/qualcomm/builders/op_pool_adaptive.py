@@ -5,6 +5,7 @@ passes); to a single element, a
 ReduceMean / ReduceMax over the spatial axes; otherwise each axis in turn is
 cut into its windows (StridedSlice), reduced (ReduceMean / ReduceMax, keep_dims) and
 concatenated: a mean over a box is the mean over one axis of the means over the others."""
+
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
@@ -14,22 +15,37 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_pool import (
-    Window, add_max_pool3d, add_pool, check_rank, only_values_used, to_qnn_view, unit_height,
+    Window,
+    add_max_pool3d,
+    add_pool,
+    check_rank,
+    only_values_used,
+    to_qnn_view,
+    unit_height,
 )
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
-    first_failure, register_builder,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    first_failure,
+    register_builder,
 )
-from backends.qualcomm.serialization.qnn_graph import QnnTensor, bool_scalar, int32_tensor, uint32_scalar, \
-    uint32_tensor
+from backends.qualcomm.serialization.qnn_graph import QnnTensor, bool_scalar, int32_tensor, uint32_scalar, uint32_tensor
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST
 
 _aten = exir_ops.edge.aten
 
 _SPATIAL = {
-    _aten.adaptive_avg_pool1d.default: ("Avg", 1), _aten._adaptive_avg_pool2d.default: ("Avg", 2),
-    _aten._adaptive_avg_pool3d.default: ("Avg", 3), _aten.adaptive_max_pool1d.default: ("Max", 1),
-    _aten.adaptive_max_pool2d.default: ("Max", 2), _aten.adaptive_max_pool3d.default: ("Max", 3),
+    _aten.adaptive_avg_pool1d.default: ("Avg", 1),
+    _aten._adaptive_avg_pool2d.default: ("Avg", 2),
+    _aten._adaptive_avg_pool3d.default: ("Avg", 3),
+    _aten.adaptive_max_pool1d.default: ("Max", 1),
+    _aten.adaptive_max_pool2d.default: ("Max", 2),
+    _aten.adaptive_max_pool3d.default: ("Max", 3),
 }
 _REDUCE = {"Avg": "ReduceMean", "Max": "ReduceMax"}
 # Most windows cut by slices (summed over the axes): beyond that the graph grows too large.
@@ -71,8 +87,10 @@ def _size_check(node: torch.fx.Node) -> SupportResult:
         return SUPPORTED
     sliced = sum(o for n, o in axes if o != n)
     if sliced > MAX_SLICED_WINDOWS:
-        return False, (f"non-uniform adaptive windows {[(n, o) for n, o in axes]} need {sliced} slices "
-                       f"(limit {MAX_SLICED_WINDOWS})")
+        return False, (
+            f"non-uniform adaptive windows {[(n, o) for n, o in axes]} need {sliced} slices "
+            f"(limit {MAX_SLICED_WINDOWS})"
+        )
     return SUPPORTED
 
 
@@ -83,10 +101,14 @@ class AdaptivePoolBuilder(NodeBuilder):
     # so ExecuTorch decomposes it to unsqueeze + adaptive_max_pool2d + squeeze.
     keep_whole = [_aten.adaptive_avg_pool1d.default]
     quant_annotations = {
-        **dict.fromkeys(aten_ops("adaptive_avg_pool1d.default", "adaptive_avg_pool2d.default",
-                                 "adaptive_avg_pool3d.default"), QuantFamily.COMPUTE),
-        **dict.fromkeys(aten_ops("adaptive_max_pool1d.default", "adaptive_max_pool2d.default",
-                                 "adaptive_max_pool3d.default"), QuantFamily.SHARED),
+        **dict.fromkeys(
+            aten_ops("adaptive_avg_pool1d.default", "adaptive_avg_pool2d.default", "adaptive_avg_pool3d.default"),
+            QuantFamily.COMPUTE,
+        ),
+        **dict.fromkeys(
+            aten_ops("adaptive_max_pool1d.default", "adaptive_max_pool2d.default", "adaptive_max_pool3d.default"),
+            QuantFamily.SHARED,
+        ),
     }
     layout_policy = LayoutPolicy.SENSITIVE
     channel_last_ranks = (3, 4, 5)
@@ -103,8 +125,13 @@ class AdaptivePoolBuilder(NodeBuilder):
         x = gb.tensor(node.args[0], LAYOUT_CHANNEL_LAST)
         axes = _axes(node)
         if all(o == 1 for _, o in axes):  # global: one reduction over every spatial axis
-            gb.add_op(node, _REDUCE[kind], [x], [gb.define_output(node)],
-                      [uint32_tensor("axes", list(range(1, spatial + 1))), bool_scalar("keep_dims", True)])
+            gb.add_op(
+                node,
+                _REDUCE[kind],
+                [x],
+                [gb.define_output(node)],
+                [uint32_tensor("axes", list(range(1, spatial + 1))), bool_scalar("keep_dims", True)],
+            )
             return
         pools = [uniform(n, o) for n, o in axes]
         if all(pools):
@@ -117,11 +144,13 @@ class AdaptivePoolBuilder(NodeBuilder):
             target = out if i == todo[-1] else None
             x = self._reduce_axis(gb, node, kind, x, 1 + i, windows(n, o), target)
 
-    def _pool(self, gb: GraphBuilder, node: torch.fx.Node, kind: str, spatial: int, x: QnnTensor,
-              pools: List[Tuple[int, int]]) -> None:
+    def _pool(
+        self, gb: GraphBuilder, node: torch.fx.Node, kind: str, spatial: int, x: QnnTensor, pools: List[Tuple[int, int]]
+    ) -> None:
         kernel, stride = [k for k, _ in pools], [s for _, s in pools]
-        window = Window(unit_height(kernel, 1, spatial), unit_height(stride, 1, spatial),
-                        [[0, 0]] * (3 if spatial == 3 else 2))
+        window = Window(
+            unit_height(kernel, 1, spatial), unit_height(stride, 1, spatial), [[0, 0]] * (3 if spatial == 3 else 2)
+        )
         if (kind, spatial) == ("Max", 3):  # no PoolMax3d on HTP
             add_max_pool3d(gb, node, x, window)
             return
@@ -130,8 +159,16 @@ class AdaptivePoolBuilder(NodeBuilder):
             params.append(bool_scalar("count_pad_for_edges", False))
         add_pool(gb, node, kind, spatial, to_qnn_view(gb, node, x, spatial), params)
 
-    def _reduce_axis(self, gb: GraphBuilder, node: torch.fx.Node, kind: str, x: QnnTensor, axis: int,
-                     spans: List[Tuple[int, int]], out: Optional[QnnTensor]) -> QnnTensor:
+    def _reduce_axis(
+        self,
+        gb: GraphBuilder,
+        node: torch.fx.Node,
+        kind: str,
+        x: QnnTensor,
+        axis: int,
+        spans: List[Tuple[int, int]],
+        out: Optional[QnnTensor],
+    ) -> QnnTensor:
         """Windows `spans` of stored `axis` of x: slice, reduce, concatenate (into `out`, or a
         tensor with x's encoding for the next axis)."""
         parts = []
@@ -141,12 +178,24 @@ class AdaptivePoolBuilder(NodeBuilder):
             dims = list(x.dims)
             dims[axis] = end - start
             piece = gb.like(x, f"{node.name}_a{axis}_w{j}", dims)
-            gb.add_op(node, "StridedSlice", [x], [piece],
-                      [int32_tensor("ranges", ranges, [len(dims), 3])], suffix=f"a{axis}_slice{j}")
+            gb.add_op(
+                node,
+                "StridedSlice",
+                [x],
+                [piece],
+                [int32_tensor("ranges", ranges, [len(dims), 3])],
+                suffix=f"a{axis}_slice{j}",
+            )
             dims[axis] = 1
             reduced = gb.like(out if out is not None else x, f"{node.name}_a{axis}_r{j}", dims)
-            gb.add_op(node, _REDUCE[kind], [piece], [reduced],
-                      [uint32_tensor("axes", [axis]), bool_scalar("keep_dims", True)], suffix=f"a{axis}_reduce{j}")
+            gb.add_op(
+                node,
+                _REDUCE[kind],
+                [piece],
+                [reduced],
+                [uint32_tensor("axes", [axis]), bool_scalar("keep_dims", True)],
+                suffix=f"a{axis}_reduce{j}",
+            )
             parts.append(reduced)
         dims = list(x.dims)
         dims[axis] = len(spans)

@@ -13,6 +13,7 @@ float32 only (integer prod, which PyTorch computes in int64, stays on the CPU). 
 graphs: the output gets its own encoding (QuantFamily.COMPUTE); the products run in float
 between a Dequantize of the input and a Quantize to the node's encoding, which is what the
 PT2E reference computes (a product of requantized partial products would not be)."""
+
 from __future__ import annotations
 
 from typing import List
@@ -23,11 +24,23 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, check_static_shapes,
-    first_failure, register_builder,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    check_static_shapes,
+    first_failure,
+    register_builder,
 )
 from backends.qualcomm.builders.utils import (
-    dequantized, is_quantized, normalize_axis, one_element_dims, reshape, slice_axis,
+    dequantized,
+    is_quantized,
+    normalize_axis,
+    one_element_dims,
+    reshape,
+    slice_axis,
 )
 from backends.qualcomm.serialization.qnn_graph import QnnTensor
 
@@ -90,8 +103,7 @@ class ProdBuilder(NodeBuilder):
     quant_annotations = dict.fromkeys(aten_ops("prod.dim_int", "prod.default"), QuantFamily.COMPUTE)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: check_float_io(node), lambda: check_static_shapes(node),
-                             lambda: _check_prod(node))
+        return first_failure(lambda: check_float_io(node), lambda: check_static_shapes(node), lambda: _check_prod(node))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = _float_input(gb, node)
@@ -101,8 +113,9 @@ class ProdBuilder(NodeBuilder):
         product = product_tree(gb, node, x, axis)
         out = gb.define_output(node, dims=one_element_dims(node))
         if is_quantized(node):  # Quantize to the output's encoding, then into its shape
-            quantized = out if list(product.dims) == list(out.dims) else gb.like(out, f"{node.name}_quantized",
-                                                                                  product.dims)
+            quantized = (
+                out if list(product.dims) == list(out.dims) else gb.like(out, f"{node.name}_quantized", product.dims)
+            )
             gb.add_op(node, "Quantize", [product], [quantized], suffix="quantize")
             if quantized is out:
                 return

@@ -1,5 +1,6 @@
 """Quantize / dequantize nodes left after FoldQDQ: float -> quantized (`Quantize`),
 quantized -> quantized with another encoding (`Convert`), quantized -> float (`Dequantize`)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,12 @@ import torch
 from backends.qualcomm.builders.graph_builder import GraphBuilder, io_dim_order, logical_shape
 from backends.qualcomm.builders.quant_encoding import DEQUANTIZE_OPS, QUANTIZE_OPS
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, SupportResult, SUPPORTED, register_builder, tensor_vals,
+    LayoutPolicy,
+    NodeBuilder,
+    SupportResult,
+    SUPPORTED,
+    register_builder,
+    tensor_vals,
 )
 from backends.qualcomm.builders.utils import input_layout, is_constant, is_quantized
 from backends.qualcomm.serialization.qnn_graph import QnnTensor
@@ -65,8 +71,11 @@ class DequantizeBuilder(NodeBuilder):
 
 
 def _only_channel_first_outputs(node: torch.fx.Node) -> bool:
-    return bool(node.users) and all(user.op == "output" for user in node.users) \
+    return (
+        bool(node.users)
+        and all(user.op == "output" for user in node.users)
         and io_dim_order(node.meta.get("val")) != NCHW_TO_NHWC
+    )
 
 
 def _rank0_dims(node: torch.fx.Node, x: QnnTensor):

@@ -2,6 +2,7 @@
 
 prod: QNN 2.51's HTP has no ReduceProd (validation: 3110 'OpValidator not found'); op_prod.py
 lowers it as a tree of ElementWiseMultiply."""
+
 from __future__ import annotations
 
 from typing import List
@@ -11,7 +12,13 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
     register_builder,
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, stored_axis
@@ -38,8 +45,7 @@ def keep_dims(node: torch.fx.Node) -> bool:
 @register_builder
 class ReduceBuilder(NodeBuilder):
     targets = list(REDUCE_OPS)
-    quant_annotations = dict.fromkeys(aten_ops("mean.dim", "sum.dim_IntList"),
-                                      QuantFamily.COMPUTE)
+    quant_annotations = dict.fromkeys(aten_ops("mean.dim", "sum.dim_IntList"), QuantFamily.COMPUTE)
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -63,5 +69,10 @@ class ReduceBuilder(NodeBuilder):
         rank = len(logical_shape(node.args[0]))
         axes = sorted(stored_axis(a, rank, layout) for a in reduce_axes(node))
         out = gb.define_output(node)
-        gb.add_op(node, REDUCE_OPS[node.target], [x], [out],
-                  [uint32_tensor("axes", axes), bool_scalar("keep_dims", keep_dims(node))])
+        gb.add_op(
+            node,
+            REDUCE_OPS[node.target],
+            [x],
+            [out],
+            [uint32_tensor("axes", axes), bool_scalar("keep_dims", keep_dims(node))],
+        )

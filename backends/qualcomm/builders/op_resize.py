@@ -2,6 +2,7 @@
 (1-D on a unit height), upsample_bilinear2d -> ResizeBilinear, upsample_bicubic2d -> Resize (cubic,
 coefficient -0.75 as torch), pixel_shuffle -> DepthToSpace, pixel_unshuffle -> SpaceToDepth (both
 CRD: torch's channel c*r*r + i*r + j), channel_shuffle -> ChannelShuffle."""
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -11,18 +12,31 @@ import torch
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_shape import edge_ops
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_data_io,
-    check_float_io, first_failure, register_builder,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_data_io,
+    check_float_io,
+    first_failure,
+    register_builder,
 )
 from backends.qualcomm.builders.utils import view_as, view_back
 from backends.qualcomm.serialization.qnn_graph import (
-    QnnTensor, bool_scalar, float_scalar, uint32_scalar, uint32_tensor,
+    QnnTensor,
+    bool_scalar,
+    float_scalar,
+    uint32_scalar,
+    uint32_tensor,
 )
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST
 
 
-_NEAREST = edge_ops("upsample_nearest2d.vec", "upsample_nearest2d.default", "upsample_nearest1d.vec",
-                    "upsample_nearest1d.default")
+_NEAREST = edge_ops(
+    "upsample_nearest2d.vec", "upsample_nearest2d.default", "upsample_nearest1d.vec", "upsample_nearest1d.default"
+)
 _BILINEAR = edge_ops("upsample_bilinear2d.vec", "upsample_bilinear2d.default")
 _BICUBIC = edge_ops("upsample_bicubic2d.vec", "upsample_bicubic2d.default")
 _SHUFFLES = edge_ops("pixel_shuffle.default", "pixel_unshuffle.default", "channel_shuffle.default")
@@ -75,8 +89,10 @@ def _scale_matches_sizes(node: torch.fx.Node) -> SupportResult:
     ins, outs = logical_shape(node.args[0])[2:], logical_shape(node)[2:]
     for size_in, size_out, scale in zip(ins, outs, scales):
         if scale <= 0 or abs(size_in * scale - size_out) > 1e-6 * size_out:
-            return False, (f"scale_factor {scales} with input {ins} -> output {outs}: torch samples at "
-                           f"1/scale_factor, QNN at in/out (give size= or recompute_scale_factor=True)")
+            return False, (
+                f"scale_factor {scales} with input {ins} -> output {outs}: torch samples at "
+                f"1/scale_factor, QNN at in/out (give size= or recompute_scale_factor=True)"
+            )
     return SUPPORTED
 
 
@@ -86,13 +102,16 @@ def _rank(ranks: Sequence[int]):
         if rank not in ranks:
             return False, f"rank-{rank} input is not supported (rank {' / '.join(map(str, ranks))})"
         return SUPPORTED
+
     return check
 
 
 def _bicubic_support(node: torch.fx.Node) -> SupportResult:
     if not align_corners(node) and 1 in logical_shape(node)[2:]:
-        return False, ("bicubic to an output size of 1 without align_corners: QNN's pytorch_half_pixel "
-                       "samples pixel 0 there, torch -0.5 + in/2")
+        return False, (
+            "bicubic to an output size of 1 without align_corners: QNN's pytorch_half_pixel "
+            "samples pixel 0 there, torch -0.5 + in/2"
+        )
     return SUPPORTED
 
 
@@ -113,17 +132,29 @@ class ResizeBuilder(NodeBuilder):
     targets = _NEAREST + _BILINEAR + _BICUBIC
     keep_whole = _BICUBIC + edge_ops("upsample_nearest1d.vec", "upsample_nearest1d.default")  # else index math
     quant_annotations = {
-        **dict.fromkeys(aten_ops("upsample_nearest2d.vec", "upsample_nearest2d.default", "upsample_nearest1d.vec",
-                                 "upsample_nearest1d.default", "upsample_bilinear2d.vec",
-                                 "upsample_bilinear2d.default"), QuantFamily.SHARED),
-        **dict.fromkeys(aten_ops("upsample_bicubic2d.vec", "upsample_bicubic2d.default"), QuantFamily.COMPUTE)}
+        **dict.fromkeys(
+            aten_ops(
+                "upsample_nearest2d.vec",
+                "upsample_nearest2d.default",
+                "upsample_nearest1d.vec",
+                "upsample_nearest1d.default",
+                "upsample_bilinear2d.vec",
+                "upsample_bilinear2d.default",
+            ),
+            QuantFamily.SHARED,
+        ),
+        **dict.fromkeys(aten_ops("upsample_bicubic2d.vec", "upsample_bicubic2d.default"), QuantFamily.COMPUTE),
+    }
     layout_policy = LayoutPolicy.SENSITIVE
     channel_last_ranks = (3, 4)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         nearest = _kind(node) == "nearest"
-        checks = [lambda: check_data_io(node) if nearest else check_float_io(node),
-                  lambda: _rank((3, 4) if nearest else (4,))(node), lambda: _scale_matches_sizes(node)]
+        checks = [
+            lambda: check_data_io(node) if nearest else check_float_io(node),
+            lambda: _rank((3, 4) if nearest else (4,))(node),
+            lambda: _scale_matches_sizes(node),
+        ]
         if _kind(node) == "bicubic":
             checks.append(lambda: _bicubic_support(node))
         return first_failure(*checks)
@@ -138,10 +169,12 @@ class ResizeBuilder(NodeBuilder):
             params = [bool_scalar("align_corners", corners), bool_scalar("half_pixel_centers", not corners)]
             gb.add_op(node, "ResizeBilinear", [x4], [out4], params)
         else:
-            params = [bool_scalar("exclude_outside", False),
-                      uint32_scalar("transformation_mode", _ALIGN_CORNERS if corners else _PYTORCH_HALF_PIXEL),
-                      uint32_scalar("interpolation_mode", _CUBIC),
-                      float_scalar("cubic_coeff", _TORCH_CUBIC_COEFF)]
+            params = [
+                bool_scalar("exclude_outside", False),
+                uint32_scalar("transformation_mode", _ALIGN_CORNERS if corners else _PYTORCH_HALF_PIXEL),
+                uint32_scalar("interpolation_mode", _CUBIC),
+                float_scalar("cubic_coeff", _TORCH_CUBIC_COEFF),
+            ]
             gb.add_op(node, "Resize", [x4], [out4], params)
         view_back(gb, node, out4, out)
 
@@ -160,8 +193,9 @@ def _shuffle_support(node: torch.fx.Node) -> SupportResult:
 class ShuffleBuilder(NodeBuilder):
     targets = _SHUFFLES
     keep_whole = _SHUFFLES
-    quant_annotations = dict.fromkeys(aten_ops("pixel_shuffle.default", "pixel_unshuffle.default",
-                                               "channel_shuffle.default"), QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(
+        aten_ops("pixel_shuffle.default", "pixel_unshuffle.default", "channel_shuffle.default"), QuantFamily.SHARED
+    )
     layout_policy = LayoutPolicy.SENSITIVE
     channel_last_ranks = (3, 4)
 

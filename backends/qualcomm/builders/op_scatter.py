@@ -11,6 +11,7 @@ checked at lowering): the host engine reports them as out of range.
 
 scatter (src / value) / scatter_add / scatter_reduce (sum, prod; include_self) -> ScatterElements
 (reduction none / add / mul)."""
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -19,13 +20,25 @@ import numpy as np
 import torch
 
 from backends.qualcomm.builders.graph_builder import (
-    GraphBuilder, inverse_perm, logical_shape, moves_only_unit_dims, permute_dims,
+    GraphBuilder,
+    inverse_perm,
+    logical_shape,
+    moves_only_unit_dims,
+    permute_dims,
 )
 from backends.qualcomm.builders.op_constant import quantized_codes
 from backends.qualcomm.builders.op_shape import edge_ops
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_static_shapes, first_failure,
-    node_val, register_builder, table_quant_annotations,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_static_shapes,
+    first_failure,
+    node_val,
+    register_builder,
+    table_quant_annotations,
 )
 from backends.qualcomm.builders.utils import reshape
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
@@ -106,8 +119,12 @@ class IndexPutBuilder(NodeBuilder):
     quant_annotations = table_quant_annotations(["ScatterNd"])
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: _check_data(node), lambda: _check_indices(node),
-                             lambda: check_static_shapes(node), lambda: _check_values_shape(node))
+        return first_failure(
+            lambda: _check_data(node),
+            lambda: _check_indices(node),
+            lambda: check_static_shapes(node),
+            lambda: _check_values_shape(node),
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         axis, index = indexed_axis(node)
@@ -165,8 +182,10 @@ def _check_scatter_elements(node: torch.fx.Node) -> SupportResult:
         return False, "reduce: only none, scatter_add and scatter_reduce sum / prod with include_self=True"
     if reduction > 0:
         # the host engine has them; QNN 2.51's HTP refuses them at op validation (error 3110)
-        return False, (f"scatter reduction {'add' if reduction == 1 else 'mul'}: QNN refuses ScatterElements "
-                       f"reduction {reduction} ('incorrect Value {reduction}, expected < 1')")
+        return False, (
+            f"scatter reduction {'add' if reduction == 1 else 'mul'}: QNN refuses ScatterElements "
+            f"reduction {reduction} ('incorrect Value {reduction}, expected < 1')"
+        )
     return SUPPORTED
 
 
@@ -175,8 +194,10 @@ class ScatterElementsBuilder(NodeBuilder):
     targets = edge_ops("scatter.src", "scatter.value", "scatter_add.default", "scatter_reduce.two")
     # scatter moves values (the output shares self's encoding); scatter_add / scatter_reduce make
     # new ones (sums, products): own output encoding
-    quant_annotations = {**dict.fromkeys(aten_ops("scatter.src", "scatter.value"), QuantFamily.SHARED),
-                         **dict.fromkeys(aten_ops("scatter_add.default", "scatter_reduce.two"), QuantFamily.COMPUTE)}
+    quant_annotations = {
+        **dict.fromkeys(aten_ops("scatter.src", "scatter.value"), QuantFamily.SHARED),
+        **dict.fromkeys(aten_ops("scatter_add.default", "scatter_reduce.two"), QuantFamily.COMPUTE),
+    }
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return first_failure(lambda: _check_scatter_elements(node), lambda: check_static_shapes(node))
@@ -185,8 +206,13 @@ class ScatterElementsBuilder(NodeBuilder):
         data, indices = gb.tensor(node.args[0]), gb.tensor(node.args[2])
         updates = self._updates(node, gb, data, indices)
         axis = len(data.dims) + int(node.args[1]) if int(node.args[1]) < 0 else int(node.args[1])
-        gb.add_op(node, "ScatterElements", [data, indices, updates], [gb.define_output(node)],
-                  [uint32_scalar("axis", axis), uint32_scalar("reduction", _scatter_reduction(node))])
+        gb.add_op(
+            node,
+            "ScatterElements",
+            [data, indices, updates],
+            [gb.define_output(node)],
+            [uint32_scalar("axis", axis), uint32_scalar("reduction", _scatter_reduction(node))],
+        )
 
     @staticmethod
     def _updates(node: torch.fx.Node, gb: GraphBuilder, data: QnnTensor, indices: QnnTensor) -> QnnTensor:

@@ -1,5 +1,6 @@
 """Shape ops: view/reshape/squeeze/unsqueeze -> Reshape; permute/transpose -> Transpose;
 expand -> (Reshape +) Tile; clone/alias/dropout -> identity Reshape."""
+
 from __future__ import annotations
 
 from typing import List
@@ -9,7 +10,13 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_data_io,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_data_io,
     register_builder,
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, reshape
@@ -42,12 +49,28 @@ def dim_order_ops(*names: str) -> List[object]:
 
 @register_builder
 class ReshapeBuilder(NodeBuilder):
-    targets = edge_ops("view_copy.default", "_unsafe_view.default", "reshape.default",
-                        "unsqueeze_copy.default", "squeeze_copy.dim", "squeeze_copy.dims",
-                        "squeeze_copy.default")
-    quant_annotations = dict.fromkeys(aten_ops(
-        "view.default", "reshape.default", "flatten.using_ints", "squeeze.dim", "squeeze.dims",
-        "squeeze.default", "unsqueeze.default", "_unsafe_view.default"), QuantFamily.SHARED)
+    targets = edge_ops(
+        "view_copy.default",
+        "_unsafe_view.default",
+        "reshape.default",
+        "unsqueeze_copy.default",
+        "squeeze_copy.dim",
+        "squeeze_copy.dims",
+        "squeeze_copy.default",
+    )
+    quant_annotations = dict.fromkeys(
+        aten_ops(
+            "view.default",
+            "reshape.default",
+            "flatten.using_ints",
+            "squeeze.dim",
+            "squeeze.dims",
+            "squeeze.default",
+            "unsqueeze.default",
+            "_unsafe_view.default",
+        ),
+        QuantFamily.SHARED,
+    )
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return check_data_io(node, skip_inputs=(1,))
@@ -68,10 +91,10 @@ def is_contiguous_dim_order(node: torch.fx.Node) -> bool:
 class IdentityBuilder(NodeBuilder):
     """Ops that do not change data: one Reshape with equal dims, in whatever layout."""
 
-    targets = edge_ops("clone.default", "alias_copy.default", "dropout.default") + dim_order_ops(
-        "_clone_dim_order")
-    quant_annotations = dict.fromkeys(aten_ops("clone.default", "contiguous.default", "dropout.default"),
-                                      QuantFamily.SHARED)
+    targets = edge_ops("clone.default", "alias_copy.default", "dropout.default") + dim_order_ops("_clone_dim_order")
+    quant_annotations = dict.fromkeys(
+        aten_ops("clone.default", "contiguous.default", "dropout.default"), QuantFamily.SHARED
+    )
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -104,8 +127,7 @@ def permutation(node: torch.fx.Node) -> List[int]:
 @register_builder
 class TransposeBuilder(NodeBuilder):
     targets = edge_ops("permute_copy.default", "t_copy.default", "transpose_copy.int")
-    quant_annotations = dict.fromkeys(aten_ops("permute.default", "transpose.int", "t.default"),
-                                      QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(aten_ops("permute.default", "transpose.int", "t.default"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return check_data_io(node, skip_inputs=(1, 2))
@@ -122,8 +144,7 @@ class TransposeBuilder(NodeBuilder):
 @register_builder
 class ExpandBuilder(NodeBuilder):
     targets = edge_ops("expand_copy.default")
-    quant_annotations = dict.fromkeys(aten_ops("expand.default"),
-                                      QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(aten_ops("expand.default"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_data_io(node, skip_inputs=(1,))

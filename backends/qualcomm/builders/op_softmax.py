@@ -1,5 +1,6 @@
 """softmax -> Softmax, log_softmax -> LogSoftmax (axis remapped to the stored layout; a non-last
 axis moved last by Transposes)."""
+
 from __future__ import annotations
 
 import torch
@@ -7,7 +8,13 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, inverse_perm, logical_shape
 from backends.qualcomm.builders.registry import (
-    LayoutPolicy, NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io,
+    LayoutPolicy,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
     register_builder,
 )
 from backends.qualcomm.builders.utils import input_layout, stored_axis
@@ -19,17 +26,18 @@ _aten = exir_ops.edge.aten
 @register_builder
 class SoftmaxBuilder(NodeBuilder):
     targets = [_aten._softmax.default, _aten._log_softmax.default] + (
-        [_aten.softmax.int] if hasattr(_aten, "softmax") else [])
-    quant_annotations = dict.fromkeys(aten_ops("softmax.int", "_softmax.default", "log_softmax.int",
-                                               "_log_softmax.default"), QuantFamily.COMPUTE)
+        [_aten.softmax.int] if hasattr(_aten, "softmax") else []
+    )
+    quant_annotations = dict.fromkeys(
+        aten_ops("softmax.int", "_softmax.default", "log_softmax.int", "_log_softmax.default"), QuantFamily.COMPUTE
+    )
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         ok, reason = check_float_io(node)
         if not ok:
             return ok, reason
-        if node.target in (_aten._softmax.default, _aten._log_softmax.default) and len(node.args) > 2 \
-                and node.args[2]:
+        if node.target in (_aten._softmax.default, _aten._log_softmax.default) and len(node.args) > 2 and node.args[2]:
             return False, "half_to_float softmax is not supported"
         return SUPPORTED
 
@@ -49,5 +57,4 @@ class SoftmaxBuilder(NodeBuilder):
         gb.add_op(node, "Transpose", [x], [moved], [uint32_tensor("perm", perm)], suffix="axis_last")
         result = gb.like(out, f"{node.name}_last", moved.dims)
         gb.add_op(node, qnn_type, [moved], [result], [uint32_scalar("axis", last), float_scalar("beta", 1.0)])
-        gb.add_op(node, "Transpose", [result], [out], [uint32_tensor("perm", inverse_perm(perm))],
-                  suffix="axis_back")
+        gb.add_op(node, "Transpose", [result], [out], [uint32_tensor("perm", inverse_perm(perm))], suffix="axis_back")

@@ -13,6 +13,7 @@ Float graphs: values FLOAT_32, descending=True is TopK itself; ascending sorts -
 negates the values back. Equal values: the host engine keeps the lower index first, QNN 2.51's
 HTP the higher one - both valid for stable=False (sort.default), so stable=True is rejected.
 NaN sorts first in both directions (PyTorch puts it last when ascending)."""
+
 from __future__ import annotations
 
 import operator
@@ -26,7 +27,12 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_lookup import code_index
 from backends.qualcomm.builders.quant_encoding import is_dequantize
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, SupportResult, SUPPORTED, first_failure, node_val, register_builder,
+    NodeBuilder,
+    SupportResult,
+    SUPPORTED,
+    first_failure,
+    node_val,
+    register_builder,
 )
 from backends.qualcomm.builders.utils import normalize_axis
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, uint32_scalar
@@ -65,13 +71,15 @@ def quantized_source(node: torch.fx.Node) -> Optional[torch.fx.Node]:
     if qmin < 0 or not 0 < qmax <= 65535:
         return None
     n = int(logical_shape(node.args[0])[-1])
-    return source.args[0] if (qmax + 256) * n < 2 ** 31 else None
+    return source.args[0] if (qmax + 256) * n < 2**31 else None
 
 
 def _check_stable(node: torch.fx.Node) -> SupportResult:
     if node.kwargs.get("stable") and quantized_source(node) is None:
-        return False, ("stable=True: QNN's TopK orders equal values by the higher index first "
-                       "(measured on QNN 2.51), not PyTorch's stable order")
+        return False, (
+            "stable=True: QNN's TopK orders equal values by the higher index first "
+            "(measured on QNN 2.51), not PyTorch's stable order"
+        )
     return SUPPORTED
 
 
@@ -96,8 +104,13 @@ def _sort_codes(gb: GraphBuilder, node: torch.fx.Node, q: QnnTensor, indices: Qn
     codes, _pad = code_index(gb, node, q, "_sort")
     int32 = lambda label: gb.native_tensor(f"{node.name}_{label}", q.dims, DataType.INT_32)  # noqa: E731
     scaled = int32("codes_scaled")
-    gb.add_op(node, "ElementWiseMultiply", [codes, gb.static_tensor(f"{node.name}_n", np.array([n], np.int32))],
-              [scaled], suffix="codes_scaled")
+    gb.add_op(
+        node,
+        "ElementWiseMultiply",
+        [codes, gb.static_tensor(f"{node.name}_n", np.array([n], np.int32))],
+        [scaled],
+        suffix="codes_scaled",
+    )
     ramp = gb.static_tensor(f"{node.name}_ramp", (n - 1 - np.arange(n)).astype(np.int32))
     keys = int32("keys")
     if sort_args(node)[1]:
@@ -106,8 +119,7 @@ def _sort_codes(gb: GraphBuilder, node: torch.fx.Node, q: QnnTensor, indices: Qn
         gb.add_op(node, "ElementWiseSubtract", [ramp, scaled], [keys], suffix="keys")
     gb.add_op(node, "TopK", [keys], [int32("sorted_keys"), indices], [k])
     values = gb.like(q, f"{node.name}_codes_sorted")
-    gb.add_op(node, "GatherElements", [q, indices], [values], [uint32_scalar("axis", len(q.dims) - 1)],
-              suffix="values")
+    gb.add_op(node, "GatherElements", [q, indices], [values], [uint32_scalar("axis", len(q.dims) - 1)], suffix="values")
     gb.add_op(node, "Dequantize", [values], [gb.define_output(node, dtype=torch.float32)], suffix="dequantize")
 
 
@@ -124,8 +136,7 @@ class SortBuilder(NodeBuilder):
         k = uint32_scalar("k", int(x.dims[-1]))
         indices = gb.native_tensor(f"{node.name}_indices_int32", x.dims, DataType.INT_32)
         source = quantized_source(node)
-        if source is not None and gb.tensor(source).data_type in (DataType.UFIXED_POINT_8,
-                                                                  DataType.UFIXED_POINT_16):
+        if source is not None and gb.tensor(source).data_type in (DataType.UFIXED_POINT_8, DataType.UFIXED_POINT_16):
             _sort_codes(gb, node, gb.tensor(source), indices, k)
         elif sort_args(node)[1]:
             gb.add_op(node, "TopK", [x], [gb.define_output(node, dtype=torch.float32), indices], [k])

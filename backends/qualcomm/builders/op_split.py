@@ -3,6 +3,7 @@ unbind's squeezes) -> one multi-output QNN Split; stack -> a Reshape per input +
 
 Output 0 is the node's own tensor (getitem 0 aliases it); output i > 0 is the tensor of the
 getitem(node, i) user (an unused output gets a tensor of its own: QNN's Split has them all)."""
+
 from __future__ import annotations
 
 import operator
@@ -14,8 +15,17 @@ import torch
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_shape import edge_ops
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, check_static_shapes,
-    first_failure, node_val, register_builder, table_quant_annotations,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    check_static_shapes,
+    first_failure,
+    node_val,
+    register_builder,
+    table_quant_annotations,
 )
 from backends.qualcomm.builders.utils import normalize_axis, reshape
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
@@ -62,8 +72,9 @@ class SplitBuilder(NodeBuilder):
         return len(val) if isinstance(val, (list, tuple)) else 1
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: _check_io(node), lambda: check_static_shapes(node.args[0]),
-                             lambda: _check_sizes(node))
+        return first_failure(
+            lambda: _check_io(node), lambda: check_static_shapes(node.args[0]), lambda: _check_sizes(node)
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = gb.tensor(node.args[0])
@@ -73,8 +84,9 @@ class SplitBuilder(NodeBuilder):
             gb.add_op(node, "Reshape", [x], outputs)
             return
         starts = np.cumsum(sizes[:-1]).astype(np.uint32).tolist()
-        gb.add_op(node, "Split", [x], outputs,
-                  [uint32_scalar("axis", _split_dim(node)), uint32_tensor("split_index", starts)])
+        gb.add_op(
+            node, "Split", [x], outputs, [uint32_scalar("axis", _split_dim(node)), uint32_tensor("split_index", starts)]
+        )
 
     @staticmethod
     def _output_tensors(node: torch.fx.Node, gb: GraphBuilder, x: QnnTensor) -> List[QnnTensor]:
@@ -109,8 +121,9 @@ class StackBuilder(NodeBuilder):
     quant_annotations = dict.fromkeys(aten_ops("stack.default"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: _check_stack_inputs(node), lambda: check_float_io(node),
-                             lambda: check_static_shapes(node))
+        return first_failure(
+            lambda: _check_stack_inputs(node), lambda: check_float_io(node), lambda: check_static_shapes(node)
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         dim = _stack_dim(node)

@@ -2,6 +2,7 @@
 
 A multi-output op: output 0 is the node's own tensor (getitem 0 aliases it),
 output 1 is bound to the getitem(node, 1) user (the int64 indices PyTorch returns)."""
+
 from __future__ import annotations
 
 import operator
@@ -11,7 +12,12 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, SupportResult, SUPPORTED, first_failure, node_val, register_builder,
+    NodeBuilder,
+    SupportResult,
+    SUPPORTED,
+    first_failure,
+    node_val,
+    register_builder,
 )
 from backends.qualcomm.builders.utils import normalize_axis
 from backends.qualcomm.serialization.qnn_graph import DataType, uint32_scalar

@@ -4,6 +4,7 @@ ElementWiseMultiply, ReduceSum, ElementWiseMultiply by 1 / (N - correction).
 QNN has no variance op. In quantized graphs the chain runs in float between a Dequantize of
 the input and a Quantize to the node's own encoding (QuantFamily.COMPUTE), which is what the
 PT2E reference computes (float var of the dequantized input, then quantized)."""
+
 from __future__ import annotations
 
 from typing import List
@@ -14,7 +15,13 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_float_io, first_failure,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_float_io,
+    first_failure,
     register_builder,
 )
 from backends.qualcomm.builders.utils import dequantized, is_quantized, normalize_axis
@@ -55,8 +62,9 @@ def _check_args(node: torch.fx.Node) -> SupportResult:
 @register_builder
 class VarianceBuilder(NodeBuilder):
     targets = [_aten.var.correction]
-    quant_annotations = dict.fromkeys(aten_ops("var.correction", "var.dim", "std.correction", "std.dim"),
-                                      QuantFamily.COMPUTE)
+    quant_annotations = dict.fromkeys(
+        aten_ops("var.correction", "var.dim", "std.correction", "std.dim"), QuantFamily.COMPUTE
+    )
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return first_failure(lambda: check_float_io(node), lambda: _check_args(node))
@@ -67,18 +75,31 @@ class VarianceBuilder(NodeBuilder):
         keep = bool(node.kwargs.get("keepdim", False))
         kept_dims = [1 if d in axes else n for d, n in enumerate(x.dims)]
         mean = self._float(gb, node, "mean", kept_dims)
-        gb.add_op(node, "ReduceMean", [x], [mean], [uint32_tensor("axes", axes), bool_scalar("keep_dims", True)],
-                  suffix="mean")
+        gb.add_op(
+            node,
+            "ReduceMean",
+            [x],
+            [mean],
+            [uint32_tensor("axes", axes), bool_scalar("keep_dims", True)],
+            suffix="mean",
+        )
         centered = self._float(gb, node, "centered", x.dims)
         gb.add_op(node, "ElementWiseSubtract", [x, mean], [centered], suffix="center")
         squared = self._float(gb, node, "squared", x.dims)
         gb.add_op(node, "ElementWiseMultiply", [centered, centered], [squared], suffix="square")
         out_dims = kept_dims if keep else [n for d, n in enumerate(x.dims) if d not in axes]
         total = self._float(gb, node, "sum", out_dims)
-        gb.add_op(node, "ReduceSum", [squared], [total], [uint32_tensor("axes", axes), bool_scalar("keep_dims", keep)],
-                  suffix="sum")
-        divisor = gb.static_tensor(f"{node.name}_inv_count",
-                                   np.array([1.0 / (reduced_count(node) - correction(node))], dtype=np.float32))
+        gb.add_op(
+            node,
+            "ReduceSum",
+            [squared],
+            [total],
+            [uint32_tensor("axes", axes), bool_scalar("keep_dims", keep)],
+            suffix="sum",
+        )
+        divisor = gb.static_tensor(
+            f"{node.name}_inv_count", np.array([1.0 / (reduced_count(node) - correction(node))], dtype=np.float32)
+        )
         if not is_quantized(node):
             gb.add_op(node, "ElementWiseMultiply", [total, divisor], [gb.define_output(node, dims=out_dims)])
             return

@@ -11,6 +11,7 @@
 Quantized graphs: both only move or zero values, so the output shares the input's encoding
 (QuantFamily.SHARED); triu / tril's 0 is the encoding's zero point (affine encodings hold 0
 exactly). Data types: float32, int32, int64 (int64 is INT_32 on QNN)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,16 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_logic import padded_rank
 from backends.qualcomm.builders.registry import (
-    NodeBuilder, QuantFamily, SUPPORTED, SupportResult, aten_ops, check_static_shapes, first_failure, node_val,
-    register_builder, tensor_vals,
+    NodeBuilder,
+    QuantFamily,
+    SUPPORTED,
+    SupportResult,
+    aten_ops,
+    check_static_shapes,
+    first_failure,
+    node_val,
+    register_builder,
+    tensor_vals,
 )
 from backends.qualcomm.builders.utils import reshape
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, int32_scalar
@@ -79,12 +88,14 @@ def _check_positions(node: torch.fx.Node) -> SupportResult:
 @register_builder
 class PositionGatherBuilder(NodeBuilder):
     targets = [_aten.diagonal_copy.default, _aten.unfold_copy.default, _aten.as_strided_copy.default]
-    quant_annotations = dict.fromkeys(aten_ops("diagonal.default", "unfold.default", "as_strided.default"),
-                                      QuantFamily.SHARED)
+    quant_annotations = dict.fromkeys(
+        aten_ops("diagonal.default", "unfold.default", "as_strided.default"), QuantFamily.SHARED
+    )
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: _same_dtype_io(node), lambda: check_static_shapes(node),
-                             lambda: _check_positions(node))
+        return first_failure(
+            lambda: _same_dtype_io(node), lambda: check_static_shapes(node), lambda: _check_positions(node)
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = gb.tensor(node.args[0])
@@ -119,8 +130,9 @@ class TriangleBuilder(NodeBuilder):
     quant_annotations = dict.fromkeys(aten_ops("triu.default", "tril.default"), QuantFamily.SHARED)
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: _same_dtype_io(node), lambda: check_static_shapes(node),
-                             lambda: _check_triangle(node))
+        return first_failure(
+            lambda: _same_dtype_io(node), lambda: check_static_shapes(node), lambda: _check_triangle(node)
+        )
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = gb.tensor(node.args[0])

@@ -1,5 +1,6 @@
 """QuantAttrs (what a Q/DQ node says about a tensor) -> QNN data type, QuantParams and
 stored bytes (packed for 4/2-bit weights), per docs/ops.md "Quantized graphs"."""
+
 from __future__ import annotations
 
 import math
@@ -38,10 +39,14 @@ class QuantAttrs:
         return self.qmin < 0
 
     def same_encoding(self, other: "QuantAttrs") -> bool:
-        return (self.axis == other.axis and self.qmin == other.qmin and self.qmax == other.qmax
-                and self.block_size == other.block_size
-                and np.array_equal(np.asarray(self.scale, np.float32), np.asarray(other.scale, np.float32))
-                and np.array_equal(np.asarray(self.zero_point), np.asarray(other.zero_point)))
+        return (
+            self.axis == other.axis
+            and self.qmin == other.qmin
+            and self.qmax == other.qmax
+            and self.block_size == other.block_size
+            and np.array_equal(np.asarray(self.scale, np.float32), np.asarray(other.scale, np.float32))
+            and np.array_equal(np.asarray(self.zero_point), np.asarray(other.zero_point))
+        )
 
 
 def _storage_bits(attrs: QuantAttrs) -> int:
@@ -51,8 +56,12 @@ def _storage_bits(attrs: QuantAttrs) -> int:
     return 8 if bits <= 8 else 16
 
 
-_SIGNED = {4: DataType.SFIXED_POINT_4, 8: DataType.SFIXED_POINT_8, 16: DataType.SFIXED_POINT_16,
-           32: DataType.SFIXED_POINT_32}
+_SIGNED = {
+    4: DataType.SFIXED_POINT_4,
+    8: DataType.SFIXED_POINT_8,
+    16: DataType.SFIXED_POINT_16,
+    32: DataType.SFIXED_POINT_32,
+}
 _UNSIGNED = {8: DataType.UFIXED_POINT_8, 16: DataType.UFIXED_POINT_16}
 
 
@@ -100,6 +109,7 @@ def lpbq_as_per_channel(values: np.ndarray, attrs: QuantAttrs) -> Tuple[np.ndarr
 
 def quant_params(attrs: QuantAttrs, perm: Optional[Sequence[int]] = None) -> QuantParams:
     """QuantParams in the stored layout (`perm`: stored dims = logical dims[perm])."""
+
     def stored(axis: int) -> int:
         return list(perm).index(axis) if perm is not None else axis
 
@@ -108,17 +118,28 @@ def quant_params(attrs: QuantAttrs, perm: Optional[Sequence[int]] = None) -> Qua
     if attrs.block_size is not None:
         channel, ints = lpbq_split(np.asarray(attrs.scale))
         block_axis = lpbq_block_axis(attrs)
-        return QuantParams(QuantEncoding.BLOCKWISE_EXPANSION, bits, axis=stored(max(attrs.axis, 0)),
-                           scales=channel.tolist(), offsets=[0] * len(channel), block_axis=stored(block_axis),
-                           block_size=int(attrs.block_size[block_axis]),
-                           block_scale_bitwidth=LPBQ_BLOCK_SCALE_BITWIDTH, block_scales=ints.reshape(-1))
+        return QuantParams(
+            QuantEncoding.BLOCKWISE_EXPANSION,
+            bits,
+            axis=stored(max(attrs.axis, 0)),
+            scales=channel.tolist(),
+            offsets=[0] * len(channel),
+            block_axis=stored(block_axis),
+            block_size=int(attrs.block_size[block_axis]),
+            block_scale_bitwidth=LPBQ_BLOCK_SCALE_BITWIDTH,
+            block_scales=ints.reshape(-1),
+        )
     if attrs.axis >= 0:
         scales = np.asarray(attrs.scale, np.float32).reshape(-1)
-        zps = np.asarray(attrs.zero_point, np.int64).reshape(-1) if attrs.zero_point is not None \
+        zps = (
+            np.asarray(attrs.zero_point, np.int64).reshape(-1)
+            if attrs.zero_point is not None
             else np.zeros(len(scales), np.int64)
+        )
         encoding = QuantEncoding.BW_AXIS_SCALE_OFFSET if sub_byte else QuantEncoding.AXIS_SCALE_OFFSET
-        return QuantParams(encoding, bits, axis=stored(attrs.axis), scales=scales.tolist(),
-                           offsets=(-zps).astype(int).tolist())
+        return QuantParams(
+            encoding, bits, axis=stored(attrs.axis), scales=scales.tolist(), offsets=(-zps).astype(int).tolist()
+        )
     encoding = QuantEncoding.BW_SCALE_OFFSET if sub_byte else QuantEncoding.SCALE_OFFSET
     return QuantParams(encoding, bits, scale=float(attrs.scale), offset=-int(attrs.zero_point))
 
@@ -136,8 +157,10 @@ def _pack(values: np.ndarray, bits: int) -> np.ndarray:
 
 
 _STORAGE_NUMPY = {
-    DataType.UFIXED_POINT_8: np.uint8, DataType.UFIXED_POINT_16: np.uint16,
-    DataType.SFIXED_POINT_8: np.int8, DataType.SFIXED_POINT_16: np.int16,
+    DataType.UFIXED_POINT_8: np.uint8,
+    DataType.UFIXED_POINT_16: np.uint16,
+    DataType.SFIXED_POINT_8: np.int8,
+    DataType.SFIXED_POINT_16: np.int16,
     DataType.SFIXED_POINT_32: np.int32,
 }
 
@@ -161,8 +184,9 @@ def exact_scalar_attrs(value: float, like: Optional[QuantAttrs] = None) -> Tuple
     of `like` (an unsigned activation encoding; HTP wants both operands of a 16-bit op 16-bit),
     UFIXED_POINT_8 when None. Against QNN, q = qmax measured 100% exact on 8-bit x + 2.5,
     x * -3, 2 - x (q = 1, scale = |value|: 25%, 2 steps) and 16-bit division 25 steps (553)."""
-    qmin, qmax, dtype = (like.qmin, like.qmax, like.dtype) if like is not None and like.qmin >= 0 \
-        else (0, 255, torch.uint8)
+    qmin, qmax, dtype = (
+        (like.qmin, like.qmax, like.dtype) if like is not None and like.qmin >= 0 else (0, 255, torch.uint8)
+    )
     value = float(np.float32(value))
     if value == 0.0:
         return np.array([0], np.int64), QuantAttrs(1.0, 0, qmin, qmax, dtype)
@@ -178,8 +202,7 @@ def _edge_ops():
 
     qd = exir_ops.edge.quantized_decomposed
     quantize = {qd.quantize_per_tensor.default, qd.quantize_per_tensor.tensor}
-    dequantize = {qd.dequantize_per_tensor.default, qd.dequantize_per_tensor.tensor,
-                  qd.dequantize_per_channel.default}
+    dequantize = {qd.dequantize_per_tensor.default, qd.dequantize_per_tensor.tensor, qd.dequantize_per_channel.default}
     try:
         dequantize.add(exir_ops.edge.torchao.dequantize_affine.default)
     except (AttributeError, RuntimeError):
@@ -188,11 +211,15 @@ def _edge_ops():
 
 
 QUANTIZE_OPS, DEQUANTIZE_OPS = _edge_ops()
-QUANTIZE_OPS |= {torch.ops.quantized_decomposed.quantize_per_tensor.default,
-                 torch.ops.quantized_decomposed.quantize_per_tensor.tensor}
-DEQUANTIZE_OPS |= {torch.ops.quantized_decomposed.dequantize_per_tensor.default,
-                   torch.ops.quantized_decomposed.dequantize_per_tensor.tensor,
-                   torch.ops.quantized_decomposed.dequantize_per_channel.default}
+QUANTIZE_OPS |= {
+    torch.ops.quantized_decomposed.quantize_per_tensor.default,
+    torch.ops.quantized_decomposed.quantize_per_tensor.tensor,
+}
+DEQUANTIZE_OPS |= {
+    torch.ops.quantized_decomposed.dequantize_per_tensor.default,
+    torch.ops.quantized_decomposed.dequantize_per_tensor.tensor,
+    torch.ops.quantized_decomposed.dequantize_per_channel.default,
+}
 
 
 def is_quantize(node: object) -> bool:

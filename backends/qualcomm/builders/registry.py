@@ -1,4 +1,5 @@
 """Builder registry: one NodeBuilder per op family, keyed by edge OpOverload objects."""
+
 from __future__ import annotations
 
 import enum
@@ -19,18 +20,18 @@ class LayoutPolicy(enum.Enum):
     """How an op treats the channel-last layout (read by the layout pass)."""
 
     CHANNEL_FIRST = "channel_first"  # needs logical (channel-first) inputs
-    SENSITIVE = "sensitive"          # Conv2d/pools/Batchnorm: takes and produces NHWC
-    AGNOSTIC = "agnostic"            # elementwise-like: works in either layout
+    SENSITIVE = "sensitive"  # Conv2d/pools/Batchnorm: takes and produces NHWC
+    AGNOSTIC = "agnostic"  # elementwise-like: works in either layout
 
 
 class QuantFamily(enum.Enum):
     """How QnnQuantizer annotates a node (quantizer/annotators.py: one annotator per family)."""
 
-    WEIGHTED = "weighted"      # activation in, weight per tensor / channel / block, derived bias
-    COMPUTE = "compute"        # every tensor input and the output get activation encodings
+    WEIGHTED = "weighted"  # activation in, weight per tensor / channel / block, derived bias
+    COMPUTE = "compute"  # every tensor input and the output get activation encodings
     LAYER_NORM = "layer_norm"  # activation in and out, gamma / beta quantized
-    SHARED = "shared"          # first input observed; the other inputs and the output share it
-    EMBEDDING = "embedding"    # the table shares the output's encoding (or a per-row encoding)
+    SHARED = "shared"  # first input observed; the other inputs and the output share it
+    EMBEDDING = "embedding"  # the table shares the output's encoding (or a per-row encoding)
 
 
 def aten_ops(*names: str) -> List[torch._ops.OpOverload]:
@@ -43,8 +44,7 @@ def aten_ops(*names: str) -> List[torch._ops.OpOverload]:
 
 
 # The op table's `quant` rule -> the annotator family of the aten ops it lists.
-_TABLE_QUANT_FAMILIES = {"compute": QuantFamily.COMPUTE, "shared": QuantFamily.SHARED,
-                         "weighted": QuantFamily.WEIGHTED}
+_TABLE_QUANT_FAMILIES = {"compute": QuantFamily.COMPUTE, "shared": QuantFamily.SHARED, "weighted": QuantFamily.WEIGHTED}
 
 
 def table_quant_annotations(qnn_types: Iterable[str]) -> Dict[object, QuantFamily]:
@@ -158,6 +158,7 @@ def ops_to_not_decompose() -> List[torch._ops.OpOverload]:
 
 
 # ---- shared validation helpers -------------------------------------------------
+
 
 def node_val(node: object) -> Optional[object]:
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None

@@ -1,4 +1,5 @@
 """Helpers shared by builders: axis remapping, operand layout, static scalars."""
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple, Union
@@ -7,12 +8,21 @@ import numpy as np
 import torch
 
 from backends.qualcomm.builders.graph_builder import (
-    GraphBuilder, logical_shape, moves_only_unit_dims, node_layout, permute_dims,
+    GraphBuilder,
+    logical_shape,
+    moves_only_unit_dims,
+    node_layout,
+    permute_dims,
 )
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, int32_tensor, uint32_tensor
 from backends.qualcomm.utils.constants import (
-    CHANNEL_LAST_RANKS, LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_CONSTANT, QCOM_INPUT_LAYOUT,
-    QCOM_QUANT_ATTRS, channel_last_perm,
+    CHANNEL_LAST_RANKS,
+    LAYOUT_CHANNEL_FIRST,
+    LAYOUT_CHANNEL_LAST,
+    QCOM_CONSTANT,
+    QCOM_INPUT_LAYOUT,
+    QCOM_QUANT_ATTRS,
+    channel_last_perm,
 )
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.quant_encoding import QuantAttrs, exact_scalar_attrs
@@ -42,8 +52,14 @@ def is_constant(node: object) -> bool:
     return isinstance(node, torch.fx.Node) and bool(node.meta.get(QCOM_CONSTANT, False))
 
 
-def scalar_tensor(gb: GraphBuilder, name: str, value: Union[int, float], dtype=np.float32,
-                  quantized: bool = False, like: Optional[QuantAttrs] = None) -> QnnTensor:
+def scalar_tensor(
+    gb: GraphBuilder,
+    name: str,
+    value: Union[int, float],
+    dtype=np.float32,
+    quantized: bool = False,
+    like: Optional[QuantAttrs] = None,
+) -> QnnTensor:
     """A STATIC scalar; `quantized`: a quantized scalar that holds the value exactly, in the
     data type of `like` (UFIXED_POINT_8 when None)."""
     if quantized:
@@ -57,8 +73,7 @@ def is_quantized(node: torch.fx.Node) -> bool:
     return node.meta.get(QCOM_QUANT_ATTRS) is not None
 
 
-def operand(gb: GraphBuilder, node: torch.fx.Node, arg: object, layout: str, out_rank: int,
-            name: str) -> QnnTensor:
+def operand(gb: GraphBuilder, node: torch.fx.Node, arg: object, layout: str, out_rank: int, name: str) -> QnnTensor:
     """A binary-op operand in `layout`: scalars become STATIC scalars; in channel-last,
     lower-rank operands are broadcast to the output rank and permuted so they line up."""
     if not isinstance(arg, torch.fx.Node):
@@ -86,8 +101,7 @@ def operand(gb: GraphBuilder, node: torch.fx.Node, arg: object, layout: str, out
     ranked = gb.like(source, f"{arg.name}_rank{out_rank}", shape_n)
     gb.add_op(node, "Reshape", [source], [ranked], suffix=f"{name}_reshape")
     out = gb.like(source, f"{arg.name}_rank{out_rank}_channel_last", stored)
-    gb.add_op(node, "Transpose", [ranked], [out], [uint32_tensor("perm", list(perm))],
-              suffix=f"{name}_transpose")
+    gb.add_op(node, "Transpose", [ranked], [out], [uint32_tensor("perm", list(perm))], suffix=f"{name}_transpose")
     return out
 
 
@@ -130,29 +144,30 @@ def _written_by(gb: GraphBuilder, tensor: QnnTensor) -> Optional[str]:
     return next((op.type for op in reversed(gb.graph.ops) if tensor.id in op.outputs), None)
 
 
-def reshape(gb: GraphBuilder, node: torch.fx.Node, source: QnnTensor, dims: Sequence[int],
-            suffix: str) -> QnnTensor:
+def reshape(gb: GraphBuilder, node: torch.fx.Node, source: QnnTensor, dims: Sequence[int], suffix: str) -> QnnTensor:
     out = gb.like(source, f"{node.name}_{suffix}", dims)
     gb.add_op(node, "Reshape", [source], [out], suffix=suffix)
     return out
 
 
-
-def slice_axis(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, axis: int, begin: int, end: int,
-               suffix: str) -> QnnTensor:
+def slice_axis(
+    gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, axis: int, begin: int, end: int, suffix: str
+) -> QnnTensor:
     """x[..., begin:end, ...] along `axis` (a StridedSlice, output `<node>_<suffix>`)."""
     ranges = [[0, d, 1] for d in x.dims]
     ranges[axis] = [begin, end, 1]
     dims = list(x.dims)
     dims[axis] = end - begin
     out = gb.like(x, f"{node.name}_{suffix}", dims)
-    gb.add_op(node, QnnOpType.StridedSlice, [x], [out], [int32_tensor("ranges", ranges, [len(ranges), 3])],
-              suffix=suffix)
+    gb.add_op(
+        node, QnnOpType.StridedSlice, [x], [out], [int32_tensor("ranges", ranges, [len(ranges), 3])], suffix=suffix
+    )
     return out
 
 
-def view_as(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, dims: Sequence[int],
-            out_dims: Optional[Sequence[int]] = None) -> Tuple[QnnTensor, QnnTensor, QnnTensor]:
+def view_as(
+    gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, dims: Sequence[int], out_dims: Optional[Sequence[int]] = None
+) -> Tuple[QnnTensor, QnnTensor, QnnTensor]:
     """(input, output, node output) of an op lowering `node` on a view of x: x as `dims` (a
     Reshape unless x has those dims; named `<node>_view`), the op's output in `out_dims`
     (default: dims; `<node>_view_out`), and the node's own output, into which view_back

@@ -3,6 +3,7 @@
 A comparator turns (reference, actual) into one float and says whether it
 passes. Subclass `NumericalComparator` for a new metric; the debugger calls
 `compare` once per compared output."""
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,10 @@ class NumericalComparator(ABC):
 
     def compare(self, reference: torch.Tensor, actual: torch.Tensor) -> float:
         if tuple(reference.shape) != tuple(actual.shape):
-            raise ValueError(f"{self.name}: shape {tuple(actual.shape)} of the delegate tensor differs "
-                             f"from the reference shape {tuple(reference.shape)}")
+            raise ValueError(
+                f"{self.name}: shape {tuple(actual.shape)} of the delegate tensor differs "
+                f"from the reference shape {tuple(reference.shape)}"
+            )
         return float(self.metric(_as_float64(reference), _as_float64(actual)))
 
     def __repr__(self) -> str:
@@ -83,7 +86,7 @@ class SQNRComparator(NumericalComparator):
 
     def metric(self, reference: torch.Tensor, actual: torch.Tensor) -> float:
         noise = float(torch.sum((reference - actual) ** 2))
-        signal = float(torch.sum(reference ** 2))
+        signal = float(torch.sum(reference**2))
         if noise == 0.0:
             return math.inf
         if signal == 0.0:

@@ -6,6 +6,7 @@ on each delegated subgraph gives the layout the builders chose for the node and
 the edge nodes folded into it (folded_handle_groups). The runtime logs each
 tensor as the edge node it stands for: dequantized to float and in PyTorch's
 layout (TensorDump.h)."""
+
 from __future__ import annotations
 
 import copy
@@ -19,7 +20,9 @@ from torch.export import ExportedProgram
 from backends.qualcomm._passes.pass_manager import run_preprocess_passes
 from backends.qualcomm.builders.quant_encoding import DEQUANTIZE_OPS, QUANTIZE_OPS
 from backends.qualcomm._passes.resolve_debug_handle import (
-    dumped_handle_owners, folded_handle_groups, node_debug_handle,
+    dumped_handle_owners,
+    folded_handle_groups,
+    node_debug_handle,
 )
 from backends.qualcomm.serialization import qnn_payload_generated as gen
 from backends.qualcomm.serialization.payload_reader import deserialize
@@ -28,8 +31,12 @@ from backends.qualcomm.utils.tensor_dump import handle_from_tensor_name
 
 _DATA_TYPE_NAMES = {v: k for k, v in vars(gen.QnnDataType).items() if not k.startswith("_")}
 _PER_TENSOR_ENCODINGS = (gen.QnnQuantEncoding.SCALE_OFFSET, gen.QnnQuantEncoding.BW_SCALE_OFFSET)
-_QUANT_RANGES = {"UFIXED_POINT_8": (0, 255), "UFIXED_POINT_16": (0, 65535),
-                 "SFIXED_POINT_8": (-128, 127), "SFIXED_POINT_16": (-32768, 32767)}
+_QUANT_RANGES = {
+    "UFIXED_POINT_8": (0, 255),
+    "UFIXED_POINT_16": (0, 65535),
+    "SFIXED_POINT_8": (-128, 127),
+    "SFIXED_POINT_16": (-32768, 32767),
+}
 
 
 @dataclass
@@ -94,10 +101,15 @@ def _node_layouts_and_groups(lowered: LoweredBackendModule) -> Tuple[Dict[int, s
     layouts = {handle: node.meta.get(QCOM_LAYOUT, LAYOUT_CHANNEL_FIRST) for node, handle in owners.items()}
     # quantize / dequantize members are left out: the row of a quantized conv is the conv's,
     # its reference rounded to the tensor's encoding (DumpedTensor.in_own_encoding)
-    quant_handles = {node_debug_handle(n) for n in original.nodes
-                     if n.op == "call_function" and (n.target in QUANTIZE_OPS or n.target in DEQUANTIZE_OPS)}
-    groups = {handle: tuple(h for h in group if h not in quant_handles) or (handle,)
-              for handle, group in folded_handle_groups(original, ep.graph_module.graph).items()}
+    quant_handles = {
+        node_debug_handle(n)
+        for n in original.nodes
+        if n.op == "call_function" and (n.target in QUANTIZE_OPS or n.target in DEQUANTIZE_OPS)
+    }
+    groups = {
+        handle: tuple(h for h in group if h not in quant_handles) or (handle,)
+        for handle, group in folded_handle_groups(original, ep.graph_module.graph).items()
+    }
     return layouts, groups
 
 
@@ -116,9 +128,18 @@ def _dumped_tensors_of(lowered: LoweredBackendModule) -> List[DumpedTensor]:
                 layouts, groups = _node_layouts_and_groups(lowered)
             scale, zero_point = _quant_of(tensor)
             dims = [int(d) for d in (tensor.dims if tensor.dims is not None else [])]
-            found.append(DumpedTensor(handle, name, _DATA_TYPE_NAMES.get(tensor.dataType, "?"), dims,
-                                      layouts.get(handle, LAYOUT_CHANNEL_FIRST), scale, zero_point,
-                                      groups.get(handle, (handle,))))
+            found.append(
+                DumpedTensor(
+                    handle,
+                    name,
+                    _DATA_TYPE_NAMES.get(tensor.dataType, "?"),
+                    dims,
+                    layouts.get(handle, LAYOUT_CHANNEL_FIRST),
+                    scale,
+                    zero_point,
+                    groups.get(handle, (handle,)),
+                )
+            )
     return found
 
 

@@ -3,6 +3,7 @@ option `qnn_runtime_engine`) with every intermediate tensor dumped, and compare 
 each node. Quantized tensors are compared in steps of their encoding, float ones by their
 largest difference relative to the magnitude; the report's first failure is the first node,
 in handle (topological) order, where the engines disagree."""
+
 from __future__ import annotations
 
 import contextlib
@@ -31,8 +32,9 @@ def runtime_engine(engine: str) -> Iterator[None]:
         set_runtime_option(ENGINE_OPTION, "auto")
 
 
-def dumps_on_engine(pte_path: str, sample_input: Sequence[torch.Tensor], out_dir: str,
-                    engine: str) -> Dict[int, List[torch.Tensor]]:
+def dumps_on_engine(
+    pte_path: str, sample_input: Sequence[torch.Tensor], out_dir: str, engine: str
+) -> Dict[int, List[torch.Tensor]]:
     """{debug handle: logged tensors} of one run of `pte_path` on `engine`."""
     with runtime_engine(engine):
         _, etdump, debug_buffer = run_with_etdump(pte_path, sample_input, out_dir)
@@ -48,11 +50,19 @@ def _difference(info: DumpedTensor, first: torch.Tensor, second: torch.Tensor) -
     return "max_rel_diff", diff / max(1.0, float(a.abs().max()) if a.numel() else 0.0)
 
 
-def _row(handle: int, index: int, info: DumpedTensor, first: Optional[List[torch.Tensor]],
-         second: Optional[List[torch.Tensor]], max_steps: int, max_rel_diff: float) -> ComparisonRow:
+def _row(
+    handle: int,
+    index: int,
+    info: DumpedTensor,
+    first: Optional[List[torch.Tensor]],
+    second: Optional[List[torch.Tensor]],
+    max_steps: int,
+    max_rel_diff: float,
+) -> ComparisonRow:
     node = info.tensor_name.split(DEBUG_ID_MARKER)[0]
-    row = ComparisonRow(node, "call_function", info.data_type, handle, index, info.tensor_name,
-                        info.scale, info.zero_point)
+    row = ComparisonRow(
+        node, "call_function", info.data_type, handle, index, info.tensor_name, info.scale, info.zero_point
+    )
     if first is None or second is None or index >= min(len(first), len(second)):
         row.reason = "not dumped on both engines"
         return row
@@ -65,18 +75,33 @@ def _row(handle: int, index: int, info: DumpedTensor, first: Optional[List[torch
     return row
 
 
-def compare_engine_dumps(dumped: Dict[int, List[DumpedTensor]], first: Dict[int, List[torch.Tensor]],
-                         second: Dict[int, List[torch.Tensor]], max_steps: int = 1,
-                         max_rel_diff: float = 1e-2) -> List[ComparisonRow]:
+def compare_engine_dumps(
+    dumped: Dict[int, List[DumpedTensor]],
+    first: Dict[int, List[torch.Tensor]],
+    second: Dict[int, List[torch.Tensor]],
+    max_steps: int = 1,
+    max_rel_diff: float = 1e-2,
+) -> List[ComparisonRow]:
     """One row per dumped tensor, in handle order."""
-    return [_row(handle, i, info, first.get(handle), second.get(handle), max_steps, max_rel_diff)
-            for handle in sorted(dumped) for i, info in enumerate(dumped[handle])]
+    return [
+        _row(handle, i, info, first.get(handle), second.get(handle), max_steps, max_rel_diff)
+        for handle in sorted(dumped)
+        for i, info in enumerate(dumped[handle])
+    ]
 
 
-def compare_engines(pte_path: str, sample_input: Sequence[torch.Tensor], dumped: Dict[int, List[DumpedTensor]],
-                    out_dir: str, engines: Tuple[str, str] = ("host", "qnn"), max_steps: int = 1,
-                    max_rel_diff: float = 1e-2) -> List[ComparisonRow]:
+def compare_engines(
+    pte_path: str,
+    sample_input: Sequence[torch.Tensor],
+    dumped: Dict[int, List[DumpedTensor]],
+    out_dir: str,
+    engines: Tuple[str, str] = ("host", "qnn"),
+    max_steps: int = 1,
+    max_rel_diff: float = 1e-2,
+) -> List[ComparisonRow]:
     """Rows of `engines[1]` against `engines[0]` on one run each of `pte_path`."""
-    runs = [dumps_on_engine(pte_path, sample_input, os.path.join(out_dir, f"{i}_{engine}"), engine)
-            for i, engine in enumerate(engines)]
+    runs = [
+        dumps_on_engine(pte_path, sample_input, os.path.join(out_dir, f"{i}_{engine}"), engine)
+        for i, engine in enumerate(engines)
+    ]
     return compare_engine_dumps(dumped, runs[0], runs[1], max_steps, max_rel_diff)

@@ -5,13 +5,15 @@ The AOT reference is rounded to each dumped tensor's encoding (as in the debugge
 `Inspector(...).calculate_numeric_gap(InspectorComparator(SQNRComparator(), dumped), reference_graph=
 "edge_after_transform/forward")`: each runtime tensor is dequantized and permuted back to
 the PyTorch layout (from `dumped`, see dump_info.collect_dumped_tensors) before the metric."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List
 
 import torch
 from executorch.devtools.inspector.numerical_comparator.numerical_comparator_base import (
-    IntermediateOutputMapping, NumericalComparatorBase,
+    IntermediateOutputMapping,
+    NumericalComparatorBase,
 )
 
 from backends.qualcomm.debugger.comparators import NumericalComparator
@@ -49,9 +51,13 @@ class InspectorComparator(NumericalComparatorBase):
         return reference
 
     def preprocessing(self, mapping: IntermediateOutputMapping) -> IntermediateOutputMapping:
-        return {(aot_handle, self._reference(rt_handle, aot_value)):
-                (rt_handle, self._restore(rt_handle, rt_value, aot_value))
-                for (aot_handle, aot_value), (rt_handle, rt_value) in mapping.items()}
+        return {
+            (aot_handle, self._reference(rt_handle, aot_value)): (
+                rt_handle,
+                self._restore(rt_handle, rt_value, aot_value),
+            )
+            for (aot_handle, aot_value), (rt_handle, rt_value) in mapping.items()
+        }
 
     def element_compare(self, a: Any, b: Any) -> float:
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):

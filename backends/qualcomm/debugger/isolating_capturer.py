@@ -10,6 +10,7 @@ the nodes downstream (a node folded into a later one, e.g. a conv whose batch no
 the delegate folded, keeps its reference value). A low score then means this op itself departs. An activation
 that QNN HTP fuses into the conv / linear before it is computed from that op's unrounded
 reference output (utils/activation_fusion.py), as HTP computes the pair."""
+
 from __future__ import annotations
 
 import operator
@@ -25,8 +26,12 @@ from backends.qualcomm.utils.activation_fusion import fused_activation_producer
 class IsolatingCapturer(torch.fx.Interpreter):
     """{(handle,): reference output} like IntermediateOutputCapturer, with delegate inputs."""
 
-    def __init__(self, module: torch.fx.GraphModule, runtime: Dict[int, List[torch.Tensor]],
-                 dumped: Dict[int, List[DumpedTensor]]):
+    def __init__(
+        self,
+        module: torch.fx.GraphModule,
+        runtime: Dict[int, List[torch.Tensor]],
+        dumped: Dict[int, List[DumpedTensor]],
+    ):
         super().__init__(module)
         self.runtime = runtime
         self.dumped = dumped
@@ -60,8 +65,10 @@ class IsolatingCapturer(torch.fx.Interpreter):
     def _delegate_value(self, dump_handle: int, result: Any) -> Any:
         references = list(result) if isinstance(result, (list, tuple)) else [result]
         actual, infos = self.runtime[dump_handle], self.dumped.get(dump_handle, [])
-        replaced = [self._restored(ref, actual[i], infos[i]) if i < min(len(actual), len(infos)) else ref
-                    for i, ref in enumerate(references)]
+        replaced = [
+            self._restored(ref, actual[i], infos[i]) if i < min(len(actual), len(infos)) else ref
+            for i, ref in enumerate(references)
+        ]
         if isinstance(result, (list, tuple)):
             return type(result)(replaced)
         return replaced[0]

@@ -9,6 +9,7 @@ The reference is the edge graph after our transform passes (ETRecord graph
 "edge_after_transform/forward"), run on the sample input by ExecuTorch's
 IntermediateOutputCapturer; debug handles link its nodes to the dumped tensors.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,11 +26,19 @@ from torch.export import ExportedProgram
 from backends.qualcomm._passes.resolve_debug_handle import dumped_handle_owners, node_debug_handle
 from backends.qualcomm.debugger.comparators import NumericalComparator, SQNRComparator
 from backends.qualcomm.debugger.dump_info import (
-    DumpedTensor, collect_dumped_tensors, delegated_debug_handles, dumps_by_edge_handle,
+    DumpedTensor,
+    collect_dumped_tensors,
+    delegated_debug_handles,
+    dumps_by_edge_handle,
 )
 from backends.qualcomm.debugger.isolating_capturer import IsolatingCapturer
 from backends.qualcomm.debugger.reports import (
-    FAIL, NOT_COMPARED, PASS, ComparisonRow, write_csv, write_svg,
+    FAIL,
+    NOT_COMPARED,
+    PASS,
+    ComparisonRow,
+    write_csv,
+    write_svg,
 )
 from backends.qualcomm.debugger.runtime_dump import read_delegate_dumps, run_with_etdump
 
@@ -74,9 +83,11 @@ class DebugReport:
         text = f"compared {len(self.compared)} outputs: {passed} pass, {len(self.failed)} fail"
         first = self.first_failure
         if first is not None:
-            text += (f"; first failing node: '{first.node}' ({first.target}, debug handle "
-                     f"{first.debug_handle}, output {first.output_index}): {first.metric}={first.value:.6g} "
-                     f"(threshold {first.threshold})")
+            text += (
+                f"; first failing node: '{first.node}' ({first.target}, debug handle "
+                f"{first.debug_handle}, output {first.output_index}): {first.metric}={first.value:.6g} "
+                f"(threshold {first.threshold})"
+            )
         return text
 
 
@@ -88,8 +99,13 @@ def _as_list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _compare_output(row: ComparisonRow, reference, actual: Optional[torch.Tensor],
-                    dumped: Optional[DumpedTensor], comparator: NumericalComparator) -> ComparisonRow:
+def _compare_output(
+    row: ComparisonRow,
+    reference,
+    actual: Optional[torch.Tensor],
+    dumped: Optional[DumpedTensor],
+    comparator: NumericalComparator,
+) -> ComparisonRow:
     if actual is None or dumped is None:
         row.reason = "no dumped tensor for this output"
         return row
@@ -111,8 +127,7 @@ def _compare_output(row: ComparisonRow, reference, actual: Optional[torch.Tensor
 class QNNIntermediateDebugger:
     """Compares every tensor the delegate dumped with the CPU reference of its edge node."""
 
-    def __init__(self, sample_input: Tuple[torch.Tensor, ...],
-                 reference_graph_name: str = REFERENCE_GRAPH_NAME):
+    def __init__(self, sample_input: Tuple[torch.Tensor, ...], reference_graph_name: str = REFERENCE_GRAPH_NAME):
         self.sample_input = tuple(sample_input)
         self.reference_graph_name = reference_graph_name
         self.etrecord_path: Optional[str] = None
@@ -125,8 +140,10 @@ class QNNIntermediateDebugger:
         self.dumped = collect_dumped_tensors(lowered_program)
         self.delegated_handles = delegated_debug_handles(lowered_program)
         if not self.dumped:
-            logger.warning("QNNIntermediateDebugger: the lowered program dumps no tensor; "
-                           "lower with dump_intermediate_outputs=True in the compile spec")
+            logger.warning(
+                "QNNIntermediateDebugger: the lowered program dumps no tensor; "
+                "lower with dump_intermediate_outputs=True in the compile spec"
+            )
 
     def save(self, edge_manager: EdgeProgramManager, out_dir: str, name: str = "model") -> str:
         """attach + to_executorch; writes <name>.pte and <name>.etrecord in out_dir; returns the .pte path."""
@@ -162,44 +179,70 @@ class QNNIntermediateDebugger:
             return etrecord.edge_dialect_program
         graph_map = etrecord.graph_map or {}
         if self.reference_graph_name not in graph_map:
-            raise ValueError(f"ETRecord has no graph '{self.reference_graph_name}' (has {sorted(graph_map)}); "
-                             "lower with to_edge_transform_and_lower_to_qnn(..., generate_etrecord=True)")
+            raise ValueError(
+                f"ETRecord has no graph '{self.reference_graph_name}' (has {sorted(graph_map)}); "
+                "lower with to_edge_transform_and_lower_to_qnn(..., generate_etrecord=True)"
+            )
         return graph_map[self.reference_graph_name]
 
-    def compare(self, etdump_path: str, debug_buffer_path: str,
-                comparator: Optional[NumericalComparator] = None, isolate: bool = False) -> DebugReport:
+    def compare(
+        self,
+        etdump_path: str,
+        debug_buffer_path: str,
+        comparator: Optional[NumericalComparator] = None,
+        isolate: bool = False,
+    ) -> DebugReport:
         """Rows per edge node output; prints the summary and the first failing node.
         `isolate`: each op's reference is computed from the delegate's inputs (IsolatingCapturer),
         so accumulated drift does not hide or fake the op that departs."""
         comparator = comparator or SQNRComparator()
         module = self.reference_program().module()
         runtime = read_delegate_dumps(etdump_path, debug_buffer_path)
-        capturer = (IsolatingCapturer(module, runtime, self.dumped) if isolate
-                    else IntermediateOutputCapturer(module))
+        capturer = IsolatingCapturer(module, runtime, self.dumped) if isolate else IntermediateOutputCapturer(module)
         reference = capturer.run_and_capture(*self.sample_input)
         report = self._report(module.graph, reference, runtime, comparator)
         print(f"[QNNIntermediateDebugger] {report.summary()}")
         return report
 
-    def compare_engines(self, pte_path: str, out_dir: str, sample_input: Optional[Tuple[torch.Tensor, ...]] = None,
-                        engines: Tuple[str, str] = ("host", "qnn"), max_steps: int = 1,
-                        max_rel_diff: float = 1e-2) -> DebugReport:
+    def compare_engines(
+        self,
+        pte_path: str,
+        out_dir: str,
+        sample_input: Optional[Tuple[torch.Tensor, ...]] = None,
+        engines: Tuple[str, str] = ("host", "qnn"),
+        max_steps: int = 1,
+        max_rel_diff: float = 1e-2,
+    ) -> DebugReport:
         """QNN's engine against the host engine (or any two of "qnn" / "host"), node by node,
         on one run each of `pte_path` (save() or attach() first: the dumped tensors' encodings);
         prints the summary and the first node where they disagree."""
         from backends.qualcomm.debugger.engine_comparison import compare_engines
 
         if not self.dumped:
-            raise ValueError("no dumped tensors known: call save() / attach() with a program lowered "
-                             "with dump_intermediate_outputs=True")
-        rows = compare_engines(pte_path, sample_input if sample_input is not None else self.sample_input,
-                               self.dumped, out_dir, engines, max_steps, max_rel_diff)
+            raise ValueError(
+                "no dumped tensors known: call save() / attach() with a program lowered "
+                "with dump_intermediate_outputs=True"
+            )
+        rows = compare_engines(
+            pte_path,
+            sample_input if sample_input is not None else self.sample_input,
+            self.dumped,
+            out_dir,
+            engines,
+            max_steps,
+            max_rel_diff,
+        )
         report = DebugReport(rows, torch.fx.Graph())
         print(f"[QNNIntermediateDebugger] {engines[1]} vs {engines[0]}: {report.summary()}")
         return report
 
-    def _report(self, graph: torch.fx.Graph, reference: Dict[tuple, object],
-                runtime: Dict[int, List[torch.Tensor]], comparator: NumericalComparator) -> DebugReport:
+    def _report(
+        self,
+        graph: torch.fx.Graph,
+        reference: Dict[tuple, object],
+        runtime: Dict[int, List[torch.Tensor]],
+        comparator: NumericalComparator,
+    ) -> DebugReport:
         owners = dumped_handle_owners(graph.nodes)
         dump_of = dumps_by_edge_handle(self.dumped)  # {edge handle: dump holding its output}
         rows: List[ComparisonRow] = []
@@ -213,9 +256,15 @@ class QNNIntermediateDebugger:
             rows += self._rows_for(node, owners, dump_of, reference, runtime, comparator)
         return DebugReport(rows, graph, drawn)
 
-    def _rows_for(self, node: torch.fx.Node, owners: Dict[torch.fx.Node, int], dump_of: Dict[int, int],
-                  reference: Dict[tuple, object], runtime: Dict[int, List[torch.Tensor]],
-                  comparator: NumericalComparator) -> List[ComparisonRow]:
+    def _rows_for(
+        self,
+        node: torch.fx.Node,
+        owners: Dict[torch.fx.Node, int],
+        dump_of: Dict[int, int],
+        reference: Dict[tuple, object],
+        runtime: Dict[int, List[torch.Tensor]],
+        comparator: NumericalComparator,
+    ) -> List[ComparisonRow]:
         handle = node_debug_handle(node)
         base = ComparisonRow(node.name, node.op, _target_name(node), handle, 0)
         if handle is None or node not in owners:
@@ -227,19 +276,27 @@ class QNNIntermediateDebugger:
             if folded_into is not None:
                 base.reason = f"folded: the delegate's tensor of debug handle {folded_into} holds its value"
             elif handle in self.dumped:
-                base.reason = (f"its tensor holds the output of the node of debug handle "
-                               f"{self.dumped[handle][0].stands_for} (folded into it), compared there")
+                base.reason = (
+                    f"its tensor holds the output of the node of debug handle "
+                    f"{self.dumped[handle][0].stands_for} (folded into it), compared there"
+                )
             else:
-                base.reason = ("folded into the delegate (no tensor of its own)" if handle in self.delegated_handles
-                               else "not delegated (runs on CPU) or not dumped")
+                base.reason = (
+                    "folded into the delegate (no tensor of its own)"
+                    if handle in self.delegated_handles
+                    else "not delegated (runs on CPU) or not dumped"
+                )
             return [base]
         outputs = _as_list(reference.get((handle,)))
         actual, dumped = runtime[dump_handle], self.dumped.get(dump_handle, [])
         rows = []
         for i, ref in enumerate(outputs):
             row = ComparisonRow(node.name, node.op, _target_name(node), handle, i)
-            rows.append(_compare_output(row, ref, actual[i] if i < len(actual) else None,
-                                        dumped[i] if i < len(dumped) else None, comparator))
+            rows.append(
+                _compare_output(
+                    row, ref, actual[i] if i < len(actual) else None, dumped[i] if i < len(dumped) else None, comparator
+                )
+            )
         return rows
 
     def _folded_into(self, handle: int) -> Optional[int]:

@@ -1,4 +1,5 @@
 """Comparison rows and their outputs: a CSV table and an SVG graph coloured by status."""
+
 from __future__ import annotations
 
 import csv
@@ -82,15 +83,18 @@ def _box(name: str, node: torch.fx.Node, rows: Sequence[ComparisonRow], xy: tupl
     x, y = xy
     status = _status_of_node(rows) if rows else NOT_COMPARED
     handle = rows[0].debug_handle if rows else None
-    title = html.escape(f"{name} ({node.op} {node.target}) handle={handle} status={status} "
-                        + "; ".join(f"out{r.output_index}: {r.metric}={r.value} {r.status} {r.reason}"
-                                    for r in rows))
+    title = html.escape(
+        f"{name} ({node.op} {node.target}) handle={handle} status={status} "
+        + "; ".join(f"out{r.output_index}: {r.metric}={r.value} {r.status} {r.reason}" for r in rows)
+    )
     line1 = html.escape(name[:34])
     line2 = html.escape((f"#{handle} " if handle else "") + _label(rows))[:40]
-    return (f'<g><title>{title}</title><rect x="{x}" y="{y}" width="{_BOX_W}" height="{_BOX_H}" rx="6" '
-            f'fill="{_FILL[status]}" stroke="#555"/>'
-            f'<text x="{x + 8}" y="{y + 18}" font-size="12" font-family="monospace">{line1}</text>'
-            f'<text x="{x + 8}" y="{y + 36}" font-size="11" font-family="monospace">{line2}</text></g>')
+    return (
+        f'<g><title>{title}</title><rect x="{x}" y="{y}" width="{_BOX_W}" height="{_BOX_H}" rx="6" '
+        f'fill="{_FILL[status]}" stroke="#555"/>'
+        f'<text x="{x + 8}" y="{y + 18}" font-size="12" font-family="monospace">{line1}</text>'
+        f'<text x="{x + 8}" y="{y + 36}" font-size="11" font-family="monospace">{line2}</text></g>'
+    )
 
 
 def _edges(drawn: Dict[str, torch.fx.Node], pos: Dict[str, tuple]) -> List[str]:
@@ -99,20 +103,25 @@ def _edges(drawn: Dict[str, torch.fx.Node], pos: Dict[str, tuple]) -> List[str]:
         for parent in node.all_input_nodes:
             if parent.name in pos:
                 (x1, y1), (x2, y2) = pos[parent.name], pos[name]
-                lines.append(f'<line x1="{x1 + _BOX_W // 2}" y1="{y1 + _BOX_H}" x2="{x2 + _BOX_W // 2}" '
-                             f'y2="{y2}" stroke="#888" stroke-width="1.2" marker-end="url(#arrow)"/>')
+                lines.append(
+                    f'<line x1="{x1 + _BOX_W // 2}" y1="{y1 + _BOX_H}" x2="{x2 + _BOX_W // 2}" '
+                    f'y2="{y2}" stroke="#888" stroke-width="1.2" marker-end="url(#arrow)"/>'
+                )
     return lines
 
 
 def _legend(width: int) -> str:
-    items = [f'<rect x="{width - 150}" y="{8 + 18 * i}" width="12" height="12" fill="{_FILL[s]}" stroke="#555"/>'
-             f'<text x="{width - 132}" y="{18 + 18 * i}" font-size="12" font-family="sans-serif">{s}</text>'
-             for i, s in enumerate((PASS, FAIL, NOT_COMPARED))]
+    items = [
+        f'<rect x="{width - 150}" y="{8 + 18 * i}" width="12" height="12" fill="{_FILL[s]}" stroke="#555"/>'
+        f'<text x="{width - 132}" y="{18 + 18 * i}" font-size="12" font-family="sans-serif">{s}</text>'
+        for i, s in enumerate((PASS, FAIL, NOT_COMPARED))
+    ]
     return "".join(items)
 
 
-def write_svg(graph: torch.fx.Graph, drawn_names: Sequence[str], rows: Sequence[ComparisonRow],
-              path: str, title: str = "") -> None:
+def write_svg(
+    graph: torch.fx.Graph, drawn_names: Sequence[str], rows: Sequence[ComparisonRow], path: str, title: str = ""
+) -> None:
     """The edge graph (drawn nodes and their edges), each node filled by its status."""
     drawn = {n.name: n for n in graph.nodes if n.name in set(drawn_names)}
     pos = _positions(_levels(graph, drawn))
@@ -121,11 +130,13 @@ def write_svg(graph: torch.fx.Graph, drawn_names: Sequence[str], rows: Sequence[
         rows_by_node.setdefault(row.node, []).append(row)
     width = max((x for x, _ in pos.values()), default=0) + _BOX_W + _MARGIN + 160
     height = max((y for _, y in pos.values()), default=0) + _BOX_H + 2 * _MARGIN + 20
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">',
-             '<defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto">'
-             '<path d="M0,0 L8,4 L0,8 z" fill="#888"/></marker></defs>',
-             f'<text x="{_MARGIN}" y="14" font-size="13" font-family="sans-serif">{html.escape(title)}</text>',
-             _legend(width)]
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">',
+        '<defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto">'
+        '<path d="M0,0 L8,4 L0,8 z" fill="#888"/></marker></defs>',
+        f'<text x="{_MARGIN}" y="14" font-size="13" font-family="sans-serif">{html.escape(title)}</text>',
+        _legend(width),
+    ]
     parts += _edges(drawn, pos)
     parts += [_box(name, node, rows_by_node.get(name, []), pos[name]) for name, node in drawn.items()]
     parts.append("</svg>")

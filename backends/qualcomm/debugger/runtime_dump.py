@@ -1,4 +1,5 @@
 """Run a .pte with intermediate dumping and read the delegate's dumped tensors back."""
+
 from __future__ import annotations
 
 import os
@@ -9,9 +10,13 @@ import torch
 DEFAULT_DEBUG_BUFFER_SIZE = 64 << 20
 
 
-def run_with_etdump(pte_path: str, inputs: Sequence[torch.Tensor], out_dir: str,
-                    debug_buffer_size: int = DEFAULT_DEBUG_BUFFER_SIZE, method: str = "forward"
-                    ) -> Tuple[List[torch.Tensor], str, str]:
+def run_with_etdump(
+    pte_path: str,
+    inputs: Sequence[torch.Tensor],
+    out_dir: str,
+    debug_buffer_size: int = DEFAULT_DEBUG_BUFFER_SIZE,
+    method: str = "forward",
+) -> Tuple[List[torch.Tensor], str, str]:
     """Run `pte_path` once with ETDump and a debug buffer; returns (outputs, etdump path,
     debug buffer path). The event tracer then asks the delegate for intermediate outputs."""
     from executorch.runtime import Runtime

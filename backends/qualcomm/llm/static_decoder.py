@@ -26,6 +26,7 @@ mask" of Qualcomm's flows) and masks the slots not written yet. K is stored tran
 The rotary cos / sin tables (HF's rotary module, so any HF rope scaling; `rotate_half` convention)
 are constants of the graph indexed by `positions`: the runner only passes integers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -72,10 +73,17 @@ class StaticAttention(nn.Module):
         self.q_norm = getattr(attn, "q_norm", None)  # Qwen3: RMSNorm over head_dim
         self.k_norm = getattr(attn, "k_norm", None)
         self.n_heads, self.n_kv_heads, self.head_dim = shape.n_heads, shape.n_kv_heads, shape.head_dim
-        self.scaling = float(getattr(attn, "scaling", self.head_dim ** -0.5))
+        self.scaling = float(getattr(attn, "scaling", self.head_dim**-0.5))
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
-                k_past: torch.Tensor, v_past: torch.Tensor):
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        k_past: torch.Tensor,
+        v_past: torch.Tensor,
+    ):
         n = x.shape[1]
         q = self.q_proj(x).view(1, n, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(1, n, self.n_kv_heads, self.head_dim)
@@ -85,16 +93,16 @@ class StaticAttention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [1, heads, N, D]
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        new_k = k.transpose(2, 3)                                    # [1, kv, D, N]
-        keys = torch.cat([k_past, new_k], dim=-1)                    # [1, kv, D, C]
-        values = torch.cat([v_past, v], dim=2)                       # [1, kv, C, D]
+        new_k = k.transpose(2, 3)  # [1, kv, D, N]
+        keys = torch.cat([k_past, new_k], dim=-1)  # [1, kv, D, C]
+        values = torch.cat([v_past, v], dim=2)  # [1, kv, C, D]
         # GQA without repeating the cache: the query heads of one KV head are stacked along rows
         # ([1, heads, N, D] -> [1, kv, rep * N, D]); the mask was stacked the same way.
         rep = self.n_heads // self.n_kv_heads
         q = q.reshape(1, self.n_kv_heads, rep * n, self.head_dim)
-        scores = torch.matmul(q, keys) * self.scaling + mask        # [1, kv, rep * N, C]
+        scores = torch.matmul(q, keys) * self.scaling + mask  # [1, kv, rep * N, C]
         probs = torch.softmax(scores, dim=-1)
-        out = torch.matmul(probs, values)                           # [1, kv, rep * N, D]
+        out = torch.matmul(probs, values)  # [1, kv, rep * N, D]
         out = out.reshape(1, self.n_heads, n, self.head_dim).transpose(1, 2).reshape(1, n, -1)
         return self.o_proj(out), new_k, v
 
@@ -118,29 +126,38 @@ def decoder_shape(config, context_len: int, ar_len: int) -> DecoderShape:
     n_heads = int(config.num_attention_heads)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // n_heads
     return DecoderShape(
-        n_layers=int(config.num_hidden_layers), n_heads=n_heads,
-        n_kv_heads=int(getattr(config, "num_key_value_heads", None) or n_heads), head_dim=int(head_dim),
-        hidden=int(config.hidden_size), vocab_size=int(config.vocab_size), context_len=int(context_len),
-        ar_len=int(ar_len))
+        n_layers=int(config.num_hidden_layers),
+        n_heads=n_heads,
+        n_kv_heads=int(getattr(config, "num_key_value_heads", None) or n_heads),
+        head_dim=int(head_dim),
+        hidden=int(config.hidden_size),
+        vocab_size=int(config.vocab_size),
+        context_len=int(context_len),
+        ar_len=int(ar_len),
+    )
 
 
 def _check_supported(hf_model: nn.Module, context_len: int, ar_len: int) -> None:
     config = hf_model.config
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"StaticDecoder: model_type {model_type!r} is not supported "
-                         f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+        raise ValueError(
+            f"StaticDecoder: model_type {model_type!r} is not supported (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+        )
     if not 1 <= ar_len < context_len:
-        raise ValueError(f"StaticDecoder: ar_len must be in [1, context_len), got ar_len={ar_len}, "
-                         f"context_len={context_len}")
+        raise ValueError(
+            f"StaticDecoder: ar_len must be in [1, context_len), got ar_len={ar_len}, context_len={context_len}"
+        )
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if isinstance(rope, dict) and rope.get("rope_type") == "dynamic":
         raise ValueError("StaticDecoder: dynamic rope scaling changes with the sequence length; not supported")
     for i, layer in enumerate(hf_model.model.layers):
         window = getattr(layer.self_attn, "sliding_window", None)
         if window is not None and window < context_len:
-            raise ValueError(f"StaticDecoder: layer {i} uses sliding-window attention ({window} < "
-                             f"context {context_len}); not supported")
+            raise ValueError(
+                f"StaticDecoder: layer {i} uses sliding-window attention ({window} < "
+                f"context {context_len}); not supported"
+            )
 
 
 class StaticDecoder(nn.Module):
@@ -164,11 +181,12 @@ class StaticDecoder(nn.Module):
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, *caches: torch.Tensor):
         n_layers = self.shape.n_layers
         if len(caches) != 2 * n_layers:
-            raise ValueError(f"StaticDecoder: expected {2 * n_layers} cache tensors (K of every layer then V), "
-                             f"got {len(caches)}")
+            raise ValueError(
+                f"StaticDecoder: expected {2 * n_layers} cache tensors (K of every layer then V), got {len(caches)}"
+            )
         n = tokens.shape[1]
         h = self.embed_tokens(tokens)
-        cos = nn.functional.embedding(positions, self.rope_cos).unsqueeze(1)   # [1, 1, N, D]
+        cos = nn.functional.embedding(positions, self.rope_cos).unsqueeze(1)  # [1, 1, N, D]
         sin = nn.functional.embedding(positions, self.rope_sin).unsqueeze(1)
         rep = self.shape.n_heads // self.shape.n_kv_heads
         mask = mask.reshape(1, 1, n, -1)
@@ -190,8 +208,9 @@ class StaticDecoder(nn.Module):
         tokens = torch.zeros(1, n_tokens, dtype=torch.int32)
         mask = causal_mask(0, n_tokens, n_tokens, self.shape.context_len)
         k_shape, v_shape = self.shape.cache_shapes(n_tokens)
-        caches = [torch.zeros(k_shape) for _ in range(self.shape.n_layers)] + \
-            [torch.zeros(v_shape) for _ in range(self.shape.n_layers)]
+        caches = [torch.zeros(k_shape) for _ in range(self.shape.n_layers)] + [
+            torch.zeros(v_shape) for _ in range(self.shape.n_layers)
+        ]
         return (tokens, positions, torch.from_numpy(mask), *caches)
 
 
@@ -215,7 +234,7 @@ def causal_mask(start: int, n_valid: int, n_tokens: int, context_len: int):
     mask = np.full((1, n_tokens, context_len), MASK_VALUE, dtype=np.float32)
     mask[0, :, :start] = 0.0
     for row in range(n_tokens):  # padding rows see what the rows before them see (their output is unused)
-        mask[0, row, past:past + row + 1] = 0.0
+        mask[0, row, past : past + row + 1] = 0.0
     return mask
 
 

@@ -7,6 +7,7 @@ the graph, so it cannot fold them: such a partition is left to ExecuTorch's CPU 
 they cover every node (else it stays delegated and runs on the host engine only).
 `to_edge_transform_and_lower_to_qnn` folds them into constants before partitioning
 (_passes/fold_constant_subgraphs.py), so nothing is computed at run time there."""
+
 from __future__ import annotations
 
 import functools
@@ -21,7 +22,8 @@ from backends.qualcomm._passes.fold_constant_subgraphs import mutated_buffer_inp
 
 CONSTANT_ONLY_REASON = (
     "computes constants only (no runtime input reaches it): QNN refuses a graph without inputs, so it "
-    "runs on ExecuTorch's CPU kernels; to_edge_transform_and_lower_to_qnn folds it into constants")
+    "runs on ExecuTorch's CPU kernels; to_edge_transform_and_lower_to_qnn folds it into constants"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,9 +51,13 @@ def has_cpu_kernel(node: torch.fx.Node) -> bool:
 
 def _constant_inputs(ep: ExportedProgram) -> Set[torch.fx.Node]:
     from backends.qualcomm.utils.constants import QCOM_CONSTANT
+
     mutated = mutated_buffer_inputs(ep)
-    return {n for n in ep.graph_module.graph.nodes
-            if n.op == "placeholder" and n.meta.get(QCOM_CONSTANT) and n.name not in mutated}
+    return {
+        n
+        for n in ep.graph_module.graph.nodes
+        if n.op == "placeholder" and n.meta.get(QCOM_CONSTANT) and n.name not in mutated
+    }
 
 
 def constant_only_partitions(ep: ExportedProgram, partitions: List[Partition]) -> Dict[int, Partition]:

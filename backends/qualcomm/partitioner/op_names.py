@@ -10,6 +10,7 @@ resolve to their edge op (view -> view_copy, batch_norm -> _native_batch_norm_le
 op or an op it was decomposed from (its `from_node` provenance: linear -> permute_copy + addmm)
 is named. An entry that names no op at all raises ValueError with close matches.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -113,7 +114,7 @@ def _keys_of_string(entry: str) -> Set[str]:
 def _normalized(entry: str) -> List[str]:
     text = entry.strip().replace("::", ".")
     for prefix in _NAMESPACE_PREFIXES:
-        text = text[len(prefix):] if text.startswith(prefix) else text
+        text = text[len(prefix) :] if text.startswith(prefix) else text
     parts = text.split(".")
     return parts if len(parts) >= 2 and _packet(parts[0], parts[1]) is not None else ["aten"] + parts
 
@@ -163,8 +164,10 @@ def resolve_skip_ops(entries: Optional[Iterable[object]]) -> Set[str]:
     for entry in entries or ():
         keys = entry_keys(entry)
         if not keys:
-            raise ValueError(f"skip_node_op_set entry {entry!r} names no op{_suggestions(entry)} "
-                             "(write an aten op such as 'aten.conv2d.default' or an edge op such as "
-                             "'aten.convolution.default', or pass the OpOverload)")
+            raise ValueError(
+                f"skip_node_op_set entry {entry!r} names no op{_suggestions(entry)} "
+                "(write an aten op such as 'aten.conv2d.default' or an edge op such as "
+                "'aten.convolution.default', or pass the OpOverload)"
+            )
         resolved |= _with_decompositions(keys)
     return resolved

@@ -1,4 +1,5 @@
 """QnnPartitioner: tags the nodes our builders support; never raises on unknown ops."""
+
 from __future__ import annotations
 
 import logging
@@ -66,8 +67,7 @@ def check_node(node: torch.fx.Node) -> Tuple[bool, str]:
 class QnnOperatorSupport(OperatorSupportBase):
     """Asks the builder registry; records rejected nodes with the reason."""
 
-    def __init__(self, skip_node_id_set: Optional[Set[str]] = None,
-                 skip_op_keys: Optional[Set[str]] = None):
+    def __init__(self, skip_node_id_set: Optional[Set[str]] = None, skip_op_keys: Optional[Set[str]] = None):
         self.skip_node_id_set = set(skip_node_id_set or ())
         self.skip_op_keys = set(skip_op_keys or ())  # resolved by resolve_skip_ops
         self.rejected_nodes: Dict[str, str] = {}
@@ -120,8 +120,9 @@ class QnnOperatorSupport(OperatorSupportBase):
                 ok, reason = check_node(partner)
                 why = None if ok else reason
             if why is not None:
-                return False, (f"lowered only together with '{partner.name}' ({_op_name(partner)}), "
-                               f"which stays on the CPU: {why}")
+                return False, (
+                    f"lowered only together with '{partner.name}' ({_op_name(partner)}), which stays on the CPU: {why}"
+                )
         return True, ""
 
 
@@ -139,10 +140,15 @@ def _cpu_runnable(graph: torch.fx.Graph, refused: Dict[str, str]) -> Dict[str, s
     for name, node in kept.items():
         by_op.setdefault(_op_name(node), []).append(name)
     for op, names in by_op.items():  # one warning per op, not per node
-        logger.warning("QnnPartitioner: %d %s node(s) stay delegated although QNN refuses them (ExecuTorch "
-                       "kept them undecomposed for this delegate; a refusal at finalize too would run the "
-                       "delegate on the host engine): %s. First: %s", len(names), op, ", ".join(names[:4])
-                       + (", ..." if len(names) > 4 else ""), refused[names[0]])
+        logger.warning(
+            "QnnPartitioner: %d %s node(s) stay delegated although QNN refuses them (ExecuTorch "
+            "kept them undecomposed for this delegate; a refusal at finalize too would run the "
+            "delegate on the host engine): %s. First: %s",
+            len(names),
+            op,
+            ", ".join(names[:4]) + (", ..." if len(names) > 4 else ""),
+            refused[names[0]],
+        )
     return {name: reason for name, reason in refused.items() if name not in kept}
 
 
@@ -158,8 +164,13 @@ class QnnPartitioner(Partitioner):
     a skip_node_op_set entry that names no op gives ValueError. Arguments follow upstream's
     QnnPartitioner; mutable buffers always stay outside the delegate (skip_mutable_buffer)."""
 
-    def __init__(self, compiler_specs: List[CompileSpec], skip_node_id_set: Optional[Set[str]] = None,
-                 skip_node_op_set: Optional[Set[object]] = None, skip_mutable_buffer: bool = False):
+    def __init__(
+        self,
+        compiler_specs: List[CompileSpec],
+        skip_node_id_set: Optional[Set[str]] = None,
+        skip_node_op_set: Optional[Set[object]] = None,
+        skip_mutable_buffer: bool = False,
+    ):
         super().__init__()
         # Upstream's argument: mutable buffers are never delegated here (as with True).
         self.skip_mutable_buffer = bool(skip_mutable_buffer)
@@ -185,25 +196,24 @@ class QnnPartitioner(Partitioner):
 
     def _report(self, exported_program: ExportedProgram, support: QnnOperatorSupport) -> None:
         graph = exported_program.graph_module.graph
-        tags = {n: n.meta["delegation_tag"] for n in graph.nodes
-                if n.op == "call_function" and n.meta.get("delegation_tag")}
+        tags = {
+            n: n.meta["delegation_tag"] for n in graph.nodes if n.op == "call_function" and n.meta.get("delegation_tag")
+        }
         self.summary = summarize(graph, tags, support.rejected_nodes)
         self.summary.validation = str(self.validation) if self.validation is not None else ""
         logger.log(self.summary.log_level, "%s", self.summary)
-        if tags and self._quantized_precision() and \
-                not any(is_quantize(n) or is_dequantize(n) for n in graph.nodes):
-            warnings.warn(FLOAT_GRAPH_QUANTIZED_PRECISION_WARNING, FloatGraphQuantizedPrecisionWarning,
-                          stacklevel=2)
+        if tags and self._quantized_precision() and not any(is_quantize(n) or is_dequantize(n) for n in graph.nodes):
+            warnings.warn(FLOAT_GRAPH_QUANTIZED_PRECISION_WARNING, FloatGraphQuantizedPrecisionWarning, stacklevel=2)
 
     def _propose(self, exported_program: ExportedProgram, support: QnnOperatorSupport) -> List[Partition]:
         partitioner = CapabilityBasedPartitioner(
-            exported_program.graph_module, support, allows_single_node_partition=True)
+            exported_program.graph_module, support, allows_single_node_partition=True
+        )
         partitions = partitioner.propose_partitions()
         keep_quantize_with_consumers(exported_program.graph_module.graph, partitions)
         return partitions
 
-    def _propose_validated(self, exported_program: ExportedProgram,
-                           support: QnnOperatorSupport) -> List[Partition]:
+    def _propose_validated(self, exported_program: ExportedProgram, support: QnnOperatorSupport) -> List[Partition]:
         """Partitions whose ops QNN's op validation accepts, when lowering uses QNN: nodes QNN
         refuses stay on the CPU with its reason, and the rest is partitioned again."""
         partitions = self._propose(exported_program, support)
@@ -214,8 +224,11 @@ class QnnPartitioner(Partitioner):
         self.validation = validator.report
         kept: Set[str] = set()  # refused, but must stay delegated (warned once)
         for _ in range(MAX_VALIDATION_ROUNDS):
-            refused = {name: reason for name, reason in
-                       validator.refused_nodes(exported_program, partitions).items() if name not in kept}
+            refused = {
+                name: reason
+                for name, reason in validator.refused_nodes(exported_program, partitions).items()
+                if name not in kept
+            }
             to_cpu = _cpu_runnable(exported_program.graph_module.graph, refused)
             kept |= set(refused) - set(to_cpu)
             if not to_cpu:
@@ -252,8 +265,9 @@ class QnnPartitioner(Partitioner):
         check_converted_program(ep)
         return ep
 
-    def ops_to_not_decompose(self, ep: ExportedProgram
-                             ) -> Tuple[List[torch._ops.OpOverload], Optional[Callable[[torch.fx.Node], bool]]]:
+    def ops_to_not_decompose(
+        self, ep: ExportedProgram
+    ) -> Tuple[List[torch._ops.OpOverload], Optional[Callable[[torch.fx.Node], bool]]]:
         if ep is not None:
             mark_constants(ep)  # support checks that need constant weights read the flag
         support = self._operator_support()

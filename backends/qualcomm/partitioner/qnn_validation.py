@@ -10,6 +10,7 @@ Only when lowering builds context binaries (qnn_aot_enabled). Never raises: any 
 is logged and the builders' answer stands; finalize-time refusals are still handled at
 lowering (that delegate gets no context binary and runs on the host engine).
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 import torch
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.utils import _maybe_duplicate_constant_nodes, tag_constant_data
-from executorch.exir.lowered_backend_module import (
-    create_exported_program_from_submodule, create_submodule_from_nodes)
+from executorch.exir.lowered_backend_module import create_exported_program_from_submodule, create_submodule_from_nodes
 from torch.export import ExportedProgram
 from torch.fx.passes.infra.partitioner import Partition
 
@@ -51,8 +51,7 @@ def qnn_validate_ops(blob: bytes, num_ops: int, soc_model: int = 0) -> List[Opti
     call (blob verified and tensors described once, not once per op)."""
     verdicts = load_extension().qnn_validate_ops(blob, 0, int(soc_model))
     if len(verdicts) != num_ops or any(i != k for k, (i, _) in enumerate(verdicts)):
-        raise RuntimeError(f"qnn_validate_ops answered for {len(verdicts)} op(s), the graph has "
-                           f"{num_ops}")
+        raise RuntimeError(f"qnn_validate_ops answered for {len(verdicts)} op(s), the graph has {num_ops}")
     return [reason for _, reason in verdicts]
 
 
@@ -82,8 +81,10 @@ class ValidationReport:
     seconds: float = 0.0
 
     def __str__(self) -> str:
-        return (f"QNN op validation: {self.ops} op(s) of {self.partitions} partition(s) checked in "
-                f"{self.seconds:.2f} s, {self.left_on_cpu} node(s) refused and left on the CPU")
+        return (
+            f"QNN op validation: {self.ops} op(s) of {self.partitions} partition(s) checked in "
+            f"{self.seconds:.2f} s, {self.left_on_cpu} node(s) refused and left on the CPU"
+        )
 
 
 # ---- real weights ------------------------------------------------------------------------------
@@ -125,10 +126,15 @@ def _validation_copy(ep: ExportedProgram) -> ExportedProgram:
     """A copy of `ep` whose graph can be cut into partitions (the original stays untouched)."""
     gm = copy.deepcopy(ep.graph_module)
     return ExportedProgram(
-        root=gm, graph=gm.graph, graph_signature=copy.deepcopy(ep.graph_signature),
-        state_dict=_real_state_dict(ep), range_constraints=copy.deepcopy(ep.range_constraints),
-        module_call_graph=copy.deepcopy(ep.module_call_graph), constants=dict(ep.constants),
-        verifiers=[ep.verifier])
+        root=gm,
+        graph=gm.graph,
+        graph_signature=copy.deepcopy(ep.graph_signature),
+        state_dict=_real_state_dict(ep),
+        range_constraints=copy.deepcopy(ep.range_constraints),
+        module_call_graph=copy.deepcopy(ep.module_call_graph),
+        constants=dict(ep.constants),
+        verifiers=[ep.verifier],
+    )
 
 
 # ---- cutting partitions as ExecuTorch does ------------------------------------------------------
@@ -160,8 +166,7 @@ def _cut(program: ExportedProgram, tag: str) -> ExportedProgram:
 def _payload_graph(program: ExportedProgram, options) -> Tuple[bytes, QnnGraph]:
     """The delegate blob and graph QnnDelegate.preprocess builds for `program`."""
     ep = run_preprocess_passes(copy.deepcopy(program))
-    graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options),
-                            bool(options.dumpIntermediateOutputs))
+    graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options), bool(options.dumpIntermediateOutputs))
     return serialize_graphs([graph]), graph
 
 
@@ -198,8 +203,11 @@ class PartitionValidator:
         try:
             return self._refused_nodes(ep, partitions)
         except Exception as exc:  # noqa: BLE001 - validation must never break partitioning
-            logger.warning("QnnPartitioner: QNN op validation skipped (%s: %s); the builders' "
-                           "support checks decide", type(exc).__name__, exc)
+            logger.warning(
+                "QnnPartitioner: QNN op validation skipped (%s: %s); the builders' support checks decide",
+                type(exc).__name__,
+                exc,
+            )
             return {}
         finally:
             self.report.seconds += time.perf_counter() - start
@@ -217,13 +225,11 @@ class PartitionValidator:
             refused.update(found)
         return refused
 
-    def _check_partition(self, partition: Partition, program: ExportedProgram,
-                         options) -> Dict[str, str]:
+    def _check_partition(self, partition: Partition, program: ExportedProgram, options) -> Dict[str, str]:
         try:
             blob, graph = _payload_graph(program, options)
         except Exception as exc:  # noqa: BLE001 - lowering will report it with the node named
-            logger.info("QnnPartitioner: partition %s not validated (building it failed: %s)",
-                        partition.id, exc)
+            logger.info("QnnPartitioner: partition %s not validated (building it failed: %s)", partition.id, exc)
             return {}
         self.report.partitions += 1
         refused: Dict[str, str] = {}
@@ -234,9 +240,13 @@ class PartitionValidator:
                 continue
             node = source_node(op, partition.nodes)
             if node is None:
-                logger.warning("QnnPartitioner: QNN refuses op '%s' (%s), which maps to no node of "
-                               "its partition; kept (lowering falls back if QNN refuses the graph): %s",
-                               op.name, op.type, reason)
+                logger.warning(
+                    "QnnPartitioner: QNN refuses op '%s' (%s), which maps to no node of "
+                    "its partition; kept (lowering falls back if QNN refuses the graph): %s",
+                    op.name,
+                    op.type,
+                    reason,
+                )
                 continue
             refused.setdefault(node.name, QNN_REFUSED + _one_line(reason))
         return refused

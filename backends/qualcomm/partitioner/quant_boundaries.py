@@ -9,6 +9,7 @@ A quantize whose consumers sit in several partitions (plain to_edge_transform_an
 not run DuplicateQuantize, and a partitioner may not change the graph) stays where it is:
 the delegates then exchange the quantized integer tensor, and preprocess gives both ends
 the encoding (_passes/insert_io_qdq.py)."""
+
 from __future__ import annotations
 
 from typing import Dict, List

@@ -1,4 +1,5 @@
 """What one partitioning did: delegated nodes and delegates, nodes left on the CPU by op and reason."""
+
 from __future__ import annotations
 
 import logging
@@ -50,8 +51,10 @@ class PartitionSummary:
         return f"{text}\n{self.validation}" if self.validation else text
 
     def _nodes_text(self) -> str:
-        head = (f"QnnPartitioner: {self.delegated_nodes} of {self.delegated_nodes + self.cpu_nodes} "
-                f"nodes delegated in {self.delegates} delegate(s)")
+        head = (
+            f"QnnPartitioner: {self.delegated_nodes} of {self.delegated_nodes + self.cpu_nodes} "
+            f"nodes delegated in {self.delegates} delegate(s)"
+        )
         if not self.cpu_nodes:
             return head + "; nothing left on the CPU"
         listed = [f"{g.op} x{g.count} ({g.reason})" for g in self.cpu_ops[:MAX_LISTED_GROUPS]]
@@ -69,8 +72,7 @@ def counts_as_compute(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target is not operator.getitem
 
 
-def summarize(graph: torch.fx.Graph, tags: Mapping[torch.fx.Node, str],
-              reasons: Mapping[str, str]) -> PartitionSummary:
+def summarize(graph: torch.fx.Graph, tags: Mapping[torch.fx.Node, str], reasons: Mapping[str, str]) -> PartitionSummary:
     """`tags`: node -> delegation tag of every delegated node; `reasons`: node name -> why not."""
     nodes = [n for n in graph.nodes if counts_as_compute(n)]
     delegated = [n for n in nodes if n in tags]

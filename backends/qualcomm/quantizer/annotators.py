@@ -9,6 +9,7 @@ Families:
 - shared (reshape-like, max pool, cat, slice, embedding, split): the first input is observed,
   the other inputs and the output (each getitem of a tensor-list output) share its parameters.
 - embedding with is_embedding_per_channel: per-row weight encoding, own output encoding."""
+
 from __future__ import annotations
 
 import operator
@@ -17,7 +18,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 from torch.fx import Node
 from torchao.quantization.pt2e.quantizer import (
-    FixedQParamsQuantizationSpec, QuantizationAnnotation, SharedQuantizationSpec,
+    FixedQParamsQuantizationSpec,
+    QuantizationAnnotation,
+    SharedQuantizationSpec,
 )
 
 import backends.qualcomm.builders  # noqa: F401  (registers the builders and their quant families)
@@ -30,8 +33,15 @@ Q_ANNOTATION_KEY = "quantization_annotation"
 
 # Ops with a rule of their own inside a family (which ops each family annotates, and which
 # builder lowers them, is the builders' quant_annotations: registry.quant_family).
-CONV_OPS = aten_ops("conv1d.default", "conv1d.padding", "conv2d.default", "conv2d.padding", "conv3d.default",
-                    "conv3d.padding", "convolution.default")
+CONV_OPS = aten_ops(
+    "conv1d.default",
+    "conv1d.padding",
+    "conv2d.default",
+    "conv2d.padding",
+    "conv3d.default",
+    "conv3d.padding",
+    "convolution.default",
+)
 # Weight [Cin, Cout/group, k..]: per-channel encodings run along axis 1, LPBQ blocks along axis 0.
 TRANSPOSED_CONV_OPS = aten_ops("conv_transpose1d.default", "conv_transpose2d.input", "conv_transpose3d.input")
 LINEAR_OPS = aten_ops("linear.default")
@@ -48,8 +58,12 @@ def feeds_batch_norm(node: Node) -> bool:
 
 
 def _after_conv(node: Node) -> bool:
-    return node.target in BATCH_NORM_OPS and isinstance(node.args[0], Node) \
-        and node.args[0].target in CONV_OPS + TRANSPOSED_CONV_OPS and feeds_batch_norm(node.args[0])
+    return (
+        node.target in BATCH_NORM_OPS
+        and isinstance(node.args[0], Node)
+        and node.args[0].target in CONV_OPS + TRANSPOSED_CONV_OPS
+        and feeds_batch_norm(node.args[0])
+    )
 
 
 def is_transposed_conv(node: Node) -> bool:
@@ -78,9 +92,12 @@ def _tensor_args(node: Node, skip: tuple = ()) -> List[Node]:
     for i, arg in enumerate(node.args):
         if i in skip:
             continue
-        for a in (arg if isinstance(arg, (list, tuple)) else [arg]):
-            if isinstance(a, Node) and isinstance(a.meta.get("val"), torch.Tensor) \
-                    and a.meta["val"].is_floating_point():
+        for a in arg if isinstance(arg, (list, tuple)) else [arg]:
+            if (
+                isinstance(a, Node)
+                and isinstance(a.meta.get("val"), torch.Tensor)
+                and a.meta["val"].is_floating_point()
+            ):
                 args.append(a)
     return args
 
@@ -93,8 +110,7 @@ def _float_output(node: Node) -> bool:
 def _set(node: Node, inputs: Dict[Node, object], output: Optional[object]) -> None:
     if not _float_output(node):
         return
-    node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(
-        input_qspec_map=inputs, output_qspec=output, _annotated=True)
+    node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=inputs, output_qspec=output, _annotated=True)
 
 
 def _weight_spec(node: Node, config: QuantConfig, per_channel: bool, block_size: Optional[Tuple[int, ...]]):
@@ -135,8 +151,13 @@ def annotate_compute(node: Node, config: QuantConfig) -> None:
     if _after_conv(node):
         skip = skip + (0,)
     inputs = {a: config.input_activation for a in _tensor_args(node, skip)}
-    if node.target in MATMUL_OPS and _is_16bit(config.input_activation) and len(node.args) > 1 \
-            and node.args[1] in inputs and node.args[1] is not node.args[0]:
+    if (
+        node.target in MATMUL_OPS
+        and _is_16bit(config.input_activation)
+        and len(node.args) > 1
+        and node.args[1] in inputs
+        and node.args[1] is not node.args[0]
+    ):
         inputs[node.args[1]] = symmetric_16bit_activation(config.input_activation)
     if _bool_output(node):
         _set_inputs_only(node, inputs)
@@ -157,8 +178,7 @@ def _set_inputs_only(node: Node, inputs: Dict[Node, object]) -> None:
     """A comparison: its float inputs are quantized, its bool output is not (the delegate
     compares the dequantized values, as the QDQ reference does)."""
     if inputs:
-        node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(
-            input_qspec_map=inputs, output_qspec=None, _annotated=True)
+        node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=inputs, output_qspec=None, _annotated=True)
 
 
 TANH_OPS = aten_ops("tanh.default")
@@ -171,8 +191,14 @@ def fixed_output_spec(node: Node, config: QuantConfig) -> Optional[FixedQParamsQ
     act = config.output_activation
     if node.target not in TANH_OPS or act is None or act.quant_max is None or act.quant_max <= 255:
         return None
-    return FixedQParamsQuantizationSpec(dtype=act.dtype, scale=2.0 / 65536, zero_point=32768,
-                                        quant_min=0, quant_max=65535, qscheme=torch.per_tensor_affine)
+    return FixedQParamsQuantizationSpec(
+        dtype=act.dtype,
+        scale=2.0 / 65536,
+        zero_point=32768,
+        quant_min=0,
+        quant_max=65535,
+        qscheme=torch.per_tensor_affine,
+    )
 
 
 # Positions of gamma and beta in the norms' args: layer_norm(x, shape, gamma, beta),
@@ -212,8 +238,9 @@ def annotate_layer_norm(node: Node, config: QuantConfig) -> None:
         node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=inputs, _annotated=True)
         for user in node.users:
             if user.target is operator.getitem and user.args[1] == 0:
-                user.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(output_qspec=config.output_activation,
-                                                                     _annotated=True)
+                user.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(
+                    output_qspec=config.output_activation, _annotated=True
+                )
         return
     _set(node, inputs, config.output_activation)
 
@@ -253,8 +280,12 @@ def _tensor_list_output(node: Node) -> bool:
     """A tuple / list of tensors, the first floating: split, chunk, unbind; (values, indices)
     of a max pool."""
     val = node.meta.get("val")
-    return isinstance(val, (list, tuple)) and bool(val) and all(isinstance(v, torch.Tensor) for v in val) \
+    return (
+        isinstance(val, (list, tuple))
+        and bool(val)
+        and all(isinstance(v, torch.Tensor) for v in val)
         and val[0].is_floating_point()
+    )
 
 
 def _set_multi_output(node: Node, inputs: Dict[Node, object], shared: object) -> None:

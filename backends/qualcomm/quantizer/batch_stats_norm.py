@@ -8,6 +8,7 @@ statistics, which fails to export when it has none. `_native_batch_norm_legit.no
 op `aten.batch_norm` decomposes to anyway at to_edge (InstanceNormBuilder lowers it), the rewrite
 does not match it, and its annotation (annotators.py, layer-norm family) quantizes its gamma /
 beta like an instance norm's."""
+
 from __future__ import annotations
 
 import operator
@@ -37,8 +38,9 @@ def rewrite_batch_stats_norms(model: GraphModule) -> GraphModule:
         x, weight, bias, momentum, eps = args[0], args[1], args[2], args[6], args[7]
         with model.graph.inserting_before(node):
             norm = model.graph.call_function(
-                BATCH_STATS_NORM, (x, weight, bias, True, 0.1 if momentum is None else momentum,
-                                   1e-5 if eps is None else eps))
+                BATCH_STATS_NORM,
+                (x, weight, bias, True, 0.1 if momentum is None else momentum, 1e-5 if eps is None else eps),
+            )
             out = model.graph.call_function(operator.getitem, (norm, 0))
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):

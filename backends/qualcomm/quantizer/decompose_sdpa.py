@@ -14,6 +14,7 @@ encoding of the masked scores and cost the unmasked ones their precision). It is
 arithmetic: exp(s_j)·keep_j / sum_k exp(s_k)·keep_k. A fully masked row gives 0, as PyTorch does
 (its denominator gets 1 added instead of dividing 0 by 0). SDPA with dropout_p > 0 is left alone.
 """
+
 from __future__ import annotations
 
 import math
@@ -134,7 +135,9 @@ def decompose_sdpa(model: GraphModule) -> GraphModule:
         traced = _traced_attention(node, args)
         if traced is None:
             continue
-        inputs = [args["query"], args["key"], args["value"]] + ([args["attn_mask"]] if args["attn_mask"] is not None else [])
+        inputs = [args["query"], args["key"], args["value"]] + (
+            [args["attn_mask"]] if args["attn_mask"] is not None else []
+        )
         _inline(model, node, traced, inputs)
         changed = True
     if changed:

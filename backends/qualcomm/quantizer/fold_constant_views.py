@@ -9,6 +9,7 @@ requantization of a constant), and the lowered graph computed an 8-bit signed NA
 that HTP cannot hold (the delegate refused to load). Folded, each linear reads its own constant
 weight and gets the ordinary weight encoding (per-channel int8), exactly as if the user had
 declared three linears."""
+
 from __future__ import annotations
 
 import operator
@@ -19,17 +20,40 @@ from torch.fx import GraphModule, Node
 
 _aten = torch.ops.aten
 DATA_MOVEMENT = {
-    _aten.split.Tensor, _aten.split_with_sizes.default, _aten.chunk.default, _aten.unbind.int,
-    _aten.slice.Tensor, _aten.select.int, _aten.narrow.default, _aten.t.default, _aten.transpose.int,
-    _aten.permute.default, _aten.view.default, _aten.reshape.default, _aten._unsafe_view.default,
-    _aten.unsqueeze.default, _aten.squeeze.dim, _aten.squeeze.dims, _aten.flatten.using_ints,
-    _aten.contiguous.default, _aten.clone.default, _aten.cat.default, _aten.stack.default,
+    _aten.split.Tensor,
+    _aten.split_with_sizes.default,
+    _aten.chunk.default,
+    _aten.unbind.int,
+    _aten.slice.Tensor,
+    _aten.select.int,
+    _aten.narrow.default,
+    _aten.t.default,
+    _aten.transpose.int,
+    _aten.permute.default,
+    _aten.view.default,
+    _aten.reshape.default,
+    _aten._unsafe_view.default,
+    _aten.unsqueeze.default,
+    _aten.squeeze.dim,
+    _aten.squeeze.dims,
+    _aten.flatten.using_ints,
+    _aten.contiguous.default,
+    _aten.clone.default,
+    _aten.cat.default,
+    _aten.stack.default,
     operator.getitem,
 }
 # Constants computed in forward: a causal mask `torch.triu(torch.full((T, T), -inf), 1)` (a -inf
 # buffer is then split by inf_masks.py) or `torch.ones(T, T, dtype=torch.bool).tril()`.
-CREATION = {_aten.full.default, _aten.ones.default, _aten.zeros.default, _aten.arange.default,
-            _aten.arange.start, _aten.arange.start_step, _aten.scalar_tensor.default}
+CREATION = {
+    _aten.full.default,
+    _aten.ones.default,
+    _aten.zeros.default,
+    _aten.arange.default,
+    _aten.arange.start,
+    _aten.arange.start_step,
+    _aten.scalar_tensor.default,
+}
 MASK_OPS = {_aten.triu.default, _aten.tril.default, _aten.logical_not.default}
 FOLDABLE = DATA_MOVEMENT | CREATION | MASK_OPS
 MAX_CREATED_ELEMENTS = 1 << 20  # larger created constants stay ops (their bytes would be stored)
@@ -58,8 +82,11 @@ def _writes(node: Node) -> List[Node]:
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return []
-    return [arg for arg, spec in zip(node.args, schema.arguments)
-            if isinstance(arg, Node) and spec.alias_info is not None and spec.alias_info.is_write]
+    return [
+        arg
+        for arg, spec in zip(node.args, schema.arguments)
+        if isinstance(arg, Node) and spec.alias_info is not None and spec.alias_info.is_write
+    ]
 
 
 def written_nodes(graph: torch.fx.Graph) -> Set[Node]:
@@ -80,8 +107,9 @@ def written_nodes(graph: torch.fx.Graph) -> Set[Node]:
     return {node for node in graph.nodes if find(node) in written_roots}
 
 
-def _foldable(model: GraphModule, node: Node, folded: Dict[Node, object], fold_parameters: bool,
-              written: Set[Node]) -> bool:
+def _foldable(
+    model: GraphModule, node: Node, folded: Dict[Node, object], fold_parameters: bool, written: Set[Node]
+) -> bool:
     if node.op != "call_function" or node.target not in FOLDABLE or node in written:
         return False
     inputs: List[Node] = node.all_input_nodes

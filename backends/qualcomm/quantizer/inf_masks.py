@@ -17,6 +17,7 @@ operand is followed through shape ops (view, expand, unsqueeze, ...) and adds to
 masked_fill nodes and to constants holding -inf (a registered causal mask), so SDPA's float
 attn_mask (after decompose_sdpa: softmax(scores + mask)) and MultiheadAttention's merged masks
 are covered. A -inf mask that reaches anything but a softmax is left as it is."""
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,16 @@ import torch
 from torch.fx import GraphModule, Node
 
 _aten = torch.ops.aten
-SHAPE_OPS = {_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default, _aten.expand.default,
-             _aten.unsqueeze.default, _aten.squeeze.dim, _aten.clone.default, _aten.contiguous.default}
+SHAPE_OPS = {
+    _aten.view.default,
+    _aten.reshape.default,
+    _aten._unsafe_view.default,
+    _aten.expand.default,
+    _aten.unsqueeze.default,
+    _aten.squeeze.dim,
+    _aten.clone.default,
+    _aten.contiguous.default,
+}
 MASKED_FILL = {_aten.masked_fill.Scalar, _aten.masked_fill_.Scalar}
 WHERE_FILL = {_aten.where.ScalarOther: 2, _aten.where.ScalarSelf: 1}  # the number's position
 ZEROS = {_aten.zeros_like.default, _aten.zeros.default, _aten.new_zeros.default}
@@ -80,8 +89,9 @@ class _Nodes:
         kwargs = kwargs or {}
         with self.graph.inserting_before(self.anchor):
             node = self.graph.call_function(target, args, kwargs)
-        examples = [torch.zeros(a.meta["val"].shape, dtype=a.meta["val"].dtype) if isinstance(a, Node) else a
-                    for a in args]
+        examples = [
+            torch.zeros(a.meta["val"].shape, dtype=a.meta["val"].dtype) if isinstance(a, Node) else a for a in args
+        ]
         node.meta["val"] = target(*examples, **kwargs)
         for key in ("nn_module_stack", "stack_trace"):
             if key in self.anchor.meta:
@@ -118,8 +128,10 @@ def split_inf_mask(nodes: _Nodes, node: Node) -> Tuple[Optional[Node], Optional[
     if node.target in SHAPE_OPS:
         keep, finite = split_inf_mask(nodes, node.args[0])
         rest, kwargs = tuple(node.args[1:]), dict(node.kwargs)
-        return (nodes.call(node.target, (keep, *rest), kwargs) if keep is not None else None,
-                nodes.call(node.target, (finite, *rest), kwargs) if finite is not None else None)
+        return (
+            nodes.call(node.target, (keep, *rest), kwargs) if keep is not None else None,
+            nodes.call(node.target, (finite, *rest), kwargs) if finite is not None else None,
+        )
     if node.target in MASKED_FILL:
         keep, finite = split_inf_mask(nodes, node.args[0])
         kept = nodes.expanded(nodes.call(_aten.logical_not.default, (node.args[1],)), _shape(node))
@@ -175,7 +187,11 @@ def _erase_unused(graph: torch.fx.Graph) -> None:
     (MultiheadAttention's `zeros_like(mask).masked_fill_(mask, -inf)`: fx keeps in-place ops)."""
     graph.eliminate_dead_code()
     for node in list(graph.nodes):
-        if node.op == "call_function" and node.target == _aten.masked_fill_.Scalar and not node.users and \
-                len(node.args[0].users) == 1:
+        if (
+            node.op == "call_function"
+            and node.target == _aten.masked_fill_.Scalar
+            and not node.users
+            and len(node.args[0].users) == 1
+        ):
             graph.erase_node(node)
     graph.eliminate_dead_code()

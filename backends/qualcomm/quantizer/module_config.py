@@ -1,5 +1,6 @@
 """ModuleQConfig (upstream's dataclass, same fields and defaults) and the node predicates
 used with QnnQuantizer.set_submodule_qconfig_list."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,10 +34,15 @@ class ModuleQConfig:
         if self.eps is not None and not float(self.eps) >= 0:  # 0 / None: the default (as upstream)
             raise ValueError(f"ModuleQConfig: eps must be >= 0, got {self.eps}")
         self.quant_config = make_quant_config(
-            self.quant_dtype, is_qat=self.is_qat, is_conv_per_channel=self.is_conv_per_channel,
-            is_linear_per_channel=self.is_linear_per_channel, act_observer=self.act_observer,
-            is_embedding_per_channel=self.is_embedding_per_channel, act_symmetric=self.act_symmetric,
-            eps=self.eps)
+            self.quant_dtype,
+            is_qat=self.is_qat,
+            is_conv_per_channel=self.is_conv_per_channel,
+            is_linear_per_channel=self.is_linear_per_channel,
+            act_observer=self.act_observer,
+            is_embedding_per_channel=self.is_embedding_per_channel,
+            act_symmetric=self.act_symmetric,
+            eps=self.eps,
+        )
 
 
 def _module_stack(node: Node) -> dict:
@@ -45,21 +51,27 @@ def _module_stack(node: Node) -> dict:
 
 def get_submodule_type_predicate(module_type_str: str) -> Callable[[Node], bool]:
     """Nodes traced inside a module whose type name contains `module_type_str`."""
+
     def predicate(node: Node) -> bool:
         for _, module_type in _module_stack(node).values():
-            name = module_type if isinstance(module_type, str) else \
-                f"{module_type.__module__}.{module_type.__qualname__}"
+            name = (
+                module_type if isinstance(module_type, str) else f"{module_type.__module__}.{module_type.__qualname__}"
+            )
             if module_type_str in name:
                 return True
         return False
+
     return predicate
 
 
 def get_submodule_name_predicate(module_name_str: str) -> Callable[[Node], bool]:
     """Nodes traced inside a module whose nn_module_stack key or path contains `module_name_str`."""
+
     def predicate(node: Node) -> bool:
-        return any(module_name_str in key or module_name_str in str(path)
-                   for key, (path, _) in _module_stack(node).items())
+        return any(
+            module_name_str in key or module_name_str in str(path) for key, (path, _) in _module_stack(node).items()
+        )
+
     return predicate
 
 

@@ -5,6 +5,7 @@ per channel a float scale S[c] = max_b s[c,b] / (2**block_scale_bitwidth - 1); p
 unsigned integer scale k[c,b] = clamp(ceil(s[c,b] / S[c]), 1, 2**bw - 1). The effective
 scale S[c] * k[c,b] (float32) is what the QDQ reference uses (torchao quantize_affine /
 dequantize_affine) and exactly what the payload's BLOCKWISE_EXPANSION encoding carries."""
+
 from __future__ import annotations
 
 import sys
@@ -20,8 +21,9 @@ def lpbq_channel_axis(block_size: Tuple[int, ...]) -> int:
     return 1 if len(block_size) > 2 and block_size[0] > 1 and block_size[1] == 1 else 0
 
 
-def lpbq_scales(weight: torch.Tensor, block_size: Tuple[int, ...], qmin: int, qmax: int,
-                block_scale_bitwidth: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def lpbq_scales(
+    weight: torch.Tensor, block_size: Tuple[int, ...], qmin: int, qmax: int, block_scale_bitwidth: int
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """(per-channel float scale [C], integer block scales [C, num_blocks]) of a weight whose
     output channel and blocked input channel are dims 0 and 1 (1 and 0: lpbq_channel_axis)."""
     axis = lpbq_channel_axis(block_size)
@@ -31,8 +33,11 @@ def lpbq_scales(weight: torch.Tensor, block_size: Tuple[int, ...], qmin: int, qm
     bs = int(block_size[1 - axis])
     if cin % bs:
         raise ValueError(f"LPBQ block size {bs} does not divide input channels {cin}")
-    blocks = weight.detach().float().reshape(cout, cin // bs, -1) if weight.dim() == 2 else \
-        weight.detach().float().reshape(cout, cin // bs, bs, -1)
+    blocks = (
+        weight.detach().float().reshape(cout, cin // bs, -1)
+        if weight.dim() == 2
+        else weight.detach().float().reshape(cout, cin // bs, bs, -1)
+    )
     max_abs = blocks.abs().reshape(cout, cin // bs, -1).amax(dim=-1)
     raw = max_abs / ((qmax - qmin) / 2)
     levels = (1 << block_scale_bitwidth) - 1
@@ -49,11 +54,25 @@ class LpbqObserver(AffineQuantizedObserverBase):
     """Weight observer producing per-block effective scales; converts to quantize_affine /
     dequantize_affine nodes with block_size (1, block, ...)."""
 
-    def __init__(self, block_size: Tuple[int, ...], target_dtype: torch.dtype = torch.int8,
-                 quant_min: int = -8, quant_max: int = 7, block_scale_bitwidth: int = 4, **kwargs):
-        super().__init__(MappingType.SYMMETRIC, target_dtype, PerBlock(tuple(block_size)),
-                         quant_min=quant_min, quant_max=quant_max, eps=2**-24,
-                         scale_dtype=torch.float32, zero_point_dtype=torch.int32)
+    def __init__(
+        self,
+        block_size: Tuple[int, ...],
+        target_dtype: torch.dtype = torch.int8,
+        quant_min: int = -8,
+        quant_max: int = 7,
+        block_scale_bitwidth: int = 4,
+        **kwargs,
+    ):
+        super().__init__(
+            MappingType.SYMMETRIC,
+            target_dtype,
+            PerBlock(tuple(block_size)),
+            quant_min=quant_min,
+            quant_max=quant_max,
+            eps=2**-24,
+            scale_dtype=torch.float32,
+            zero_point_dtype=torch.int32,
+        )
         self.requested_block_size = tuple(int(b) for b in block_size)
         self.block_scale_bitwidth = int(block_scale_bitwidth)
         self.register_buffer("channel_scale", torch.tensor([]), persistent=False)
@@ -63,7 +82,8 @@ class LpbqObserver(AffineQuantizedObserverBase):
         self.block_size = self.requested_block_size
         self.original_dtype = weight.dtype
         self.channel_scale, self.block_ints = lpbq_scales(
-            weight, self.block_size, self.quant_min, self.quant_max, self.block_scale_bitwidth)
+            weight, self.block_size, self.quant_min, self.quant_max, self.block_scale_bitwidth
+        )
         self.weight_shape = tuple(weight.shape)
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
@@ -127,7 +147,7 @@ class PassUnionMovingAverageObserver(MovingAverageMinMaxObserver):
         super().__init__(*args, **kwargs)
         self._site: Optional[Tuple[int, int]] = None
         self._average: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # before this sample
-        self._sample: Optional[Tuple[torch.Tensor, torch.Tensor]] = None   # union in this sample
+        self._sample: Optional[Tuple[torch.Tensor, torch.Tensor]] = None  # union in this sample
 
     def _same_sample(self, site: Optional[Tuple[int, int]]) -> bool:
         previous, self._site = self._site, site

@@ -4,6 +4,7 @@ torchao's convert_pt2e folds QAT conv-bn only for per-tensor / per-channel weigh
 LPBQ the fused QAT graph keeps conv(x, fq(w * s)) / s + b -> batch_norm, where
 s = gamma / sqrt(var + eps). In eval the tail equals y + (b - mean) * s + beta, so the
 conv takes that bias and the div / add / batch_norm nodes go away."""
+
 from __future__ import annotations
 
 from typing import Optional

@@ -7,6 +7,7 @@ symmetric with the quant range of their bit width (int8 storage for 8/4/2 bits, 
 16-bit weights that scale is so small (about 1e-9) that a bias above ~2 saturates, so the
 bias gets its own int32 scale (max|bias| / 2**31, what upstream's per-tensor 16a16w config
 does); float32 with LPBQ weights."""
+
 from __future__ import annotations
 
 import enum
@@ -15,13 +16,19 @@ from typing import Callable, Dict, Optional, Tuple, Type
 
 import torch
 from torchao.quantization.pt2e import (
-    FakeQuantize, MinMaxObserver, MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver,
+    FakeQuantize,
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    MovingAveragePerChannelMinMaxObserver,
     PerChannelMinMaxObserver,
 )
 from torchao.quantization.pt2e.quantizer import DerivedQuantizationSpec, QuantizationSpec
 
 from backends.qualcomm.quantizer.observers import (
-    LpbqFakeQuantize, LpbqObserver, PassUnionMovingAverageObserver, effective_scales,
+    LpbqFakeQuantize,
+    LpbqObserver,
+    PassUnionMovingAverageObserver,
+    effective_scales,
 )
 
 
@@ -43,7 +50,7 @@ class QuantDtype(enum.IntEnum):
 class DtypeRow:
     act_bits: Optional[int]  # None: activations stay float
     weight_bits: int
-    block: bool = False      # LPBQ weights for conv/linear
+    block: bool = False  # LPBQ weights for conv/linear
 
 
 DTYPE_TABLE: Dict[QuantDtype, DtypeRow] = {
@@ -78,17 +85,17 @@ class QuantConfig:
 
     input_activation: Optional[QuantizationSpec]
     output_activation: Optional[QuantizationSpec]
-    weight: Optional[QuantizationSpec]                 # per tensor
+    weight: Optional[QuantizationSpec]  # per tensor
     weight_per_channel: Optional[QuantizationSpec]
     weight_block: Optional[Callable[[Tuple[int, ...]], QuantizationSpec]]
     is_conv_per_channel: bool = False
     is_linear_per_channel: bool = False
     is_qat: bool = False
     is_embedding_per_channel: bool = False
-    bias: Optional[QuantizationSpec] = None            # own-range int32 bias; None: derived
-    block_size: Optional[Tuple[int, ...]] = None       # LPBQ block size of a recipe strategy
-    norm_weight: Optional[QuantizationSpec] = None     # layer_norm gamma (HTP has no float gamma)
-    norm_bias: Optional[QuantizationSpec] = None       # layer_norm beta (int32, own range)
+    bias: Optional[QuantizationSpec] = None  # own-range int32 bias; None: derived
+    block_size: Optional[Tuple[int, ...]] = None  # LPBQ block size of a recipe strategy
+    norm_weight: Optional[QuantizationSpec] = None  # layer_norm gamma (HTP has no float gamma)
+    norm_bias: Optional[QuantizationSpec] = None  # layer_norm beta (int32, own range)
     # per output channel of a transposed conv's weight [Cin, Cout/group, k..] (axis 1)
     weight_per_channel_axis1: Optional[QuantizationSpec] = None
     # instance_norm gamma with 16-bit activations: uint8 symmetric (zero point 128; QNN's HTP
@@ -116,14 +123,18 @@ def symmetric_activation_observer(observer: type) -> type:
     wider dtype (uint16 in int32: 32768). torchao only does that for uint8 / uint16 dtypes
     and would give zero point 0, which clips every negative value."""
     if observer not in _MIDPOINT_OBSERVERS:
+
         def _calculate_qparams(self, min_val, max_val):
             scale, zero_point = observer._calculate_qparams(self, min_val, max_val)
             if self.dtype == torch.int32 and self.quant_min == 0:
                 zero_point = torch.full_like(zero_point, (self.quant_max + 1) // 2)
             return scale, zero_point
-        _MIDPOINT_OBSERVERS[observer] = type(observer.__name__, (observer,),
-                                             {"_calculate_qparams": _calculate_qparams,
-                                              "__module__": observer.__module__})
+
+        _MIDPOINT_OBSERVERS[observer] = type(
+            observer.__name__,
+            (observer,),
+            {"_calculate_qparams": _calculate_qparams, "__module__": observer.__module__},
+        )
     return _MIDPOINT_OBSERVERS[observer]
 
 
@@ -139,8 +150,7 @@ def _act_spec(bits: int, observer: type, is_qat: bool, symmetric: bool, eps: flo
         range_args = {"quant_min": qmin, "quant_max": qmax}
     ctr = observer.with_args(eps=eps)
     if is_qat:
-        ctr = FakeQuantize.with_args(observer=observer, eps=eps, dtype=dtype, qscheme=qscheme,
-                                     **range_args)
+        ctr = FakeQuantize.with_args(observer=observer, eps=eps, dtype=dtype, qscheme=qscheme, **range_args)
     return QuantizationSpec(dtype=dtype, qscheme=qscheme, observer_or_fake_quant_ctr=ctr, **range_args)
 
 
@@ -157,8 +167,13 @@ def symmetric_16bit_activation(spec: QuantizationSpec) -> QuantizationSpec:
         kwargs["qscheme"] = torch.per_tensor_symmetric
     else:
         factory = symmetric_activation_observer(factory)
-    return QuantizationSpec(dtype=spec.dtype, qscheme=torch.per_tensor_symmetric, quant_min=spec.quant_min,
-                            quant_max=spec.quant_max, observer_or_fake_quant_ctr=factory.with_args(**kwargs))
+    return QuantizationSpec(
+        dtype=spec.dtype,
+        qscheme=torch.per_tensor_symmetric,
+        quant_min=spec.quant_min,
+        quant_max=spec.quant_max,
+        observer_or_fake_quant_ctr=factory.with_args(**kwargs),
+    )
 
 
 def _weight_spec(bits: int, per_channel: bool, is_qat: bool, eps: float, ch_axis: int = 0) -> QuantizationSpec:
@@ -169,10 +184,17 @@ def _weight_spec(bits: int, per_channel: bool, is_qat: bool, eps: float, ch_axis
     ctr = observer.with_args(eps=eps, **axis_args)
     if is_qat:
         observer = MovingAveragePerChannelMinMaxObserver if per_channel else MovingAverageMinMaxObserver
-        ctr = FakeQuantize.with_args(observer=observer, eps=eps, quant_min=qmin, quant_max=qmax,
-                                     dtype=dtype, qscheme=qscheme, **axis_args)
-    return QuantizationSpec(dtype=dtype, quant_min=qmin, quant_max=qmax, qscheme=qscheme,
-                            ch_axis=ch_axis if per_channel else None, observer_or_fake_quant_ctr=ctr)
+        ctr = FakeQuantize.with_args(
+            observer=observer, eps=eps, quant_min=qmin, quant_max=qmax, dtype=dtype, qscheme=qscheme, **axis_args
+        )
+    return QuantizationSpec(
+        dtype=dtype,
+        quant_min=qmin,
+        quant_max=qmax,
+        qscheme=qscheme,
+        ch_axis=ch_axis if per_channel else None,
+        observer_or_fake_quant_ctr=ctr,
+    )
 
 
 # int32 bias range: 2**31 - 1 is not a float32, so torch's quantize would clamp to 2**31 and
@@ -185,10 +207,21 @@ def _own_range_bias_spec(is_qat: bool, eps: float) -> QuantizationSpec:
     qmin, qmax = -BIAS_QMAX, BIAS_QMAX
     ctr = MinMaxObserver.with_args(eps=eps)
     if is_qat:
-        ctr = FakeQuantize.with_args(observer=MinMaxObserver, eps=eps, quant_min=qmin, quant_max=qmax,
-                                     dtype=torch.int32, qscheme=torch.per_tensor_symmetric)
-    return QuantizationSpec(dtype=torch.int32, quant_min=qmin, quant_max=qmax,
-                            qscheme=torch.per_tensor_symmetric, observer_or_fake_quant_ctr=ctr)
+        ctr = FakeQuantize.with_args(
+            observer=MinMaxObserver,
+            eps=eps,
+            quant_min=qmin,
+            quant_max=qmax,
+            dtype=torch.int32,
+            qscheme=torch.per_tensor_symmetric,
+        )
+    return QuantizationSpec(
+        dtype=torch.int32,
+        quant_min=qmin,
+        quant_max=qmax,
+        qscheme=torch.per_tensor_symmetric,
+        observer_or_fake_quant_ctr=ctr,
+    )
 
 
 def _block_spec_factory(bits: int, is_qat: bool) -> Callable[[Tuple[int, ...]], QuantizationSpec]:
@@ -196,11 +229,22 @@ def _block_spec_factory(bits: int, is_qat: bool) -> Callable[[Tuple[int, ...]], 
     observer = LpbqFakeQuantize if is_qat else LpbqObserver
 
     def make(block_size: Tuple[int, ...]) -> QuantizationSpec:
-        ctr = observer.with_args(block_size=tuple(block_size), target_dtype=dtype, quant_min=qmin,
-                                 quant_max=qmax, block_scale_bitwidth=BLOCK_SCALE_BITWIDTH)
-        return QuantizationSpec(dtype=dtype, quant_min=qmin, quant_max=qmax,
-                                qscheme=torch.per_channel_symmetric, ch_axis=0,
-                                observer_or_fake_quant_ctr=ctr)
+        ctr = observer.with_args(
+            block_size=tuple(block_size),
+            target_dtype=dtype,
+            quant_min=qmin,
+            quant_max=qmax,
+            block_scale_bitwidth=BLOCK_SCALE_BITWIDTH,
+        )
+        return QuantizationSpec(
+            dtype=dtype,
+            quant_min=qmin,
+            quant_max=qmax,
+            qscheme=torch.per_channel_symmetric,
+            ch_axis=0,
+            observer_or_fake_quant_ctr=ctr,
+        )
+
     return make
 
 
@@ -208,10 +252,16 @@ def default_eps(row: DtypeRow) -> float:
     return DEFAULT_EPS_8BIT if row.act_bits == 8 else DEFAULT_EPS_16BIT
 
 
-def make_quant_config(quant_dtype: QuantDtype, is_qat: bool = False, is_conv_per_channel: bool = False,
-                      is_linear_per_channel: bool = False, act_observer: Optional[Type] = None,
-                      is_embedding_per_channel: bool = False, act_symmetric: bool = False,
-                      eps: Optional[float] = None) -> QuantConfig:
+def make_quant_config(
+    quant_dtype: QuantDtype,
+    is_qat: bool = False,
+    is_conv_per_channel: bool = False,
+    is_linear_per_channel: bool = False,
+    act_observer: Optional[Type] = None,
+    is_embedding_per_channel: bool = False,
+    act_symmetric: bool = False,
+    eps: Optional[float] = None,
+) -> QuantConfig:
     """The QuantConfig of one table row (argument meanings as upstream's ModuleQConfig;
     act_observer None = PassUnionMovingAverageObserver (PTQ) / MovingAverageMinMaxObserver (QAT), eps None =
     1e-4 / (2**act_bits - 1))."""
@@ -220,7 +270,8 @@ def make_quant_config(quant_dtype: QuantDtype, is_qat: bool = False, is_conv_per
     observer = act_observer or (DEFAULT_QAT_ACT_OBSERVER if is_qat else DEFAULT_ACT_OBSERVER)
     act = _act_spec(row.act_bits, observer, is_qat, act_symmetric, eps) if row.act_bits is not None else None
     return QuantConfig(
-        input_activation=act, output_activation=act,
+        input_activation=act,
+        output_activation=act,
         weight=_weight_spec(row.weight_bits, False, is_qat, eps),
         weight_per_channel=_weight_spec(row.weight_bits, True, is_qat, eps),
         weight_per_channel_axis1=_weight_spec(row.weight_bits, True, is_qat, eps, ch_axis=1),
@@ -264,8 +315,11 @@ def _derive_bias_qparams(observers) -> Tuple[torch.Tensor, torch.Tensor]:
 def bias_spec(input_edge, weight_edge, per_channel: bool) -> DerivedQuantizationSpec:
     """int32 bias with scale = input_scale * weight_scale (per channel when the weight is)."""
     return DerivedQuantizationSpec(
-        derived_from=[input_edge, weight_edge], derive_qparams_fn=_derive_bias_qparams,
-        dtype=torch.int32, quant_min=-BIAS_QMAX, quant_max=BIAS_QMAX,
+        derived_from=[input_edge, weight_edge],
+        derive_qparams_fn=_derive_bias_qparams,
+        dtype=torch.int32,
+        quant_min=-BIAS_QMAX,
+        quant_max=BIAS_QMAX,
         qscheme=torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric,
         ch_axis=0 if per_channel else None,
     )

@@ -1,6 +1,7 @@
 """Checks at lowering that a quantized model went through the whole PT2E flow
 (prepare_pt2e -> calibration -> convert_pt2e): a step left out gives no error in torchao, only a
 model that runs with meaningless encodings."""
+
 from __future__ import annotations
 
 import logging
@@ -20,12 +21,14 @@ MAX_NAMED = 6
 NOT_CONVERTED_MESSAGE = (
     "the model is prepared for quantization but not converted: it still holds the observers of "
     "prepare_pt2e ({names}). Run calibration samples through it, then call "
-    "`converted = convert_pt2e(prepared)` and lower `converted`.")
+    "`converted = convert_pt2e(prepared)` and lower `converted`."
+)
 
 UNCALIBRATED_MESSAGE = (
     "{count} quantize node(s) carry the encoding of an observer that never saw data (scale 1.0, "
     "zero point {zero_points}: torchao's default when calibrate was skipped): {names}. Run calibration "
-    "samples through the prepared model (`prepared(*sample)`) between prepare_pt2e and convert_pt2e.")
+    "samples through the prepared model (`prepared(*sample)`) between prepare_pt2e and convert_pt2e."
+)
 
 
 def _listed(names: List[str]) -> str:
@@ -79,10 +82,14 @@ def check_calibrated(graph: torch.fx.Graph) -> None:
     defaults = [n.name for n in activations if _is_uncalibrated(n)]
     if not defaults:
         return
-    zero_points = "0" if all(_activation_encoding(n)[1] == 0 for n in activations if n.name in defaults) \
-        else "0 or the midpoint"
+    zero_points = (
+        "0" if all(_activation_encoding(n)[1] == 0 for n in activations if n.name in defaults) else "0 or the midpoint"
+    )
     message = UNCALIBRATED_MESSAGE.format(count=len(defaults), zero_points=zero_points, names=_listed(defaults))
     if len(defaults) == len(activations):
         raise QnnLoweringError(f"the model was quantized without calibration: {message}")
-    logger.warning("QnnPartitioner: %s (A tensor whose calibration data really spans [0, 255] has that "
-                   "encoding too: then nothing is wrong.)", message)
+    logger.warning(
+        "QnnPartitioner: %s (A tensor whose calibration data really spans [0, 255] has that "
+        "encoding too: then nothing is wrong.)",
+        message,
+    )

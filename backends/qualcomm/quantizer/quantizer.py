@@ -10,6 +10,7 @@ prepare_qat_pt2e), with upstream's API (<upstream>.quantizer).
 Config of a node, first that applies: the recipe (set_recipe); else a submodule rule
 (set_submodule_qconfig_list, first match); else the default. A block_size_map entry makes
 that node's conv/linear weight LPBQ with that block size."""
+
 from __future__ import annotations
 
 import logging
@@ -23,7 +24,13 @@ from torchao.quantization.pt2e.quantizer import Quantizer
 from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
 from backends.qualcomm.quantizer import block_sizes
 from backends.qualcomm.quantizer.annotators import (
-    CONV_OPS, LINEAR_OPS, TRANSPOSED_CONV_OPS, annotate_weighted, annotator_for, is_annotated, is_transposed_conv,
+    CONV_OPS,
+    LINEAR_OPS,
+    TRANSPOSED_CONV_OPS,
+    annotate_weighted,
+    annotator_for,
+    is_annotated,
+    is_transposed_conv,
     supported_ops,
 )
 from backends.qualcomm.quantizer.batch_stats_norm import rewrite_batch_stats_norms
@@ -31,7 +38,10 @@ from backends.qualcomm.quantizer.decompose_sdpa import decompose_sdpa
 from backends.qualcomm.quantizer.fold_constant_views import fold_constant_views
 from backends.qualcomm.quantizer.inf_masks import rewrite_inf_masked_softmax
 from backends.qualcomm.quantizer.module_config import (  # noqa: F401 (upstream's names here)
-    ModuleQConfig, get_submodule_name_predicate, get_submodule_type_predicate, module_matches,
+    ModuleQConfig,
+    get_submodule_name_predicate,
+    get_submodule_type_predicate,
+    module_matches,
 )
 from backends.qualcomm.quantizer.qconfig import DEFAULT_BLOCK_SIZE, QuantConfig, QuantDtype
 from backends.qualcomm.utils.compile_spec import QcomChipset, QnnExecuTorchBackendType, get_soc_info
@@ -51,12 +61,18 @@ class QnnQuantizer(Quantizer):
     backend exists here, the SoC must be a known one (no per-SoC quant constraints are
     checked), and `strict` is kept for reference."""
 
-    def __init__(self, backend: QnnExecuTorchBackendType = QnnExecuTorchBackendType.kHtpBackend,
-                 soc_model: QcomChipset = QcomChipset.SM8750, strict: bool = True):
+    def __init__(
+        self,
+        backend: QnnExecuTorchBackendType = QnnExecuTorchBackendType.kHtpBackend,
+        soc_model: QcomChipset = QcomChipset.SM8750,
+        strict: bool = True,
+    ):
         super().__init__()
         if int(backend) != int(QnnExecuTorchBackendType.kHtpBackend):
-            raise ValueError(f"QnnQuantizer: backend {QnnExecuTorchBackendType(int(backend)).name} is not "
-                             f"supported by qnn-delegate; only kHtpBackend")
+            raise ValueError(
+                f"QnnQuantizer: backend {QnnExecuTorchBackendType(int(backend)).name} is not "
+                f"supported by qnn-delegate; only kHtpBackend"
+            )
         self.backend = QnnExecuTorchBackendType(int(backend))
         self.soc_info = get_soc_info(soc_model)
         self.strict = strict
@@ -82,15 +98,28 @@ class QnnQuantizer(Quantizer):
     def recipe(self):
         return self._recipe
 
-    def set_default_quant_config(self, quant_dtype: QuantDtype, is_qat: bool = False,
-                                 is_conv_per_channel: bool = False, is_linear_per_channel: bool = False,
-                                 is_embedding_per_channel: bool = False, act_observer=None,
-                                 act_symmetric: bool = False, eps: Optional[float] = None) -> None:
+    def set_default_quant_config(
+        self,
+        quant_dtype: QuantDtype,
+        is_qat: bool = False,
+        is_conv_per_channel: bool = False,
+        is_linear_per_channel: bool = False,
+        is_embedding_per_channel: bool = False,
+        act_observer=None,
+        act_symmetric: bool = False,
+        eps: Optional[float] = None,
+    ) -> None:
         """act_observer None: PassUnionMovingAverageObserver (PTQ), MovingAverageMinMaxObserver (QAT); eps None: 1e-4 / (2**act_bits - 1)."""
         self.default_quant_config = ModuleQConfig(
-            quant_dtype, is_qat=is_qat, is_conv_per_channel=is_conv_per_channel,
-            is_linear_per_channel=is_linear_per_channel, is_embedding_per_channel=is_embedding_per_channel,
-            act_observer=act_observer, act_symmetric=act_symmetric, eps=eps)
+            quant_dtype,
+            is_qat=is_qat,
+            is_conv_per_channel=is_conv_per_channel,
+            is_linear_per_channel=is_linear_per_channel,
+            is_embedding_per_channel=is_embedding_per_channel,
+            act_observer=act_observer,
+            act_symmetric=act_symmetric,
+            eps=eps,
+        )
 
     def set_submodule_qconfig_list(self, submodule_qconfig_list: Sequence[SubmoduleRule]) -> None:
         """[(predicate(node) -> bool, ModuleQConfig), ...] (upstream), or our older
@@ -99,21 +128,28 @@ class QnnQuantizer(Quantizer):
         rules = []
         for i, rule in enumerate(submodule_qconfig_list):
             if not isinstance(rule, (tuple, list)) or len(rule) < 2:
-                raise ValueError(f"set_submodule_qconfig_list: rule {i} must be (predicate, ModuleQConfig), "
-                                 f"got {rule!r}")
+                raise ValueError(
+                    f"set_submodule_qconfig_list: rule {i} must be (predicate, ModuleQConfig), got {rule!r}"
+                )
             key, config = rule[0], rule[1]
             if isinstance(config, ModuleQConfig):
                 if len(rule) != 2 or not callable(key) or isinstance(key, type):
-                    raise ValueError(f"set_submodule_qconfig_list: rule {i}: with a ModuleQConfig the key "
-                                     f"must be a predicate function of a node, got {key!r}")
+                    raise ValueError(
+                        f"set_submodule_qconfig_list: rule {i}: with a ModuleQConfig the key "
+                        f"must be a predicate function of a node, got {key!r}"
+                    )
             elif isinstance(config, (QuantDtype, int)) and not isinstance(config, bool):
                 if not isinstance(key, (str, type)) or len(rule) > 4:
-                    raise ValueError(f"set_submodule_qconfig_list: rule {i}: with a QuantDtype the key must "
-                                     f"be an nn.Module type or a module name, got {key!r}")
+                    raise ValueError(
+                        f"set_submodule_qconfig_list: rule {i}: with a QuantDtype the key must "
+                        f"be an nn.Module type or a module name, got {key!r}"
+                    )
                 QuantDtype(config)
             else:
-                raise ValueError(f"set_submodule_qconfig_list: rule {i}: second item must be a "
-                                 f"ModuleQConfig (or a QuantDtype), got {config!r}")
+                raise ValueError(
+                    f"set_submodule_qconfig_list: rule {i}: second item must be a "
+                    f"ModuleQConfig (or a QuantDtype), got {config!r}"
+                )
             rules.append(tuple(rule))
         self.submodule_qconfig_list = rules
 
@@ -121,8 +157,9 @@ class QnnQuantizer(Quantizer):
         """LPBQ block size per conv/linear node name: upstream's tuple, one entry per weight
         dim ({"conv2d": (1, 16, 1, 1)}, {"linear": (1, 16)}), or an int (input channels per
         block). Checked here (> 0) and at annotation (node exists, shape fits)."""
-        self.block_size_map = {str(k): block_sizes.normalize_block_size(str(k), v)
-                               for k, v in dict(block_size_map).items()}
+        self.block_size_map = {
+            str(k): block_sizes.normalize_block_size(str(k), v) for k, v in dict(block_size_map).items()
+        }
 
     def add_custom_quant_annotations(self, custom_quant_annotations: Sequence[Callable]) -> None:
         """Functions fn(graph_module) run after the built-in annotation (they may annotate
@@ -155,10 +192,16 @@ class QnnQuantizer(Quantizer):
     def _inherit_default(self, dtype: QuantDtype, flags: Sequence[bool]) -> ModuleQConfig:
         d = self.default_quant_config
         conv_pc, linear_pc = (list(flags) + [False, False])[:2]
-        return ModuleQConfig(QuantDtype(dtype), is_qat=d.is_qat, is_conv_per_channel=bool(conv_pc),
-                             is_linear_per_channel=bool(linear_pc),
-                             is_embedding_per_channel=d.is_embedding_per_channel,
-                             act_observer=d.act_observer, act_symmetric=d.act_symmetric, eps=d.eps)
+        return ModuleQConfig(
+            QuantDtype(dtype),
+            is_qat=d.is_qat,
+            is_conv_per_channel=bool(conv_pc),
+            is_linear_per_channel=bool(linear_pc),
+            is_embedding_per_channel=d.is_embedding_per_channel,
+            act_observer=d.act_observer,
+            act_symmetric=d.act_symmetric,
+            eps=d.eps,
+        )
 
     def _resolved_rules(self) -> List[Tuple[NodePredicate, ModuleQConfig]]:
         rules = []
@@ -166,9 +209,13 @@ class QnnQuantizer(Quantizer):
             key, config = rule[0], rule[1]
             if isinstance(config, ModuleQConfig):
                 if config.is_qat != self.default_quant_config.is_qat:
-                    log.warning("set_submodule_qconfig_list: a rule has is_qat=%s but the default config "
-                                "has is_qat=%s; its modules get %s observers", config.is_qat,
-                                self.default_quant_config.is_qat, "QAT" if config.is_qat else "PTQ")
+                    log.warning(
+                        "set_submodule_qconfig_list: a rule has is_qat=%s but the default config "
+                        "has is_qat=%s; its modules get %s observers",
+                        config.is_qat,
+                        self.default_quant_config.is_qat,
+                        "QAT" if config.is_qat else "PTQ",
+                    )
                 rules.append((key, config))
             else:
                 rules.append(((lambda node, k=key: module_matches(node, k)), self._inherit_default(config, rule[2:])))
@@ -188,8 +235,10 @@ class QnnQuantizer(Quantizer):
         transposed = is_transposed_conv(node)
         if node.name in self.block_size_map:
             if config.weight_block is None:
-                raise ValueError(f"set_block_size_map: node '{node.name}' has a block size but its config "
-                                 f"has no block weights; LPBQ needs QuantDtype.use_16a4w_block")
+                raise ValueError(
+                    f"set_block_size_map: node '{node.name}' has a block size but its config "
+                    f"has no block weights; LPBQ needs QuantDtype.use_16a4w_block"
+                )
             return block_sizes.weight_block_size(node, self.block_size_map[node.name], transposed)
         if config.weight_block is None or (transposed and not block_sizes.transposed_takes_lpbq(node)):
             return None

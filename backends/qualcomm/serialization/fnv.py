@@ -4,6 +4,7 @@ The native extension computes it (the same function the runtime uses to check
 a blob); `fnv1a64_python` is the readable reference, used for small inputs
 and by tests to cross-check the native one.
 """
+
 from __future__ import annotations
 
 FNV_OFFSET_BASIS = 0xCBF29CE484222325

@@ -8,6 +8,7 @@ compositions, the op contract and the trait summary), each between two markers:
     python op_table.py --write-ops-md     rewrites them
     python op_table.py --check-ops-md     exits 1 when they are stale (a test does the same)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,14 +24,38 @@ OPS_MD = SCHEMA_DIR.parents[3] / "docs" / "ops.md"
 MD_BEGIN = "<!-- op-table:{} begin (generated from ops.toml by serialization/op_table.py; do not edit) -->"
 MD_END = "<!-- op-table:{} end -->"
 
-FAMILIES = ("conv", "linear", "elementwise_binary", "elementwise_unary", "norm", "reduce", "pool",
-            "data_movement", "cast", "topk", "quant")
+FAMILIES = (
+    "conv",
+    "linear",
+    "elementwise_binary",
+    "elementwise_unary",
+    "norm",
+    "reduce",
+    "pool",
+    "data_movement",
+    "cast",
+    "topk",
+    "quant",
+)
 QUANT_RULES = ("compute", "shared", "weighted", "float", "convert")
 LAYOUTS = ("nhwc", "any")
 PORT_TYPES = ("activation", "weight", "bias", "index", "float", "static")
 QNN_PRECISIONS = ("fp16", "8a8w", "16a8w", "16a4w_block")
-_OP_KEYS = {"name", "family", "semantics", "inputs", "outputs", "params", "layout", "quant", "lut",
-            "data_movement", "aten", "qnn", "lpbq"}
+_OP_KEYS = {
+    "name",
+    "family",
+    "semantics",
+    "inputs",
+    "outputs",
+    "params",
+    "layout",
+    "quant",
+    "lut",
+    "data_movement",
+    "aten",
+    "qnn",
+    "lpbq",
+}
 _REQUIRED = {"name", "family", "semantics", "inputs", "outputs", "layout", "quant", "aten"}
 
 
@@ -83,6 +108,7 @@ class OpRow:
 @dataclass(frozen=True)
 class CompositeRow:
     """aten ops lowered to several QNN ops (a decomposition) or to a static tensor ([[composite]])."""
+
     name: str
     aten: Tuple[str, ...]
     lowers_to: Tuple[str, ...]
@@ -109,13 +135,20 @@ def _ports(op: str, field: str, entries: object) -> Tuple[Port, ...]:
     for i, entry in enumerate(entries):
         unknown = set(entry) - {"name", "type", "variadic", "optional", "doc"}
         if unknown or "name" not in entry or "type" not in entry:
-            raise OpTableError(f"op '{op}': {field}[{i}] = {entry!r}: needs name and type only "
-                               "(plus variadic / optional / doc)")
+            raise OpTableError(
+                f"op '{op}': {field}[{i}] = {entry!r}: needs name and type only (plus variadic / optional / doc)"
+            )
         if entry.get("variadic") and i != len(entries) - 1:
             raise OpTableError(f"op '{op}': {field}[{i}] is variadic but not the last")
-        ports.append(Port(entry["name"], _choice(op, f"{field}[{i}].type", entry["type"], PORT_TYPES),
-                          bool(entry.get("variadic", False)), bool(entry.get("optional", False)),
-                          str(entry.get("doc", ""))))
+        ports.append(
+            Port(
+                entry["name"],
+                _choice(op, f"{field}[{i}].type", entry["type"], PORT_TYPES),
+                bool(entry.get("variadic", False)),
+                bool(entry.get("optional", False)),
+                str(entry.get("doc", "")),
+            )
+        )
     return tuple(ports)
 
 
@@ -134,12 +167,21 @@ def _row(entry: Dict[str, object]) -> OpRow:
     quant = _choice(op, "quant", entry["quant"], QUANT_RULES)
     if "lpbq" in entry and quant != "weighted":
         raise OpTableError(f"op '{op}': lpbq applies to quant = \"weighted\" ops only")
-    return OpRow(op, _choice(op, "family", entry["family"], FAMILIES), str(entry["semantics"]),
-                 _ports(op, "inputs", entry["inputs"]),
-                 _ports(op, "outputs", entry["outputs"]), params,
-                 _choice(op, "layout", entry["layout"], LAYOUTS), quant,
-                 bool(entry.get("lut", False)), bool(entry.get("data_movement", False)), aten, qnn,
-                 quant == "weighted" and bool(entry.get("lpbq", True)))
+    return OpRow(
+        op,
+        _choice(op, "family", entry["family"], FAMILIES),
+        str(entry["semantics"]),
+        _ports(op, "inputs", entry["inputs"]),
+        _ports(op, "outputs", entry["outputs"]),
+        params,
+        _choice(op, "layout", entry["layout"], LAYOUTS),
+        quant,
+        bool(entry.get("lut", False)),
+        bool(entry.get("data_movement", False)),
+        aten,
+        qnn,
+        quant == "weighted" and bool(entry.get("lpbq", True)),
+    )
 
 
 def _check_rows(rows: List[OpRow]) -> None:
@@ -180,8 +222,9 @@ def _composite(entry: Dict[str, object], op_names: Sequence[str]) -> CompositeRo
     if stray:
         raise OpTableError(f"composite '{name}': lowers_to names {stray}, which are not [[op]] rows")
     qnn = tuple(_choice(name, "qnn", p, QNN_PRECISIONS) for p in entry.get("qnn", []))
-    return CompositeRow(name, aten, lowers_to, _choice(name, "quant", entry["quant"], _COMPOSITE_QUANT),
-                        str(entry["how"]), qnn)
+    return CompositeRow(
+        name, aten, lowers_to, _choice(name, "quant", entry["quant"], _COMPOSITE_QUANT), str(entry["how"]), qnn
+    )
 
 
 def load_composites(path: Path = OPS_TOML) -> List[CompositeRow]:
@@ -235,9 +278,11 @@ def _camel(word: str) -> str:
 
 
 def _cpp_row(row: OpRow) -> str:
-    return (f"    {{OpType::{row.name}, \"{row.name}\", OpFamily::{_camel(row.family)}, "
-            f"QuantRule::{_camel(row.quant)}, {str(row.layout == 'nhwc').lower()}, {str(row.lut).lower()}, "
-            f"{str(row.data_movement).lower()}, {row.min_inputs}, {row.max_inputs}, {len(row.outputs)}}},")
+    return (
+        f'    {{OpType::{row.name}, "{row.name}", OpFamily::{_camel(row.family)}, '
+        f"QuantRule::{_camel(row.quant)}, {str(row.layout == 'nhwc').lower()}, {str(row.lut).lower()}, "
+        f"{str(row.data_movement).lower()}, {row.min_inputs}, {row.max_inputs}, {len(row.outputs)}}},"
+    )
 
 
 def render_cpp(rows: List[OpRow]) -> str:
@@ -338,8 +383,15 @@ def _md_contract_table(rows: List[OpRow]) -> List[str]:
 
 
 def _md_traits_row(row: OpRow) -> str:
-    flags = [f for f, on in (("LUT", row.lut), ("data movement", row.data_movement),
-                             ("no LPBQ", row.quant == "weighted" and not row.lpbq)) if on]
+    flags = [
+        f
+        for f, on in (
+            ("LUT", row.lut),
+            ("data movement", row.data_movement),
+            ("no LPBQ", row.quant == "weighted" and not row.lpbq),
+        )
+        if on
+    ]
     aten = ", ".join(f"`{a}`" for a in row.aten) or "-"
     return f"| `{row.name}` | {row.family} | {row.layout} | {row.quant} | {', '.join(flags) or '-'} | {aten} |"
 
@@ -353,8 +405,11 @@ def render_ops_md_sections(rows: List[OpRow]) -> Dict[str, str]:
     traits += [_md_traits_row(r) for r in rows]
     traits += [""] + _wrapped_list("QNN_OP_TYPES", [r.name for r in ops])
     traits += [""] + _wrapped_list("QNN_QUANT_OP_TYPES", [r.name for r in quant])
-    return {"ops": "\n".join(_md_contract_table(ops)), "quant": "\n".join(_md_contract_table(quant)),
-            "traits": "\n".join(traits)}
+    return {
+        "ops": "\n".join(_md_contract_table(ops)),
+        "quant": "\n".join(_md_contract_table(quant)),
+        "traits": "\n".join(traits),
+    }
 
 
 def splice_ops_md(text: str, sections: Dict[str, str]) -> str:
@@ -368,8 +423,12 @@ def splice_ops_md(text: str, sections: Dict[str, str]) -> str:
 
 
 # ---- docs/ops.md: the op coverage tables ---------------------------------------------------
-_QUANTIZED = {"weighted": "8a8w, 16a8w, 16a4w", "compute": "8-bit, 16-bit",
-              "shared": "8-bit, 16-bit (input's encoding)", "float": "no (float island)"}
+_QUANTIZED = {
+    "weighted": "8a8w, 16a8w, 16a4w",
+    "compute": "8-bit, 16-bit",
+    "shared": "8-bit, 16-bit (input's encoding)",
+    "float": "no (float island)",
+}
 
 
 def _coverage_row(row: OpRow) -> str:
@@ -381,8 +440,12 @@ def _coverage_row(row: OpRow) -> str:
     return f"| {aten} | `{row.name}` | yes | {quantized} | yes | {qnn} |"
 
 
-_COMPOSITE_QUANTIZED = {"compute": "8-bit, 16-bit", "shared": "8-bit, 16-bit (input's encoding)",
-                        "float": "no (float island)", "static": "8-bit, 16-bit (static tensor)"}
+_COMPOSITE_QUANTIZED = {
+    "compute": "8-bit, 16-bit",
+    "shared": "8-bit, 16-bit (input's encoding)",
+    "float": "no (float island)",
+    "static": "8-bit, 16-bit (static tensor)",
+}
 
 
 def _composite_row(row: CompositeRow) -> str:
@@ -397,11 +460,12 @@ def render_coverage_sections(rows: List[OpRow], composites: Optional[List[Compos
     """docs/ops.md's op coverage sections: one row per QNN op type (aten ops -> QNN op, fp16, quantized
     precisions, host engine, precisions a real-QNN test in `make test` runs it in), and one per
     composite (aten ops -> the QNN ops they lower to, how)."""
-    table = ["| aten ops | QNN op | fp16 | quantized | host engine | real QNN (tested) |",
-             "|---|---|---|---|---|---|"]
+    table = ["| aten ops | QNN op | fp16 | quantized | host engine | real QNN (tested) |", "|---|---|---|---|---|---|"]
     table += [_coverage_row(r) for r in rows if r.family != "quant"]
-    composite = ["| aten ops | QNN ops | how | fp16 | quantized | host engine | real QNN (tested) |",
-                 "|---|---|---|---|---|---|---|"]
+    composite = [
+        "| aten ops | QNN ops | how | fp16 | quantized | host engine | real QNN (tested) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     composite += [_composite_row(r) for r in (load_composites() if composites is None else composites)]
     return {"coverage": "\n".join(table), "composites": "\n".join(composite)}
 
@@ -438,8 +502,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.header:
         _write_if_changed(args.header, render_cpp(rows))
     if args.write_ops_md:
-        _write_if_changed(args.ops_md, splice_ops_md(args.ops_md.read_text(),
-                                                     render_docs_sections(rows, load_composites(args.toml))))
+        _write_if_changed(
+            args.ops_md, splice_ops_md(args.ops_md.read_text(), render_docs_sections(rows, load_composites(args.toml)))
+        )
     if args.check_ops_md and not ops_md_is_current(rows, args.ops_md):
         print(f"{args.ops_md} is stale: run python {Path(__file__).name} --write-ops-md", file=sys.stderr)
         return 1

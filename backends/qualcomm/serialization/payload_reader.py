@@ -1,4 +1,5 @@
 """Read a delegate blob back: object-API tree, and a readable summary for tests and users."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -110,9 +111,14 @@ def _summarize_tensor(tensor: gen.TensorT) -> TensorSummary:
     nbytes = 0 if tensor.data is None else len(tensor.data)
     dims = [] if tensor.dims is None else [int(d) for d in tensor.dims]
     return TensorSummary(
-        int(tensor.id), _decode(tensor.name), _TENSOR_TYPE_NAMES.get(tensor.type, str(tensor.type)),
-        _DATA_TYPE_NAMES.get(tensor.dataType, str(tensor.dataType)), dims, nbytes,
-        describe_quant(tensor.quant), [] if tensor.dimOrder is None else [int(d) for d in tensor.dimOrder],
+        int(tensor.id),
+        _decode(tensor.name),
+        _TENSOR_TYPE_NAMES.get(tensor.type, str(tensor.type)),
+        _DATA_TYPE_NAMES.get(tensor.dataType, str(tensor.dataType)),
+        dims,
+        nbytes,
+        describe_quant(tensor.quant),
+        [] if tensor.dimOrder is None else [int(d) for d in tensor.dimOrder],
         int(tensor.bitsOfInput),
     )
 
@@ -129,11 +135,17 @@ def _summarize_graph(graph: gen.GraphT) -> GraphSummary:
     summary.outputs = [names[i] for i in _ids(graph.outputs)]
     for op in graph.ops or []:
         params = {_decode(p.name): _param_values(p) for p in (op.params or [])}
-        summary.ops.append(OpSummary(
-            _decode(op.name), _decode(op.type), [names[i] for i in _ids(op.inputs)],
-            [names[i] for i in _ids(op.outputs)], params, int(op.debugHandle),
-            0 if op.lookupTable is None else len(op.lookupTable),
-        ))
+        summary.ops.append(
+            OpSummary(
+                _decode(op.name),
+                _decode(op.type),
+                [names[i] for i in _ids(op.inputs)],
+                [names[i] for i in _ids(op.outputs)],
+                params,
+                int(op.debugHandle),
+                0 if op.lookupTable is None else len(op.lookupTable),
+            )
+        )
     return summary
 
 

@@ -1,4 +1,5 @@
 """Serialize a QnnGraph into a delegate blob (QnnContextBinary wrapping a QnnPayload)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,9 +34,7 @@ def _numpy_vector(builder: flatbuffers.Builder, values: Sequence, dtype: str) ->
 def _write_quant(builder: flatbuffers.Builder, quant: QuantParams) -> int:
     scales = _numpy_vector(builder, quant.scales, "<f4") if quant.scales is not None else None
     offsets = _numpy_vector(builder, quant.offsets, "<i4") if quant.offsets is not None else None
-    block_scales = (
-        _numpy_vector(builder, quant.block_scales, "u1") if quant.block_scales is not None else None
-    )
+    block_scales = _numpy_vector(builder, quant.block_scales, "u1") if quant.block_scales is not None else None
     gen.QuantizeParamsStart(builder)
     gen.QuantizeParamsAddEncoding(builder, int(quant.encoding))
     gen.QuantizeParamsAddBitwidth(builder, int(quant.bitwidth))
@@ -61,8 +60,9 @@ def _tensor_data_bytes(tensor: QnnTensor) -> bytes:
     return array.tobytes()
 
 
-def _static_data_vector(builder: flatbuffers.Builder, tensor: QnnTensor,
-                        shared: Optional[Dict[bytes, int]]) -> Optional[int]:
+def _static_data_vector(
+    builder: flatbuffers.Builder, tensor: QnnTensor, shared: Optional[Dict[bytes, int]]
+) -> Optional[int]:
     """The data vector of a STATIC tensor; with `shared`, identical bytes are written once."""
     if tensor.data is None:
         return None
@@ -74,8 +74,7 @@ def _static_data_vector(builder: flatbuffers.Builder, tensor: QnnTensor,
     return shared[data]
 
 
-def _write_tensor(builder: flatbuffers.Builder, tensor: QnnTensor,
-                  shared: Optional[Dict[bytes, int]] = None) -> int:
+def _write_tensor(builder: flatbuffers.Builder, tensor: QnnTensor, shared: Optional[Dict[bytes, int]] = None) -> int:
     data = _static_data_vector(builder, tensor, shared)
     quant = _write_quant(builder, tensor.quant) if tensor.quant is not None else None
     dims = _numpy_vector(builder, tensor.dims, "<u4")
@@ -154,8 +153,7 @@ def _write_op(builder: flatbuffers.Builder, op: QnnOp) -> int:
     return gen.OpEnd(builder)
 
 
-def _write_graph(builder: flatbuffers.Builder, graph: QnnGraph,
-                 shared: Optional[Dict[bytes, int]] = None) -> int:
+def _write_graph(builder: flatbuffers.Builder, graph: QnnGraph, shared: Optional[Dict[bytes, int]] = None) -> int:
     tensors = _offsets_vector(builder, [_write_tensor(builder, t, shared) for t in graph.tensors])
     ops = _offsets_vector(builder, [_write_op(builder, o) for o in graph.ops])
     inputs = _numpy_vector(builder, graph.inputs, "<u4")
@@ -194,6 +192,7 @@ def serialize_payload(graphs: Sequence[QnnGraph], share_static_data: bool = Fals
 @dataclass
 class QnnHtpSection:
     """A QNN context binary for the payload's graphs (see QnnHtpContext in qnn_payload.fbs)."""
+
     binary: bytes
     soc_model: int
     graphs: List[Tuple[str, List[int]]]  # (graph name, QNN tensor id per payload tensor)

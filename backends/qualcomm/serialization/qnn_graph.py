@@ -1,4 +1,5 @@
 """In-memory QNN graph (tensors, params, ops) that the payload writer serializes."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,5 +1,6 @@
 """pytest set-up for qnn-delegate tests: repo root on sys.path, offline HF, quiet logs, the
 real-QNN fixtures and marker, and the real models shared by the session."""
+
 import gc
 import os
 import sys
@@ -17,7 +18,11 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from backends.qualcomm.tests.helpers.real_models import (  # noqa: E402
-    LoweredModel, RunnerCase, SmallConvNet, lower_and_run, photo_samples,
+    LoweredModel,
+    RunnerCase,
+    SmallConvNet,
+    lower_and_run,
+    photo_samples,
 )
 from backends.qualcomm.tests.helpers.runtime import QNN_LOADED, QNN_STATUS, reset_runtime_options  # noqa: E402
 from backends.qualcomm.utils.qnn_context import AOT_ENV  # noqa: E402
@@ -46,9 +51,13 @@ def _cache_torchao_pattern_exports() -> None:
         fn = getattr(pattern, "fn", pattern)  # torchao wraps pattern functions in a WrapperModule
         if not hasattr(fn, "__code__"):
             return export_pattern(pattern, example_inputs, is_cuda, **kwargs)
-        key = (fn.__code__, tuple(c.cell_contents for c in fn.__closure__ or ()),
-               tuple(key_of(x) for x in example_inputs), is_cuda,
-               tuple(sorted((k, key_of(v)) for k, v in kwargs.items())))
+        key = (
+            fn.__code__,
+            tuple(c.cell_contents for c in fn.__closure__ or ()),
+            tuple(key_of(x) for x in example_inputs),
+            is_cuda,
+            tuple(sorted((k, key_of(v)) for k, v in kwargs.items())),
+        )
         try:
             hash(key)
         except TypeError:
@@ -116,8 +125,7 @@ def mobilenet_v2(tmp_path_factory) -> LoweredModel:
     from qnn_models.mobilenet_v2 import load_mobilenet_v2
 
     samples = photo_samples(imagenet.IMAGENET_MEAN, imagenet.IMAGENET_STD)
-    return lower_and_run(load_mobilenet_v2(), samples,
-                         tmp_path_factory.mktemp("mbv2") / "mobilenet_v2.pte")
+    return lower_and_run(load_mobilenet_v2(), samples, tmp_path_factory.mktemp("mbv2") / "mobilenet_v2.pte")
 
 
 @pytest.fixture(scope="session")
@@ -125,8 +133,9 @@ def efficientnet_lite0(tmp_path_factory) -> LoweredModel:
     from qnn_models.efficientnet_lite0 import INPUT_MEAN, INPUT_STD, load_efficientnet_lite0
 
     samples = photo_samples(INPUT_MEAN, INPUT_STD)
-    return lower_and_run(load_efficientnet_lite0(), samples,
-                         tmp_path_factory.mktemp("lite0") / "efficientnet_lite0.pte")
+    return lower_and_run(
+        load_efficientnet_lite0(), samples, tmp_path_factory.mktemp("lite0") / "efficientnet_lite0.pte"
+    )
 
 
 @pytest.fixture(scope="session")

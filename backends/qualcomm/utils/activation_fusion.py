@@ -3,6 +3,7 @@ before them: HTP requantizes that op's accumulator once, straight into the activ
 encoding, so the quantize -> dequantize pair between them never rounds (the host engine does
 the same: runtime/engine/ActivationFusion.h). References that model HTP (the test suite's QDQ
 reference, the debugger's isolated per-op reference) skip that pair."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -23,8 +24,13 @@ def _target_is(node: torch.fx.Node, names: set) -> bool:
 
 def _only_input(node: object, targets: set) -> Optional[torch.fx.Node]:
     """node's first argument when `node` is a single-user call of one of `targets`."""
-    if isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in targets \
-            and len(node.users) == 1 and isinstance(node.args[0], torch.fx.Node):
+    if (
+        isinstance(node, torch.fx.Node)
+        and node.op == "call_function"
+        and node.target in targets
+        and len(node.users) == 1
+        and isinstance(node.args[0], torch.fx.Node)
+    ):
         return node.args[0]
     return None
 

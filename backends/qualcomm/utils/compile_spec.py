@@ -1,4 +1,5 @@
 """Typed compile options (from qc_compiler_spec.fbs) and the CompileSpec helpers."""
+
 from __future__ import annotations
 
 from enum import IntEnum
@@ -32,13 +33,27 @@ QnnExecuTorchHtpBackendOptionsT = gen.QnnExecuTorchHtpBackendOptionsT
 
 # SoC -> (HTP arch, VTCM size in MB).
 _SOC_TABLE: Dict[str, Tuple[str, int]] = {
-    "SA8295": ("V68", 8), "SA8797": ("V81", 16), "SC8380XP": ("V73", 8),
-    "SM8350": ("V68", 4), "SM8450": ("V69", 8), "SM8475": ("V69", 8),
-    "SM8550": ("V73", 8), "SA8255": ("V73", 8), "SM8650": ("V75", 8),
-    "SM8750": ("V79", 8), "SM8850": ("V81", 8), "SSG2115P": ("V73", 2),
-    "SSG2125P": ("V73", 2), "SXR1230P": ("V73", 2), "SXR2230P": ("V69", 8),
-    "SXR2330P": ("V79", 8), "QCS9100": ("V73", 8), "SAR2230P": ("V81", 4),
-    "SW6100": ("V81", 4), "QCM6490": ("V68", 2), "SM8845": ("V81", 8),
+    "SA8295": ("V68", 8),
+    "SA8797": ("V81", 16),
+    "SC8380XP": ("V73", 8),
+    "SM8350": ("V68", 4),
+    "SM8450": ("V69", 8),
+    "SM8475": ("V69", 8),
+    "SM8550": ("V73", 8),
+    "SA8255": ("V73", 8),
+    "SM8650": ("V75", 8),
+    "SM8750": ("V79", 8),
+    "SM8850": ("V81", 8),
+    "SSG2115P": ("V73", 2),
+    "SSG2125P": ("V73", 2),
+    "SXR1230P": ("V73", 2),
+    "SXR2230P": ("V69", 8),
+    "SXR2330P": ("V79", 8),
+    "QCS9100": ("V73", 8),
+    "SAR2230P": ("V81", 4),
+    "SW6100": ("V81", 4),
+    "QCM6490": ("V68", 2),
+    "SM8845": ("V81", 8),
 }
 
 
@@ -46,8 +61,7 @@ def _valid_members(enum_cls: Type[IntEnum], names: Optional[List[str]] = None) -
     return ", ".join(f"{m.name} ({int(m)})" for m in enum_cls if names is None or m.name in names)
 
 
-def enum_option(option: str, enum_cls: Type[IntEnum], value: object,
-                allowed: Optional[List[str]] = None) -> IntEnum:
+def enum_option(option: str, enum_cls: Type[IntEnum], value: object, allowed: Optional[List[str]] = None) -> IntEnum:
     """`value` (a member of `enum_cls` or an equal-valued IntEnum, its name in any case, or its
     int value) as a member of `enum_cls`; ValueError naming `option` and the valid values."""
     member = None
@@ -57,8 +71,9 @@ def enum_option(option: str, enum_cls: Type[IntEnum], value: object,
     elif isinstance(value, int) and not isinstance(value, bool):
         member = next((m for m in enum_cls if int(m) == int(value)), None)
     if member is None or (allowed is not None and member.name not in allowed):
-        raise ValueError(f"{option}={value!r} is not a valid {enum_cls.__name__}; valid values: "
-                         f"{_valid_members(enum_cls, allowed)}")
+        raise ValueError(
+            f"{option}={value!r} is not a valid {enum_cls.__name__}; valid values: {_valid_members(enum_cls, allowed)}"
+        )
     return member
 
 
@@ -100,11 +115,13 @@ def generate_htp_compiler_spec(
     _bool_option("use_slc_allocator", use_slc_allocator)  # idem (a device cache allocator)
     htp = QnnExecuTorchHtpBackendOptionsT()
     htp.precision = int(
-        QnnExecuTorchHtpPrecision.kHtpFp16 if _bool_option("use_fp16", use_fp16)
+        QnnExecuTorchHtpPrecision.kHtpFp16
+        if _bool_option("use_fp16", use_fp16)
         else QnnExecuTorchHtpPrecision.kHtpQuantized
     )
-    htp.performanceMode = int(enum_option("htp_performance_mode", QnnExecuTorchHtpPerformanceMode,
-                                          htp_performance_mode))
+    htp.performanceMode = int(
+        enum_option("htp_performance_mode", QnnExecuTorchHtpPerformanceMode, htp_performance_mode)
+    )
     htp.useMultiContexts = _bool_option("use_multi_contexts", use_multi_contexts)
     htp.useWeightSharing = _bool_option("use_weight_sharing", use_weight_sharing)
     options = QnnExecuTorchBackendOptionsT()
@@ -142,8 +159,9 @@ def generate_qnn_executorch_compiler_spec(
     `soc_model`: QcomChipset, its name or its value. ValueError on an unknown SoC, profile
     level or a non-bool flag."""
     if not isinstance(backend_options, QnnExecuTorchBackendOptionsT):
-        raise ValueError("backend_options must come from generate_htp_compiler_spec(...), got "
-                         f"{type(backend_options).__name__}")
+        raise ValueError(
+            f"backend_options must come from generate_htp_compiler_spec(...), got {type(backend_options).__name__}"
+        )
     _reject_unsupported_options(
         saver=saver,
         online_prepare=online_prepare,
@@ -157,8 +175,7 @@ def generate_qnn_executorch_compiler_spec(
     options.backendOptions = backend_options
     options.graphName = list(graph_name) if graph_name else ["forward"]
     options.logLevel = int(
-        QnnExecuTorchLogLevel.kLogLevelDebug if _bool_option("debug", debug)
-        else QnnExecuTorchLogLevel.kLogLevelError
+        QnnExecuTorchLogLevel.kLogLevelDebug if _bool_option("debug", debug) else QnnExecuTorchLogLevel.kLogLevelError
     )
     options.profileLevel = int(enum_option("profile_level", QnnExecuTorchProfileLevel, profile_level))
     options.dumpIntermediateOutputs = _bool_option("dump_intermediate_outputs", dump_intermediate_outputs)
@@ -183,8 +200,10 @@ def check_compile_specs(compile_specs: object, argument: str = "compiler_specs")
     otherwise (None, HTP backend options passed where compile specs belong, other objects)."""
     how = "make them with generate_qnn_executorch_compiler_spec(soc_model, backend_options)"
     if isinstance(compile_specs, QnnExecuTorchBackendOptionsT):
-        raise ValueError(f"{argument}: got HTP backend options (generate_htp_compiler_spec's result), which go "
-                         f"inside the compile specs: {how}")
+        raise ValueError(
+            f"{argument}: got HTP backend options (generate_htp_compiler_spec's result), which go "
+            f"inside the compile specs: {how}"
+        )
     if not isinstance(compile_specs, (list, tuple)) or not all(isinstance(s, CompileSpec) for s in compile_specs):
         raise ValueError(f"{argument}: needs a list of CompileSpec, got {type(compile_specs).__name__}: {how}")
     return list(compile_specs)
@@ -195,8 +214,10 @@ def options_from_compile_specs(compile_specs: List[CompileSpec]) -> QnnExecuTorc
     for spec in check_compile_specs(compile_specs):
         if spec.key == QCOM_COMPILE_SPEC_KEY:
             return _readable_options(spec.value)
-    raise ValueError(f"compile specs have no '{QCOM_COMPILE_SPEC_KEY}' entry: make them with "
-                     "generate_qnn_executorch_compiler_spec(soc_model, backend_options)")
+    raise ValueError(
+        f"compile specs have no '{QCOM_COMPILE_SPEC_KEY}' entry: make them with "
+        "generate_qnn_executorch_compiler_spec(soc_model, backend_options)"
+    )
 
 
 def _readable_options(blob: object) -> QnnExecuTorchOptionsT:
@@ -206,9 +227,11 @@ def _readable_options(blob: object) -> QnnExecuTorchOptionsT:
         except Exception:  # noqa: BLE001 - any decoding failure is the same user error
             pass
     size = len(blob) if isinstance(blob, (bytes, bytearray)) else type(blob).__name__
-    raise ValueError(f"compile spec '{QCOM_COMPILE_SPEC_KEY}' does not hold QnnExecuTorchOptions (a '"
-                     f"{_FILE_IDENTIFIER.decode()}' flatbuffer; got {size} bytes): make it with "
-                     "generate_qnn_executorch_compiler_spec(soc_model, backend_options)")
+    raise ValueError(
+        f"compile spec '{QCOM_COMPILE_SPEC_KEY}' does not hold QnnExecuTorchOptions (a '"
+        f"{_FILE_IDENTIFIER.decode()}' flatbuffer; got {size} bytes): make it with "
+        "generate_qnn_executorch_compiler_spec(soc_model, backend_options)"
+    )
 
 
 def is_fp16(options: QnnExecuTorchOptionsT) -> bool:

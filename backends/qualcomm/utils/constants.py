@@ -30,6 +30,7 @@ def channel_first_perm(rank: int) -> tuple:
     """Channel-last (N, *spatial, C) -> channel-first (N, C, *spatial) of a `rank` tensor."""
     return (0, rank - 1, *range(1, rank - 1))
 
+
 # Layout in which a node reads its rank-4 activation inputs (set by the layout pass).
 QCOM_INPUT_LAYOUT = "qcom_input_layout"
 

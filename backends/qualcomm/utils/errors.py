@@ -1,4 +1,5 @@
 """The one exception type raised by the AOT side of qnn-delegate."""
+
 from __future__ import annotations
 
 from typing import Optional

@@ -1,4 +1,5 @@
 """One-call export + edge transform passes + lowering to qnn-delegate."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
@@ -43,9 +44,11 @@ def _per_method(value, methods: Sequence[str]) -> Dict[str, object]:
 def _reject_pass_customization(dep_table: Optional[Dict], passes_job: Optional[Dict]) -> None:
     given = [name for name, value in (("dep_table", dep_table), ("passes_job", passes_job)) if value]
     if given:
-        raise ValueError(f"{', '.join(given)}: qnn-delegate's edge passes are fixed (see "
-                         "backends/qualcomm/_passes/pass_manager.py); upstream's pass-job tables do not "
-                         "apply. Leave them None.")
+        raise ValueError(
+            f"{', '.join(given)}: qnn-delegate's edge passes are fixed (see "
+            "backends/qualcomm/_passes/pass_manager.py); upstream's pass-job tables do not "
+            "apply. Leave them None."
+        )
 
 
 def to_edge_transform_and_lower_to_qnn(
@@ -84,15 +87,16 @@ def to_edge_transform_and_lower_to_qnn(
             check_converted_module(m)
     method_specs = _per_method(compiler_specs, list(modules))
     shapes = _per_method(dynamic_shapes, list(modules))
-    specs = {name: method_specs[name] if len(modules) == 1 else with_graph_name(method_specs[name], name)
-             for name in modules}
+    specs = {
+        name: method_specs[name] if len(modules) == 1 else with_graph_name(method_specs[name], name) for name in modules
+    }
     programs = {
         name: m if isinstance(m, ExportedProgram) else _export(m, method_inputs[name], shapes[name])
         for name, m in modules.items()
     }
     partitioners = {
-        name: [QnnPartitioner(specs[name], skip_node_id_set, skip_node_op_set,
-                              skip_mutable_buffer=skip_mutable_buffer)] for name in programs
+        name: [QnnPartitioner(specs[name], skip_node_id_set, skip_node_op_set, skip_mutable_buffer=skip_mutable_buffer)]
+        for name in programs
     }
     passes = {name: edge_transform_passes(convert_linear_to_conv2d) for name in programs}
     manager = to_edge_transform_and_lower(

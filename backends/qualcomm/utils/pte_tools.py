@@ -104,18 +104,14 @@ def save_pte(edge_manager, path: Path) -> Path:
     return path
 
 
-def run_samples_with_runtime(
-    pte_path: Path, samples: Sequence[Sequence[torch.Tensor]]
-) -> list[list[torch.Tensor]]:
+def run_samples_with_runtime(pte_path: Path, samples: Sequence[Sequence[torch.Tensor]]) -> list[list[torch.Tensor]]:
     """Load a ``.pte`` once through ``executorch.runtime`` and run ``forward`` per sample."""
     import backends.qualcomm  # noqa: F401  registers the QnnDelegate backend
     from executorch.runtime import Runtime
 
     program = Runtime.get().load_program(str(pte_path))  # keep: its methods point into it
     method = program.load_method("forward")
-    return [
-        [torch.as_tensor(out).clone() for out in method.execute(list(sample))] for sample in samples
-    ]
+    return [[torch.as_tensor(out).clone() for out in method.execute(list(sample))] for sample in samples]
 
 
 def run_with_runtime(pte_path: Path, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -178,11 +174,16 @@ def run_runner(
     output_dir.mkdir(parents=True, exist_ok=True)
     command = [
         str(runner or find_runner()),
-        "--model_path", str(pte_path),
-        "--input_list_path", str(input_list),
-        "--output_folder_path", str(output_dir),
-        "--iteration", str(iterations),
-        "--warm_up", str(warm_up),
+        "--model_path",
+        str(pte_path),
+        "--input_list_path",
+        str(input_list),
+        "--output_folder_path",
+        str(output_dir),
+        "--iteration",
+        str(iterations),
+        "--warm_up",
+        str(warm_up),
     ]
     if perf_path is not None:
         command += ["--performance_output_path", str(perf_path)]
@@ -204,9 +205,7 @@ def read_latency_ms(perf_path: Path) -> float | None:
     return None
 
 
-def read_raw_output(
-    output_dir: Path, sample_idx: int, output_idx: int, like: torch.Tensor
-) -> torch.Tensor:
+def read_raw_output(output_dir: Path, sample_idx: int, output_idx: int, like: torch.Tensor) -> torch.Tensor:
     """``output_<sample>_<output>.raw`` as a tensor with the dtype and shape of ``like``."""
     path = output_dir / f"output_{sample_idx}_{output_idx}.raw"
     if not path.is_file():

@@ -6,6 +6,7 @@ Without the libraries lowering still works (payload only; said once). When QNN r
 a graph, that delegate gets no context binary and a warning names the graph, op and QNN
 error; lowering never fails because of QNN.
 """
+
 from __future__ import annotations
 
 import logging
@@ -67,18 +68,17 @@ def qnn_binary_of(blob: bytes) -> Optional[bytes]:
     return section.BinaryAsNumpy().tobytes()
 
 
-def compile_qnn_section(blob: bytes, soc_model: int, vtcm_mb: int = 0,
-                        optimization_level: int = 0) -> QnnHtpSection:
+def compile_qnn_section(blob: bytes, soc_model: int, vtcm_mb: int = 0, optimization_level: int = 0) -> QnnHtpSection:
     """Every graph of `blob` built and finalized in one QNN context (RuntimeError when QNN
     refuses: the message names graph, op and QNN error)."""
     extension = load_extension()
     binary, graphs = extension.qnn_compile(blob, int(soc_model), int(vtcm_mb), int(optimization_level))
-    return QnnHtpSection(binary=bytes(binary), soc_model=int(soc_model),
-                         graphs=[(str(name), list(ids)) for name, ids in graphs])
+    return QnnHtpSection(
+        binary=bytes(binary), soc_model=int(soc_model), graphs=[(str(name), list(ids)) for name, ids in graphs]
+    )
 
 
-def attach_qnn_context(blob: bytes, soc_model: int, vtcm_mb: int = 0,
-                       label: str = "delegate") -> bytes:
+def attach_qnn_context(blob: bytes, soc_model: int, vtcm_mb: int = 0, label: str = "delegate") -> bytes:
     """`blob` with a QNN context binary added, or `blob` unchanged when the libraries are
     missing, disabled by QNN_DELEGATE_CONTEXT_BINARY=0, or QNN refuses a graph (warned)."""
     if not qnn_aot_enabled():
@@ -86,8 +86,7 @@ def attach_qnn_context(blob: bytes, soc_model: int, vtcm_mb: int = 0,
     try:
         section = compile_qnn_section(blob, soc_model, vtcm_mb)
     except RuntimeError as exc:
-        logger.warning("qnn-delegate: %s gets no QNN context binary (it runs on the host engine "
-                       "only): %s", label, exc)
+        logger.warning("qnn-delegate: %s gets no QNN context binary (it runs on the host engine only): %s", label, exc)
         return blob
     return wrap_context_binary(payload_of(blob), section)
 

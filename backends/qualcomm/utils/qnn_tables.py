@@ -7,6 +7,7 @@ ONE small QNN graph whose inputs are [n_codes] tensors, built and finalized once
 on every input code; the outputs are the ops' tables. The host engine then looks outputs up in
 them instead of evaluating the float function (its own table when a graph carries none).
 """
+
 from __future__ import annotations
 
 import copy
@@ -32,8 +33,7 @@ def _per_tensor(tensor: QnnTensor) -> bool:
 
 def _unary_codes(graph: QnnGraph, x_id: int, y_id: int) -> bool:
     x, y = graph.tensors[x_id], graph.tensors[y_id]
-    return (x.type != TensorType.STATIC and _per_tensor(x) and _per_tensor(y)
-            and x.data_type == y.data_type)
+    return x.type != TensorType.STATIC and _per_tensor(x) and _per_tensor(y) and x.data_type == y.data_type
 
 
 def _silu_gate(graph: QnnGraph, op: QnnOp) -> Optional[QnnOp]:
@@ -85,8 +85,9 @@ def table_graph(graph: QnnGraph, op_indices: List[int]) -> QnnGraph:
     probe = QnnGraph(name="qnn_tables")
 
     def tensor(name: str, kind: int, like: QnnTensor, n: int) -> int:
-        probe.tensors.append(QnnTensor(len(probe.tensors), name, kind, like.data_type, [1, n],
-                                       copy.deepcopy(like.quant)))
+        probe.tensors.append(
+            QnnTensor(len(probe.tensors), name, kind, like.data_type, [1, n], copy.deepcopy(like.quant))
+        )
         return probe.tensors[-1].id
 
     def add(name: str, op: QnnOp, inputs: List[int], outputs: List[int]) -> None:
@@ -174,5 +175,6 @@ def attach_tables_for_options(graph: QnnGraph, options, label: str = "delegate")
     vtcm = int(soc.htpInfo.vtcmSizeInMb) if soc is not None and soc.htpInfo is not None else 0
     error = attach_tables(graph, soc_model, vtcm)
     if error is not None:
-        logger.warning("qnn-delegate: %s: ops without a QNN lookup table (the host engine computes "
-                       "its own): %s", label, error)
+        logger.warning(
+            "qnn-delegate: %s: ops without a QNN lookup table (the host engine computes its own): %s", label, error
+        )

@@ -1,4 +1,5 @@
 """Runtime options of the loaded backend, forwarded to the native extension."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -22,7 +23,8 @@ def require_extension() -> Any:
     if extension is None:
         raise ImportError(
             "qnn-delegate native extension backends.qualcomm._qnn_delegate is not built; "
-            f"run `pip install --no-build-isolation --no-deps -e .` ({_EXTENSION_ERROR})")
+            f"run `pip install --no-build-isolation --no-deps -e .` ({_EXTENSION_ERROR})"
+        )
     return extension
 
 

@@ -1,4 +1,5 @@
 """Names of dumped tensors: `<node>_debugID_<handle>` (the only place the format is spelled)."""
+
 from __future__ import annotations
 
 import re

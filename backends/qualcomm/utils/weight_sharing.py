@@ -11,6 +11,7 @@ module then carries that same blob (ExecuTorch stores identical delegate blobs
 once) and a compile spec naming its own graph, which the runtime picks from the
 shared context.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,10 +59,8 @@ def _from_object(cls, obj) -> Any:
         value = getattr(obj, _camel(f.name), None)
         nested = _NESTED.get(f.name)
         if nested is not None and value is not None:
-            value = [_from_object(nested, v) for v in value] if isinstance(value, list) else \
-                _from_object(nested, value)
-        elif value is None and f.default is dataclasses.MISSING and \
-                f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            value = [_from_object(nested, v) for v in value] if isinstance(value, list) else _from_object(nested, value)
+        elif value is None and f.default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             value = f.default_factory()  # type: ignore[misc]
         else:
             value = _plain(f.name, value)
@@ -90,8 +89,10 @@ def with_graph_name(compile_specs: List[CompileSpec], graph_name: str) -> List[C
     """Compile specs whose qnn options name `graph_name` as the graph to run."""
     options = options_from_compile_specs(compile_specs)
     options.graphName = [graph_name]
-    return [CompileSpec(QCOM_COMPILE_SPEC_KEY, serialize_options(options))
-            if s.key == QCOM_COMPILE_SPEC_KEY else s for s in compile_specs]
+    return [
+        CompileSpec(QCOM_COMPILE_SPEC_KEY, serialize_options(options)) if s.key == QCOM_COMPILE_SPEC_KEY else s
+        for s in compile_specs
+    ]
 
 
 def _free_name(base: str, taken: Set[str]) -> str:
@@ -112,8 +113,9 @@ def check_unique_graph_names(graphs: List[QnnGraph]) -> None:
         seen[graph.name] = seen.get(graph.name, 0) + 1
     clashes = sorted(name for name, count in seen.items() if count > 1)
     if clashes:
-        raise QnnLoweringError(f"weight sharing: graph name(s) {clashes} are used by more than one graph "
-                               "of the shared context")
+        raise QnnLoweringError(
+            f"weight sharing: graph name(s) {clashes} are used by more than one graph of the shared context"
+        )
 
 
 def share_weights_across_methods(manager: EdgeProgramManager) -> bytes:
@@ -135,7 +137,9 @@ def share_weights_across_methods(manager: EdgeProgramManager) -> bytes:
     check_unique_graph_names(graphs)
     merged = attach_qnn_context_for_options(
         serialize_graphs(graphs, share_static_data=True),
-        options_from_compile_specs(modules[0][1].compile_specs), "weight-shared context")
+        options_from_compile_specs(modules[0][1].compile_specs),
+        "weight-shared context",
+    )
     for _, lowered in modules:
         lowered._processed_bytes = merged
         lowered._compile_specs = with_graph_name(lowered.compile_specs, names[id(lowered)])

@@ -14,6 +14,7 @@ failing node. `--float` skips quantization (fp16 HTP precision).
 Measured here: undamaged, all 112 dumped outputs pass (lowest SQNR 59 dB); with
 `--damage_node aten_convolution_default_10` exactly that conv fails (7.7 dB).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,10 +28,17 @@ if str(REPO_ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from backends.qualcomm import (  # noqa: E402
-    QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
+    QcomChipset,
+    generate_htp_compiler_spec,
+    generate_qnn_executorch_compiler_spec,
     to_edge_transform_and_lower_to_qnn,
 )
-from backends.qualcomm.debugger import CosineSimilarityComparator, MSEComparator, QNNIntermediateDebugger, SQNRComparator  # noqa: E402,E501
+from backends.qualcomm.debugger import (
+    CosineSimilarityComparator,
+    MSEComparator,
+    QNNIntermediateDebugger,
+    SQNRComparator,
+)  # noqa: E402,E501
 from qnn_models import imagenet  # noqa: E402
 from qnn_models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
 
@@ -44,12 +52,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--float", action="store_true", help="no quantization (fp16 precision)")
     parser.add_argument("--metric", choices=sorted(COMPARATORS), default="sqnr")
     parser.add_argument("--threshold", type=float, default=None, help="pass threshold of the metric")
-    parser.add_argument("--whole_graph_reference", action="store_true",
-                        help="reference = the whole edge graph run on the sample input (1-step differences "
-                             "then accumulate through the layers); default: each op's reference is computed "
-                             "from the delegate's inputs, so only an op's own error counts")
-    parser.add_argument("--damage_node", default=None,
-                        help="edge node name of a conv whose delegate weights are forced to 2 bits")
+    parser.add_argument(
+        "--whole_graph_reference",
+        action="store_true",
+        help="reference = the whole edge graph run on the sample input (1-step differences "
+        "then accumulate through the layers); default: each op's reference is computed "
+        "from the delegate's inputs, so only an op's own error counts",
+    )
+    parser.add_argument(
+        "--damage_node", default=None, help="edge node name of a conv whose delegate weights are forced to 2 bits"
+    )
     return parser.parse_args(argv)
 
 
@@ -72,7 +84,8 @@ def quantize(model: torch.nn.Module, calibration: list) -> torch.fx.GraphModule:
 
 def compiler_specs(use_fp16: bool) -> list:
     return generate_qnn_executorch_compiler_spec(
-        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=use_fp16), dump_intermediate_outputs=True)
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=use_fp16), dump_intermediate_outputs=True
+    )
 
 
 def main(argv=None) -> int:
@@ -87,8 +100,9 @@ def main(argv=None) -> int:
         from qnn_models.damage import damage_conv_weights_in_delegate
 
         with damage_conv_weights_in_delegate(args.damage_node, bits=2):
-            edge = to_edge_transform_and_lower_to_qnn(module, sample, compiler_specs(args.float),
-                                                      generate_etrecord=True)
+            edge = to_edge_transform_and_lower_to_qnn(
+                module, sample, compiler_specs(args.float), generate_etrecord=True
+            )
     else:
         edge = to_edge_transform_and_lower_to_qnn(module, sample, compiler_specs(args.float), generate_etrecord=True)
     debugger = QNNIntermediateDebugger(sample)
@@ -97,7 +111,9 @@ def main(argv=None) -> int:
     etdump, debug_buffer = debugger.run(pte_path, str(artifact))
     print(f"[debugger] wrote {etdump} and {debug_buffer}")
     threshold = args.threshold if args.threshold is not None else DEFAULT_THRESHOLDS[args.metric]
-    report = debugger.compare(etdump, debug_buffer, COMPARATORS[args.metric](threshold), isolate=not args.whole_graph_reference)
+    report = debugger.compare(
+        etdump, debug_buffer, COMPARATORS[args.metric](threshold), isolate=not args.whole_graph_reference
+    )
     csv_path = report.write_csv(str(artifact / "debug_report.csv"))
     svg_path = report.write_svg(str(artifact / "debug_graph.svg"), "MobileNetV2: delegate vs CPU reference")
     print(f"[debugger] wrote {csv_path} and {svg_path}")

@@ -1,6 +1,7 @@
 """Debug handles and the debugger's pieces without a run: ResolveDebugHandle (unique handles in
 topological order, getitem nodes sharing their source's), the comparators, dumped tensors
 (names carrying the handle, layouts) and reports built from captured outputs."""
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,9 @@ def _edge_program(module, inputs, passes=None):
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     ep = torch.export.export(module.eval(), inputs, strict=False)
-    manager = to_edge_transform_and_lower(ep, transform_passes=passes,
-                                          compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    manager = to_edge_transform_and_lower(
+        ep, transform_passes=passes, compile_config=EdgeCompileConfig(_check_ir_validity=False)
+    )
     return manager.exported_program()
 
 
@@ -78,9 +80,11 @@ class TestResolveDebugHandle:
             generate_qnn_executorch_compiler_spec,
             to_edge_transform_and_lower_to_qnn,
         )
+
         specs = generate_qnn_executorch_compiler_spec(QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=False))
-        manager = to_edge_transform_and_lower_to_qnn(HardsigmoidTopk(), (torch.randn(2, 5),), specs,
-                                                     generate_etrecord=True)
+        manager = to_edge_transform_and_lower_to_qnn(
+            HardsigmoidTopk(), (torch.randn(2, 5),), specs, generate_etrecord=True
+        )
         graph = manager._etrecord.graph_map["edge_after_transform/forward"].graph
         owners = [n for n in graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
         assert [node_debug_handle(n) for n in owners] == list(range(1, len(owners) + 1))
@@ -91,7 +95,7 @@ class TestResolveDebugHandle:
         assert sorted(owners.values()) == sorted(set(owners.values()))
         calls = [n for n in graph.nodes if n.op == "call_function" and n.target is not operator.getitem]
         for node, handle in owners.items():
-            later = [n for n in calls[calls.index(node) + 1:] if node_debug_handle(n) == handle]
+            later = [n for n in calls[calls.index(node) + 1 :] if node_debug_handle(n) == handle]
             assert later == []
 
 
@@ -127,8 +131,7 @@ class TestDumpedTensor:
         scale, zero_point = 0.5, 10
         codes = torch.randint(0, 256, (2, 3, 4, 5), generator=torch.Generator().manual_seed(0))
         logged = ((codes - zero_point) * scale).to(torch.float32)
-        dumped = DumpedTensor(1, "x_debugID_1", "UFIXED_POINT_8", [2, 4, 5, 3], LAYOUT_CHANNEL_LAST,
-                              scale, zero_point)
+        dumped = DumpedTensor(1, "x_debugID_1", "UFIXED_POINT_8", [2, 4, 5, 3], LAYOUT_CHANNEL_LAST, scale, zero_point)
         assert torch.equal(dumped.to_reference_layout(logged), logged.to(torch.float64))
         assert torch.equal(dumped.to_reference_layout(logged, dequantize=False), codes.to(torch.float64))
 
@@ -151,8 +154,9 @@ class TestReportFromCapturedOutputs:
         if perturb_index is not None:
             runtime[handles[perturb_index]][0] += 1.0
         debugger = QNNIntermediateDebugger(sample)
-        debugger.dumped = {h: [DumpedTensor(h, f"t_debugID_{h}", "FLOAT_32", list(t.shape)) for t in runtime[h]]
-                           for h in handles}
+        debugger.dumped = {
+            h: [DumpedTensor(h, f"t_debugID_{h}", "FLOAT_32", list(t.shape)) for t in runtime[h]] for h in handles
+        }
         return debugger._report(graph, reference, runtime, SQNRComparator(30.0)), handles
 
     def test_all_pass_and_multi_output_rows(self, tmp_path):

@@ -6,6 +6,7 @@ quantize / dequantize folded into it), and pads each handle for delegates with s
 (TensorDump.h, qnn_preprocess._debug_handle_map). Also our QNNIntermediateDebugger on the same
 models (plain and isolated references, folded batch norms, a damaged delegate) and node-by-node
 comparison of the two engines. Runs on QNN's engine when its library loads, else on the host."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +16,10 @@ import pytest
 import torch
 
 from backends.qualcomm import (
-    QcomChipset, QnnPartitioner, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
+    QcomChipset,
+    QnnPartitioner,
+    generate_htp_compiler_spec,
+    generate_qnn_executorch_compiler_spec,
 )
 from backends.qualcomm.debugger import QNNIntermediateDebugger, SQNRComparator
 from backends.qualcomm.debugger.dump_info import collect_dumped_tensors
@@ -72,21 +76,24 @@ class BlockWithCpuSections(nn.Module):
 
 
 def _specs(fp16: bool) -> list:
-    return generate_qnn_executorch_compiler_spec(QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=fp16),
-                                                 dump_intermediate_outputs=True)
+    return generate_qnn_executorch_compiler_spec(
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=fp16), dump_intermediate_outputs=True
+    )
 
 
 class PlainFlow:
     """The standard devtools flow, as docs/debugging.md shows it: plain to_edge_transform_and_lower."""
 
-    def __init__(self, module: nn.Module, sample: Tuple[torch.Tensor, ...], folder: Path,
-                 quantized: bool = False):
+    def __init__(self, module: nn.Module, sample: Tuple[torch.Tensor, ...], folder: Path, quantized: bool = False):
         from executorch.exir import to_edge_transform_and_lower
         from executorch.runtime import Runtime
 
         model = quantize_8a8w(module, sample) if quantized else module.eval()
-        edge = to_edge_transform_and_lower(torch.export.export(model, sample), partitioner=[QnnPartitioner(
-            _specs(fp16=not quantized))], generate_etrecord=True)
+        edge = to_edge_transform_and_lower(
+            torch.export.export(model, sample),
+            partitioner=[QnnPartitioner(_specs(fp16=not quantized))],
+            generate_etrecord=True,
+        )
         self.dumped = collect_dumped_tensors(edge.exported_program())
         program = edge.to_executorch()
         self.pte, self.etrecord = folder / "model.pte", folder / "model.etrecord"
@@ -102,8 +109,9 @@ class PlainFlow:
     def numeric_gap(self, reference_graph: Optional[str] = None):
         from executorch.devtools import Inspector
 
-        inspector = Inspector(etdump_path=str(self.etdump), etrecord=str(self.etrecord),
-                              debug_buffer_path=str(self.debug_buffer))
+        inspector = Inspector(
+            etdump_path=str(self.etdump), etrecord=str(self.etrecord), debug_buffer_path=str(self.debug_buffer)
+        )
         return inspector.calculate_numeric_gap("MSE", reference_graph=reference_graph)
 
 
@@ -114,8 +122,13 @@ def _row_errors(df) -> List[Tuple[List[str], float, float]]:
         aot, runtime = row["aot_intermediate_output"], row["runtime_intermediate_output"]
         assert isinstance(aot, torch.Tensor) and isinstance(runtime, torch.Tensor), row["aot_ops"]
         assert tuple(aot.shape) == tuple(runtime.shape), (row["aot_ops"], aot.shape, runtime.shape)
-        rows.append((list(row["aot_ops"]), float((aot.double() - runtime.double()).abs().max()),
-                     float(aot.double().abs().max())))
+        rows.append(
+            (
+                list(row["aot_ops"]),
+                float((aot.double() - runtime.double()).abs().max()),
+                float(aot.double().abs().max()),
+            )
+        )
     return rows
 
 
@@ -154,8 +167,13 @@ def test_fp16_batch_norm_folded_into_conv_maps_to_the_batch_norm(fp16_resnet):
     """Each conv row holds its folded BatchNorm too (the tensor is compared with the batch
     norm's output, not the conv's: before, conv rows showed MSE 0.45-0.76)."""
     rows = _row_errors(fp16_resnet.numeric_gap())
-    assert [ops for ops, _, _ in rows] == [["conv2d", "batch_norm"], ["relu"], ["conv2d_1", "batch_norm_1"],
-                                          ["add"], ["relu_1"]]
+    assert [ops for ops, _, _ in rows] == [
+        ["conv2d", "batch_norm"],
+        ["relu"],
+        ["conv2d_1", "batch_norm_1"],
+        ["add"],
+        ["relu_1"],
+    ]
     for ops, err, magnitude in rows:
         assert err <= 5e-3 * max(magnitude, 1.0), (ops, err)
 
@@ -201,6 +219,7 @@ def test_three_delegates_with_cpu_sections(tmp_path):
 
 # ---- our debugger on the same models ----------------------------------------------------------
 
+
 def test_debugger_fp16_batch_norm_no_false_failures(tmp_path):
     """Defect 3: convs with a folded BatchNorm were reported failing (SQNR -7..3 dB), worse
     isolated; now they are compared with the batch norm's output, in both modes."""
@@ -217,11 +236,17 @@ def test_debugger_fp16_batch_norm_damaged_conv(tmp_path):
     """The second conv's weights coarsened to 2 bits in the delegate: the first (and, isolated,
     the only) failing row is its folded batch norm's, which holds the conv's tensor."""
     torch.manual_seed(0)
-    run = DebugRun(ResBlockBN(), (torch.randn(1, 3, 8, 8),), tmp_path, comparator=SQNRComparator(40.0),
-                   damage_node="aten_convolution_default_1")
+    run = DebugRun(
+        ResBlockBN(),
+        (torch.randn(1, 3, 8, 8),),
+        tmp_path,
+        comparator=SQNRComparator(40.0),
+        damage_node="aten_convolution_default_1",
+    )
     first = run.report.first_failure
-    assert first is not None and first.target == "aten._native_batch_norm_legit_no_training.default", \
+    assert first is not None and first.target == "aten._native_batch_norm_legit_no_training.default", (
         run.report.summary()
+    )
     isolated = run.debugger.compare(run.etdump, run.debug_buffer, SQNRComparator(40.0), isolate=True)
     assert [r.debug_handle for r in isolated.failed] == [first.debug_handle], isolated.summary()
 
@@ -234,21 +259,33 @@ def test_debugger_three_delegates_correct_and_damaged(tmp_path):
     run = DebugRun(BlockWithCpuSections(), sample, tmp_path / "block", comparator=SQNRComparator(40.0))
     assert run.report.failed == [] and len(run.report.compared) >= 10, run.report.summary()
     torch.manual_seed(0)
-    damaged = DebugRun(BlockWithCpuSections(), sample, tmp_path / "damaged", comparator=SQNRComparator(40.0),
-                       damage_node="aten_linear_default_1")
+    damaged = DebugRun(
+        BlockWithCpuSections(),
+        sample,
+        tmp_path / "damaged",
+        comparator=SQNRComparator(40.0),
+        damage_node="aten_linear_default_1",
+    )
     first = damaged.report.first_failure
     assert first is not None and first.node == "aten_linear_default_1", damaged.report.summary()
 
 
 def test_debugger_quantized_damaged_conv(tmp_path):
     torch.manual_seed(0)
-    damaged = DebugRun(ConvNet(), (torch.randn(1, 3, 8, 8),), tmp_path, quantized=True,
-                       comparator=SQNRComparator(20.0), damage_node="aten_convolution_default_1")
+    damaged = DebugRun(
+        ConvNet(),
+        (torch.randn(1, 3, 8, 8),),
+        tmp_path,
+        quantized=True,
+        comparator=SQNRComparator(20.0),
+        damage_node="aten_convolution_default_1",
+    )
     assert damaged.report.first_failure is not None
     assert damaged.report.first_failure.node == "aten_convolution_default_1", damaged.report.summary()
 
 
 # ---- the two engines, node by node ---------------------------------------------------------------
+
 
 @needs_qnn
 def test_compare_engines_node_by_node(quant_conv, tmp_path):

@@ -1,6 +1,7 @@
 """The intermediate-output debugger end to end: lower with dumping on, run with ETDump, compare
 each delegated node with the CPU reference (float and 8a8w, a damaged conv named first);
 the plain lowering flow; no dumps when dumping is off."""
+
 from __future__ import annotations
 
 import math
@@ -78,8 +79,13 @@ class TestQNNIntermediateDebugger:
 
     def test_damaged_quantization_is_the_first_failing_node(self, tmp_path):
         torch.manual_seed(0)
-        run = DebugRun(SimpleModel(), (torch.randn(1, 3, 12, 12),), tmp_path, quantized=True,
-                       damage_node="aten_convolution_default_1")
+        run = DebugRun(
+            SimpleModel(),
+            (torch.randn(1, 3, 12, 12),),
+            tmp_path,
+            quantized=True,
+            damage_node="aten_convolution_default_1",
+        )
         first = run.report.first_failure
         assert first is not None and first.node == "aten_convolution_default_1"
         assert first.value < 10.0  # 2-bit weights: SQNR collapses
@@ -90,15 +96,21 @@ class TestQNNIntermediateDebugger:
         """The damaged conv and the relu fused into it (HTP computes the relu from the conv's
         accumulator, so its isolated reference is relu(conv) from the conv's inputs); nothing else."""
         torch.manual_seed(0)
-        run = DebugRun(SimpleModel(), (torch.randn(1, 3, 12, 12),), tmp_path, quantized=True,
-                       damage_node="aten_convolution_default_1")
+        run = DebugRun(
+            SimpleModel(),
+            (torch.randn(1, 3, 12, 12),),
+            tmp_path,
+            quantized=True,
+            damage_node="aten_convolution_default_1",
+        )
         isolated = run.debugger.compare(run.etdump, run.debug_buffer, SQNRComparator(20.0), isolate=True)
         assert [r.node for r in isolated.failed] == ["aten_convolution_default_1", "aten_relu_default_1"]
         assert len(isolated.compared) == len(run.report.compared)
 
     def test_isolated_reference_of_a_correct_delegate_is_exact_or_close(self, quant_run):
-        isolated = quant_run.debugger.compare(quant_run.etdump, quant_run.debug_buffer, SQNRComparator(40.0),
-                                              isolate=True)
+        isolated = quant_run.debugger.compare(
+            quant_run.etdump, quant_run.debug_buffer, SQNRComparator(40.0), isolate=True
+        )
         assert len(isolated.compared) == 8 and isolated.failed == []
 
     def test_outputs_written(self, quant_run, tmp_path):
@@ -115,10 +127,15 @@ class TestQNNIntermediateDebugger:
 
         from backends.qualcomm.debugger import REFERENCE_GRAPH_NAME, InspectorComparator
 
-        inspector = Inspector(etdump_path=quant_run.etdump, etrecord=quant_run.debugger.etrecord_path,
-                              debug_buffer_path=quant_run.debug_buffer, reference_graph_name=REFERENCE_GRAPH_NAME)
-        gap = inspector.calculate_numeric_gap(InspectorComparator(SQNRComparator(), quant_run.debugger.dumped),
-                                              reference_graph=REFERENCE_GRAPH_NAME)
+        inspector = Inspector(
+            etdump_path=quant_run.etdump,
+            etrecord=quant_run.debugger.etrecord_path,
+            debug_buffer_path=quant_run.debug_buffer,
+            reference_graph_name=REFERENCE_GRAPH_NAME,
+        )
+        gap = inspector.calculate_numeric_gap(
+            InspectorComparator(SQNRComparator(), quant_run.debugger.dumped), reference_graph=REFERENCE_GRAPH_NAME
+        )
         assert len(gap) == len(quant_run.payload_handles())
         assert all(g[0] > 30.0 for g in gap["gap"])
 
@@ -134,10 +151,24 @@ class TestQNNIntermediateDebugger:
         sample = float_run.debugger.sample_input[0]
         (tmp_path / "in.raw").write_bytes(sample.numpy().tobytes())
         (tmp_path / "list.txt").write_text(str(tmp_path / "in.raw") + "\n")
-        subprocess.run([runner, "--model_path", float_run.pte, "--input_list_path", str(tmp_path / "list.txt"),
-                        "--etdump_path", str(etdump), "--dump_intermediate_outputs",
-                        "--debug_output_path", str(buffer), "--debug_buffer_size", str(1 << 20)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                runner,
+                "--model_path",
+                float_run.pte,
+                "--input_list_path",
+                str(tmp_path / "list.txt"),
+                "--etdump_path",
+                str(etdump),
+                "--dump_intermediate_outputs",
+                "--debug_output_path",
+                str(buffer),
+                "--debug_buffer_size",
+                str(1 << 20),
+            ],
+            check=True,
+            capture_output=True,
+        )
         from_runner = read_delegate_dumps(str(etdump), str(buffer))
         from_python = read_delegate_dumps(float_run.etdump, float_run.debug_buffer)
         assert sorted(from_runner) == sorted(from_python) == sorted(float_run.payload_handles())
@@ -166,9 +197,12 @@ class TestPlainLoweringFlow:
         torch.manual_seed(0)
         sample = (torch.randn(2, 6),)
         ep = torch.export.export(GluModel().eval(), sample, strict=False)
-        edge = to_edge_transform_and_lower(ep, partitioner=[QnnPartitioner(debug_specs(True, True))],
-                                           compile_config=EdgeCompileConfig(_check_ir_validity=False),
-                                           generate_etrecord=True)
+        edge = to_edge_transform_and_lower(
+            ep,
+            partitioner=[QnnPartitioner(debug_specs(True, True))],
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+            generate_etrecord=True,
+        )
         debugger = QNNIntermediateDebugger(sample, reference_graph_name=EDGE_DIALECT_GRAPH_NAME)
         pte = debugger.save(edge, str(tmp_path))
         report = debugger.compare(*debugger.run(pte, str(tmp_path)), SQNRComparator(40.0))

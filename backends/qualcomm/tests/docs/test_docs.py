@@ -10,6 +10,7 @@
 
 Standard library only (plus pytest): no test helper module is imported.
 """
+
 from __future__ import annotations
 
 import os
@@ -88,9 +89,15 @@ def _test_sources() -> Tuple[set, str]:
 def test_named_tests_exist(page):
     files, code = _test_sources()
     names = {n for span in INLINE_CODE.findall(page.read_text()) for n in TEST_NAME.findall(span)}
-    missing = sorted(n for n in names if not (
-        n in files if n.endswith(".py") else
-        f"{n}.py" in files or re.search(rf"^\s*(?:def|class) {re.escape(n)}\b", code, re.M)))
+    missing = sorted(
+        n
+        for n in names
+        if not (
+            n in files
+            if n.endswith(".py")
+            else f"{n}.py" in files or re.search(rf"^\s*(?:def|class) {re.escape(n)}\b", code, re.M)
+        )
+    )
     assert not missing, f"{_rel(page)} names tests that do not exist: {missing}"
 
 
@@ -139,7 +146,13 @@ def test_every_promised_snippet_is_marked_runnable():
 def test_runnable_snippets_run_as_written(key, tmp_path):
     script = tmp_path / f"{key[1]}.py"
     script.write_text(GROUPS[key])
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=600, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+    )
     assert result.returncode == 0, f"{key[0]} '{key[1]}' exited {result.returncode}:\n{result.stderr[-4000:]}"
     EXPECTED.get(key, lambda stdout: None)(result.stdout)

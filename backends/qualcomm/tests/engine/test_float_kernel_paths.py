@@ -6,6 +6,7 @@ fused into its producer or not.
 Each run reads the code path the kernel picked (Kernel::path, through the test hooks), so a
 silent fallback fails the test; each path is also checked against torch.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,14 @@ import pytest
 
 from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.tests.helpers.payload_builder import (
-    BOOL, F32, U32, GraphBuilder, conv_params, randn, scalar, torch_conv_nhwc,
+    BOOL,
+    F32,
+    U32,
+    GraphBuilder,
+    conv_params,
+    randn,
+    scalar,
+    torch_conv_nhwc,
 )
 from backends.qualcomm.tests.helpers.runtime import test_hooks
 

@@ -3,6 +3,7 @@
 The payloads are hand-made graphs (payload_builder.GraphBuilder) written by the AOT
 payload writer, so these tests check the C++ engine against numpy/torch without the
 lowering passes or builders."""
+
 from __future__ import annotations
 
 from typing import Dict, List
@@ -14,12 +15,28 @@ import torch.nn.functional as F
 
 from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.tests.helpers.payload_builder import (
-    BOOL, F32, I32, NP_TO_QNN, U32, GraphBuilder, conv_params, randn, scalar, torch_conv_nhwc, u32,
+    BOOL,
+    F32,
+    I32,
+    NP_TO_QNN,
+    U32,
+    GraphBuilder,
+    conv_params,
+    randn,
+    scalar,
+    torch_conv_nhwc,
+    u32,
 )
 
 
-def run_single(op_type: str, inputs: List[np.ndarray], out_shape, statics: Dict[int, np.ndarray] = {},
-               out_dtype: int = F32, **params) -> np.ndarray:
+def run_single(
+    op_type: str,
+    inputs: List[np.ndarray],
+    out_shape,
+    statics: Dict[int, np.ndarray] = {},
+    out_dtype: int = F32,
+    **params,
+) -> np.ndarray:
     """One op; inputs[i] is a graph input unless i is in `statics` (then STATIC data)."""
     g = GraphBuilder()
     ids, feeds = [], []
@@ -35,21 +52,30 @@ def run_single(op_type: str, inputs: List[np.ndarray], out_shape, statics: Dict[
 
 
 # ---- kernels ---------------------------------------------------------------------------
-@pytest.mark.parametrize("k,stride,pad,dil,groups,cin,cout", [
-    (1, 1, 0, 1, 1, 16, 40),    # pointwise GEMM path
-    (3, 1, 1, 1, 1, 3, 8),      # im2col path
-    (3, 2, 1, 1, 1, 5, 33),     # stride 2, Cout not a multiple of the panel width
-    (3, 1, 2, 2, 1, 4, 6),      # dilation
-    (3, 1, 1, 1, 2, 8, 12),     # groups
-])
+@pytest.mark.parametrize(
+    "k,stride,pad,dil,groups,cin,cout",
+    [
+        (1, 1, 0, 1, 1, 16, 40),  # pointwise GEMM path
+        (3, 1, 1, 1, 1, 3, 8),  # im2col path
+        (3, 2, 1, 1, 1, 5, 33),  # stride 2, Cout not a multiple of the panel width
+        (3, 1, 2, 2, 1, 4, 6),  # dilation
+        (3, 1, 1, 1, 2, 8, 12),  # groups
+    ],
+)
 def test_conv2d(k, stride, pad, dil, groups, cin, cout):
     x = randn(2, 9, 11, cin, seed=1)
     w = randn(k, k, cin // groups, cout, seed=2)
     b = randn(cout, seed=3)
     pads = ((pad, pad), (pad, pad))
     ref = torch_conv_nhwc(x, w, b, (stride, stride), pads, (dil, dil), groups)
-    y = run_single("Conv2d", [x, w, b], ref.shape, statics={1: w, 2: b},
-                   group=scalar(U32, groups), **conv_params((stride, stride), pads, (dil, dil)))
+    y = run_single(
+        "Conv2d",
+        [x, w, b],
+        ref.shape,
+        statics={1: w, 2: b},
+        group=scalar(U32, groups),
+        **conv_params((stride, stride), pads, (dil, dil)),
+    )
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
@@ -61,8 +87,7 @@ def test_depthwise_conv2d(mult, stride):
     b = randn(c * mult, seed=6)
     pads = ((1, 1), (1, 1))
     ref = torch_conv_nhwc(x, w, b, (stride, stride), pads, (1, 1), c)
-    y = run_single("DepthWiseConv2d", [x, w, b], ref.shape, statics={1: w, 2: b},
-                   **conv_params((stride, stride), pads))
+    y = run_single("DepthWiseConv2d", [x, w, b], ref.shape, statics={1: w, 2: b}, **conv_params((stride, stride), pads))
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
@@ -71,8 +96,7 @@ def test_fully_connected(keep_dims):
     x, w, b = randn(2, 3, 20, seed=7), randn(37, 20, seed=8), randn(37, seed=9)
     ref = x @ w.T + b
     shape = ref.shape if keep_dims else (6, 37)
-    y = run_single("FullyConnected", [x, w, b], shape, statics={1: w, 2: b},
-                   keep_dims=scalar(BOOL, int(keep_dims)))
+    y = run_single("FullyConnected", [x, w, b], shape, statics={1: w, 2: b}, keep_dims=scalar(BOOL, int(keep_dims)))
     np.testing.assert_allclose(y, ref.reshape(shape), rtol=1e-4, atol=1e-4)
 
 
@@ -82,8 +106,9 @@ def test_matmul_broadcast(ta, tb):
     ref = a @ b
     a_in = np.ascontiguousarray(np.swapaxes(a, -1, -2)) if ta else a
     b_in = np.ascontiguousarray(np.swapaxes(b, -1, -2)) if tb else b
-    y = run_single("MatMul", [a_in, b_in], ref.shape, transpose_in0=scalar(BOOL, int(ta)),
-                   transpose_in1=scalar(BOOL, int(tb)))
+    y = run_single(
+        "MatMul", [a_in, b_in], ref.shape, transpose_in0=scalar(BOOL, int(ta)), transpose_in1=scalar(BOOL, int(tb))
+    )
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
@@ -96,13 +121,21 @@ def test_softmax_middle_axis():
 def test_layer_norm():
     x, gamma, beta = randn(2, 4, 16, seed=13), randn(16, seed=14), randn(16, seed=15)
     ref = F.layer_norm(torch.from_numpy(x), (16,), torch.from_numpy(gamma), torch.from_numpy(beta), 1e-5)
-    y = run_single("LayerNorm", [x, gamma, beta], x.shape, statics={1: gamma, 2: beta},
-                   epsilon=scalar(F32, 1e-5), axes=u32([2]))
+    y = run_single(
+        "LayerNorm", [x, gamma, beta], x.shape, statics={1: gamma, 2: beta}, epsilon=scalar(F32, 1e-5), axes=u32([2])
+    )
     np.testing.assert_allclose(y, ref.numpy(), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("op,fn", [("ElementWiseAdd", np.add), ("ElementWiseSubtract", np.subtract),
-                                   ("ElementWiseMultiply", np.multiply), ("ElementWiseDivide", np.divide)])
+@pytest.mark.parametrize(
+    "op,fn",
+    [
+        ("ElementWiseAdd", np.add),
+        ("ElementWiseSubtract", np.subtract),
+        ("ElementWiseMultiply", np.multiply),
+        ("ElementWiseDivide", np.divide),
+    ],
+)
 def test_binary_broadcast(op, fn):
     a, b = randn(2, 1, 4, 5, seed=16), randn(3, 1, 5, seed=17) + 3.0
     y = run_single(op, [a, b], (2, 3, 4, 5))
@@ -114,9 +147,15 @@ def test_pool_avg(count_pad):
     x = randn(1, 7, 8, 6, seed=18)
     xt = torch.from_numpy(x).permute(0, 3, 1, 2)
     ref = F.avg_pool2d(xt, 3, 2, 1, count_include_pad=count_pad).permute(0, 2, 3, 1).numpy()
-    y = run_single("PoolAvg2d", [x], ref.shape, filter_size=u32([3, 3]), stride=u32([2, 2]),
-                   pad_amount=("tensor", U32, np.asarray([[1, 1], [1, 1]]), [2, 2]),
-                   count_pad_for_edges=scalar(BOOL, int(count_pad)))
+    y = run_single(
+        "PoolAvg2d",
+        [x],
+        ref.shape,
+        filter_size=u32([3, 3]),
+        stride=u32([2, 2]),
+        pad_amount=("tensor", U32, np.asarray([[1, 1], [1, 1]]), [2, 2]),
+        count_pad_for_edges=scalar(BOOL, int(count_pad)),
+    )
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
 
 
@@ -124,8 +163,14 @@ def test_pool_max():
     x = randn(2, 9, 9, 5, seed=19)
     xt = torch.from_numpy(x).permute(0, 3, 1, 2)
     ref = F.max_pool2d(xt, 3, 2, 1).permute(0, 2, 3, 1).numpy()
-    y = run_single("PoolMax2d", [x], ref.shape, filter_size=u32([3, 3]), stride=u32([2, 2]),
-                   pad_amount=("tensor", U32, np.asarray([[1, 1], [1, 1]]), [2, 2]))
+    y = run_single(
+        "PoolMax2d",
+        [x],
+        ref.shape,
+        filter_size=u32([3, 3]),
+        stride=u32([2, 2]),
+        pad_amount=("tensor", U32, np.asarray([[1, 1], [1, 1]]), [2, 2]),
+    )
     np.testing.assert_array_equal(y, ref)
 
 
@@ -158,8 +203,10 @@ def test_gather_index_out_of_range_is_an_error():
 
 # Rsqrt / SquareRoot at the edges of their domain: zeros of both signs, negatives, infinities,
 # NaN, subnormals (the engine must not flush them to zero), the largest float.
-EDGE_VALUES = np.asarray([0.0, -0.0, -1.0, -1e-30, np.inf, -np.inf, np.nan, 1e-40, 1.4e-45,
-                          1.17549435e-38, 1.0, 4.0, 2.0, 3.4e38], np.float32)
+EDGE_VALUES = np.asarray(
+    [0.0, -0.0, -1.0, -1e-30, np.inf, -np.inf, np.nan, 1e-40, 1.4e-45, 1.17549435e-38, 1.0, 4.0, 2.0, 3.4e38],
+    np.float32,
+)
 
 
 @pytest.mark.parametrize("op,fn", [("ElementWiseRsqrt", torch.rsqrt), ("ElementWiseSquareRoot", torch.sqrt)])
@@ -192,10 +239,15 @@ def run_topk(x: np.ndarray, k: int):
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_topk_ties_and_nan(k):
     nan, inf = np.nan, np.inf
-    x = np.asarray([[1, 3, 3, 2, 3, 0],            # ties: lower index first
-                    [nan, 5, nan, 5, -inf, inf],   # NaN ranks above +inf (as in torch)
-                    [2, 2, 2, 2, 2, 2],            # all equal
-                    [-0.0, 0.0, -1, -0.0, 1e-40, -1e-40]], np.float32)  # signed zeros, subnormals
+    x = np.asarray(
+        [
+            [1, 3, 3, 2, 3, 0],  # ties: lower index first
+            [nan, 5, nan, 5, -inf, inf],  # NaN ranks above +inf (as in torch)
+            [2, 2, 2, 2, 2, 2],  # all equal
+            [-0.0, 0.0, -1, -0.0, 1e-40, -1e-40],
+        ],
+        np.float32,
+    )  # signed zeros, subnormals
     values, indices = run_topk(x, k)
     ref_values, ref_indices = torch.sort(torch.from_numpy(x), dim=-1, descending=True, stable=True)
     np.testing.assert_array_equal(values, ref_values[:, :k].numpy())

@@ -3,6 +3,7 @@ blob, a flipped byte (signature mismatch), tensor ids out of range or not equal 
 a wrong static data size, an unknown op type, mismatched output dims, a missing param, a wrong
 input dtype are clear errors naming what is wrong; fp16 inputs are rounded without touching the
 caller's buffer; runtime option errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,8 +31,10 @@ def test_valid_payload_verifies():
     # The Python writer's signature is the C++ loader's FNV-1a of the same bytes...
     assert qd.fnv1a64(payload) == fnv1a64(payload)
     graph = describe_payload(blob)[0]
-    assert (graph.name, [(op.type, op.inputs, op.outputs) for op in graph.ops]) == \
-        ("test_graph", [("Relu", ["x"], ["y"])])
+    assert (graph.name, [(op.type, op.inputs, op.outputs) for op in graph.ops]) == (
+        "test_graph",
+        [("Relu", ["x"], ["y"])],
+    )
     assert (graph.inputs, graph.outputs) == (["x"], ["y"])
     x = np.asarray([[-1.5, 0.0, 2.0], [3.0, -4.0, 5.25]], np.float32)
     np.testing.assert_array_equal(qd.run_payload(blob, [x])[0], np.maximum(x, 0))

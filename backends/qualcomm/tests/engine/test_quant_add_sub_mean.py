@@ -2,13 +2,20 @@
 against a numpy model of QNN HTP's arithmetic (no QNN needed): every 8-bit input pair,
 random 16-bit pairs, saturation, extreme scale ratios, broadcast and static scalars, and
 the PT2E-style reference (QNN_DELEGATE_REFERENCE_KERNELS=1) within one step."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from backends.qualcomm.tests.helpers.htp_add_sub_mean import (
-    Case, expected, htp_mean, mean_cases, random_cases, run_host, run_host_mean,
+    Case,
+    expected,
+    htp_mean,
+    mean_cases,
+    random_cases,
+    run_host,
+    run_host_mean,
 )
 
 
@@ -40,13 +47,13 @@ def test_random_encodings_broadcast_and_scalars_match_htp_model(bits):
 
 @pytest.mark.parametrize("bits", [8, 16])
 def test_saturation_and_extreme_scale_ratios(bits):
-    qmax = 2 ** bits - 1
+    qmax = 2**bits - 1
     shape = (1, 1, 64)
     x = np.concatenate([[0, qmax, 1, qmax - 1], np.random.default_rng(3).integers(0, qmax + 1, 60)])
     y = x[::-1].copy()
     encs = [
-        ((1.0, 0), (1.0, 0), (1e-3, 0)),          # ratio 1000: saturates, smallest shift
-        ((1e-4, -qmax), (1e-4, 0), (1.0, 0)),     # ratio 1e-4: largest shift (cap), output ~ 0
+        ((1.0, 0), (1.0, 0), (1e-3, 0)),  # ratio 1000: saturates, smallest shift
+        ((1e-4, -qmax), (1e-4, 0), (1.0, 0)),  # ratio 1e-4: largest shift (cap), output ~ 0
         ((0.05, -(qmax // 2)), (0.05, -(qmax // 2)), (0.05, -(qmax // 2))),  # equal encodings
         ((0.02, 0), (0.3, -qmax), (0.01, -qmax)),  # negative results clamp to 0
     ]

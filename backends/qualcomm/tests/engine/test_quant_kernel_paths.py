@@ -5,6 +5,7 @@ large enough to be split over threads; each path must also equal HTP's numpy mod
 also reads the code path the kernel picked (Kernel::path, "<mac>/<requant>", through the test
 hooks), so a silent fallback to the plain loops or to scalar requantization fails the test.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,17 @@ import torch
 from backends.qualcomm.tests.helpers.htp_requant_reference import htp_requantize, htp_requantize16
 from backends.qualcomm.tests.helpers.payload_builder import F32, U32, randn, scalar, u32
 from backends.qualcomm.tests.helpers.quant_reference import (
-    U8, U16, QGraph, act_quant, conv_ref, dequantize, gen_bool, int_conv, pack_bits, quantize, weight_dtype,
+    U8,
+    U16,
+    QGraph,
+    act_quant,
+    conv_ref,
+    dequantize,
+    gen_bool,
+    int_conv,
+    pack_bits,
+    quantize,
+    weight_dtype,
     weight_quant,
 )
 from backends.qualcomm.tests.helpers.runtime import test_hooks
@@ -79,8 +90,7 @@ def test_fully_connected_paths_bit_exact(monkeypatch, act, k):
     qy = act_quant(real, ACT[act])
 
     def build():
-        return _weighted("FullyConnected", x, qx, wq, wparams, b, real.shape, qy,
-                         keep_dims=scalar(gen_bool(), 0))
+        return _weighted("FullyConnected", x, qx, wq, wparams, b, real.shape, qy, keep_dims=scalar(gen_bool(), 0))
 
     outputs = _run_paths(monkeypatch, build, LANES[act])
     acc = (quantize(x, qx) + qx["offset"]) @ wq.T
@@ -97,9 +107,20 @@ def test_conv2d_paths_bit_exact(monkeypatch, act, k, stride):
     qy = act_quant(real, ACT[act])
 
     def build():
-        return _weighted("Conv2d", x, qx, wq, wparams, b, real.shape, qy, stride=u32([stride, stride]),
-                         pad_amount=u32([[pad, pad], [pad, pad]]), dilation=u32([1, 1]),
-                         group=scalar(U32, 1))
+        return _weighted(
+            "Conv2d",
+            x,
+            qx,
+            wq,
+            wparams,
+            b,
+            real.shape,
+            qy,
+            stride=u32([stride, stride]),
+            pad_amount=u32([[pad, pad], [pad, pad]]),
+            dilation=u32([1, 1]),
+            group=scalar(U32, 1),
+        )
 
     outputs = _run_paths(monkeypatch, build, LANES[act])
     acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, pad, 1)
@@ -117,14 +138,24 @@ def test_depthwise_threaded_bit_exact(monkeypatch, act, stride):
     qy = act_quant(real, ACT[act])
 
     def build():
-        return _weighted("DepthWiseConv2d", x, qx, wq, wparams, b, real.shape, qy, stride=u32([stride, stride]),
-                         pad_amount=u32([[1, 1], [1, 1]]), dilation=u32([1, 1]))
+        return _weighted(
+            "DepthWiseConv2d",
+            x,
+            qx,
+            wq,
+            wparams,
+            b,
+            real.shape,
+            qy,
+            stride=u32([stride, stride]),
+            pad_amount=u32([[1, 1], [1, 1]]),
+            dilation=u32([1, 1]),
+        )
 
     # strided uint8: HTP's unshifted multiplier needs the 64-bit-product lanes
     outputs = _run_paths(monkeypatch, build, LANES["u16" if stride > 1 else act])
     acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, 1, c)
-    _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32),
-                          unshifted=stride > 1))
+    _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32), unshifted=stride > 1))
 
 
 @pytest.mark.parametrize("act", ["u8", "u16"])
@@ -187,7 +218,11 @@ def test_matmul_batched_threaded_exact(monkeypatch, act, tb, path):
     if act == "u8":
         want = htp_requantize(acc, qa["scale"], np.float32(qb["scale"]), qy["scale"], -qy["offset"])
     else:
-        m = np.float64(np.float32(qa["scale"])) * np.float64(np.float32(qb["scale"])) / np.float64(np.float32(qy["scale"]))
+        m = (
+            np.float64(np.float32(qa["scale"]))
+            * np.float64(np.float32(qb["scale"]))
+            / np.float64(np.float32(qy["scale"]))
+        )
         want = np.clip(np.rint(acc * m) - qy["offset"], 0, 65535)
     np.testing.assert_array_equal(got, want)
 

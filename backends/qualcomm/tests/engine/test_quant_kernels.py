@@ -10,6 +10,7 @@ every element, and within 1 step of the float reference (exact on >= 95%: HTP's
 uint16 ones HTP's 16-bit path (accumulator >> 8): equal to its numpy model, within
 2 steps of the float reference.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,24 @@ import pytest
 from backends.qualcomm.tests.helpers.htp_requant_reference import htp_requantize, htp_requantize16
 from backends.qualcomm.tests.helpers.payload_builder import U32, randn, scalar, u32
 from backends.qualcomm.tests.helpers.quant_reference import (
-    S32, U8, U16, QGraph, act_quant, assert_within_one_step, conv_ref, dequantize, gen_bool, int32_bias, int_conv,
-    lpbq_codes, lpbq_quant, pack_bits, quantize, requantize, weight_dtype, weight_quant,
+    S32,
+    U8,
+    U16,
+    QGraph,
+    act_quant,
+    assert_within_one_step,
+    conv_ref,
+    dequantize,
+    gen_bool,
+    int32_bias,
+    int_conv,
+    lpbq_codes,
+    lpbq_quant,
+    pack_bits,
+    quantize,
+    requantize,
+    weight_dtype,
+    weight_quant,
 )
 
 ACT = {"u8": U8, "u16": U16}
@@ -130,8 +147,15 @@ def test_conv2d_quantized(case):
     bi = qg.static_f("b", b)
     real = conv_ref(dequantize(quantize(x, qx), qx), wq * wscale, b, stride, pad, groups)
     qy = act_quant(real, ACT[act])
-    got = qg.run("Conv2d", [xi, wi, bi], qg.out(real.shape, qy), stride=u32([stride, stride]),
-                 pad_amount=u32([[pad, pad], [pad, pad]]), dilation=u32([1, 1]), group=scalar(U32, groups))
+    got = qg.run(
+        "Conv2d",
+        [xi, wi, bi],
+        qg.out(real.shape, qy),
+        stride=u32([stride, stride]),
+        pad_amount=u32([[pad, pad], [pad, pad]]),
+        dilation=u32([1, 1]),
+        group=scalar(U32, groups),
+    )
     if block:  # HTP computes LPBQ with 8-bit per-channel codes k * q
         wq, wscale = lpbq_codes(wq, wparams)
     if act == "u8" and bits == 8:
@@ -159,8 +183,14 @@ def test_depthwise_quantized(act, mult):
     b_real = bq * (np.float32(qx["scale"]) * wscale[0, 0, 0]).astype(np.float64)
     real = conv_ref(dequantize(quantize(x, qx), qx), wq * wscale, b_real, 1, 1, c)
     qy = act_quant(real, ACT[act])
-    got = qg.run("DepthWiseConv2d", [xi, wi, bi], qg.out(real.shape, qy), stride=u32([1, 1]),
-                 pad_amount=u32([[1, 1], [1, 1]]), dilation=u32([1, 1]))
+    got = qg.run(
+        "DepthWiseConv2d",
+        [xi, wi, bi],
+        qg.out(real.shape, qy),
+        stride=u32([1, 1]),
+        pad_amount=u32([[1, 1], [1, 1]]),
+        dilation=u32([1, 1]),
+    )
     if act == "u8":
         acc = int_conv(quantize(x, qx) + qx["offset"], wq, 1, 1, c)
         bias_scale = (np.float32(qx["scale"]) * wscale[0, 0, 0]).astype(np.float32)
@@ -169,14 +199,17 @@ def test_depthwise_quantized(act, mult):
     if act == "u16":
         acc = int_conv(quantize(x, qx) + qx["offset"], wq, 1, 1, c)
         bias_scale = (np.float32(qx["scale"]) * wscale[0, 0, 0]).astype(np.float32)
-        assert_htp16(got, acc, qx, wq.sum(axis=(0, 1, 2)), wscale[0, 0, 0], qy, bq.astype(np.float32) * bias_scale, real)
+        assert_htp16(
+            got, acc, qx, wq.sum(axis=(0, 1, 2)), wscale[0, 0, 0], qy, bq.astype(np.float32) * bias_scale, real
+        )
         return
     assert_within_one_step(got, requantize(real, qy))
 
 
 # ---- MatMul (two activations) --------------------------------------------------------------
-@pytest.mark.parametrize("act_a,act_b,tb", [("u8", "u8", False), ("u8", "u8", True), ("u16", "u16", True),
-                                            ("u16", "u8", False)])
+@pytest.mark.parametrize(
+    "act_a,act_b,tb", [("u8", "u8", False), ("u8", "u8", True), ("u16", "u16", True), ("u16", "u8", False)]
+)
 def test_matmul_quantized(act_a, act_b, tb):
     a, b = randn(2, 5, 32, seed=11), randn(2, 32, 7, seed=12)
     qa, qb = act_quant(a, ACT[act_a]), act_quant(b, ACT[act_b])

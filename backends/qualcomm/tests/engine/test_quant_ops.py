@@ -1,6 +1,7 @@
 """Quantized activations through the non-integer ops (f on the dequantized
 inputs, requantized to the output encoding), weight-only graphs, and the
 init-time validation of malformed quantization params."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,22 @@ import torch
 from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.tests.helpers.payload_builder import BOOL, F32, I32, U32, GraphBuilder, randn, scalar, u32
 from backends.qualcomm.tests.helpers.quant_reference import (
-    APP_READ, NATIVE, S4, S8, STATIC, U8, U16, E, QGraph, act_quant, assert_within_one_step, dequantize, pack_bits,
-    quantize, requantize, weight_quant,
+    APP_READ,
+    NATIVE,
+    S4,
+    S8,
+    STATIC,
+    U8,
+    U16,
+    E,
+    QGraph,
+    act_quant,
+    assert_within_one_step,
+    dequantize,
+    pack_bits,
+    quantize,
+    requantize,
+    weight_quant,
 )
 
 ACT = {"u8": U8, "u16": U16}
@@ -37,8 +52,12 @@ def t(fn):
     return lambda *xs: fn(*[torch.from_numpy(x) for x in xs]).numpy()
 
 
-BINARY = {"ElementWiseAdd": np.add, "ElementWiseSubtract": np.subtract, "ElementWiseMultiply": np.multiply,
-          "ElementWiseDivide": np.divide}
+BINARY = {
+    "ElementWiseAdd": np.add,
+    "ElementWiseSubtract": np.subtract,
+    "ElementWiseMultiply": np.multiply,
+    "ElementWiseDivide": np.divide,
+}
 
 
 @pytest.mark.parametrize("act", ["u8", "u16"])
@@ -54,8 +73,11 @@ def test_binary_broadcast_quantized(op, act):
 
 
 UNARY = {
-    "Relu": t(torch.relu), "Sigmoid": t(torch.sigmoid), "Tanh": t(torch.tanh),
-    "Gelu": t(torch.nn.functional.gelu), "HardSwish": t(torch.nn.functional.hardswish),
+    "Relu": t(torch.relu),
+    "Sigmoid": t(torch.sigmoid),
+    "Tanh": t(torch.tanh),
+    "Gelu": t(torch.nn.functional.gelu),
+    "HardSwish": t(torch.nn.functional.hardswish),
     "ElementWiseAbs": t(torch.abs),
 }
 
@@ -68,24 +90,33 @@ def test_unary_quantized(op, act):
 
 def test_relu_min_max_softmax_reduce_quantized():
     x = randn(2, 6, 10, seed=4) * 2
-    run_wrapped("ReluMinMax", [x], lambda v: np.clip(v, 0, 1.5), min_value=scalar(F32, 0.0),
-                max_value=scalar(F32, 1.5))
-    run_wrapped("Softmax", [x], t(lambda v: torch.softmax(v, -1)), axis=scalar(U32, 2), beta=scalar(F32, 1.0),
-                act="u16")
-    run_wrapped("ReduceMean", [x], lambda v: v.mean(axis=1, keepdims=True), axes=u32([1]),
-                keep_dims=scalar(BOOL, 1))
+    run_wrapped("ReluMinMax", [x], lambda v: np.clip(v, 0, 1.5), min_value=scalar(F32, 0.0), max_value=scalar(F32, 1.5))
+    run_wrapped(
+        "Softmax", [x], t(lambda v: torch.softmax(v, -1)), axis=scalar(U32, 2), beta=scalar(F32, 1.0), act="u16"
+    )
+    run_wrapped("ReduceMean", [x], lambda v: v.mean(axis=1, keepdims=True), axes=u32([1]), keep_dims=scalar(BOOL, 1))
 
 
 def test_layer_norm_with_float_gamma_quantized():
     x, gamma, beta = randn(3, 16, seed=5), randn(16, seed=6), randn(16, seed=7)
     qx = act_quant(x, U16)
-    real = torch.nn.functional.layer_norm(torch.from_numpy(deq(x, qx)), (16,), torch.from_numpy(gamma.astype(np.float64)),
-                                          torch.from_numpy(beta.astype(np.float64)), 1e-5).numpy()
+    real = torch.nn.functional.layer_norm(
+        torch.from_numpy(deq(x, qx)),
+        (16,),
+        torch.from_numpy(gamma.astype(np.float64)),
+        torch.from_numpy(beta.astype(np.float64)),
+        1e-5,
+    ).numpy()
     qy = act_quant(real, U16)
     qg = QGraph()
     xi = qg.act("x", x, qx)
-    got = qg.run("LayerNorm", [xi, qg.static_f("g", gamma), qg.static_f("b", beta)], qg.out(x.shape, qy),
-                 epsilon=scalar(F32, 1e-5), axes=u32([1]))
+    got = qg.run(
+        "LayerNorm",
+        [xi, qg.static_f("g", gamma), qg.static_f("b", beta)],
+        qg.out(x.shape, qy),
+        epsilon=scalar(F32, 1e-5),
+        axes=u32([1]),
+    )
     # QNN HTP adds beta in whole output steps: round(norm * gamma / s) + round(beta / s) - offset
     # (measured on QNN 2.51); within 1 step of the PT2E reference, which rounds once.
     scale = np.float64(np.float32(qy["scale"]))
@@ -100,8 +131,16 @@ def test_pools_quantized(op):
     pool = torch.nn.functional.avg_pool2d if op == "PoolAvg2d" else torch.nn.functional.max_pool2d
     fn = lambda v: pool(torch.from_numpy(v).permute(0, 3, 1, 2), 2, 2).permute(0, 2, 3, 1).numpy()  # noqa: E731
     extra = {"count_pad_for_edges": scalar(BOOL, 0)} if op == "PoolAvg2d" else {}
-    run_wrapped(op, [x], fn, filter_size=u32([2, 2]), stride=u32([2, 2]), pad_amount=u32([[0, 0], [0, 0]]),
-                same_encoding=op == "PoolMax2d", **extra)
+    run_wrapped(
+        op,
+        [x],
+        fn,
+        filter_size=u32([2, 2]),
+        stride=u32([2, 2]),
+        pad_amount=u32([[0, 0], [0, 0]]),
+        same_encoding=op == "PoolMax2d",
+        **extra,
+    )
 
 
 def test_reshape_transpose_keep_encoding_exactly():
@@ -158,8 +197,15 @@ def fc_graph_with_weight(wdtype, wdims, wdata, wquant):
 
 W8 = np.zeros(32, np.int8)
 PER_CH = dict(encoding=E.AXIS_SCALE_OFFSET, bitwidth=8, axis=0, scales=[0.1] * 4, offsets=[0] * 4)
-LPBQ = dict(encoding=E.BLOCKWISE_EXPANSION, bitwidth=4, axis=0, block_axis=1, block_size=4,
-            scales=[0.1] * 4, block_scales=[1] * 8)
+LPBQ = dict(
+    encoding=E.BLOCKWISE_EXPANSION,
+    bitwidth=4,
+    axis=0,
+    block_axis=1,
+    block_size=4,
+    scales=[0.1] * 4,
+    block_scales=[1] * 8,
+)
 BAD_QUANT = {
     "no_encoding": (S8, W8, None, "has data type SFIXED_POINT_8 but no quantization encoding"),
     "scales_count": (S8, W8, {**PER_CH, "scales": [0.1] * 3}, "has 3 scales, expected 4"),
@@ -169,12 +215,24 @@ BAD_QUANT = {
     "bitwidth": (S8, W8, {**PER_CH, "bitwidth": 4}, "bitwidth 4 does not match the data type"),
     "packed_size": (S4, np.zeros(32, np.uint8), {**LPBQ}, "has 32 data bytes, expected 16"),
     "block_divides": (S4, np.zeros(16, np.uint8), {**LPBQ, "block_size": 3}, "block_size 3 does not divide dim 8"),
-    "block_scales_count": (S4, np.zeros(16, np.uint8), {**LPBQ, "block_scales": [1] * 7},
-                           "has 7 block_scales, expected 8"),
-    "block_scale_bits": (S4, np.zeros(16, np.uint8), {**LPBQ, "block_scales": [1] * 7 + [16]},
-                         r"block_scales\[7\] = 16 does not fit 4 bits"),
-    "zero_point_range": (S8, W8, dict(encoding=E.SCALE_OFFSET, bitwidth=8, scale=0.1, offset=-300),
-                         "puts the zero point outside"),
+    "block_scales_count": (
+        S4,
+        np.zeros(16, np.uint8),
+        {**LPBQ, "block_scales": [1] * 7},
+        "has 7 block_scales, expected 8",
+    ),
+    "block_scale_bits": (
+        S4,
+        np.zeros(16, np.uint8),
+        {**LPBQ, "block_scales": [1] * 7 + [16]},
+        r"block_scales\[7\] = 16 does not fit 4 bits",
+    ),
+    "zero_point_range": (
+        S8,
+        W8,
+        dict(encoding=E.SCALE_OFFSET, bitwidth=8, scale=0.1, offset=-300),
+        "puts the zero point outside",
+    ),
 }
 
 

@@ -1,5 +1,6 @@
 """The intermediate-output debugger end to end, as its tests use it: lower with dumping on, save
 the .pte and ETRecord, run once with ETDump, compare (optionally with one conv damaged)."""
+
 from __future__ import annotations
 
 import torch
@@ -11,8 +12,9 @@ from backends.qualcomm.utils.pte_tools import delegate_blobs
 def debug_specs(fp16: bool, dump: bool) -> list:
     from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
 
-    return generate_qnn_executorch_compiler_spec(QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=fp16),
-                                                 dump_intermediate_outputs=dump)
+    return generate_qnn_executorch_compiler_spec(
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=fp16), dump_intermediate_outputs=dump
+    )
 
 
 def quantize_8a8w(module, sample):
@@ -40,8 +42,9 @@ class DebugRun:
         module = quantize_8a8w(module, sample) if quantized else module.eval()
         damage = damage_conv_weights_in_delegate(damage_node) if damage_node else contextlib.nullcontext()
         with damage:
-            self.edge = to_edge_transform_and_lower_to_qnn(module, sample, debug_specs(not quantized, True),
-                                                           generate_etrecord=True)
+            self.edge = to_edge_transform_and_lower_to_qnn(
+                module, sample, debug_specs(not quantized, True), generate_etrecord=True
+            )
         self.blobs = delegate_blobs(self.edge)
         self.debugger = QNNIntermediateDebugger(sample)
         self.pte = self.debugger.save(self.edge, str(folder))
@@ -51,5 +54,6 @@ class DebugRun:
     def payload_handles(self) -> set:
         from backends.qualcomm import describe_payload
 
-        return {op.debug_handle for blob in self.blobs for g in describe_payload(blob) for op in g.ops
-                if op.debug_handle}
+        return {
+            op.debug_handle for blob in self.blobs for g in describe_payload(blob) for op in g.ops if op.debug_handle
+        }

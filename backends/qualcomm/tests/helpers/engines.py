@@ -1,5 +1,6 @@
 """A delegate on both engines: QNN's context binary for a payload, the engine option, and QNN's
 outputs against the host engine's (each check returns when QNN's library does not load)."""
+
 from __future__ import annotations
 
 from typing import List, Optional
@@ -33,11 +34,18 @@ def set_engine(engine: str) -> None:
 def rewrite_qnn_section(blob: bytes, binary: bytes = None, soc_model: int = None) -> bytes:
     """The blob with its QNN section's binary / SoC replaced (signature recomputed)."""
     section = gen.QnnContextBinary.GetRootAs(bytearray(blob), 0).QnnContext()
-    graphs = [(section.Graphs(i).Name().decode(), section.Graphs(i).TensorIdsAsNumpy().tolist())
-              for i in range(section.GraphsLength())]
-    return wrap_context_binary(payload_of(blob), QnnHtpSection(
-        binary=binary if binary is not None else section.BinaryAsNumpy().tobytes(),
-        soc_model=soc_model if soc_model is not None else section.SocModel(), graphs=graphs))
+    graphs = [
+        (section.Graphs(i).Name().decode(), section.Graphs(i).TensorIdsAsNumpy().tolist())
+        for i in range(section.GraphsLength())
+    ]
+    return wrap_context_binary(
+        payload_of(blob),
+        QnnHtpSection(
+            binary=binary if binary is not None else section.BinaryAsNumpy().tobytes(),
+            soc_model=soc_model if soc_model is not None else section.SocModel(),
+            graphs=graphs,
+        ),
+    )
 
 
 def qnn_vs_host(tester: QnnTester, inputs, scales: Optional[List[Optional[float]]] = None) -> List[str]:
@@ -72,8 +80,9 @@ MAX_BOOL_MISMATCH = 0.02
 MAX_STEPS_16 = 32
 
 
-def compare_engines(qnn: List[np.ndarray], host: List[np.ndarray], scales: List[float], max_steps: float,
-                    fp16: bool) -> List[str]:
+def compare_engines(
+    qnn: List[np.ndarray], host: List[np.ndarray], scales: List[float], max_steps: float, fp16: bool
+) -> List[str]:
     report = []
     for i, (q, h) in enumerate(zip(qnn, host)):
         assert q.shape == h.shape, (i, q.shape, h.shape)

@@ -1,6 +1,7 @@
 """A numpy model of QNN HTP's integer ElementWiseAdd / ElementWiseSubtract and spatial
 ReduceMean (measured on QNN 2.51, SM8650), and the one-op graphs that run them on the host
 engine (float IO, Quantize / Dequantize around the op) or on QNN (quantized graph IO)."""
+
 from __future__ import annotations
 
 import math
@@ -10,7 +11,13 @@ import numpy as np
 
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType, QnnGraph, QnnOp, QnnTensor, QuantEncoding, QuantParams, TensorType,
+    DataType,
+    QnnGraph,
+    QnnOp,
+    QnnTensor,
+    QuantEncoding,
+    QuantParams,
+    TensorType,
 )
 from backends.qualcomm.utils.runtime_options import require_extension
 
@@ -27,12 +34,12 @@ def htp_add_sub(a: np.ndarray, b: np.ndarray, ea: Enc, eb: Enc, eo: Enc, subtrac
         shift = min(15, 14 - math.frexp(big)[1])
     else:
         shift = min(16, 15 - math.frexp(max(abs(ia), abs(ib)))[1])
-    ka, kb = math.floor(ia * 2 ** shift + 0.5), math.floor(ib * 2 ** shift + 0.5)
-    c = ka * oa + kb * ob - oo * 2 ** shift + 2 ** (shift - 1)
+    ka, kb = math.floor(ia * 2**shift + 0.5), math.floor(ib * 2**shift + 0.5)
+    c = ka * oa + kb * ob - oo * 2**shift + 2 ** (shift - 1)
     if bits == 8:
         c = ((c + 128) // 256) * 256
     acc = (ka * a.astype(np.int64) + kb * b.astype(np.int64) + c) >> shift
-    return np.clip(acc, 0, 2 ** bits - 1)
+    return np.clip(acc, 0, 2**bits - 1)
 
 
 def _qdt(bits: int) -> int:
@@ -95,24 +102,29 @@ def live_inputs(cases: List[Case]):
 
 def run_host(cases: List[Case], codes: List[np.ndarray]) -> List[np.ndarray]:
     """Host engine outputs (integer codes) for integer input codes, through float IO."""
-    arrays = [(np.float32(spec[1][0]) * (x.astype(np.float32) + np.float32(spec[1][1]))).astype(np.float32)
-              .reshape(spec[0]) for (case, spec), x in zip(live_inputs(cases), codes)]
+    arrays = [
+        (np.float32(spec[1][0]) * (x.astype(np.float32) + np.float32(spec[1][1]))).astype(np.float32).reshape(spec[0])
+        for (case, spec), x in zip(live_inputs(cases), codes)
+    ]
     outs = require_extension().run_payload(graph(cases, quantized_io=False), arrays)
-    return [(np.rint(np.asarray(y, np.float64) / np.float32(case.out[1][0])) - case.out[1][1]).astype(np.int64)
-            for case, y in zip(cases, outs)]
+    return [
+        (np.rint(np.asarray(y, np.float64) / np.float32(case.out[1][0])) - case.out[1][1]).astype(np.int64)
+        for case, y in zip(cases, outs)
+    ]
 
 
 def expected(case: Case, codes: List[np.ndarray]) -> np.ndarray:
     vals = []
     for spec in case.ins:
         vals.append(np.asarray(spec[2]).reshape(spec[0]) if len(spec) == 3 else codes.pop(0).reshape(spec[0]))
-    return htp_add_sub(vals[0], vals[1], case.ins[0][1], case.ins[1][1], case.out[1],
-                       case.op == "ElementWiseSubtract", case.bits)
+    return htp_add_sub(
+        vals[0], vals[1], case.ins[0][1], case.ins[1][1], case.out[1], case.op == "ElementWiseSubtract", case.bits
+    )
 
 
 def random_cases(rng: np.random.Generator, bits: int, n: int, shape=(1, 8, 32)) -> Tuple[List[Case], List[np.ndarray]]:
     """Random encodings (scale ratios 1/50..50, any offsets), full, broadcast and scalar operands."""
-    qmax = 2 ** bits - 1
+    qmax = 2**bits - 1
     lo, hi = (2e-3, 1e-1) if bits == 8 else (2e-5, 1e-3)
     cases, codes = [], []
     for i in range(n):
@@ -141,30 +153,38 @@ def htp_mean(x: np.ndarray, axes: Sequence[int], ei: Enc, eo: Enc, bits: int) ->
     count = int(np.prod([x.shape[a] for a in axes]))
     m = float(np.float32(si)) / (count * float(np.float32(so)))
     shift = 15 - math.frexp(m)[1]
-    mult = math.floor(m * 2 ** shift + 0.5)
-    c = mult * count * oi - oo * 2 ** shift + 2 ** (shift - 1)
+    mult = math.floor(m * 2**shift + 0.5)
+    c = mult * count * oi - oo * 2**shift + 2 ** (shift - 1)
     if bits == 16 and shift >= 22:
         c += 2 ** (shift - 1)
     s = x.astype(np.int64).sum(axis=tuple(axes), keepdims=True)
-    return np.clip((mult * s + c) >> shift, 0, 2 ** bits - 1)
+    return np.clip((mult * s + c) >> shift, 0, 2**bits - 1)
 
 
 def mean_graph(dims, axes, ei: Enc, eo: Enc, bits: int, quantized_io: bool) -> bytes:
     from backends.qualcomm.serialization.qnn_graph import bool_scalar, uint32_tensor
+
     out_dims = [1 if d in axes else n for d, n in enumerate(dims)]
     params = [uint32_tensor("axes", list(axes)), bool_scalar("keep_dims", True)]
     tensors = []
     if quantized_io:
-        tensors = [QnnTensor(0, "x", TensorType.APP_WRITE, _qdt(bits), list(dims), _quant(ei, bits)),
-                   QnnTensor(1, "y", TensorType.APP_READ, _qdt(bits), out_dims, _quant(eo, bits))]
+        tensors = [
+            QnnTensor(0, "x", TensorType.APP_WRITE, _qdt(bits), list(dims), _quant(ei, bits)),
+            QnnTensor(1, "y", TensorType.APP_READ, _qdt(bits), out_dims, _quant(eo, bits)),
+        ]
         ops = [QnnOp("mean", "ReduceMean", [0], [1], params)]
         return serialize_graphs([QnnGraph("g", tensors, ops, [0], [1])])
-    tensors = [QnnTensor(0, "xf", TensorType.APP_WRITE, DataType.FLOAT_32, list(dims)),
-               QnnTensor(1, "x", TensorType.NATIVE, _qdt(bits), list(dims), _quant(ei, bits)),
-               QnnTensor(2, "y", TensorType.NATIVE, _qdt(bits), out_dims, _quant(eo, bits)),
-               QnnTensor(3, "yf", TensorType.APP_READ, DataType.FLOAT_32, out_dims)]
-    ops = [QnnOp("q", "Quantize", [0], [1]), QnnOp("mean", "ReduceMean", [1], [2], params),
-           QnnOp("dq", "Dequantize", [2], [3])]
+    tensors = [
+        QnnTensor(0, "xf", TensorType.APP_WRITE, DataType.FLOAT_32, list(dims)),
+        QnnTensor(1, "x", TensorType.NATIVE, _qdt(bits), list(dims), _quant(ei, bits)),
+        QnnTensor(2, "y", TensorType.NATIVE, _qdt(bits), out_dims, _quant(eo, bits)),
+        QnnTensor(3, "yf", TensorType.APP_READ, DataType.FLOAT_32, out_dims),
+    ]
+    ops = [
+        QnnOp("q", "Quantize", [0], [1]),
+        QnnOp("mean", "ReduceMean", [1], [2], params),
+        QnnOp("dq", "Dequantize", [2], [3]),
+    ]
     return serialize_graphs([QnnGraph("g", tensors, ops, [0], [3])])
 
 
@@ -176,7 +196,7 @@ def run_host_mean(x, axes, ei: Enc, eo: Enc, bits: int) -> np.ndarray:
 
 def mean_cases(rng: np.random.Generator, bits: int, n: int):
     """(x codes NHWC, axes, input enc, output enc): spatial means, scale ratios 0.3..60."""
-    qmax = 2 ** bits - 1
+    qmax = 2**bits - 1
     lo, hi = (2e-3, 1e-1) if bits == 8 else (2e-5, 1e-3)
     out = []
     for i in range(n):

@@ -9,6 +9,7 @@ qnn/test_fidelity_weighted.py):
     y = s > 0 ? floor(((2 floor(a / 2^s) + 1) M + 2^15) / 2^16) : floor((a M + 2^14) / 2^15)
     q = clamp(y + zero_point, 0, 255)
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -34,8 +35,16 @@ def htp_bias_acc(bias_real: np.ndarray, in_scale: float, w_scale: np.ndarray) ->
     return np.floor((np.asarray(bias_real, F32) / unit).astype(np.float64)).astype(np.int64)
 
 
-def htp_requantize(acc: np.ndarray, in_scale: float, w_scale, out_scale: float, out_zero_point: int,
-                   bias_real: Optional[np.ndarray] = None, qmax: int = 255, unshifted: bool = False) -> np.ndarray:
+def htp_requantize(
+    acc: np.ndarray,
+    in_scale: float,
+    w_scale,
+    out_scale: float,
+    out_zero_point: int,
+    bias_real: Optional[np.ndarray] = None,
+    qmax: int = 255,
+    unshifted: bool = False,
+) -> np.ndarray:
     """acc: exact integer accumulator sum (q_in - zp_in) * w, last axis = output channel;
     w_scale: per-tensor scalar or per-channel array; bias_real: float32 bias per channel.
     unshifted: HTP's strided DepthWiseConv2d path (no pre-shift, M = round(m * 2^(e + 15)),
@@ -55,8 +64,16 @@ def htp_requantize(acc: np.ndarray, in_scale: float, w_scale, out_scale: float, 
     return np.clip(y + out_zero_point, 0, qmax)
 
 
-def htp_requantize16(acc: np.ndarray, in_scale: float, in_zero_point: int, wsum: np.ndarray, w_scale,
-                     out_scale: float, out_zero_point: int, bias_real: Optional[np.ndarray] = None) -> np.ndarray:
+def htp_requantize16(
+    acc: np.ndarray,
+    in_scale: float,
+    in_zero_point: int,
+    wsum: np.ndarray,
+    w_scale,
+    out_scale: float,
+    out_zero_point: int,
+    bias_real: Optional[np.ndarray] = None,
+) -> np.ndarray:
     """uint16 activations in and out, int8 weights (HtpRequant.h htp_requant16_of): the
     accumulator of x - 32768 shifted right by 8, plus round((32768 - zp) * wsum / 256) and
     trunc(f32(bias) / f32(in_scale * w_scale) / 256), times round(m * 2^31) >> 23, half up."""

@@ -1,4 +1,5 @@
 """Small float modules used by TestQNNFloatingPointOperator (one per op family)."""
+
 from __future__ import annotations
 
 import torch
@@ -63,14 +64,23 @@ class AddAlpha(torch.nn.Module):
 
 
 ACTIVATIONS = {
-    "relu": torch.relu, "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.75), "relu6": F.relu6,
-    "sigmoid": torch.sigmoid, "tanh": torch.tanh, "gelu": F.gelu, "silu": F.silu,
+    "relu": torch.relu,
+    "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.75),
+    "relu6": F.relu6,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "gelu": F.gelu,
+    "silu": F.silu,
     "hardswish": F.hardswish,
 }
 # Elementwise math ops (RMSNorm, rotary embedding); sqrt / rsqrt / fractional pow see x*x + 0.5 > 0.
 MATH_OPS = {
-    "rsqrt": lambda x: torch.rsqrt(x * x + 0.5), "sqrt": lambda x: torch.sqrt(x * x + 0.5),
-    "neg": torch.neg, "abs": torch.abs, "pow_2": lambda x: x.pow(2), "pow_3": lambda x: x ** 3,
+    "rsqrt": lambda x: torch.rsqrt(x * x + 0.5),
+    "sqrt": lambda x: torch.sqrt(x * x + 0.5),
+    "neg": torch.neg,
+    "abs": torch.abs,
+    "pow_2": lambda x: x.pow(2),
+    "pow_3": lambda x: x**3,
     "pow_half": lambda x: (x * x + 0.5).pow(0.5),
 }
 
@@ -187,11 +197,18 @@ class AdaptiveAvgPool(torch.nn.Module):
 
 
 _SHAPE_OPS = {
-    "view": lambda x: x.view(6, 4), "reshape": lambda x: x.reshape(4, -1),
-    "permute": lambda x: x.permute(2, 0, 1), "transpose": lambda x: x.transpose(0, 2),
-    "t": lambda x: x.t(), "unsqueeze": lambda x: x.unsqueeze(1), "squeeze": lambda x: x.squeeze(1),
-    "expand": lambda x: x.expand(3, 5), "expand_rank": lambda x: x.expand(2, 3, 4),
-    "flatten": lambda x: x.flatten(1), "select": lambda x: x[:, 1], "select_neg": lambda x: x[-1],
+    "view": lambda x: x.view(6, 4),
+    "reshape": lambda x: x.reshape(4, -1),
+    "permute": lambda x: x.permute(2, 0, 1),
+    "transpose": lambda x: x.transpose(0, 2),
+    "t": lambda x: x.t(),
+    "unsqueeze": lambda x: x.unsqueeze(1),
+    "squeeze": lambda x: x.squeeze(1),
+    "expand": lambda x: x.expand(3, 5),
+    "expand_rank": lambda x: x.expand(2, 3, 4),
+    "flatten": lambda x: x.flatten(1),
+    "select": lambda x: x[:, 1],
+    "select_neg": lambda x: x[-1],
 }
 
 

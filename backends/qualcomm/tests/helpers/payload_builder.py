@@ -6,6 +6,7 @@ purpose (a wrong tensor id, an unknown op type, data of the wrong size) before
 `serialize_payload` / `wrap_context_binary`. A blob with a wrong signature is made by
 rewriting the signature bytes of a correct one (`blob(signature=...)`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +22,13 @@ from backends.qualcomm.serialization.fnv import fnv1a64
 from backends.qualcomm.serialization.payload_writer import serialize_payload, wrap_context_binary
 from backends.qualcomm.serialization.qnn_graph import QnnGraph, QnnOp, QnnParam, QnnTensor, QuantParams
 
-F32, I32, I64, U32, BOOL = (gen.QnnDataType.FLOAT_32, gen.QnnDataType.INT_32, gen.QnnDataType.INT_64,
-                            gen.QnnDataType.UINT_32, gen.QnnDataType.BOOL_8)
+F32, I32, I64, U32, BOOL = (
+    gen.QnnDataType.FLOAT_32,
+    gen.QnnDataType.INT_32,
+    gen.QnnDataType.INT_64,
+    gen.QnnDataType.UINT_32,
+    gen.QnnDataType.BOOL_8,
+)
 NP_TO_QNN = {np.dtype("float32"): F32, np.dtype("int32"): I32, np.dtype("int64"): I64}
 GRAPH_NAME = "test_graph"
 
@@ -54,8 +60,7 @@ def _param(name: str, spec: tuple) -> QnnParam:
     kind, dtype, values = spec[0], spec[1], np.asarray(spec[2])
     dims = list(spec[3]) if len(spec) > 3 else ([] if kind == "scalar" else list(values.shape))
     flat = values.reshape(-1)
-    param = QnnParam(name, gen.QnnParamKind.SCALAR if kind == "scalar" else gen.QnnParamKind.TENSOR,
-                     dtype, dims)
+    param = QnnParam(name, gen.QnnParamKind.SCALAR if kind == "scalar" else gen.QnnParamKind.TENSOR, dtype, dims)
     if dtype == F32:
         param.float_data = flat.astype(np.float32)
     else:
@@ -73,13 +78,29 @@ class GraphBuilder:
         self.outputs: List[int] = []
         self.fp16 = fp16
 
-    def tensor(self, name: str, kind: int, dims: Sequence[int], dtype: int = F32,
-               data: Optional[np.ndarray] = None, tid: Optional[int] = None,
-               quant: Optional[dict] = None) -> int:
+    def tensor(
+        self,
+        name: str,
+        kind: int,
+        dims: Sequence[int],
+        dtype: int = F32,
+        data: Optional[np.ndarray] = None,
+        tid: Optional[int] = None,
+        quant: Optional[dict] = None,
+    ) -> int:
         """quant: QuantParams fields (encoding, bitwidth, scale, offset, axis, scales, ...)."""
         index = len(self.tensors)
-        self.tensors.append(dict(id=index if tid is None else tid, name=name, kind=kind,
-                                 dims=list(dims), dtype=dtype, data=data, quant=quant))
+        self.tensors.append(
+            dict(
+                id=index if tid is None else tid,
+                name=name,
+                kind=kind,
+                dims=list(dims),
+                dtype=dtype,
+                data=data,
+                quant=quant,
+            )
+        )
         if kind == gen.QnnTensorType.APP_WRITE:
             self.inputs.append(index)
         if kind == gen.QnnTensorType.APP_READ:
@@ -100,17 +121,28 @@ class GraphBuilder:
         return self.tensor(name, gen.QnnTensorType.NATIVE, dims, dtype)
 
     def op(self, op_type: str, inputs: List[int], outputs: List[int], **params: tuple) -> None:
-        self.ops.append(dict(name=f"op{len(self.ops)}_{op_type}", type=op_type, inputs=inputs,
-                             outputs=outputs, params=params))
+        self.ops.append(
+            dict(name=f"op{len(self.ops)}_{op_type}", type=op_type, inputs=inputs, outputs=outputs, params=params)
+        )
 
     def graph(self) -> QnnGraph:
         """The recorded tensors and ops as the writer's QnnGraph (as recorded, even if malformed)."""
-        tensors = [QnnTensor(t["id"], t["name"], t["kind"], t["dtype"], list(t["dims"]),
-                             quant=_quant(t.get("quant")), data=t["data"])
-                   for t in self.tensors]
-        ops = [QnnOp(o["name"], o["type"], list(o["inputs"]), list(o["outputs"]),
-                     [_param(name, spec) for name, spec in o["params"].items()])
-               for o in self.ops]
+        tensors = [
+            QnnTensor(
+                t["id"], t["name"], t["kind"], t["dtype"], list(t["dims"]), quant=_quant(t.get("quant")), data=t["data"]
+            )
+            for t in self.tensors
+        ]
+        ops = [
+            QnnOp(
+                o["name"],
+                o["type"],
+                list(o["inputs"]),
+                list(o["outputs"]),
+                [_param(name, spec) for name, spec in o["params"].items()],
+            )
+            for o in self.ops
+        ]
         return QnnGraph(GRAPH_NAME, tensors, ops, list(self.inputs), list(self.outputs), self.fp16)
 
     def payload(self) -> bytes:
@@ -129,12 +161,11 @@ def with_signature(blob: bytes, payload: bytes, signature: int) -> bytes:
     correct = struct.pack("<Q", fnv1a64(payload))
     at = blob.find(correct)
     assert at >= 0 and blob.find(correct, at + 1) < 0, "signature bytes not found exactly once"
-    return blob[:at] + struct.pack("<Q", signature & 0xFFFFFFFFFFFFFFFF) + blob[at + 8:]
+    return blob[:at] + struct.pack("<Q", signature & 0xFFFFFFFFFFFFFFFF) + blob[at + 8 :]
 
 
 def conv_params(stride=(1, 1), pad=((0, 0), (0, 0)), dilation=(1, 1)) -> dict:
-    return dict(stride=u32(stride), pad_amount=("tensor", U32, np.asarray(pad), [2, 2]),
-                dilation=u32(dilation))
+    return dict(stride=u32(stride), pad_amount=("tensor", U32, np.asarray(pad), [2, 2]), dilation=u32(dilation))
 
 
 def torch_conv_nhwc(x, w_hwio, b, stride, pad, dilation, groups) -> np.ndarray:

@@ -1,5 +1,6 @@
 """The converted PT2E (QDQ) module run in float64: quantize / dequantize, and so every op between
 them, in double precision (separates the float32 reference's own rounding from an engine's)."""
+
 from __future__ import annotations
 
 import copy

@@ -5,6 +5,7 @@ real = scale * (q + offset); quantize: q = clamp(rne(x * (1/scale)) - offset)
 (float32, like the PT2E QDQ reference); integer ops are compared against
 f(dequantized inputs) computed in float64 and requantized.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -23,8 +24,12 @@ U8, U16 = DT.UFIXED_POINT_8, DT.UFIXED_POINT_16
 S8, S4, S16, S32 = DT.SFIXED_POINT_8, DT.SFIXED_POINT_4, DT.SFIXED_POINT_16, DT.SFIXED_POINT_32
 QMAX = {U8: 255, U16: 65535}
 STORAGE = {U8: np.uint8, U16: np.uint16}
-APP_WRITE, APP_READ, NATIVE, STATIC = (gen.QnnTensorType.APP_WRITE, gen.QnnTensorType.APP_READ,
-                                       gen.QnnTensorType.NATIVE, gen.QnnTensorType.STATIC)
+APP_WRITE, APP_READ, NATIVE, STATIC = (
+    gen.QnnTensorType.APP_WRITE,
+    gen.QnnTensorType.APP_READ,
+    gen.QnnTensorType.NATIVE,
+    gen.QnnTensorType.STATIC,
+)
 
 
 # ---- encodings -----------------------------------------------------------------------------
@@ -33,8 +38,9 @@ def act_quant(x: np.ndarray, dtype: int = U8) -> dict:
     lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
     scale = (hi - lo) / QMAX[dtype] or 1.0
     zero_point = int(np.clip(np.rint(-lo / scale), 0, QMAX[dtype]))
-    return dict(encoding=E.SCALE_OFFSET, bitwidth=8 if dtype == U8 else 16, scale=scale,
-                offset=-zero_point, dtype=dtype)
+    return dict(
+        encoding=E.SCALE_OFFSET, bitwidth=8 if dtype == U8 else 16, scale=scale, offset=-zero_point, dtype=dtype
+    )
 
 
 def quantize(x: np.ndarray, q: dict, htp: bool = True) -> np.ndarray:
@@ -69,11 +75,15 @@ def weight_quant(w: np.ndarray, axis: Optional[int], bits: int) -> Tuple[np.ndar
     qv = np.clip(np.rint(w / scale), -qmax - 1, qmax).astype(np.int64)
     bw = bits < 8
     if axis is None:
-        params = dict(encoding=E.BW_SCALE_OFFSET if bw else E.SCALE_OFFSET, bitwidth=bits,
-                      scale=float(scale))
+        params = dict(encoding=E.BW_SCALE_OFFSET if bw else E.SCALE_OFFSET, bitwidth=bits, scale=float(scale))
     else:
-        params = dict(encoding=E.BW_AXIS_SCALE_OFFSET if bw else E.AXIS_SCALE_OFFSET, bitwidth=bits,
-                      axis=axis, scales=scale.reshape(-1), offsets=np.zeros(scale.size, np.int32))
+        params = dict(
+            encoding=E.BW_AXIS_SCALE_OFFSET if bw else E.AXIS_SCALE_OFFSET,
+            bitwidth=bits,
+            axis=axis,
+            scales=scale.reshape(-1),
+            offsets=np.zeros(scale.size, np.int32),
+        )
     return qv, params, np.broadcast_to(scale, w.shape)
 
 
@@ -89,9 +99,17 @@ def lpbq_quant(w: np.ndarray, axis: int, block_axis: int, block_size: int) -> Tu
     eff_full = np.repeat(eff, block_size, axis=1).reshape(c, d, *([1] * (wm.ndim - 2)))
     eff_full = np.broadcast_to(eff_full, wm.shape)
     qv = np.clip(np.rint(wm / eff_full), -8, 7).astype(np.int64)
-    params = dict(encoding=E.BLOCKWISE_EXPANSION, bitwidth=4, axis=axis, block_axis=block_axis,
-                  block_size=block_size, block_scale_bitwidth=4, scales=ch_scale,
-                  offsets=np.zeros(c, np.int32), block_scales=bs.reshape(-1).astype(np.uint8))
+    params = dict(
+        encoding=E.BLOCKWISE_EXPANSION,
+        bitwidth=4,
+        axis=axis,
+        block_axis=block_axis,
+        block_size=block_size,
+        block_scale_bitwidth=4,
+        scales=ch_scale,
+        offsets=np.zeros(c, np.int32),
+        block_scales=bs.reshape(-1).astype(np.uint8),
+    )
     back = lambda a: np.moveaxis(a, (0, 1), (axis, block_axis))  # noqa: E731
     return back(qv), params, back(np.asarray(eff_full, np.float32))
 
@@ -128,8 +146,9 @@ def int32_bias(b: np.ndarray, scale: np.ndarray) -> Tuple[np.ndarray, dict]:
     """SFIXED_POINT_32 bias with scale = in_scale * w_scale (per channel, axis 0)."""
     scale = np.asarray(scale, np.float32).reshape(-1)
     qv = np.rint(b / scale).astype(np.int32)
-    return qv, dict(encoding=E.AXIS_SCALE_OFFSET, bitwidth=32, axis=0, scales=scale,
-                    offsets=np.zeros(scale.size, np.int32))
+    return qv, dict(
+        encoding=E.AXIS_SCALE_OFFSET, bitwidth=32, axis=0, scales=scale, offsets=np.zeros(scale.size, np.int32)
+    )
 
 
 # ---- payloads ----------------------------------------------------------------------------------
@@ -165,7 +184,9 @@ class QGraph:
         self.g.op("Dequantize", [out], [y])
         self.blob = self.g.blob()
         real = qd.run_payload(self.blob, self.feeds)[0]
-        return np.rint(real.astype(np.float64) / np.float32(self.out_q["scale"])).astype(np.int64) - self.out_q["offset"]
+        return (
+            np.rint(real.astype(np.float64) / np.float32(self.out_q["scale"])).astype(np.int64) - self.out_q["offset"]
+        )
 
     def kernel_path(self, op_type: str) -> str:
         """The code path the engine's kernel for the (one) op of `op_type` picked in the last run."""
@@ -196,8 +217,9 @@ def conv_ref(x, w_hwio, b, stride, pad, groups):
 
 def int_conv(xq, wq, stride, pad, groups):
     """Exact integer NHWC conv of (zero-point-free) integer inputs, HWIO weights."""
-    return np.rint(conv_ref(xq.astype(np.float64), wq.astype(np.float64), np.zeros(wq.shape[-1]),
-                            stride, pad, groups)).astype(np.int64)
+    return np.rint(
+        conv_ref(xq.astype(np.float64), wq.astype(np.float64), np.zeros(wq.shape[-1]), stride, pad, groups)
+    ).astype(np.int64)
 
 
 def gen_bool() -> int:

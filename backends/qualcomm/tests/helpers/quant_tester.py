@@ -2,6 +2,7 @@
 the quantized spec -> .pte -> run -> compare with the converted (QDQ) module in integer
 steps of each output's encoding (bounds below: MAX_STEP_DIFF / MIN_EXACT_FRACTION for
 8-bit outputs, MAX_STEP_DIFF_16 for 16-bit outputs)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ def output_encodings_with_range(converted: torch.fx.GraphModule) -> List[Optiona
     output = next(n for n in converted.graph.nodes if n.op == "output")
     outs = output.args[0]
     encodings = []
-    for node in (outs if isinstance(outs, (tuple, list)) else [outs]):
+    for node in outs if isinstance(outs, (tuple, list)) else [outs]:
         if isinstance(node, torch.fx.Node) and node.target in DEQUANTIZE_OPS and "per_tensor" in str(node.target):
             encodings.append((float(node.args[1]), int(node.args[2]), int(node.args[4])))
         else:
@@ -94,8 +95,10 @@ class StepStats:
 
     def __str__(self) -> str:
         t = max(self.total, 1)
-        return (f"n={self.total} exact={self.exact / t:.4%} off-by-one={self.off_by_one / t:.4%} "
-                f"worse={self.worse / t:.4%} max={self.max_diff}")
+        return (
+            f"n={self.total} exact={self.exact / t:.4%} off-by-one={self.off_by_one / t:.4%} "
+            f"worse={self.worse / t:.4%} max={self.max_diff}"
+        )
 
 
 def step_stats(actual: np.ndarray, reference: np.ndarray, scale: float) -> StepStats:
@@ -103,23 +106,37 @@ def step_stats(actual: np.ndarray, reference: np.ndarray, scale: float) -> StepS
     qa = np.rint(actual.astype(np.float64) / scale).astype(np.int64)
     qr = np.rint(reference.astype(np.float64) / scale).astype(np.int64)
     diff = np.abs(qa - qr).reshape(-1)
-    return StepStats(int(diff.size), int((diff == 0).sum()), int((diff == 1).sum()),
-                     int((diff > 1).sum()), int(diff.max()) if diff.size else 0)
+    return StepStats(
+        int(diff.size),
+        int((diff == 0).sum()),
+        int((diff == 1).sum()),
+        int((diff > 1).sum()),
+        int(diff.max()) if diff.size else 0,
+    )
 
 
 class QuantTester(QnnTester):
     """QnnTester over the converted QDQ module (which is also the reference)."""
 
-    def __init__(self, module: torch.nn.Module, inputs: Tuple, quant_dtype: QuantDtype = QuantDtype.use_8a8w,
-                 per_channel: bool = False, block_size_map: Optional[Dict[str, int]] = None,
-                 calibration: Optional[Sequence[Tuple]] = None, is_qat: bool = False,
-                 quantizer: Optional[QnnQuantizer] = None, soc_model: QcomChipset = QcomChipset.SM8650):
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        inputs: Tuple,
+        quant_dtype: QuantDtype = QuantDtype.use_8a8w,
+        per_channel: bool = False,
+        block_size_map: Optional[Dict[str, int]] = None,
+        calibration: Optional[Sequence[Tuple]] = None,
+        is_qat: bool = False,
+        quantizer: Optional[QnnQuantizer] = None,
+        soc_model: QcomChipset = QcomChipset.SM8650,
+    ):
         self.float_module = module.eval()
         self.quant_dtype = quant_dtype
         if quantizer is None:
             quantizer = QnnQuantizer()
-            quantizer.set_default_quant_config(quant_dtype, is_qat=is_qat, is_conv_per_channel=per_channel,
-                                               is_linear_per_channel=per_channel)
+            quantizer.set_default_quant_config(
+                quant_dtype, is_qat=is_qat, is_conv_per_channel=per_channel, is_linear_per_channel=per_channel
+            )
             quantizer.set_block_size_map(block_size_map or {})
         self.quantizer = quantizer
         converted = quantize_module(module, inputs, quantizer, calibration, is_qat)
@@ -140,8 +157,7 @@ class QuantTester(QnnTester):
         self.edge = to_edge_transform_and_lower_to_qnn(self.module, self.inputs, self.compile_specs, **kwargs)
         return self
 
-    def compare_steps(self, max_step_diff: Optional[int] = None,
-                      min_exact: Optional[float] = None) -> "QuantTester":
+    def compare_steps(self, max_step_diff: Optional[int] = None, min_exact: Optional[float] = None) -> "QuantTester":
         """Each output against the reference in steps of its encoding: by default the bounds
         of its width (top of this file); `max_step_diff` / `min_exact` given: every element
         within `max_step_diff` steps and >= `min_exact` exact, whatever the width."""
@@ -183,26 +199,31 @@ def assert_pt2e_bounds(stats: "StepStats", quant_max: int, label: str) -> None:
 
     def allowed(fraction: float) -> int:
         return max(MIN_ELEMENTS_ALLOWED, int(fraction * stats.total))
+
     assert stats.max_diff <= MAX_STEP_DIFF_8, label
-    assert stats.worse <= allowed(MAX_BEYOND_ONE_FRACTION), \
+    assert stats.worse <= allowed(MAX_BEYOND_ONE_FRACTION), (
         f"{label}: more than {allowed(MAX_BEYOND_ONE_FRACTION)} elements beyond 1 step"
-    assert stats.total - stats.exact <= allowed(MAX_NOT_EXACT_FRACTION), \
+    )
+    assert stats.total - stats.exact <= allowed(MAX_NOT_EXACT_FRACTION), (
         f"{label}: more than {allowed(MAX_NOT_EXACT_FRACTION)} elements not exact"
+    )
 
 
 # (max steps, min exact share) of an 8-bit output against the QDQ reference
 Bounds8 = Tuple[int, float]
 
 
-def compare_with_qdq(tester: "QuantTester",
-                     bounds_8bit: Union[None, Bounds8, Dict[int, Bounds8]] = None) -> List[Optional[StepStats]]:
+def compare_with_qdq(
+    tester: "QuantTester", bounds_8bit: Union[None, Bounds8, Dict[int, Bounds8]] = None
+) -> List[Optional[StepStats]]:
     """Every output of `tester` against the QDQ reference, in steps of its encoding: 8-bit
     outputs within `bounds_8bit` (one pair for all outputs, or per output index) where given,
     else, like 16-bit outputs, within the default PT2E bounds (assert_pt2e_bounds); an output
     without an encoding (int / bool) equal. Returns the step statistics (None: exact outputs)."""
     stats: List[Optional[StepStats]] = []
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings_with_range(tester.module))):
+    for i, (out, ref, enc) in enumerate(
+        zip(tester.outputs, tester.reference_outputs(), output_encodings_with_range(tester.module))
+    ):
         assert out.shape == ref.shape, f"output {i}: shape {out.shape} != {ref.shape}"
         if enc is None:
             assert out.dtype == ref.dtype and out.dtype.kind in "biu", f"output {i}: unquantized {out.dtype}"

@@ -1,6 +1,7 @@
 """Small models and helpers of the quantizer and upstream-API tests: PT2E prepare / convert with
 one calibration run, the kinds of weight dequantize and the activation encodings of a converted
 graph, running an ExecuTorch program's forward."""
+
 from __future__ import annotations
 
 import torch
@@ -51,7 +52,9 @@ def weight_kinds(converted: torch.fx.GraphModule) -> dict:
     return kinds
 
 
-def prepare_calibrated(module: torch.nn.Module, inputs, quantizer: QnnQuantizer, is_qat: bool = False) -> torch.fx.GraphModule:
+def prepare_calibrated(
+    module: torch.nn.Module, inputs, quantizer: QnnQuantizer, is_qat: bool = False
+) -> torch.fx.GraphModule:
     exported = torch.export.export(module, tuple(inputs), strict=True).module()
     prepared = prepare_qat_pt2e(exported, quantizer) if is_qat else prepare_pt2e(exported, quantizer)
     prepared(*inputs)

@@ -48,8 +48,7 @@ def relative_max_diff(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def cosine(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return float(torch.nn.functional.cosine_similarity(
-        actual.flatten().double(), expected.flatten().double(), dim=0))
+    return float(torch.nn.functional.cosine_similarity(actual.flatten().double(), expected.flatten().double(), dim=0))
 
 
 def assert_close_to_eager(lowered: LoweredModel, name: str) -> None:
@@ -100,4 +99,5 @@ def assert_clean_failure(result: pte_tools.RunnerResult, *expected_words: str) -
     assert result.returncode > 0, f"returncode {result.returncode}: {result.stderr[-2000:]}"
     message = (result.stderr + result.stdout).lower()
     assert any(word.lower() in message for word in expected_words), (
-        f"message names none of {expected_words}: {message[-2000:]}")
+        f"message names none of {expected_words}: {message[-2000:]}"
+    )

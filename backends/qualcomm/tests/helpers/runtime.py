@@ -1,6 +1,7 @@
 """Shared test helpers: whether QNN's library loads (and needs_qnn, the `qnn` marker), lowering
 small models to .pte files, loading them with ETDump, the Inspector's delegate events, the
 runner, one delegate on both engines, delegate blobs and output scales."""
+
 from __future__ import annotations
 
 import gc
@@ -15,7 +16,10 @@ import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
 
 from backends.qualcomm import (
-    QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec, to_edge_transform_and_lower_to_qnn,
+    QcomChipset,
+    generate_htp_compiler_spec,
+    generate_qnn_executorch_compiler_spec,
+    to_edge_transform_and_lower_to_qnn,
 )
 from backends.qualcomm.utils.pte_tools import delegate_blobs  # noqa: F401  (the tests import it from here)
 from backends.qualcomm.utils.qnn_context import qnn_library_status
@@ -28,8 +32,12 @@ QNN_LOADED, QNN_STATUS = qnn_library_status()
 # A test that needs the QNN library: marked `qnn`, skipped by conftest.py where the library does not load.
 needs_qnn = pytest.mark.qnn
 
-RUNTIME_KEYS = ("qnn_runtime_log_level", "qnn_runtime_profile_level",
-                "qnn_runtime_htp_performance_mode", "qnn_runtime_heap_profiling_path")
+RUNTIME_KEYS = (
+    "qnn_runtime_log_level",
+    "qnn_runtime_profile_level",
+    "qnn_runtime_htp_performance_mode",
+    "qnn_runtime_heap_profiling_path",
+)
 
 
 class _Native:
@@ -61,8 +69,8 @@ def test_hooks():
 
 def fp16_specs(profile_level: int = 0, **htp_kwargs) -> list:
     return generate_qnn_executorch_compiler_spec(
-        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True, **htp_kwargs),
-        profile_level=profile_level)
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True, **htp_kwargs), profile_level=profile_level
+    )
 
 
 def lower_to_pte(module, inputs, path: Path, specs: Optional[list] = None, **kwargs) -> Path:
@@ -136,8 +144,16 @@ def run_runner(pte: Path, input_list: Path, out_dir: Path, flags: Sequence[str] 
     from backends.qualcomm.utils.pte_tools import find_runner
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = [str(find_runner()), "--model_path", str(pte), "--input_list_path", str(input_list),
-               "--output_folder_path", str(out_dir), *flags]
+    command = [
+        str(find_runner()),
+        "--model_path",
+        str(pte),
+        "--input_list_path",
+        str(input_list),
+        "--output_folder_path",
+        str(out_dir),
+        *flags,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
@@ -192,11 +208,13 @@ def quantize(module: torch.nn.Module, example: Tuple, calibration: Sequence[Tupl
 
 def quantized_specs(**htp_kwargs) -> list:
     return generate_qnn_executorch_compiler_spec(
-        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=False, **htp_kwargs))
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=False, **htp_kwargs)
+    )
 
 
-def feeds_in_payload_order(blob: bytes, inputs: Sequence[torch.Tensor],
-                           module: Optional[torch.nn.Module] = None) -> List[np.ndarray]:
+def feeds_in_payload_order(
+    blob: bytes, inputs: Sequence[torch.Tensor], module: Optional[torch.nn.Module] = None
+) -> List[np.ndarray]:
     """`inputs` (in `module.forward`'s argument order) as the payload's graph takes them: a
     delegate orders its inputs by first use, which need not be the model's order. A payload
     input is matched by name with `module.forward`'s argument of that name."""
@@ -225,8 +243,9 @@ def _argument_names(module: torch.nn.Module, count: int) -> List[str]:
     return names[:count]
 
 
-def payload_on_both_engines(blob: bytes, inputs: Sequence[torch.Tensor],
-                            module: Optional[torch.nn.Module] = None) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+def payload_on_both_engines(
+    blob: bytes, inputs: Sequence[torch.Tensor], module: Optional[torch.nn.Module] = None
+) -> Tuple[List[np.ndarray], List[np.ndarray]]:
     """(QNN outputs, host-engine outputs) of one delegate blob that carries a QNN context
     binary; `module` maps several inputs to the payload's order (feeds_in_payload_order)."""
     from backends.qualcomm.utils.qnn_context import qnn_binary_of
@@ -238,8 +257,14 @@ def payload_on_both_engines(blob: bytes, inputs: Sequence[torch.Tensor],
     return [np.asarray(q) for q in qnn], [np.asarray(h) for h in host]
 
 
-def assert_qnn_matches_host(blob: bytes, inputs: Sequence[torch.Tensor], module: Optional[torch.nn.Module],
-                            float_rel: float, max_steps: int, min_exact: float = 0.0) -> None:
+def assert_qnn_matches_host(
+    blob: bytes,
+    inputs: Sequence[torch.Tensor],
+    module: Optional[torch.nn.Module],
+    float_rel: float,
+    max_steps: int,
+    min_exact: float = 0.0,
+) -> None:
     """Runs one delegate on QNN and on the host engine and checks every output: float outputs
     within float_rel x max(1, |host|), quantized outputs (in steps of their Dequantize's scale)
     within max_steps and at least min_exact equal. Prints each output's difference."""

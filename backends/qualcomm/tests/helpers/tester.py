@@ -1,4 +1,5 @@
 """A small fluent tester: export -> lower -> check delegation -> .pte -> run -> compare."""
+
 from __future__ import annotations
 
 import operator
@@ -13,7 +14,11 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
 from backends.qualcomm import (
-    QcomChipset, QnnPartitioner, describe_payload, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec,
+    QcomChipset,
+    QnnPartitioner,
+    describe_payload,
+    generate_htp_compiler_spec,
+    generate_qnn_executorch_compiler_spec,
 )
 from backends.qualcomm.serialization.payload_reader import GraphSummary
 from backends.qualcomm.utils.pte_tools import delegate_blobs
@@ -25,7 +30,8 @@ _ALLOWED_NAMES = ("alloc", "getitem", "executorch_call_delegate")
 
 def fp16_compile_specs(**kwargs) -> list:
     return generate_qnn_executorch_compiler_spec(
-        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True), **kwargs)
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True), **kwargs
+    )
 
 
 def _to_numpy(values) -> List[np.ndarray]:
@@ -35,8 +41,13 @@ def _to_numpy(values) -> List[np.ndarray]:
 
 
 class QnnTester:
-    def __init__(self, module: torch.nn.Module, inputs: Tuple, compile_specs: Optional[list] = None,
-                 tmp_dir: Optional[str] = None):
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        inputs: Tuple,
+        compile_specs: Optional[list] = None,
+        tmp_dir: Optional[str] = None,
+    ):
         self.module = module.eval()
         self.inputs = tuple(inputs)
         self.compile_specs = compile_specs or fp16_compile_specs()
@@ -58,8 +69,8 @@ class QnnTester:
         exported = torch.export.export(self.module, self.inputs, strict=False)
         self.partitioner = QnnPartitioner(self.compile_specs, **partitioner_kwargs)
         self.edge = to_edge_transform_and_lower(
-            exported, partitioner=[self.partitioner],
-            compile_config=EdgeCompileConfig(_check_ir_validity=False))
+            exported, partitioner=[self.partitioner], compile_config=EdgeCompileConfig(_check_ir_validity=False)
+        )
         return self
 
     def graph_module(self) -> torch.fx.GraphModule:
@@ -67,9 +78,13 @@ class QnnTester:
 
     def cpu_nodes(self) -> List[torch.fx.Node]:
         """Compute nodes left outside delegates."""
-        return [n for n in self.graph_module().graph.nodes
-                if n.op == "call_function" and n.target not in _ALLOWED_OUTSIDE
-                and not any(s in str(n.target) for s in _ALLOWED_NAMES)]
+        return [
+            n
+            for n in self.graph_module().graph.nodes
+            if n.op == "call_function"
+            and n.target not in _ALLOWED_OUTSIDE
+            and not any(s in str(n.target) for s in _ALLOWED_NAMES)
+        ]
 
     def cpu_op_names(self) -> List[str]:
         """Op names (e.g. 'aten.cumsum.default') of the compute nodes left on CPU."""
@@ -80,8 +95,9 @@ class QnnTester:
 
     def check_fully_delegated(self) -> "QnnTester":
         left = self.cpu_nodes()
-        assert not left, f"not delegated: {[(n.name, str(n.target)) for n in left]}; " \
-                         f"rejected: {self.partitioner.rejected_nodes}"
+        assert not left, (
+            f"not delegated: {[(n.name, str(n.target)) for n in left]}; rejected: {self.partitioner.rejected_nodes}"
+        )
         assert self.delegate_blobs(), "no delegate was created"
         return self
 
@@ -134,8 +150,10 @@ class QnnTester:
             err = np.abs(out.astype(np.float64) - ref.astype(np.float64))
             bound = atol * scale + rtol * np.abs(ref)
             worst = float((err - bound).max()) if err.size else 0.0
-            assert worst <= 0, f"output {i}: max abs err {float(err.max()):.3g} exceeds tolerance " \
-                               f"(atol {atol * scale:.3g}, rtol {rtol})"
+            assert worst <= 0, (
+                f"output {i}: max abs err {float(err.max()):.3g} exceeds tolerance "
+                f"(atol {atol * scale:.3g}, rtol {rtol})"
+            )
         return self
 
     def run_and_compare(self, **tolerance) -> "QnnTester":
@@ -155,15 +173,15 @@ def inputs_of(*shapes: Sequence[int]) -> Tuple[torch.Tensor, ...]:
     return tuple(randn(*s, seed=i) for i, s in enumerate(shapes))
 
 
-INT32_BOUNDARY = [-2 ** 31, 2 ** 31 - 1, -1, 0, 255, -256, 256, 128, -128, 65535, -65536, 2 ** 24 - 1]
+INT32_BOUNDARY = [-(2**31), 2**31 - 1, -1, 0, 255, -256, 256, 128, -128, 65535, -65536, 2**24 - 1]
 
 
 def random_int32(shape, seed: int, boundary=INT32_BOUNDARY) -> torch.Tensor:
     """Random int32 over the whole range, the boundary values first."""
     g = torch.Generator().manual_seed(seed)
     count = int(np.prod(shape))
-    rand = torch.randint(-2 ** 31, 2 ** 31 - 1, (count,), generator=g, dtype=torch.int64)
-    values = torch.cat([torch.tensor(boundary[:count], dtype=torch.int64), rand[len(boundary):]])
+    rand = torch.randint(-(2**31), 2**31 - 1, (count,), generator=g, dtype=torch.int64)
+    values = torch.cat([torch.tensor(boundary[:count], dtype=torch.int64), rand[len(boundary) :]])
     return values[torch.randperm(count, generator=g)].to(torch.int32).reshape(shape)
 
 

@@ -5,6 +5,7 @@ the host engine and on QNN (x86 emulation).
 Tiny random-weight Llama / Qwen3 configs (2 layers, hidden 64, 4 query / 2 KV heads, vocab 128),
 context 64, prefill chunks of 8 tokens (an 11-token prompt takes a full chunk and a padded one).
 initializer_range 0.1 (HF's default 0.02 gives near-uniform logits whose greedy tokens are ties)."""
+
 from __future__ import annotations
 
 import gc
@@ -15,8 +16,16 @@ import pytest
 import torch
 
 from backends.qualcomm.llm import (
-    KvCache, ModuleProgram, PteProgram, StaticDecoder, causal_mask, export_static_llm, generate, sample,
-    static_modules, teacher_forced,
+    KvCache,
+    ModuleProgram,
+    PteProgram,
+    StaticDecoder,
+    causal_mask,
+    export_static_llm,
+    generate,
+    sample,
+    static_modules,
+    teacher_forced,
 )
 from backends.qualcomm.utils.qnn_context import AOT_ENV, qnn_library_status
 from backends.qualcomm.utils.runtime_options import require_extension
@@ -25,20 +34,29 @@ transformers = pytest.importorskip("transformers")
 
 CONTEXT, AR_LEN, VOCAB = 64, 8, 128
 PROMPT = torch.randint(0, VOCAB, (11,), generator=torch.Generator().manual_seed(9)).tolist()
-CALIBRATION = [torch.randint(0, VOCAB, (24,), generator=torch.Generator().manual_seed(s)).tolist()
-               for s in range(3)]
+CALIBRATION = [torch.randint(0, VOCAB, (24,), generator=torch.Generator().manual_seed(s)).tolist() for s in range(3)]
 QNN_LOADED, _ = qnn_library_status()
 
 
 def hf_model(kind: str, tie: bool = False) -> torch.nn.Module:
-    configs = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-               "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
-               "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM)}
+    configs = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+    }
     config_type, model_type = configs[kind]
     torch.manual_seed(0)
-    config = config_type(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=CONTEXT,
-                         initializer_range=0.1, tie_word_embeddings=tie)
+    config = config_type(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=CONTEXT,
+        initializer_range=0.1,
+        tie_word_embeddings=tie,
+    )
     return model_type(config).eval()
 
 
@@ -51,7 +69,7 @@ def hf_greedy(model, prompt, n: int):
     ids = list(prompt)
     for _ in range(n):
         ids.append(int(hf_logits(model, ids)[-1].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def _export(kind: str, recipe: str, tmp_path_factory, tie: bool = False):
@@ -60,8 +78,7 @@ def _export(kind: str, recipe: str, tmp_path_factory, tie: bool = False):
     path = tmp_path_factory.mktemp(f"{kind}_{recipe}") / "model.pte"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(AOT_ENV, "1" if QNN_LOADED else "0")
-        result = export_static_llm(model, path, recipe, context_len=CONTEXT, ar_len=AR_LEN,
-                                   calibration=CALIBRATION)
+        result = export_static_llm(model, path, recipe, context_len=CONTEXT, ar_len=AR_LEN, calibration=CALIBRATION)
     return model, result
 
 
@@ -121,8 +138,8 @@ def test_mask_and_cache_layout():
     mask = causal_mask(start=5, n_valid=3, n_tokens=AR_LEN, context_len=CONTEXT)[0]
     past = CONTEXT - AR_LEN
     assert (mask[:, :5] == 0).all() and (mask[:, 5:past] < 0).all()  # written slots only
-    assert (mask[0, past:past + 1] == 0).all() and (mask[0, past + 1:] < 0).all()  # causal among the new
-    assert (mask[2, past:past + 3] == 0).all()
+    assert (mask[0, past : past + 1] == 0).all() and (mask[0, past + 1 :] < 0).all()  # causal among the new
+    assert (mask[2, past : past + 3] == 0).all()
     k, v = decoder.shape.cache_shapes(AR_LEN)
     assert k == (1, 2, 16, past) and v == (1, 2, past, 16)  # K transposed: keys along the last axis
     cache = KvCache(decoder.shape)
@@ -163,7 +180,7 @@ def test_fp16_host_engine_matches_hf(fixture, request):
     _pte_checks(result)
     out = generate(result.path, PROMPT, max_new_tokens=8, engine="host", return_logits=True)
     expected = hf_greedy(model, PROMPT, 8)
-    reference = hf_logits(model, PROMPT + expected[:-1])[len(PROMPT) - 1:]
+    reference = hf_logits(model, PROMPT + expected[:-1])[len(PROMPT) - 1 :]
     err = float(np.abs(np.stack(out.logits) - reference).max())
     print(f"{fixture}: {result.summary()}\n  host: {out.stats.summary()}; max |logits - HF| {err:.2e}")
     assert out.tokens == expected
@@ -178,7 +195,7 @@ def test_generation_stops_at_eos_and_at_the_context(llama_fp16):
     stopped = generate(result.path, PROMPT, 8, engine="host", eos_ids=[first])
     assert stopped.tokens == [first] and stopped.stats.stop_reason == "eos"
     # positions 0..61 prompted, 62 and 63 fed back: the third token is the last the context allows
-    long_prompt = (PROMPT * 6)[:CONTEXT - 2]
+    long_prompt = (PROMPT * 6)[: CONTEXT - 2]
     streamed = []
     out = generate(result.path, long_prompt, 8, engine="host", eos_ids=[], on_token=streamed.append)
     assert len(out.tokens) == 3 and out.stats.stop_reason == "context" and streamed == out.tokens
@@ -221,8 +238,13 @@ def _weight_kinds(module):
     for node in module.graph.nodes:
         if node.target == torch.ops.aten.linear.default:
             path = list(node.meta["nn_module_stack"].values())[-1][0]
-            kinds[path] = "block" if "dequantize_affine" in str(node.args[1].target) else \
-                "channel" if "per_channel" in str(node.args[1].target) else str(node.args[1].target)
+            kinds[path] = (
+                "block"
+                if "dequantize_affine" in str(node.args[1].target)
+                else "channel"
+                if "per_channel" in str(node.args[1].target)
+                else str(node.args[1].target)
+            )
     return kinds
 
 
@@ -237,8 +259,11 @@ def test_16a4w_block_host_engine_matches_qdq_reference(llama_16a4w):
     assert len(prefill_enc) == 4 and prefill_enc == decode_enc
     assert all(dtype == torch.uint8 for _, _, dtype in prefill_enc)
     kinds = _weight_kinds(result.modules["decode"])
-    assert {k for k, v in kinds.items() if v == "channel"} == {"lm_head", "layers.0.mlp.down_proj",
-                                                              "layers.1.mlp.down_proj"}
+    assert {k for k, v in kinds.items() if v == "channel"} == {
+        "lm_head",
+        "layers.0.mlp.down_proj",
+        "layers.1.mlp.down_proj",
+    }
     assert sum(v == "block" for v in kinds.values()) == 12, kinds
     qdq = ModuleProgram(result.modules, result.shape)
     ids = PROMPT + CALIBRATION[0][:8]
@@ -246,8 +271,10 @@ def test_16a4w_block_host_engine_matches_qdq_reference(llama_16a4w):
     host = teacher_forced(PteProgram(result.path, "host"), ids, prompt_len=len(PROMPT))
     err = float(np.abs(host - reference).max())
     span = float(np.abs(reference).max())
-    print(f"{result.summary()}\n  max |host - QDQ| {err:.2e} (logits up to {span:.2f}); argmax agreement "
-          f"{(host.argmax(-1) == reference.argmax(-1)).mean():.3f}")
+    print(
+        f"{result.summary()}\n  max |host - QDQ| {err:.2e} (logits up to {span:.2f}); argmax agreement "
+        f"{(host.argmax(-1) == reference.argmax(-1)).mean():.3f}"
+    )
     assert err < 1e-2 * max(1.0, span) * 3
     assert (host.argmax(-1) == reference.argmax(-1)).all()
     assert generate(result.path, PROMPT, 8, engine="host").tokens == generate(qdq, PROMPT, 8).tokens
@@ -283,8 +310,10 @@ def test_quantized_qwen3_host_engine_matches_qdq_reference(kind, recipe, tmp_pat
     host = teacher_forced(PteProgram(result.path, "host"), ids, prompt_len=len(PROMPT))
     err = float(np.abs(host - reference).max())
     float_logits = hf_logits(model, ids)
-    print(f"{result.summary()}\n  max |host - QDQ| {err:.2e}; QDQ vs float argmax agreement "
-          f"{(reference.argmax(-1) == float_logits.argmax(-1)).mean():.3f}")
+    print(
+        f"{result.summary()}\n  max |host - QDQ| {err:.2e}; QDQ vs float argmax agreement "
+        f"{(reference.argmax(-1) == float_logits.argmax(-1)).mean():.3f}"
+    )
     assert err < 3e-2 * max(1.0, float(np.abs(reference).max()))
     assert (host.argmax(-1) == reference.argmax(-1)).mean() >= 0.9
 
@@ -297,11 +326,41 @@ def test_command_line_exports_and_generates(tmp_path, capsys):
     model = hf_model("llama")
     model.save_pretrained(tmp_path / "hf")
     pte = tmp_path / "cli.pte"
-    assert main(["export", "--model", str(tmp_path / "hf"), "--output", str(pte), "--recipe", "fp16",
-                 "--context-len", str(CONTEXT), "--ar-len", str(AR_LEN)]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--model",
+                str(tmp_path / "hf"),
+                "--output",
+                str(pte),
+                "--recipe",
+                "fp16",
+                "--context-len",
+                str(CONTEXT),
+                "--ar-len",
+                str(AR_LEN),
+            ]
+        )
+        == 0
+    )
     assert "exported cli.pte (fp16, context 64, AR 8)" in capsys.readouterr().out
-    assert main(["generate", "--pte", str(pte), "--prompt-ids", ",".join(map(str, PROMPT)), "--engine", "host",
-                 "--max-new-tokens", "4"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--pte",
+                str(pte),
+                "--prompt-ids",
+                ",".join(map(str, PROMPT)),
+                "--engine",
+                "host",
+                "--max-new-tokens",
+                "4",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert [int(t) for t in lines[0].split()] == hf_greedy(model, PROMPT, 4)
     assert "decode" in lines[1] and "tok/s" in lines[1]

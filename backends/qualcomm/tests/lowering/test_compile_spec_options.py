@@ -1,5 +1,6 @@
 """Compile-spec options: the SoC by name or value, HTP options and their type checks, and a
 float graph lowered with a quantized spec (a warning, then float32)."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,14 +39,20 @@ class TestCompileSpecOptions:
         for value in (Mode.kHtpBalanced, "kHtpBalanced", "khtpbalanced", 8):
             assert generate_htp_compiler_spec(True, htp_performance_mode=value).htpOptions.performanceMode == 8
 
-    @pytest.mark.parametrize("kwargs, message", [
-        (dict(htp_performance_mode=99), "htp_performance_mode=99 is not a valid QnnExecuTorchHtpPerformanceMode; "
-         "valid values: kHtpDefault (0), kHtpSustainedHighPerformance (1), kHtpBurst (2)"),
-        (dict(htp_performance_mode=-1), "htp_performance_mode=-1 is not a valid"),
-        (dict(htp_performance_mode="turbo"), "htp_performance_mode='turbo' is not a valid"),
-        (dict(use_weight_sharing="yes"), "use_weight_sharing='yes' must be a bool (True or False)"),
-        (dict(use_multi_contexts=2), "use_multi_contexts=2 must be a bool"),
-    ])
+    @pytest.mark.parametrize(
+        "kwargs, message",
+        [
+            (
+                dict(htp_performance_mode=99),
+                "htp_performance_mode=99 is not a valid QnnExecuTorchHtpPerformanceMode; "
+                "valid values: kHtpDefault (0), kHtpSustainedHighPerformance (1), kHtpBurst (2)",
+            ),
+            (dict(htp_performance_mode=-1), "htp_performance_mode=-1 is not a valid"),
+            (dict(htp_performance_mode="turbo"), "htp_performance_mode='turbo' is not a valid"),
+            (dict(use_weight_sharing="yes"), "use_weight_sharing='yes' must be a bool (True or False)"),
+            (dict(use_multi_contexts=2), "use_multi_contexts=2 must be a bool"),
+        ],
+    )
     def test_bad_htp_option_values(self, kwargs, message):
         from backends.qualcomm import generate_htp_compiler_spec
 
@@ -59,12 +66,18 @@ class TestCompileSpecOptions:
         with pytest.raises(ValueError, match=r"use_fp16='False' must be a bool"):
             generate_htp_compiler_spec(use_fp16="False")
 
-    @pytest.mark.parametrize("kwargs, message", [
-        (dict(profile_level=3), "profile_level=3 is not a valid QnnExecuTorchProfileLevel; valid values: "
-         "kProfileOff (0), kProfileBasic (1), kProfileDetailed (2)"),
-        (dict(debug="on"), "debug='on' must be a bool"),
-        (dict(dump_intermediate_outputs=5), "dump_intermediate_outputs=5 must be a bool"),
-    ])
+    @pytest.mark.parametrize(
+        "kwargs, message",
+        [
+            (
+                dict(profile_level=3),
+                "profile_level=3 is not a valid QnnExecuTorchProfileLevel; valid values: "
+                "kProfileOff (0), kProfileBasic (1), kProfileDetailed (2)",
+            ),
+            (dict(debug="on"), "debug='on' must be a bool"),
+            (dict(dump_intermediate_outputs=5), "dump_intermediate_outputs=5 must be a bool"),
+        ],
+    )
     def test_bad_compile_spec_values(self, kwargs, message):
         from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
 

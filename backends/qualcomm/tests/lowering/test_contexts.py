@@ -5,6 +5,7 @@ buffer on a real HTP; this delegate has no equivalent, so lowering rejects the f
 message saying so instead of silently ignoring it. Context counts: without weight sharing
 every partition is its own context; with `use_weight_sharing` the partitions of a program
 share one."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,8 +36,9 @@ def _contexts_while_loaded(pte, model, x) -> int:
 def test_use_multi_contexts_is_rejected():
     model, x = h.SplitNet().eval(), torch.randn(1, 3, 12, 12)
     with pytest.raises(QnnLoweringError) as raised:
-        to_edge_transform_and_lower_to_qnn(model, (x,), h.fp16_specs(use_multi_contexts=True),
-                                           skip_node_op_set=SKIP_SIGMOID)
+        to_edge_transform_and_lower_to_qnn(
+            model, (x,), h.fp16_specs(use_multi_contexts=True), skip_node_op_set=SKIP_SIGMOID
+        )
     assert MULTI_CONTEXTS_MESSAGE in str(raised.value)
 
 
@@ -44,6 +46,11 @@ def test_use_multi_contexts_is_rejected():
 def test_context_count_of_two_partitions(tmp_path, weight_sharing, contexts):
     torch.manual_seed(3)
     model, x = h.SplitNet().eval(), torch.randn(1, 3, 12, 12)
-    pte = h.lower_to_pte(model, (x,), tmp_path / "split.pte", h.fp16_specs(use_weight_sharing=weight_sharing),
-                         skip_node_op_set=SKIP_SIGMOID)
+    pte = h.lower_to_pte(
+        model,
+        (x,),
+        tmp_path / "split.pte",
+        h.fp16_specs(use_weight_sharing=weight_sharing),
+        skip_node_op_set=SKIP_SIGMOID,
+    )
     assert _contexts_while_loaded(pte, model, x) == contexts

@@ -9,6 +9,7 @@ dim order the delegate was lowered for and refuses (InvalidArgument) instead of 
 memory in the wrong order. (ExecuTorch's Python runtime copies an input's bytes into the
 program's input tensor without comparing memory formats: feed inputs in the memory format
 of the example input.)"""
+
 from __future__ import annotations
 
 import unittest
@@ -44,8 +45,11 @@ def _channels_last(*shape: int) -> torch.Tensor:
 def _io_dim_orders(tester: QnnTester) -> tuple:
     summary = tester.payload()
     by_name = {t.name: t for t in summary.tensors}
-    return ([by_name[n].dim_order for n in summary.inputs], [by_name[n].dim_order for n in summary.outputs],
-            [by_name[n].dims for n in summary.inputs])
+    return (
+        [by_name[n].dim_order for n in summary.inputs],
+        [by_name[n].dim_order for n in summary.outputs],
+        [by_name[n].dims for n in summary.inputs],
+    )
 
 
 class TestQNNDimOrder(unittest.TestCase):
@@ -140,8 +144,10 @@ class TestQNNDimOrder(unittest.TestCase):
             return tuple(CHANNELS_LAST) if isinstance(val, torch.Tensor) and val.dim() == 4 else ()
 
         tester = QnnTester(ConvRelu(), (randn(1, 3, 8, 8),))
-        with mock.patch.object(graph_builder, "io_dim_order", channels_last_inputs), \
-                mock.patch.object(layout_transform, "io_dim_order", channels_last_inputs):
+        with (
+            mock.patch.object(graph_builder, "io_dim_order", channels_last_inputs),
+            mock.patch.object(layout_transform, "io_dim_order", channels_last_inputs),
+        ):
             tester.lower()
         inputs, outputs, _ = _io_dim_orders(tester)
         self.assertEqual((inputs, outputs), ([CHANNELS_LAST], [[]]))

@@ -1,4 +1,5 @@
 """Importing the package prints nothing from known third-party noise, and hides nothing else."""
+
 import logging
 import os
 import subprocess
@@ -26,8 +27,9 @@ def test_import_lower_and_run_print_no_third_party_noise(tmp_path):
     script = tmp_path / "lower_and_run.py"
     script.write_text(_LOWER_AND_RUN)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[4]))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "out 4.0"
     for noise in ("Failed to load", "_C_mxfp8", "Enum subclass", "LeafSpec"):
@@ -46,6 +48,8 @@ def test_only_the_known_messages_are_dropped():
     # Any other torchao library that fails to load is a real problem and still shows.
     assert _passes("torchao", "Failed to load /v/site-packages/torchao/_C.abi3.so: undefined symbol")
     assert _passes("torchao", "Skipping import of cpp extensions due to incompatible torch version.")
-    assert not _passes("torch.utils._pytree", "<enum 'K'> is an Enum subclass and is now natively supported by "
-                       "torch.compile as an opaque value type.")
+    assert not _passes(
+        "torch.utils._pytree",
+        "<enum 'K'> is an Enum subclass and is now natively supported by torch.compile as an opaque value type.",
+    )
     assert _passes("torch.utils._pytree", "some other pytree warning")

@@ -1,5 +1,6 @@
 """The PT2E flow, the API and the runner used the wrong way: a clear error naming what is wrong
 and what to do, never a model that runs with meaningless results or a raw exception."""
+
 from __future__ import annotations
 
 import logging
@@ -13,7 +14,11 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from backends.qualcomm import (
-    QnnPartitioner, QnnQuantizer, QuantDtype, generate_htp_compiler_spec, to_edge_transform_and_lower_to_qnn,
+    QnnPartitioner,
+    QnnQuantizer,
+    QuantDtype,
+    generate_htp_compiler_spec,
+    to_edge_transform_and_lower_to_qnn,
 )
 from backends.qualcomm.tests.helpers.real_models import assert_clean_failure
 from backends.qualcomm.tests.helpers.quant_tester import quant_compile_specs
@@ -45,8 +50,10 @@ def _prepared(calibrate: bool) -> torch.fx.GraphModule:
 
 def _plain_lowering(module: torch.nn.Module, partitioner=None):
     x = randn(1, 3, 8, 8)
-    return to_edge_transform_and_lower(torch.export.export(module, (x,), strict=False),
-                                       partitioner=[partitioner or QnnPartitioner(quant_compile_specs())])
+    return to_edge_transform_and_lower(
+        torch.export.export(module, (x,), strict=False),
+        partitioner=[partitioner or QnnPartitioner(quant_compile_specs())],
+    )
 
 
 def test_uncalibrated_model_is_refused():
@@ -84,17 +91,22 @@ def test_some_default_encodings_are_a_warning(caplog):
     prepared(pixels, x)
     converted = convert_pt2e(prepared)
     with caplog.at_level(logging.WARNING, logger="backends.qualcomm"):
-        to_edge_transform_and_lower(torch.export.export(converted, (pixels, x), strict=False),
-                                    partitioner=[QnnPartitioner(quant_compile_specs())])
+        to_edge_transform_and_lower(
+            torch.export.export(converted, (pixels, x), strict=False),
+            partitioner=[QnnPartitioner(quant_compile_specs())],
+        )
     assert "never saw data (scale 1.0, zero point 0" in caplog.text and "really spans" in caplog.text, caplog.text
 
 
-@pytest.mark.parametrize("specs, words", [
-    (None, "needs a list of CompileSpec, got NoneType"),
-    ("htp_options", "got HTP backend options"),
-    ([CompileSpec("qnn_compile_spec", b"garbage")], "does not hold QnnExecuTorchOptions"),
-    ([CompileSpec("qnn_compile_spec", bytes(64))], "does not hold QnnExecuTorchOptions"),
-])
+@pytest.mark.parametrize(
+    "specs, words",
+    [
+        (None, "needs a list of CompileSpec, got NoneType"),
+        ("htp_options", "got HTP backend options"),
+        ([CompileSpec("qnn_compile_spec", b"garbage")], "does not hold QnnExecuTorchOptions"),
+        ([CompileSpec("qnn_compile_spec", bytes(64))], "does not hold QnnExecuTorchOptions"),
+    ],
+)
 def test_bad_compile_specs_are_a_value_error(specs, words):
     if specs == "htp_options":
         specs = generate_htp_compiler_spec(use_fp16=True)
@@ -123,8 +135,15 @@ class AddOne(torch.nn.Module):
 
 
 def _runner(pte, input_list, tmp_path) -> pte_tools.RunnerResult:
-    command = [str(pte_tools.find_runner()), "--model_path", str(pte), "--input_list_path", str(input_list),
-               "--output_folder_path", str(tmp_path / "out")]
+    command = [
+        str(pte_tools.find_runner()),
+        "--model_path",
+        str(pte),
+        "--input_list_path",
+        str(input_list),
+        "--output_folder_path",
+        str(tmp_path / "out"),
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
@@ -153,8 +172,10 @@ def test_runner_directory_is_named_as_one(small_pte, tmp_path, where):
 
 def test_loading_qnn_prints_no_foreign_line(real_qnn):
     """libQnnHtp prints ' # LIBNATIVE: No alternate configuration ...' to stdout when loaded."""
-    code = ("from backends.qualcomm import _qnn_delegate as q\n"
-            "ok, text = q.qnn_library_status()\nassert ok, text\nprint('loaded')\n")
+    code = (
+        "from backends.qualcomm import _qnn_delegate as q\n"
+        "ok, text = q.qnn_library_status()\nassert ok, text\nprint('loaded')\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout == "loaded\n" and "LIBNATIVE" not in result.stderr

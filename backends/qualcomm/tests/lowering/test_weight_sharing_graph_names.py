@@ -1,5 +1,6 @@
 """Graph names of weight-shared methods: unique across the methods of one context (a method
 named like another method's second graph), duplicates refused."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,11 +41,14 @@ class TestWeightSharingGraphNames:
         from backends.qualcomm.utils.compile_spec import graph_names, options_from_compile_specs
 
         torch.manual_seed(1)
-        modules = {"dec": TwoPartitions(0).eval(), "dec_1": torch.nn.Sequential(
-            torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8)).eval()}
+        modules = {
+            "dec": TwoPartitions(0).eval(),
+            "dec_1": torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8)).eval(),
+        }
         inputs = {"dec": (randn(2, 8, seed=3),), "dec_1": (randn(2, 8, seed=4),)}
         specs = generate_qnn_executorch_compiler_spec(
-            QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True, use_weight_sharing=True))
+            QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True, use_weight_sharing=True)
+        )
         edge = to_edge_transform_and_lower_to_qnn(modules, inputs, specs, skip_node_op_set=SKIP_CUMSUM)
         chosen = {}
         for method in ("dec", "dec_1"):
@@ -69,5 +73,10 @@ class TestWeightSharingGraphNames:
 
         check_unique_graph_names([QnnGraph("dec", fp16_precision=True), QnnGraph("dec_1", fp16_precision=True)])
         with pytest.raises(QnnLoweringError, match=r"graph name\(s\) \['dec_1'\] are used by more than one graph"):
-            check_unique_graph_names([QnnGraph("dec_1", fp16_precision=True), QnnGraph("dec", fp16_precision=True),
-                                      QnnGraph("dec_1", fp16_precision=True)])
+            check_unique_graph_names(
+                [
+                    QnnGraph("dec_1", fp16_precision=True),
+                    QnnGraph("dec", fp16_precision=True),
+                    QnnGraph("dec_1", fp16_precision=True),
+                ]
+            )

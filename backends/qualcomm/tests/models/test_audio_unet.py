@@ -10,6 +10,7 @@ is as accurate as the reference); the graph stays channel-last from input to out
 per graph input and output, none between ops); on the real QNN (HTP emulation): QNN's outputs
 against the host engine's for the same delegate, and `qnn_executor_runner --engine qnn` gives
 QNN's outputs from the .pte."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,7 +23,11 @@ import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester, float_outputs, output_encodings_with_range, sqnr_db, step_stats,
+    QuantTester,
+    float_outputs,
+    output_encodings_with_range,
+    sqnr_db,
+    step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import needs_qnn, payload_on_both_engines
 from backends.qualcomm.tests.helpers.tester import QnnTester, randn
@@ -99,10 +104,26 @@ def unet_inputs() -> Tuple[torch.Tensor, ...]:
 MODELS = {"audio": (AudioEncoderDecoder, audio_inputs), "unet": (UNet, unet_inputs)}
 # QNN op types of each model's payload (fp16 and 8a8w alike: no op kept in float in 8a8w).
 MODEL_OPS = {
-    "audio": {"Conv2d": 5, "GroupNorm": 3, "ResizeNearestNeighbor": 2, "Sigmoid": 1, "Gelu": 1, "Prelu": 1,
-              "Concat": 1, "Relu": 1, "Tanh": 1},
-    "unet": {"Conv2d": 6, "TransposeConv2d": 1, "PoolMax2d": 1, "PoolAvg2d": 1, "ResizeBilinear": 1,
-             "Concat": 2, "Relu": 5},
+    "audio": {
+        "Conv2d": 5,
+        "GroupNorm": 3,
+        "ResizeNearestNeighbor": 2,
+        "Sigmoid": 1,
+        "Gelu": 1,
+        "Prelu": 1,
+        "Concat": 1,
+        "Relu": 1,
+        "Tanh": 1,
+    },
+    "unet": {
+        "Conv2d": 6,
+        "TransposeConv2d": 1,
+        "PoolMax2d": 1,
+        "PoolAvg2d": 1,
+        "ResizeBilinear": 1,
+        "Concat": 2,
+        "Relu": 5,
+    },
 }
 # Layout: the input is made channel-last once and the output channel-first once.
 BOUNDARY_TRANSPOSES = 2
@@ -119,6 +140,7 @@ def _assert_one_channel_last_delegate(tester: QnnTester, model: str) -> None:
 
 
 # ---- fp16 ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("model", list(MODELS))
 def test_fp16_model_matches_eager(model):
@@ -143,8 +165,12 @@ def test_fp16_model_matches_eager(model):
 # 16a8w (of 65535 steps), measured: audio 47.7% exact, max 2; U-Net 25.0% exact, max 5 (HTP's
 # 16-bit conv path keeps the top bits of x * w: each conv a step or two from the reference);
 # SQNR vs float equal to the reference's (audio 41.0 dB, U-Net 42.3 dB).
-QDQ_BOUNDS = {("audio", "8a8w"): (6, 0.35), ("unet", "8a8w"): (4, 0.6),
-              ("audio", "16a8w"): (3, 0.4), ("unet", "16a8w"): (7, 0.2)}
+QDQ_BOUNDS = {
+    ("audio", "8a8w"): (6, 0.35),
+    ("unet", "8a8w"): (4, 0.6),
+    ("audio", "16a8w"): (3, 0.4),
+    ("unet", "16a8w"): (7, 0.2),
+}
 SQNR_MARGIN_DB = 1.5
 # QNN vs host engine, model output, (max steps, min exact share). Measured: U-Net 83.6% exact,
 # max 2 (85.0% since the GroupNorm change; each op 93-100% exact, max 1: TransposeConv2d 97.1%,
@@ -156,8 +182,12 @@ SQNR_MARGIN_DB = 1.5
 # Quantize differs by a step or more on QNN, as in ops/test_resize_norm, and the convs carry it).
 # QNN's op validation refuses the 16a8w SiLU's Sigmoid ("mismatching datatypes"), yet finalizes
 # the graph and its outputs agree.
-QNN_BOUNDS = {("audio", "8a8w"): (5, 0.3), ("unet", "8a8w"): (2, 0.8),
-              ("audio", "16a8w"): (6, 0.4), ("unet", "16a8w"): (14, 0.12)}
+QNN_BOUNDS = {
+    ("audio", "8a8w"): (5, 0.3),
+    ("unet", "8a8w"): (2, 0.8),
+    ("audio", "16a8w"): (6, 0.4),
+    ("unet", "16a8w"): (14, 0.12),
+}
 
 
 def _quant_tester(model: str, precision: str) -> QuantTester:
@@ -185,14 +215,17 @@ def test_quantized_model_matches_qdq_reference(model, precision):
 
 # ---- real QNN --------------------------------------------------------------------------------
 
+
 def _runner_outputs(tester: QnnTester, like: List[np.ndarray], folder: Path) -> List[np.ndarray]:
     """qnn_executor_runner --engine qnn on the tester's .pte: its raw outputs."""
     input_list = pte_tools.write_input_files([tester.inputs], folder / "inputs")
-    result = pte_tools.run_runner(Path(tester.pte_path), input_list, folder / "outputs",
-                                  extra_flags=["--engine", "qnn"])
+    result = pte_tools.run_runner(
+        Path(tester.pte_path), input_list, folder / "outputs", extra_flags=["--engine", "qnn"]
+    )
     assert result.returncode == 0, result.stderr[-2000:]
-    return [pte_tools.read_raw_output(folder / "outputs", 0, i, torch.from_numpy(x)).numpy()
-            for i, x in enumerate(like)]
+    return [
+        pte_tools.read_raw_output(folder / "outputs", 0, i, torch.from_numpy(x)).numpy() for i, x in enumerate(like)
+    ]
 
 
 @needs_qnn
@@ -205,8 +238,11 @@ def test_real_qnn_matches_host(real_qnn, tmp_path, model, precision):
     gives QNN's bits from the .pte."""
     make, inputs = MODELS[model]
     module, sample = make(), inputs()
-    tester = (QnnTester(module, sample, tmp_dir=str(tmp_path)) if precision == "fp16"
-              else QuantTester(module, sample, QUANT_DTYPES[precision], per_channel=True))
+    tester = (
+        QnnTester(module, sample, tmp_dir=str(tmp_path))
+        if precision == "fp16"
+        else QuantTester(module, sample, QUANT_DTYPES[precision], per_channel=True)
+    )
     tester.tmp_dir = str(tmp_path)
     tester.lower()
     _assert_one_channel_last_delegate(tester, model)

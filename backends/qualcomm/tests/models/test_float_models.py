@@ -1,5 +1,6 @@
 """fp16 real models (slow): MobileNetV2, EfficientNet-Lite0 and MiniLM with real weights, fully
 delegated, against eager (fp16 tolerance, same top-1; MiniLM's sentence embeddings)."""
+
 from __future__ import annotations
 
 import pytest

@@ -4,6 +4,7 @@ Before: `cat([x, x])` (every HF rotary embedding) sent prepare_pt2e into infinit
 cache written into a clone of a buffer failed at to_executorch once quantized (the clone had been
 folded into a constant); the position ids and causal mask HF computes from `arange` became a
 delegate without inputs, which QNN refuses (error 30002)."""
+
 from __future__ import annotations
 
 import gc
@@ -52,8 +53,11 @@ class ClonedCacheAttention(torch.nn.Module):
         return (self.q(x) @ kc.transpose(1, 2)).softmax(-1) @ vc
 
 
-@pytest.mark.parametrize("dtype, limits", [(QuantDtype.use_8a8w, dict(max_step_diff=2, min_exact=0.6)),
-                                           (QuantDtype.use_16a8w, {})], ids=["8a8w", "16a8w"])
+@pytest.mark.parametrize(
+    "dtype, limits",
+    [(QuantDtype.use_8a8w, dict(max_step_diff=2, min_exact=0.6)), (QuantDtype.use_16a8w, {})],
+    ids=["8a8w", "16a8w"],
+)
 def test_written_clone_of_a_buffer_is_not_folded(dtype, limits):
     """One delegate; each call starts from the buffer, not from the previous call's writes (a
     folded clone became a mutable buffer). 8a8w measured: 71.9% exact, max 2 steps (the softmax
@@ -72,13 +76,22 @@ def test_written_clone_of_a_buffer_is_not_folded(dtype, limits):
 
 # ---- Hugging Face decoders ------------------------------------------------------------------
 def _decoder(kind: str) -> torch.nn.Module:
-    configs = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-               "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
-               "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM)}
+    configs = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+    }
     config_type, model_type = configs[kind]
     torch.manual_seed(0)
-    config = config_type(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = config_type(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return Logits(model_type(config).eval()).eval()
 
 
@@ -139,8 +152,11 @@ def test_hf_llama_fp16_constants_never_make_a_delegate(real_qnn, tmp_path):
     constant_nodes = [n for n, why in partitioner.rejected_nodes.items() if why == CONSTANT_ONLY_REASON]
     assert constant_nodes, partitioner.rejected_nodes
     for name, edge, delegates in (("one-call", one_call, 1), ("plain", plain, 1)):
-        calls = [n for n in edge.exported_program().graph_module.graph.nodes if n.op == "call_function"
-                 and "executorch_call_delegate" in str(n.target)]
+        calls = [
+            n
+            for n in edge.exported_program().graph_module.graph.nodes
+            if n.op == "call_function" and "executorch_call_delegate" in str(n.target)
+        ]
         assert len(calls) == delegates, name
         path = tmp_path / f"{name}.pte"
         path.write_bytes(edge.to_executorch().buffer)
@@ -154,8 +170,13 @@ def test_hf_llama_fp16_constants_never_make_a_delegate(real_qnn, tmp_path):
             err = float((out - eager).abs().max())
             print(f"{name} on {engine}: max |out - eager| {err:.2e}")
             assert err < 5e-3 * max(1.0, float(eager.abs().max())), (name, engine, err)
-    one_call_cpu = [n for n in one_call.exported_program().graph_module.graph.nodes if n.op == "call_function"
-                    and "executorch_call_delegate" not in str(n.target) and "getitem" not in str(n.target)]
+    one_call_cpu = [
+        n
+        for n in one_call.exported_program().graph_module.graph.nodes
+        if n.op == "call_function"
+        and "executorch_call_delegate" not in str(n.target)
+        and "getitem" not in str(n.target)
+    ]
     assert one_call_cpu == []
 
 

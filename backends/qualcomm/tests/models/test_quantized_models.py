@@ -2,6 +2,7 @@
 against the QDQ reference, the runner's outputs equal the Python runtime's, on QNN's engine),
 MiniLM 16a8w sentence embeddings, fp16 MobileNetV2 on QNN's engine, a Qwen3 block in
 16a4w_block (SQNR against float and the QDQ reference, and on QNN's engine)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +21,7 @@ A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 # rocket photo's float margin is 0.01 logits, a tenth of one output step).
 MIN_TOP1_MARGIN = 0.5
 
-QWEN3_MIN_SQNR_DB = 25.0        # measured 31.0 dB (QDQ reference 31.0 dB)
+QWEN3_MIN_SQNR_DB = 25.0  # measured 31.0 dB (QDQ reference 31.0 dB)
 
 # Host engine vs the QDQ reference: measured 45.4 dB (46.7 dB before the LPBQ linears took HTP's
 # requantization of k * q; QNN's engine vs the host engine 50.6 dB), 93.2 dB with QNN_DELEGATE_REFERENCE_KERNELS=1. Cause: the 16-bit integer Add (HTP's
@@ -89,14 +90,16 @@ def mobilenet_v2_8a8w(tmp_path_factory):
     quantizer = QnnQuantizer()
     quantizer.set_default_quant_config(A8W8, is_conv_per_channel=True, is_linear_per_channel=True)
     folder = tmp_path_factory.mktemp("mbv2_8a8w")
-    converted, edge, outputs = _lower_quantized(model, samples, quantizer, A8W8, folder / "mbv2_8a8w.pte",
-                                                qnn_binary=True)
+    converted, edge, outputs = _lower_quantized(
+        model, samples, quantizer, A8W8, folder / "mbv2_8a8w.pte", qnn_binary=True
+    )
     with torch.no_grad():
         floats = [model(*s) for s in samples]
         fused = with_fused_activations(converted)  # the QDQ graph as HTP computes conv -> relu6
         qdq = [fused(*s) for s in samples]
-    return dict(edge=edge, samples=samples, outputs=outputs, floats=floats, qdq=qdq, folder=folder,
-                pte=folder / "mbv2_8a8w.pte")
+    return dict(
+        edge=edge, samples=samples, outputs=outputs, floats=floats, qdq=qdq, folder=folder, pte=folder / "mbv2_8a8w.pte"
+    )
 
 
 @pytest.mark.slow
@@ -111,8 +114,7 @@ class TestQNNQuantizedModel:
         from qnn_models import imagenet
 
         checked = 0
-        for photo, got, want in zip(imagenet.PHOTO_NAMES, mobilenet_v2_8a8w["outputs"],
-                                    mobilenet_v2_8a8w["floats"]):
+        for photo, got, want in zip(imagenet.PHOTO_NAMES, mobilenet_v2_8a8w["outputs"], mobilenet_v2_8a8w["floats"]):
             top2 = want.flatten().topk(2).values
             if float(top2[0] - top2[1]) >= MIN_TOP1_MARGIN:
                 assert int(got.argmax()) == int(want.argmax()), f"{photo}: top-1 differs from float"
@@ -129,8 +131,7 @@ class TestQNNQuantizedModel:
         float does; test_mobilenet_v2_8a8w_qnn_engine)."""
         from qnn_models import imagenet
 
-        for photo, got, ref in zip(imagenet.PHOTO_NAMES, mobilenet_v2_8a8w["outputs"],
-                                   mobilenet_v2_8a8w["qdq"]):
+        for photo, got, ref in zip(imagenet.PHOTO_NAMES, mobilenet_v2_8a8w["outputs"], mobilenet_v2_8a8w["qdq"]):
             top2 = ref.flatten().topk(2)
             if float(top2.values[0] - top2.values[1]) >= MIN_TOP1_MARGIN:
                 assert int(got.argmax()) == int(ref.argmax()), f"{photo}: top-1 differs from the QDQ reference"
@@ -143,8 +144,9 @@ class TestQNNQuantizedModel:
 
         folder = mobilenet_v2_8a8w["folder"]
         input_list = pte_tools.write_input_files(mobilenet_v2_8a8w["samples"], folder / "inputs")
-        result = pte_tools.run_runner(mobilenet_v2_8a8w["pte"], input_list, folder / "outputs",
-                                  extra_flags=["--engine", "host"])
+        result = pte_tools.run_runner(
+            mobilenet_v2_8a8w["pte"], input_list, folder / "outputs", extra_flags=["--engine", "host"]
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         for idx, expected in enumerate(mobilenet_v2_8a8w["outputs"]):
             got = pte_tools.read_raw_output(folder / "outputs", idx, 0, expected)
@@ -168,11 +170,14 @@ class TestQNNQuantizedModel:
             step = float(torch.unique(h).diff().min())  # the dequantized logits' step
             steps = ((q - h).abs() / step).round()
             assert float(steps.max()) <= 6, f"photo {idx}: {float(steps.max())} steps apart"
-            assert float((steps == 0).float().mean()) >= 0.25, f"photo {idx}: {float((steps == 0).float().mean()):.3f} equal"
+            assert float((steps == 0).float().mean()) >= 0.25, (
+                f"photo {idx}: {float((steps == 0).float().mean()):.3f} equal"
+            )
         folder = mobilenet_v2_8a8w["folder"]
         input_list = pte_tools.write_input_files(samples[:1], folder / "qnn_inputs")
-        result = pte_tools.run_runner(mobilenet_v2_8a8w["pte"], input_list, folder / "qnn_outputs",
-                                  extra_flags=["--engine", "qnn"])
+        result = pte_tools.run_runner(
+            mobilenet_v2_8a8w["pte"], input_list, folder / "qnn_outputs", extra_flags=["--engine", "qnn"]
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         assert torch.equal(pte_tools.read_raw_output(folder / "qnn_outputs", 0, 0, qnn[0]), qnn[0])
 
@@ -240,10 +245,12 @@ class TestQNNQuantizedModel:
         # MinMaxObserver: the range of all 4 samples (upstream's default MovingAverageMinMaxObserver
         # follows the first sample: 22.9 dB vs float)
         from torchao.quantization.pt2e import MinMaxObserver
+
         quantizer.set_default_quant_config(QuantDtype.use_16a4w_block, act_observer=MinMaxObserver)
         dtype = QuantDtype.use_16a4w_block
-        converted, edge, outputs = _lower_quantized(block, samples, quantizer, dtype, tmp_path / "qwen3.pte",
-                                                    qnn_binary=True)
+        converted, edge, outputs = _lower_quantized(
+            block, samples, quantizer, dtype, tmp_path / "qwen3.pte", qnn_binary=True
+        )
         assert pte_tools.ops_outside_delegates(edge) == []
         assert pte_tools.delegate_call_count(edge) == 1
         with torch.no_grad():

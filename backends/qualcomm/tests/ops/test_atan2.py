@@ -8,6 +8,7 @@ The first test checks the plan and the table over many encodings with a numpy mo
 emitted integer ops (no lowering); the others lower real graphs: atan2 of two graph inputs on
 their encodings' grids (the graph input's Quantize gives the PT2E codes on both engines, so a
 difference comes from atan2 alone) and of computed tensors."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -20,10 +21,16 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm.builders.op_atan2 import FRACTION_BITS, Atan2Plan, angle_table, atan2_plan, reference_units
 from backends.qualcomm.builders.quant_encoding import QuantAttrs
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester, lower_to_one_delegate, output_encodings, step_stats,
+    QuantTester,
+    lower_to_one_delegate,
+    output_encodings,
+    step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED, delegate_output_scales, one_delegate_blob, payload_on_both_engines,
+    QNN_LOADED,
+    delegate_output_scales,
+    one_delegate_blob,
+    payload_on_both_engines,
 )
 
 A16W8 = QuantDtype.use_16a8w
@@ -60,8 +67,9 @@ def qdq_codes(signed_y: np.ndarray, signed_x: np.ndarray, sy: float, sx: float, 
     """The QDQ reference: float32 atan2 of the dequantized inputs, quantized to `out`."""
     y = torch.from_numpy(signed_y.astype(np.float32)) * np.float32(sy)
     x = torch.from_numpy(signed_x.astype(np.float32)) * np.float32(sx)
-    codes = torch.ops.quantized_decomposed.quantize_per_tensor(torch.atan2(y, x), out.scale, out.zero_point,
-                                                               0, 65535, torch.uint16)
+    codes = torch.ops.quantized_decomposed.quantize_per_tensor(
+        torch.atan2(y, x), out.scale, out.zero_point, 0, 65535, torch.uint16
+    )
     return codes.to(torch.int64).numpy()
 
 
@@ -69,9 +77,9 @@ def special_pairs(rng: np.random.Generator, zy: int, zx: int, n: int) -> Tuple[n
     """n code pairs: random, then axes (y or x or both at the zero point), |Y| == |X| and
     small codes around both zero points."""
     qy, qx = rng.integers(0, 65536, n), rng.integers(0, 65536, n)
-    qy[:n // 16] = zy
-    qx[n // 16:n // 8] = zx
-    qy[n // 8:n // 8 + 8], qx[n // 8:n // 8 + 8] = zy, zx
+    qy[: n // 16] = zy
+    qx[n // 16 : n // 8] = zx
+    qy[n // 8 : n // 8 + 8], qx[n // 8 : n // 8 + 8] = zy, zx
     part = slice(n // 8, n // 4)
     qx[part] = np.clip(zx + (qy[part] - zy) * rng.choice([-1, 1], qy[part].size), 0, 65535)
     small = slice(n // 4, n // 2)
@@ -91,7 +99,7 @@ def test_integer_plan_is_within_one_step_of_qdq(seed):
     zy, zx = int(rng.integers(0, 65536)), int(rng.integers(0, 65536))
     out = _uint16(float(np.float32(2 * np.pi / 65535)), 32768 if seed % 2 else int(rng.integers(20000, 45000)))
     plan = atan2_plan(sy, sx, out.scale)
-    assert plan is not None and abs(plan.k) <= 13 and 2 ** -0.5 <= plan.f <= 2 ** 0.5, plan
+    assert plan is not None and abs(plan.k) <= 13 and 2**-0.5 <= plan.f <= 2**0.5, plan
     qy, qx = special_pairs(rng, zy, zx, 200_000)
     got = model_codes(plan, out, qy - zy, qx - zx)
     want = qdq_codes(qy - zy, qx - zx, sy, sx, out)
@@ -105,8 +113,8 @@ def test_integer_plan_is_within_one_step_of_qdq(seed):
 
 def test_plan_refuses_far_apart_scales():
     step = 2 * np.pi / 65535
-    assert atan2_plan(1.0, 2.0 ** -14, step) is None and atan2_plan(2.0 ** -14, 1.0, step) is None
-    assert atan2_plan(1.0, 2.0 ** -13, step).k == 13 and atan2_plan(1.0, 1.0, step).point_bits == 12
+    assert atan2_plan(1.0, 2.0**-14, step) is None and atan2_plan(2.0**-14, 1.0, step) is None
+    assert atan2_plan(1.0, 2.0**-13, step).k == 13 and atan2_plan(1.0, 1.0, step).point_bits == 12
     assert atan2_plan(1.0, 1.0, 1e-9) is None  # an output range of 7e-5 rad: no room for the fixed point
 
 
@@ -155,23 +163,25 @@ def _check(tester: QuantTester, min_exact: float) -> None:
     assert qnn_stats.max_diff == 0, qnn_stats
 
 
-@pytest.mark.parametrize("y_exp, x_exp, shape", [(-14, -12, (64, 128)), (-16, -16, (2, 4, 16, 64)),
-                                                  (-2, -15, (64, 128)), (-15, -2, (16, 512, 1))],
-                         ids=["k-2", "k0-rank4", "k13", "k-13-rank3"])
+@pytest.mark.parametrize(
+    "y_exp, x_exp, shape",
+    [(-14, -12, (64, 128)), (-16, -16, (2, 4, 16, 64)), (-2, -15, (64, 128)), (-15, -2, (16, 512, 1))],
+    ids=["k-2", "k0-rank4", "k13", "k-13-rank3"],
+)
 def test_atan2_of_graph_inputs_within_one_step(qnn_binary, y_exp, x_exp, shape):
     """Graph inputs on their grids, every quadrant, axes, the origin, |y| == |x|, small codes;
     scale ratios 2^-2, 1 and the widest a plan takes, 2^+-13 (the longest divisions: 15 + 14
     bits); ranks 3 and 4 (QNN's Gather by computed indices of those ranks reads wrong elements:
     the Gathers take flattened indices)."""
-    tester = lower_to_one_delegate(Atan2(), grid_inputs(2.0 ** y_exp, 2.0 ** x_exp, shape), A16W8)
-    assert atan2_plan(2.0 ** y_exp, 2.0 ** x_exp, 1e-4).k == y_exp - x_exp
+    tester = lower_to_one_delegate(Atan2(), grid_inputs(2.0**y_exp, 2.0**x_exp, shape), A16W8)
+    assert atan2_plan(2.0**y_exp, 2.0**x_exp, 1e-4).k == y_exp - x_exp
     _check(tester, MIN_EXACT)
 
 
 def test_atan2_of_far_apart_scales_keeps_the_float_chain():
     """sy / sx = 2^-14 (beyond 2^+-13): the float chain between Dequantize and Quantize (host
     engine: within 1 step of QDQ, but for atan2(0, 0), NaN in the chain's y / x)."""
-    y, x = grid_inputs(2.0 ** -16, 2.0 ** -2, (8, 16))
+    y, x = grid_inputs(2.0**-16, 2.0**-2, (8, 16))
     tester = lower_to_one_delegate(Atan2(), (y, x), A16W8)
     ops = tester.payload().op_types()
     assert ops.get("ElementWiseAtan") == 1 and "Gather" not in ops, ops
@@ -186,7 +196,8 @@ def qdq_atan2(y: np.ndarray, x: np.ndarray, encoding: Tuple[float, int]) -> np.n
     """The QDQ reference's atan2 of dequantized inputs y, x, dequantized from `encoding`."""
     scale, zero_point = encoding
     codes = torch.ops.quantized_decomposed.quantize_per_tensor(
-        torch.atan2(torch.from_numpy(y), torch.from_numpy(x)), scale, zero_point, 0, 65535, torch.uint16)
+        torch.atan2(torch.from_numpy(y), torch.from_numpy(x)), scale, zero_point, 0, 65535, torch.uint16
+    )
     return (codes.to(torch.int64).numpy() - zero_point).astype(np.float32) * np.float32(scale)
 
 
@@ -231,11 +242,12 @@ class Atan2OfConstantAndItself(torch.nn.Module):
 def test_atan2_of_a_constant_and_of_itself(qnn_binary):
     """A STATIC (constant) x broadcast along rows, and y with itself (+-pi / 4, 0 at the origin,
     one code split per use): within 1 step of QDQ on the engine that runs it (QNN when loaded)."""
-    y, _ = grid_inputs(2.0 ** -14, 2.0 ** -12)
+    y, _ = grid_inputs(2.0**-14, 2.0**-12)
     tester = lower_to_one_delegate(Atan2OfConstantAndItself(), (y,), A16W8)
     assert tester.payload().op_types().get("Gather") == 6
-    for i, (out, ref, (scale, _)) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                                   output_encodings(tester.module))):
+    for i, (out, ref, (scale, _)) in enumerate(
+        zip(tester.outputs, tester.reference_outputs(), output_encodings(tester.module))
+    ):
         stats = step_stats(out, ref, scale)
         print(f"output {i} vs QDQ: {stats}")
         assert stats.max_diff <= 1 and stats.exact_fraction >= MIN_EXACT, (i, stats)
@@ -245,6 +257,6 @@ def test_atan2_broadcast_at_rank_4(qnn_binary):
     """y [2, 4, 16, 64] against x [64] (every x code from 0 to 65535 in 64 steps): the integer ops
     broadcast at rank 4, the Gathers on flattened indices (QNN's Gather by computed rank-3 / 4
     indices reads wrong elements of a large table); within 1 step of QDQ, QNN == host."""
-    y, _ = grid_inputs(2.0 ** -14, 2.0 ** -12, (2, 4, 16, 64))
-    x = torch.tensor((np.linspace(0, 65535, 64).round() - 40000) * 2.0 ** -12, dtype=torch.float32)
+    y, _ = grid_inputs(2.0**-14, 2.0**-12, (2, 4, 16, 64))
+    x = torch.tensor((np.linspace(0, 65535, 64).round() - 40000) * 2.0**-12, dtype=torch.float32)
     _check(lower_to_one_delegate(Atan2(), (y, x), A16W8), MIN_EXACT)

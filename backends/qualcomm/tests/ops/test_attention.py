@@ -1,6 +1,7 @@
 """scaled_dot_product_attention: its decomposition for quantization (quantizer/decompose_sdpa.py)
 is exact in float; quantized (8a8w, 16a8w) attention with a bool mask, a causal mask, GQA heads and
 no mask is one delegate whose outputs are as close to float as the QDQ reference's."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,9 +24,11 @@ class Attention(torch.nn.Module):
 
     def forward(self, q, k, v, mask):
         q = self.proj(q)
-        return (F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-                F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True, is_causal=True),
-                F.scaled_dot_product_attention(q, k, v, attn_mask=mask.float() * -2.0, scale=0.5))
+        return (
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+            F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True, is_causal=True),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask.float() * -2.0, scale=0.5),
+        )
 
 
 def _inputs():
@@ -77,11 +80,13 @@ class FloatAttention(torch.nn.Module):
     """bool mask (a graph input), causal, GQA + causal, float mask + scale, no mask."""
 
     def forward(self, q, k, v, mask):
-        return (F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-                F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True, is_causal=True),
-                F.scaled_dot_product_attention(q, k, v, attn_mask=mask.float() * -2.0, scale=0.5),
-                F.scaled_dot_product_attention(q, k, v))
+        return (
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+            F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True, is_causal=True),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask.float() * -2.0, scale=0.5),
+            F.scaled_dot_product_attention(q, k, v),
+        )
 
 
 def test_fp16_attention_is_one_delegate_of_matmuls_and_softmax():

@@ -2,6 +2,7 @@
 (BatchNorm3d): channel-last Batchnorm on both engines (rank 5 as [N, D*H, W, C]: HTP's Batchnorm
 takes rank 2 to 4). Before: "batch norm input must be rank 2 or 4", left on the CPU (the
 Conformer convolution module split in two delegates)."""
+
 from __future__ import annotations
 
 import pytest

@@ -6,6 +6,7 @@ Each module is lowered once to one delegate, with QNN's context binary when QNN'
 (`qnn_binary`): outputs equal eager exactly (host engine), and QNN's outputs equal the host
 engine's (hence eager) on the same blob. Operands hold -2^31, 2^31 - 1, -1, 0, 255, -256 next to
 random int32 values."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,11 +56,21 @@ class ScalarForms(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.register_buffer("k", torch.tensor([1, -2, 300, -2 ** 31, 2 ** 31 - 1, 0, -1, 255], dtype=torch.int32))
+        self.register_buffer("k", torch.tensor([1, -2, 300, -(2**31), 2**31 - 1, 0, -1, 255], dtype=torch.int32))
 
     def forward(self, a, c):
-        return (a | 3, a & 0xFF, a ^ -7, 5 & a, a & -2 ** 31, a ^ (2 ** 31 - 1), c | -256, c & 0x7F00,
-                a & self.k, self.k ^ a)
+        return (
+            a | 3,
+            a & 0xFF,
+            a ^ -7,
+            5 & a,
+            a & -(2**31),
+            a ^ (2**31 - 1),
+            c | -256,
+            c & 0x7F00,
+            a & self.k,
+            self.k ^ a,
+        )
 
 
 def test_scalar_and_constant_forms_exact_on_both_engines(qnn_binary):
@@ -110,8 +121,8 @@ def test_model_mixing_bitwise_with_integer_ops_on_both_engines(qnn_binary):
     bitwise ops (negative ids included): every output equals eager on both engines."""
     g = torch.Generator().manual_seed(6)
     ids = torch.randint(-50000, 50000, (2, 16), generator=g, dtype=torch.int32)
-    ids[0, :4] = torch.tensor([0, -1, 2 ** 31 - 1, -2 ** 31], dtype=torch.int32)
-    flags = torch.randint(-(2 ** 20), 2 ** 20, (1, 16), generator=g, dtype=torch.int32)
+    ids[0, :4] = torch.tensor([0, -1, 2**31 - 1, -(2**31)], dtype=torch.int32)
+    flags = torch.randint(-(2**20), 2**20, (1, 16), generator=g, dtype=torch.int32)
     inputs = (ids, flags)
     tester = lower_to_one_delegate(TokenMask(), inputs, None)
     assert_outputs_exact(tester)
@@ -127,8 +138,8 @@ def test_int64_beyond_int32_is_the_op_on_the_low_32_bits(qnn_binary):
     """int64 values must fit int32 in a delegate (QNN narrows them by wrapping); beyond it both
     engines give the op on the low 32 bits, sign-extended (documented, not eager's)."""
     g = torch.Generator().manual_seed(7)
-    c = torch.randint(-2 ** 40, 2 ** 40, (2, 8), generator=g)
-    d = torch.randint(-2 ** 40, 2 ** 40, (2, 8), generator=g)
+    c = torch.randint(-(2**40), 2**40, (2, 8), generator=g)
+    d = torch.randint(-(2**40), 2**40, (2, 8), generator=g)
     tester = lower_to_one_delegate(Int64Pair(), (c, d), None)
     low = [x.to(torch.int32) for x in (c, d)]  # wraps
     want = [(low[0] & low[1]), (low[0] ^ low[1]), (low[0] | 0x7F)]
@@ -148,8 +159,14 @@ def test_refused_with_a_reason():
             return a & b, s ^ s, h | h, u & 256, m & True
 
     a = torch.tensor([5, -3, 12], dtype=torch.int32)
-    inputs = (a, torch.tensor([3, 6, -1]), torch.tensor([1, -2, 3], dtype=torch.int8),
-              torch.tensor([1, -2, 3], dtype=torch.int16), torch.tensor([1, 2, 3], dtype=torch.uint8), a > 0)
+    inputs = (
+        a,
+        torch.tensor([3, 6, -1]),
+        torch.tensor([1, -2, 3], dtype=torch.int8),
+        torch.tensor([1, -2, 3], dtype=torch.int16),
+        torch.tensor([1, 2, 3], dtype=torch.uint8),
+        a > 0,
+    )
     tester = QnnTester(Rejected(), inputs).lower()
     reasons = list(tester.partitioner.rejected_nodes.values())
     assert len(reasons) == 5, reasons
@@ -165,9 +182,11 @@ def test_refused_with_a_reason():
 def _int32_graph(ops, n: int) -> bytes:
     """x, y (INT_32 [n]) and a STATIC 256 -> one APP_READ output per (QNN type, input ids)."""
     g = QnnGraph("forward")
-    g.tensors += [QnnTensor(0, "x", TensorType.APP_WRITE, DataType.INT_32, [n]),
-                  QnnTensor(1, "y", TensorType.APP_WRITE, DataType.INT_32, [n]),
-                  QnnTensor(2, "c256", TensorType.STATIC, DataType.INT_32, [1], None, np.array([256], np.int32))]
+    g.tensors += [
+        QnnTensor(0, "x", TensorType.APP_WRITE, DataType.INT_32, [n]),
+        QnnTensor(1, "y", TensorType.APP_WRITE, DataType.INT_32, [n]),
+        QnnTensor(2, "c256", TensorType.STATIC, DataType.INT_32, [1], None, np.array([256], np.int32)),
+    ]
     for k, (qnn_type, inputs) in enumerate(ops):
         g.tensors.append(QnnTensor(3 + k, f"out{k}", TensorType.APP_READ, DataType.INT_32, [n]))
         g.ops.append(QnnOp(f"op{k}", qnn_type, inputs, [3 + k]))
@@ -183,11 +202,19 @@ def test_int32_split_ops_at_the_boundaries_qnn_equals_host():
     (QNN differs from torch there, measured): Add / Subtract / Multiply saturate on overflow
     (torch wraps; the host engine saturates as QNN, ops/test_integer_arithmetic.py), and Divide by the
     STATIC 256 floors (-1 / 256 = -1) while Divide by a tensor truncates (-7 / 2 = -3)."""
-    x = np.array(INT32_BOUNDARY + [-255, 2 ** 31 - 256, -2 ** 31 + 255, 1000, -1000, 7, -7, -7], np.int32)
+    x = np.array(INT32_BOUNDARY + [-255, 2**31 - 256, -(2**31) + 255, 1000, -1000, 7, -7, -7], np.int32)
     y = np.array([-1000, 1000, 3, -3, 2, -2, 7, -7, 1, -1, 256, -256, 255, -255, 9, 2, -2, 2, 5, 2], np.int32)
-    ops = [("ElementWiseMod", [0, 2]), ("ElementWiseMod", [0, 1]), ("ElementWiseSubtract", [0, 3]),
-           ("ElementWiseDivide", [5, 2]), ("ElementWiseAdd", [0, 1]), ("ElementWiseMultiply", [0, 2]),
-           ("ElementWiseDivide", [0, 2]), ("ElementWiseDivide", [0, 1]), ("ElementWiseSubtract", [0, 2])]
+    ops = [
+        ("ElementWiseMod", [0, 2]),
+        ("ElementWiseMod", [0, 1]),
+        ("ElementWiseSubtract", [0, 3]),
+        ("ElementWiseDivide", [5, 2]),
+        ("ElementWiseAdd", [0, 1]),
+        ("ElementWiseMultiply", [0, 2]),
+        ("ElementWiseDivide", [0, 2]),
+        ("ElementWiseDivide", [0, 1]),
+        ("ElementWiseSubtract", [0, 2]),
+    ]
     ext = require_extension()
     blob = _int32_graph(ops, x.size)
     host = [np.asarray(o).reshape(-1) for o in ext.run_payload(blob, [x, y])]
@@ -198,7 +225,7 @@ def test_int32_split_ops_at_the_boundaries_qnn_equals_host():
         np.testing.assert_array_equal(host[i], want, err_msg=f"host, {ops[i]}")
         np.testing.assert_array_equal(qnn[i], want, err_msg=f"QNN, {ops[i]}")
     for i, exact in ((4, wide + y), (5, wide * 256), (8, wide - 256)):
-        saturated = np.clip(exact, -2 ** 31, 2 ** 31 - 1)
+        saturated = np.clip(exact, -(2**31), 2**31 - 1)
         assert (saturated != exact).any(), ops[i]
         np.testing.assert_array_equal(qnn[i], saturated, err_msg=f"QNN's INT_32 {ops[i]} saturates")
         np.testing.assert_array_equal(host[i], saturated, err_msg=f"the host engine's INT_32 {ops[i]} saturates")

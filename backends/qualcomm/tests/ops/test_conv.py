@@ -7,6 +7,7 @@ per-channel weights vs the QDQ reference (steps of each output's encoding), on t
 (context binary, QNN outputs vs host-engine outputs of the same delegate), the Transpose count
 of the channel-last graph (none between consecutive convolutions), and the support checks'
 reasons for what stays on the CPU."""
+
 from __future__ import annotations
 
 from typing import List, Tuple
@@ -20,7 +21,12 @@ from backends.qualcomm.serialization import qnn_payload_generated as gen
 from backends.qualcomm.serialization.payload_reader import deserialize
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, StepStats, compare_with_qdq, step_stats
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED, assert_qnn_matches_host, delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
+    QNN_LOADED,
+    assert_qnn_matches_host,
+    delegate_output_scales,
+    needs_qnn,
+    one_delegate_blob,
+    payload_on_both_engines,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
@@ -62,8 +68,7 @@ class TransposedConvFamily(nn.Module):
         self.depthwise1 = nn.ConvTranspose1d(4, 4, 3, stride=3, padding=1, groups=4)
 
     def forward(self, x2, x1):
-        return (self.conv2(torch.relu(self.up2(x2))), self.grouped2(x2), self.up1(x1),
-                self.depthwise1(x1))
+        return (self.conv2(torch.relu(self.up2(x2))), self.grouped2(x2), self.up1(x1), self.depthwise1(x1))
 
 
 class Conv3dFamily(nn.Module):
@@ -111,6 +116,7 @@ FAMILY_TRANSPOSES = {"conv1d": 1 + 3, "transposed": 2 + 4, "conv3d": 1 + 2}
 
 # ---- fp16 ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_fp16_family_matches_eager(family):
     make, inputs = FAMILIES[family]
@@ -152,6 +158,7 @@ def test_transposed_conv_weights_are_per_output_channel():
 
 # ---- support checks -------------------------------------------------------------------
 
+
 def test_unsupported_convolutions_stay_on_cpu_with_reason():
     class Rejected(nn.Module):
         def __init__(self):
@@ -180,8 +187,17 @@ DEPTHWISE_OP_CONVS = [
     (lambda: nn.ConvTranspose1d(2, 2, 1, stride=2, output_padding=1), 0),
     (lambda: nn.ConvTranspose1d(2, 2, 3, stride=3, padding=1, groups=2), 0),
 ]
-DEPTHWISE_OP_IDS = ["dw_1d_p1op1", "dw_p1op1", "dw_k2s2op1", "dw_1d_p1op2", "dw_asymmetric", "k3s2p1op1",
-                    "grouped_2_out_op1", "1d_k1s2op1", "1d_depthwise"]
+DEPTHWISE_OP_IDS = [
+    "dw_1d_p1op1",
+    "dw_p1op1",
+    "dw_k2s2op1",
+    "dw_1d_p1op2",
+    "dw_asymmetric",
+    "k3s2p1op1",
+    "grouped_2_out_op1",
+    "1d_k1s2op1",
+    "1d_depthwise",
+]
 
 
 @pytest.mark.parametrize("make, concats", DEPTHWISE_OP_CONVS, ids=DEPTHWISE_OP_IDS)
@@ -193,8 +209,11 @@ def test_transposed_conv_output_padding_on_both_engines(qnn_binary, make, concat
     6e-8 (fp16) and 100% equal (8a8w; the grouped non-depthwise one 97.9%, max 1)."""
     torch.manual_seed(0)
     module = make().eval()
-    x = randn(1, module.in_channels, 3, 4, seed=3) if isinstance(module, nn.ConvTranspose2d) \
+    x = (
+        randn(1, module.in_channels, 3, 4, seed=3)
+        if isinstance(module, nn.ConvTranspose2d)
         else randn(1, module.in_channels, 5, seed=3)
+    )
     tester = QnnTester(module, (x,)).lower()
     blob = one_delegate_blob(tester)
     assert tester.payload().op_types().get("Concat", 0) == concats
@@ -260,13 +279,15 @@ def test_skip_names_separate_conv_kinds():
     """skip_node_op_set 'aten.conv_transpose1d.default' keeps only the 1-D transposed convs on
     the CPU (every conv is an aten.convolution node after to_edge)."""
     tester = QnnTester(TransposedConvFamily(), transposed_inputs()).lower(
-        skip_node_op_set={"aten.conv_transpose1d.default"})
+        skip_node_op_set={"aten.conv_transpose1d.default"}
+    )
     assert tester.cpu_op_names() == ["aten.convolution.default"] * 2
     assert tester.payload().op_types().get("TransposeConv2d") == 2
     tester.to_executorch().run().compare(atol=1e-2, rtol=1e-2)
 
 
 # ---- real QNN --------------------------------------------------------------------------
+
 
 class RealConvFamily(nn.Module):
     """One small model with every convolution kind of this file."""
@@ -303,8 +324,9 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     test_real_qnn_integer_convs_match_host)."""
     inputs = real_inputs()
     module = RealConvFamily()
-    tester = (QnnTester(module, inputs) if quant_dtype is None
-              else QuantTester(module, inputs, quant_dtype, per_channel=True)).lower()
+    tester = (
+        QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype, per_channel=True)
+    ).lower()
     blob = one_delegate_blob(tester)
     qnn, host = payload_on_both_engines(blob, inputs, module)
     scales = delegate_output_scales(blob)
@@ -322,6 +344,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
 
 
 # ---- integer Conv3d / TransposeConv host kernels vs real QNN ----------------------------------
+
 
 class SingleConvs(nn.Module):
     """Conv3d, TransposeConv2d (stride, padding, output_padding; grouped) and TransposeConv3d,
@@ -365,6 +388,7 @@ def test_real_qnn_integer_convs_match_host(real_qnn, quant_dtype):
 
 # ---- LPBQ weights and transposed convs ----------------------------------------------------------
 
+
 class LpbqConvs(nn.Module):
     """16a4w_block weights (one output each): a linear with more outputs than inputs and
     blocks of 8, a 1x1 and a 3x3 conv, a transposed conv (blocked along its input channels).
@@ -396,8 +420,9 @@ def lpbq_weight_encodings(tester: QuantTester) -> dict:
     graph = tester.payload()
     tensors = {t.name: t for t in graph.tensors}
     weighted = ("FullyConnected", "Conv2d", "TransposeConv2d")
-    return {f"{op.type}{tensors[op.inputs[1]].dims}": tensors[op.inputs[1]].quant
-            for op in graph.ops if op.type in weighted}
+    return {
+        f"{op.type}{tensors[op.inputs[1]].dims}": tensors[op.inputs[1]].quant for op in graph.ops if op.type in weighted
+    }
 
 
 def test_lpbq_weights_per_route_match_qdq():
@@ -412,9 +437,11 @@ def test_lpbq_weights_per_route_match_qdq():
     assert encodings["Conv2d[3, 3, 32, 8]"].startswith("BLOCKWISE_EXPANSION(bw=4, axis=3"), encodings
     assert encodings["TransposeConv2d[3, 3, 32, 8]"].startswith("AXIS_SCALE_OFFSET(bw=8, axis=3"), encodings
     graph = deserialize(tester.delegate_blobs()[0]).graphs[0]
-    codes = [np.asarray(t.data, np.uint8).view(np.int8) for t in graph.tensors
-             if t.quant is not None and t.quant.encoding == gen.QnnQuantEncoding.AXIS_SCALE_OFFSET
-             and t.quant.bitwidth == 8]
+    codes = [
+        np.asarray(t.data, np.uint8).view(np.int8)
+        for t in graph.tensors
+        if t.quant is not None and t.quant.encoding == gen.QnnQuantEncoding.AXIS_SCALE_OFFSET and t.quant.bitwidth == 8
+    ]
     assert len(codes) == 1 and codes[0].min() >= -120 and codes[0].max() <= 105
     assert np.any(codes[0] % 2) and np.abs(codes[0]).max() > 8  # k * q with k > 1
     tester.to_executorch().run()
@@ -425,6 +452,7 @@ def test_lpbq_weights_per_route_match_qdq():
 def test_transposed_conv_lpbq_block_sizes():
     """A transposed conv's block size blocks its input channels (dim 0): an int b is
     (b, 1, *kernel); (1, b, ..), a block of 1 channel and grouped transposed convs raise."""
+
     class Grouped(nn.Module):
         def __init__(self):
             super().__init__()

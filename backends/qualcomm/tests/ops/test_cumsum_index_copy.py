@@ -4,6 +4,7 @@ One multi-output module per family: fp16 lowered fully and compared with eager (
 exactly); 8a8w and 16a8w against the QDQ reference in steps; on real QNN (context binary) QNN's
 outputs against the host engine's of the same blob; host-engine edge values (NaN / inf, int
 wrap-around)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,14 @@ class Cumsums(torch.nn.Module):
 
     def forward(self, x):
         idx = torch.tensor([2, 0])
-        return (torch.cumsum(x, 0), torch.cumsum(x, 1), torch.cumsum(x, -1), torch.cumsum(x * 0.5, 2),
-                x.index_copy(1, idx, x[:, :2] * -2.0), x.index_copy(0, torch.tensor([1]), x[:1] + 1.0))
+        return (
+            torch.cumsum(x, 0),
+            torch.cumsum(x, 1),
+            torch.cumsum(x, -1),
+            torch.cumsum(x * 0.5, 2),
+            x.index_copy(1, idx, x[:, :2] * -2.0),
+            x.index_copy(0, torch.tensor([1]), x[:1] + 1.0),
+        )
 
 
 class IntCumsums(torch.nn.Module):
@@ -41,8 +48,11 @@ def _x() -> torch.Tensor:
 
 def _int_inputs():
     g = torch.Generator().manual_seed(12)
-    return (torch.randint(-50, 50, (2, 3, 4), generator=g), torch.randint(-9, 9, (3, 5), generator=g, dtype=torch.int32),
-            torch.rand(4, 3, generator=g) > 0.5)
+    return (
+        torch.randint(-50, 50, (2, 3, 4), generator=g),
+        torch.randint(-9, 9, (3, 5), generator=g, dtype=torch.int32),
+        torch.rand(4, 3, generator=g) > 0.5,
+    )
 
 
 # ---- fp16 ---------------------------------------------------------------------------------
@@ -71,7 +81,7 @@ def test_quantized_cumsum_and_index_copy_match_qdq_reference(quant_dtype):
 # ---- host engine edge values ----------------------------------------------------------------
 def test_engine_cumsum_nan_inf_and_int64_wrap():
     x = torch.tensor([[1.0, float("nan"), 2.0], [float("inf"), -float("inf"), 1.0], [0.5, -0.0, 0.25]])
-    big = torch.tensor([[2 ** 62, 2 ** 62, 1]])
+    big = torch.tensor([[2**62, 2**62, 1]])
 
     class Edge(torch.nn.Module):
         def forward(self, x, big):
@@ -102,7 +112,9 @@ def test_cumsum_family_on_real_qnn(real_qnn, quant_dtype):
     # the quantized cumsum runs in float between Dequantize and Quantize: in fp16 on HTP, in fp32
     # on the host engine, so outputs differ by up to 2^-11 of their range (8-bit: 2 steps on a few
     # %; 16-bit: 32 steps), as ops/test_reduce's var / std
-    stats = [step_stats(q, h, scale) for scale, q, h in zip(delegate_output_scales(tester.delegate_blobs()[0]), qnn, host)]
+    stats = [
+        step_stats(q, h, scale) for scale, q, h in zip(delegate_output_scales(tester.delegate_blobs()[0]), qnn, host)
+    ]
     print("\n".join(f"{quant_dtype.name} delegate output {i}: {st}" for i, st in enumerate(stats)))
     limit = 2 if quant_dtype == A8W8 else 32
     assert all(st.max_diff <= limit for st in stats), [str(st) for st in stats]

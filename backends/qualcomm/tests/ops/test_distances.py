@@ -1,6 +1,7 @@
 """cdist / pdist: fp16 against eager, 8a8w / 16a8w against the QDQ reference; cdist with an
 unsupported p stays on the CPU with a reason. On the real QNN: ops/test_grid_sample.py
 (RealVision)."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -22,8 +23,14 @@ class Distances(nn.Module):
     unbatched, and pdist p = 2 / p = 1."""
 
     def forward(self, a, b, c, x):
-        return (torch.cdist(a, b), torch.cdist(a, b, p=1.0), torch.cdist(c, c, p=float("inf")),
-                torch.cdist(a[0], b[0]), torch.pdist(x), torch.pdist(x, p=1.0))
+        return (
+            torch.cdist(a, b),
+            torch.cdist(a, b, p=1.0),
+            torch.cdist(c, c, p=float("inf")),
+            torch.cdist(a[0], b[0]),
+            torch.pdist(x),
+            torch.pdist(x, p=1.0),
+        )
 
 
 def distance_inputs() -> Tuple[torch.Tensor, ...]:

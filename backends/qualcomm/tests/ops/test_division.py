@@ -12,6 +12,7 @@ when QNN's library loads (`qnn_binary`): fp16 against eager, int / bool exactly;
 against the QDQ reference in steps of each output's encoding; then QNN's outputs against the host
 engine's on the same delegate blob (op validation accepts every composed graph, else the lowering
 fails: the partitioner asks QNN)."""
+
 from __future__ import annotations
 
 from typing import List, Tuple
@@ -23,10 +24,16 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import check_on_qnn, qnn_vs_host
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester, lower_to_one_delegate, output_encodings, step_stats,
+    QuantTester,
+    lower_to_one_delegate,
+    output_encodings,
+    step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED, delegate_output_scales, one_delegate_blob, payload_on_both_engines,
+    QNN_LOADED,
+    delegate_output_scales,
+    one_delegate_blob,
+    payload_on_both_engines,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester
 
@@ -40,8 +47,13 @@ class FloatDivision(torch.nn.Module):
     ElementWiseFloorDiv gives one less at an exact integer quotient, 3 // 1.5 = 1)."""
 
     def forward(self, a, b):
-        return (torch.fmod(a, b), torch.remainder(a, b), torch.fmod(a, 1.5), torch.remainder(a, -1.25),
-                torch.floor_divide(a, b))
+        return (
+            torch.fmod(a, b),
+            torch.remainder(a, b),
+            torch.fmod(a, 1.5),
+            torch.remainder(a, -1.25),
+            torch.floor_divide(a, b),
+        )
 
 
 def division_inputs() -> Tuple[torch.Tensor, torch.Tensor]:
@@ -131,8 +143,10 @@ def grid_division_inputs() -> Tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(6)
     a = torch.randint(0, 256, (2, 3, 4, 5), generator=g)
     a.view(-1)[:2] = torch.tensor([0, 255])
-    offsets = torch.randint(48, 128, (2, 3, 4, 5), generator=g) * (torch.randint(0, 2, (2, 3, 4, 5), generator=g) * 2 - 1)
-    b = (offsets.clamp(-128, 127) + 128)
+    offsets = torch.randint(48, 128, (2, 3, 4, 5), generator=g) * (
+        torch.randint(0, 2, (2, 3, 4, 5), generator=g) * 2 - 1
+    )
+    b = offsets.clamp(-128, 127) + 128
     b.view(-1)[:2] = torch.tensor([0, 255])
     return (a.float() - 128) / 16.0, (b.float() - 128) / 64.0
 
@@ -143,8 +157,12 @@ def _dequantized_inputs(tester: QuantTester) -> List[np.ndarray]:
     values = []
     for placeholder, x in zip([n for n in graph.nodes if n.op == "placeholder"], tester.inputs):
         quantize = next(u for u in placeholder.users if "quantize_per_tensor" in str(u.target))
-        scale, zero, qmin, qmax = (float(quantize.args[1]), int(quantize.args[2]), int(quantize.args[3]),
-                                   int(quantize.args[4]))
+        scale, zero, qmin, qmax = (
+            float(quantize.args[1]),
+            int(quantize.args[2]),
+            int(quantize.args[3]),
+            int(quantize.args[4]),
+        )
         codes = np.clip(np.rint(x.numpy().astype(np.float64) / scale) + zero, qmin, qmax)
         values.append((codes - zero) * scale)
     return values
@@ -164,8 +182,9 @@ def test_float_division_quantized_matches_qdq_reference(qnn_binary, quant_dtype)
     a, b = _dequantized_inputs(tester)
     quotient = a / b
     assert (np.abs(quotient - np.rint(quotient)) < 1e-9).sum() >= 4, "no exact integer quotient among the inputs"
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings(tester.module))):
+    for i, (out, ref, enc) in enumerate(
+        zip(tester.outputs, tester.reference_outputs(), output_encodings(tester.module))
+    ):
         stats = step_stats(out, ref, enc[0])
         print(f"output {i} ({quant_dtype.name}): {stats}")
         assert stats.max_diff <= 1, (i, stats)
@@ -184,8 +203,17 @@ class IntegerFamily(torch.nn.Module):
     Mod), bitwise_not (-1 - x)."""
 
     def forward(self, a, b, c, d):
-        return (torch.fmod(a, b), torch.floor_divide(a, b), torch.fmod(c, d), c // d, torch.fmod(c, -3),
-                c // 4, torch.remainder(c, d), ~c, ~a)
+        return (
+            torch.fmod(a, b),
+            torch.floor_divide(a, b),
+            torch.fmod(c, d),
+            c // d,
+            torch.fmod(c, -3),
+            c // 4,
+            torch.remainder(c, d),
+            ~c,
+            ~a,
+        )
 
 
 def integer_inputs(seed: int = 5, divisor_max: int = 6, dividend_max: int = 40):
@@ -247,7 +275,7 @@ class IntegerZeroDivisor(torch.nn.Module):
 def test_host_engine_integer_zero_divisor_gives_zero():
     """torch raises on an integer zero divisor; the host engine's remainder gives 0 (no UB), and
     int32's minimum % -1 is 0 instead of trapping."""
-    a = torch.tensor([7, -7, 5, -2 ** 31, -2 ** 31], dtype=torch.int32)
+    a = torch.tensor([7, -7, 5, -(2**31), -(2**31)], dtype=torch.int32)
     b = torch.tensor([0, 0, -1, -1, 2], dtype=torch.int32)  # a[4] % 2 == 0, a[4] % -2 == 0
     tester = QnnTester(IntegerZeroDivisor(), (a, torch.tensor([1, 1, -1, -1, 2], dtype=torch.int32)))
     tester.lower().check_fully_delegated().to_executorch()
@@ -256,4 +284,4 @@ def test_host_engine_integer_zero_divisor_gives_zero():
     blob = tester.delegate_blobs()[0]
     outs = [np.asarray(o) for o in native().run_payload(blob, feeds_in_payload_order(blob, (a, b), tester.module))]
     np.testing.assert_array_equal(outs[0], [0, 0, 0, 0, 0])
-    np.testing.assert_array_equal(outs[1], [0, 0, 4, -1, -2 ** 31 + 2])
+    np.testing.assert_array_equal(outs[1], [0, 0, 4, -1, -(2**31) + 2])

@@ -10,6 +10,7 @@ module per family, lowered once per precision.
 - Real QNN (context binary, x86 HTP emulation): each family in fp16, 8a8w and 16a8w, QNN's
   outputs vs the host engine's on one delegate blob.
 - Host-engine kernel edge cases: NaN / inf / int64 / broadcasting."""
+
 from __future__ import annotations
 
 from typing import Callable, Dict, List
@@ -21,13 +22,22 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import MAX_BOOL_MISMATCH, check_on_qnn
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester, assert_pt2e_bounds, output_encodings_with_range, step_stats,
+    QuantTester,
+    assert_pt2e_bounds,
+    output_encodings_with_range,
+    step_stats,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester
 
 QUANT_DTYPES = [QuantDtype.use_8a8w, QuantDtype.use_16a8w]
-COMPARE_TYPES = ("ElementWiseEqual", "ElementWiseNotEqual", "ElementWiseLess", "ElementWiseLessEqual",
-                 "ElementWiseGreater", "ElementWiseGreaterEqual")
+COMPARE_TYPES = (
+    "ElementWiseEqual",
+    "ElementWiseNotEqual",
+    "ElementWiseLess",
+    "ElementWiseLessEqual",
+    "ElementWiseGreater",
+    "ElementWiseGreaterEqual",
+)
 
 
 class Family(torch.nn.Module):
@@ -44,16 +54,25 @@ class Family(torch.nn.Module):
 
 def logic_family() -> Family:
     """Comparisons (Tensor and Scalar), logic on their bool results, where / masked_fill."""
-    return Family({
-        "eq": lambda x, y: x == y, "ne_scalar": lambda x, y: x != 0.5, "lt": lambda x, y: x < y,
-        "le_scalar": lambda x, y: x <= 0.25, "gt": lambda x, y: x > y, "ge_scalar": lambda x, y: x >= -0.5,
-        "and": lambda x, y: torch.logical_and(x > 0, y > 0), "or": lambda x, y: (x > 0) | (y < 0),
-        "xor": lambda x, y: torch.logical_xor(x > 0, y > 0), "not": lambda x, y: torch.logical_not(x > 0),
-        "where": lambda x, y: torch.where(x > y, x, y), "where_scalar": lambda x, y: torch.where(x > 0, x, 0.0),
-        "where_scalars": lambda x, y: torch.where(y > 0, 1.0, -2.0),
-        "masked_fill": lambda x, y: x.masked_fill(y > 0.5, -3.0),
-        "threshold": lambda x, y: torch.nn.functional.threshold(x, 0.1, -2.0),
-    })
+    return Family(
+        {
+            "eq": lambda x, y: x == y,
+            "ne_scalar": lambda x, y: x != 0.5,
+            "lt": lambda x, y: x < y,
+            "le_scalar": lambda x, y: x <= 0.25,
+            "gt": lambda x, y: x > y,
+            "ge_scalar": lambda x, y: x >= -0.5,
+            "and": lambda x, y: torch.logical_and(x > 0, y > 0),
+            "or": lambda x, y: (x > 0) | (y < 0),
+            "xor": lambda x, y: torch.logical_xor(x > 0, y > 0),
+            "not": lambda x, y: torch.logical_not(x > 0),
+            "where": lambda x, y: torch.where(x > y, x, y),
+            "where_scalar": lambda x, y: torch.where(x > 0, x, 0.0),
+            "where_scalars": lambda x, y: torch.where(y > 0, 1.0, -2.0),
+            "masked_fill": lambda x, y: x.masked_fill(y > 0.5, -3.0),
+            "threshold": lambda x, y: torch.nn.functional.threshold(x, 0.1, -2.0),
+        }
+    )
 
 
 def math_family(quantized: bool = False, drop: tuple = ()) -> Family:
@@ -61,31 +80,48 @@ def math_family(quantized: bool = False, drop: tuple = ()) -> Family:
     on x, y in (-1, 1) and z in [0.5, 2] (a graph input: logs and reciprocal read no rounded
     intermediate, whose 1-step differences their slope would multiply). Rounding ops read
     x * 3 + 0.1: on the fp16 input grid no value is near an integer or a half."""
-    ops = {
-        "maximum": lambda x, y, z: torch.maximum(x, y), "minimum": lambda x, y, z: torch.minimum(x, y),
-        "clamp_tensor": lambda x, y, z: torch.clamp(x, y - 0.5, y + 0.5),
-        "exp": lambda x, y, z: torch.exp(x), "log": lambda x, y, z: torch.log(z),
-        "sin": lambda x, y, z: torch.sin(x * 2), "cos": lambda x, y, z: torch.cos(x),
-        "atan": lambda x, y, z: torch.atan(x * 2),
-        "ceil": lambda x, y, z: torch.ceil(x * 3 + 0.1), "floor": lambda x, y, z: torch.floor(x * 3 + 0.1),
-        "round": lambda x, y, z: torch.round(x * 3 + 0.1), "sign": lambda x, y, z: torch.sign(x),
-        "reciprocal": lambda x, y, z: torch.reciprocal(z), "log2": lambda x, y, z: torch.log2(z),
-        "log10": lambda x, y, z: torch.log10(z), "expm1": lambda x, y, z: torch.expm1(x),
-        "log1p": lambda x, y, z: torch.log1p(z),
-        "leaky_relu": lambda x, y, z: torch.nn.functional.leaky_relu(x, 0.1),
-        "elu": lambda x, y, z: torch.nn.functional.elu(x, 0.5),
-    } if not quantized else {  # asin: HTP takes it quantized only; the decompositions float only
-        "maximum": lambda x, y, z: torch.maximum(x, y), "minimum": lambda x, y, z: torch.minimum(x, y),
-        "clamp_tensor": lambda x, y, z: torch.clamp(x, y - 0.5, y + 0.5),
-        "exp": lambda x, y, z: torch.exp(x), "log": lambda x, y, z: torch.log(z),
-        "sin": lambda x, y, z: torch.sin(x * 2), "cos": lambda x, y, z: torch.cos(x),
-        "asin": lambda x, y, z: torch.asin(x * 0.9), "atan": lambda x, y, z: torch.atan(x * 2),
-        "ceil": lambda x, y, z: torch.ceil(x * 3 + 0.1), "floor": lambda x, y, z: torch.floor(x * 3 + 0.1),
-        "round": lambda x, y, z: torch.round(x * 3 + 0.1), "sign": lambda x, y, z: torch.sign(x),
-        "reciprocal": lambda x, y, z: torch.reciprocal(z),
-        "leaky_relu": lambda x, y, z: torch.nn.functional.leaky_relu(x, 0.1),
-        "elu": lambda x, y, z: torch.nn.functional.elu(x, 0.5),
-    }
+    ops = (
+        {
+            "maximum": lambda x, y, z: torch.maximum(x, y),
+            "minimum": lambda x, y, z: torch.minimum(x, y),
+            "clamp_tensor": lambda x, y, z: torch.clamp(x, y - 0.5, y + 0.5),
+            "exp": lambda x, y, z: torch.exp(x),
+            "log": lambda x, y, z: torch.log(z),
+            "sin": lambda x, y, z: torch.sin(x * 2),
+            "cos": lambda x, y, z: torch.cos(x),
+            "atan": lambda x, y, z: torch.atan(x * 2),
+            "ceil": lambda x, y, z: torch.ceil(x * 3 + 0.1),
+            "floor": lambda x, y, z: torch.floor(x * 3 + 0.1),
+            "round": lambda x, y, z: torch.round(x * 3 + 0.1),
+            "sign": lambda x, y, z: torch.sign(x),
+            "reciprocal": lambda x, y, z: torch.reciprocal(z),
+            "log2": lambda x, y, z: torch.log2(z),
+            "log10": lambda x, y, z: torch.log10(z),
+            "expm1": lambda x, y, z: torch.expm1(x),
+            "log1p": lambda x, y, z: torch.log1p(z),
+            "leaky_relu": lambda x, y, z: torch.nn.functional.leaky_relu(x, 0.1),
+            "elu": lambda x, y, z: torch.nn.functional.elu(x, 0.5),
+        }
+        if not quantized
+        else {  # asin: HTP takes it quantized only; the decompositions float only
+            "maximum": lambda x, y, z: torch.maximum(x, y),
+            "minimum": lambda x, y, z: torch.minimum(x, y),
+            "clamp_tensor": lambda x, y, z: torch.clamp(x, y - 0.5, y + 0.5),
+            "exp": lambda x, y, z: torch.exp(x),
+            "log": lambda x, y, z: torch.log(z),
+            "sin": lambda x, y, z: torch.sin(x * 2),
+            "cos": lambda x, y, z: torch.cos(x),
+            "asin": lambda x, y, z: torch.asin(x * 0.9),
+            "atan": lambda x, y, z: torch.atan(x * 2),
+            "ceil": lambda x, y, z: torch.ceil(x * 3 + 0.1),
+            "floor": lambda x, y, z: torch.floor(x * 3 + 0.1),
+            "round": lambda x, y, z: torch.round(x * 3 + 0.1),
+            "sign": lambda x, y, z: torch.sign(x),
+            "reciprocal": lambda x, y, z: torch.reciprocal(z),
+            "leaky_relu": lambda x, y, z: torch.nn.functional.leaky_relu(x, 0.1),
+            "elu": lambda x, y, z: torch.nn.functional.elu(x, 0.5),
+        }
+    )
     return Family({name: op for name, op in ops.items() if name not in drop})
 
 
@@ -101,8 +137,15 @@ class IntBoolIO(torch.nn.Module):
 
     def forward(self, ids, mask, x):
         big = ids >= 2
-        return (ids == 3, ids < 2, torch.where(mask, ids, 0), torch.where(big & mask, x, -x),
-                torch.logical_not(mask), x.masked_fill(torch.logical_xor(mask, big), 7.0), ids != 1)
+        return (
+            ids == 3,
+            ids < 2,
+            torch.where(mask, ids, 0),
+            torch.where(big & mask, x, -x),
+            torch.logical_not(mask),
+            x.masked_fill(torch.logical_xor(mask, big), 7.0),
+            ids != 1,
+        )
 
 
 def _grid_inputs(seed: int = 0):
@@ -190,8 +233,13 @@ def test_logic_family(qnn_binary, quant_dtype):
     tester = lower_and_run(logic_family(), inputs, quant_dtype, by_condition=True)
     assert [o.dtype for o in tester.outputs[:10]] == [np.bool_] * 10
     graph = tester.payload()
-    for op in COMPARE_TYPES + ("ElementWiseAnd", "ElementWiseOr", "ElementWiseXor", "ElementWiseNot",
-                               "ElementWiseSelect"):
+    for op in COMPARE_TYPES + (
+        "ElementWiseAnd",
+        "ElementWiseOr",
+        "ElementWiseXor",
+        "ElementWiseNot",
+        "ElementWiseSelect",
+    ):
         assert graph.op_types().get(op, 0) >= 1, (op, graph.op_types())
     if quant_dtype is not None:
         # Comparisons read the quantized tensors: no Dequantize in front of them (the graph's
@@ -210,10 +258,25 @@ def test_math_family(qnn_binary, quant_dtype):
     family = math_family(quantized=quant_dtype is not None, drop=("log",) if sixteen else ())
     tester = lower_and_run(family, inputs, quant_dtype)
     ops = tester.payload().op_types()
-    for op in ("ElementWiseLog",) * (not sixteen) + (
-               "ElementWiseMaximum", "ElementWiseMinimum", "ElementWiseExp", "ElementWiseSin",
-               "ElementWiseCos", "ElementWiseAtan", "ElementWiseCeil", "ElementWiseFloor",
-               "ElementWiseRound", "ElementWiseSign", "ElementWiseDivide", "Prelu", "Elu") + (("ElementWiseAsin",) if quant_dtype else ()):
+    for op in (
+        ("ElementWiseLog",) * (not sixteen)
+        + (
+            "ElementWiseMaximum",
+            "ElementWiseMinimum",
+            "ElementWiseExp",
+            "ElementWiseSin",
+            "ElementWiseCos",
+            "ElementWiseAtan",
+            "ElementWiseCeil",
+            "ElementWiseFloor",
+            "ElementWiseRound",
+            "ElementWiseSign",
+            "ElementWiseDivide",
+            "Prelu",
+            "Elu",
+        )
+        + (("ElementWiseAsin",) if quant_dtype else ())
+    ):
         assert ops.get(op, 0) >= 1, (op, ops)
     print(check_on_qnn(tester, inputs, quant_dtype))
 
@@ -221,15 +284,33 @@ def test_math_family(qnn_binary, quant_dtype):
 def test_int64_and_bool_delegate_inputs_and_outputs(qnn_binary):
     inputs = _int_bool_inputs()
     tester = lower_and_run(IntBoolIO(), inputs, None)  # int / bool: off by 1 fails the fp16 tolerance
-    assert [o.dtype for o in tester.outputs] == [np.bool_, np.bool_, np.int64, np.float32, np.bool_,
-                                                np.float32, np.bool_]
+    assert [o.dtype for o in tester.outputs] == [
+        np.bool_,
+        np.bool_,
+        np.int64,
+        np.float32,
+        np.bool_,
+        np.float32,
+        np.bool_,
+    ]
     print(check_on_qnn(tester, inputs, None))
 
 
 class EdgeValues(torch.nn.Module):
     def forward(self, x, y):
-        return (x != x, x == y, x < y, x >= y, torch.maximum(x, y), torch.minimum(x, y), torch.sign(x),
-                torch.where(x > 0, x, y), torch.floor(x), torch.round(x), torch.clamp(x, y, y + 1))
+        return (
+            x != x,
+            x == y,
+            x < y,
+            x >= y,
+            torch.maximum(x, y),
+            torch.minimum(x, y),
+            torch.sign(x),
+            torch.where(x > 0, x, y),
+            torch.floor(x),
+            torch.round(x),
+            torch.clamp(x, y, y + 1),
+        )
 
 
 def test_host_engine_nan_inf_and_zero_edges():

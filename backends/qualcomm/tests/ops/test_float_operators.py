@@ -4,6 +4,7 @@ TestQNNFloatingPointOperator: one test per op family, parameterized over shapes 
 params; each lowers with QnnPartitioner (fp16 spec), checks full delegation, writes a
 .pte, runs it with executorch.runtime and compares with eager PyTorch; plus partitioner
 and layout tests that read the payload back with describe_payload."""
+
 from __future__ import annotations
 
 import unittest
@@ -28,16 +29,18 @@ def _with_cpu_op() -> torch.nn.Module:
 
 class TestQNNFloatingPointOperator(unittest.TestCase):
     # ---- convolution / linear / matmul --------------------------------------------
-    @parameterized.expand([
-        ("plain", dict(cin=3, cout=8, k=3)),
-        ("stride_pad", dict(cin=4, cout=8, k=3, stride=2, padding=1)),
-        ("dilation", dict(cin=4, cout=4, k=3, dilation=2, padding=2)),
-        ("groups", dict(cin=8, cout=8, k=3, groups=2, padding=1)),
-        ("depthwise", dict(cin=8, cout=8, k=3, groups=8, padding=1)),
-        ("depthwise_mult", dict(cin=4, cout=8, k=3, groups=4)),
-        ("no_bias", dict(cin=3, cout=6, k=1, bias=False)),
-        ("rect_kernel", dict(cin=3, cout=5, k=(1, 3), stride=(1, 2), padding=(0, 1))),
-    ])
+    @parameterized.expand(
+        [
+            ("plain", dict(cin=3, cout=8, k=3)),
+            ("stride_pad", dict(cin=4, cout=8, k=3, stride=2, padding=1)),
+            ("dilation", dict(cin=4, cout=4, k=3, dilation=2, padding=2)),
+            ("groups", dict(cin=8, cout=8, k=3, groups=2, padding=1)),
+            ("depthwise", dict(cin=8, cout=8, k=3, groups=8, padding=1)),
+            ("depthwise_mult", dict(cin=4, cout=8, k=3, groups=4)),
+            ("no_bias", dict(cin=3, cout=6, k=1, bias=False)),
+            ("rect_kernel", dict(cin=3, cout=5, k=(1, 3), stride=(1, 2), padding=(0, 1))),
+        ]
+    )
     def test_conv2d(self, _, cfg):
         _run(m.Conv2d(**cfg), (1, cfg["cin"], 12, 12))
 
@@ -45,8 +48,9 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
     def test_linear(self, _, shape, bias=True):
         _run(torch.nn.Linear(16, 8, bias=bias), shape)
 
-    @parameterized.expand([("2d", (4, 8), (8, 5)), ("batched", (2, 4, 8), (2, 8, 3)),
-                           ("broadcast", (2, 3, 4, 8), (8, 6))])
+    @parameterized.expand(
+        [("2d", (4, 8), (8, 5)), ("batched", (2, 4, 8), (2, 8, 3)), ("broadcast", (2, 3, 4, 8), (8, 6))]
+    )
     def test_matmul(self, _, a, b):
         _run(m.MatMul(), a, b)
 
@@ -57,10 +61,13 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
         _run(m.AddMm(), (4, 8))
 
     # ---- elementwise ----------------------------------------------------------------
-    @parameterized.expand([
-        (op, shapes) for op in ("add", "sub", "mul", "div")
-        for shapes in (((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((1, 3, 1, 5), (2, 1, 4, 1)))
-    ])
+    @parameterized.expand(
+        [
+            (op, shapes)
+            for op in ("add", "sub", "mul", "div")
+            for shapes in (((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((1, 3, 1, 5), (2, 1, 4, 1)))
+        ]
+    )
     def test_binary(self, op, shapes):
         _run(m.Binary(op), *shapes)
 
@@ -89,29 +96,33 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
         self.assertEqual(len(tester.delegate_blobs()), 1)
         self.assertEqual(tester.cpu_op_names(), [])
 
-    @parameterized.expand([
-        ("clamp_both", lambda x: torch.clamp(x, -0.5, 0.75)),
-        ("clamp_min", lambda x: torch.clamp(x, min=0.25)),
-        ("clamp_max", lambda x: torch.clamp(x, max=-0.1)),
-        # decomposes into add + clamp + div with lifted scalar constants (Cast of a 0-d constant)
-        ("hardsigmoid_times_two", lambda x: torch.nn.functional.hardsigmoid(x * 3.0) * 2.0),
-    ])
+    @parameterized.expand(
+        [
+            ("clamp_both", lambda x: torch.clamp(x, -0.5, 0.75)),
+            ("clamp_min", lambda x: torch.clamp(x, min=0.25)),
+            ("clamp_max", lambda x: torch.clamp(x, max=-0.1)),
+            # decomposes into add + clamp + div with lifted scalar constants (Cast of a 0-d constant)
+            ("hardsigmoid_times_two", lambda x: torch.nn.functional.hardsigmoid(x * 3.0) * 2.0),
+        ]
+    )
     def test_clamp_and_decomposed_activation(self, _, fn):
         tester = _run(m.Lambda(fn), (2, 4, 6, 6))
         self.assertEqual(len(tester.delegate_blobs()), 1)
 
     def test_gelu_tanh_falls_back(self):
         tester = QnnTester(m.Activation("gelu_tanh"), inputs_of((2, 8))).lower()
-        self.assertTrue(tester.cpu_nodes() or not tester.delegate_blobs() or
-                        count_op_types(tester.payload(), "Gelu") == 0)
+        self.assertTrue(
+            tester.cpu_nodes() or not tester.delegate_blobs() or count_op_types(tester.payload(), "Gelu") == 0
+        )
 
     # ---- softmax / norms ----------------------------------------------------------------
     @parameterized.expand([("last", -1), ("first", 0), ("middle", 1)])
     def test_softmax(self, _, dim):
         _run(m.Softmax(dim), (3, 4, 5))
 
-    @parameterized.expand([("last", (2, 5, 16), [16]), ("last2", (2, 5, 16), [5, 16]),
-                           ("no_affine", (3, 16), [16], False)])
+    @parameterized.expand(
+        [("last", (2, 5, 16), [16]), ("last2", (2, 5, 16), [5, 16]), ("no_affine", (3, 16), [16], False)]
+    )
     def test_layer_norm(self, _, shape, normalized, affine=True):
         _run(m.LayerNorm(normalized, affine), shape)
 
@@ -125,8 +136,7 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
         self.assertEqual(count_op_types(tester.payload(), "Conv2d"), 1)
 
     # ---- reductions / pooling -----------------------------------------------------------
-    @parameterized.expand([("hw_keep", [2, 3], True), ("hw", [-1, -2], False), ("c", [1], False),
-                           ("last", [-1], True)])
+    @parameterized.expand([("hw_keep", [2, 3], True), ("hw", [-1, -2], False), ("c", [1], False), ("last", [-1], True)])
     def test_mean(self, _, dims, keepdim):
         _run(m.Mean(dims, keepdim), (2, 4, 5, 6))
 
@@ -138,8 +148,7 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
     def test_sum(self, _, dims, keepdim):
         _run(m.Sum(dims, keepdim), (2, 4, 5))
 
-    @parameterized.expand([("k2", 2, None, 0, True), ("k3s2p1", 3, 2, 1, True),
-                           ("exclude_pad", 3, 2, 1, False)])
+    @parameterized.expand([("k2", 2, None, 0, True), ("k3s2p1", 3, 2, 1, True), ("exclude_pad", 3, 2, 1, False)])
     def test_avg_pool2d(self, _, k, s, p, count_include_pad):
         _run(m.AvgPool(k, s, p, count_include_pad), (1, 4, 9, 9))
 
@@ -152,14 +161,22 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
         _run(m.AdaptiveAvgPool(out), (1, 4, 8, 9))
 
     # ---- shape / indexing -----------------------------------------------------------------
-    @parameterized.expand([
-        ("view", m.Shape("view"), (2, 3, 4)), ("reshape", m.Shape("reshape"), (2, 3, 4)),
-        ("permute", m.Shape("permute"), (2, 3, 4)), ("transpose", m.Shape("transpose"), (2, 3, 4)),
-        ("t", m.Shape("t"), (3, 4)), ("unsqueeze", m.Shape("unsqueeze"), (2, 3, 4)),
-        ("squeeze", m.Shape("squeeze"), (2, 1, 4)), ("expand", m.Shape("expand"), (3, 1)),
-        ("expand_rank", m.Shape("expand_rank"), (3, 1)), ("flatten", m.Shape("flatten"), (2, 3, 4)),
-        ("select", m.Shape("select"), (2, 3, 4)), ("select_neg", m.Shape("select_neg"), (2, 3, 4)),
-    ])
+    @parameterized.expand(
+        [
+            ("view", m.Shape("view"), (2, 3, 4)),
+            ("reshape", m.Shape("reshape"), (2, 3, 4)),
+            ("permute", m.Shape("permute"), (2, 3, 4)),
+            ("transpose", m.Shape("transpose"), (2, 3, 4)),
+            ("t", m.Shape("t"), (3, 4)),
+            ("unsqueeze", m.Shape("unsqueeze"), (2, 3, 4)),
+            ("squeeze", m.Shape("squeeze"), (2, 1, 4)),
+            ("expand", m.Shape("expand"), (3, 1)),
+            ("expand_rank", m.Shape("expand_rank"), (3, 1)),
+            ("flatten", m.Shape("flatten"), (2, 3, 4)),
+            ("select", m.Shape("select"), (2, 3, 4)),
+            ("select_neg", m.Shape("select_neg"), (2, 3, 4)),
+        ]
+    )
     def test_shape_op(self, _, module, shape):
         _run(module, shape)
 

@@ -3,6 +3,7 @@ weights (builders/op_im2col.py): fp16 against eager, 8a8w / 16a8w against the QD
 full delegation with the Transpose count of the channel-last graph, and the real QNN (HTP
 emulation) against the host engine in each precision. Then im2col (F.unfold): fp16 exactly,
 8a8w / 16a8w against the QDQ reference."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -34,11 +35,13 @@ class FoldFamily(nn.Module):
         self.conv2d = nn.Conv2d(2, 3, 3, padding=1)
 
     def forward(self, c, d, e):
-        return (F.fold(c, (4, 5), 2),
-                F.fold(c, (5, 6), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
-                self.conv2d(F.fold(self.conv1d(c), (4, 5), 2)),
-                F.fold(d, (5, 6), 2, stride=2),
-                F.fold(e, (4, 5), 2, padding=(2, 1)))
+        return (
+            F.fold(c, (4, 5), 2),
+            F.fold(c, (5, 6), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+            self.conv2d(F.fold(self.conv1d(c), (4, 5), 2)),
+            F.fold(d, (5, 6), 2, stride=2),
+            F.fold(e, (4, 5), 2, padding=(2, 1)),
+        )
 
 
 def fold_inputs() -> Tuple[torch.Tensor, ...]:
@@ -86,6 +89,7 @@ def test_fold_quantized_matches_qdq_reference(quant_dtype):
 def test_fold_unbatched_stays_on_cpu():
     """An unbatched fold is not kept whole: its decomposition's index_put(accumulate=True) stays
     on the CPU with its reason."""
+
     class Fold(nn.Module):
         def forward(self, c):
             return F.fold(c, (4, 5), 2)
@@ -96,6 +100,7 @@ def test_fold_unbatched_stays_on_cpu():
 
 
 # ---- real QNN ---------------------------------------------------------------------------------
+
 
 @needs_qnn
 @pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8], ids=["fp16", "8a8w", "16a8w"])
@@ -124,8 +129,11 @@ class UnfoldFamily(nn.Module):
         self.conv = nn.Conv2d(3, 4, 3, padding=1)
 
     def forward(self, x):
-        return (F.unfold(x, 2), F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
-                F.unfold(self.conv(x), 3, padding=1))
+        return (
+            F.unfold(x, 2),
+            F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+            F.unfold(self.conv(x), 3, padding=1),
+        )
 
 
 def unfold_inputs() -> Tuple[torch.Tensor]:

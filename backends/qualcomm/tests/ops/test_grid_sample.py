@@ -6,6 +6,7 @@ reason.
 test_real_qnn_matches_host: one delegate of the distance chains, the PoolMax2d pairs of a 3-D
 max pool, the fused RmsNorm and GridSample on the real QNN (context binary, QNN outputs vs the
 host engine's of the same delegate), in each precision."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -30,7 +31,8 @@ def nearest_axis(size: int, points: Tuple[int, ...], align: bool, g: torch.Gener
     them outside the image."""
     pixel = torch.randint(-2, size + 2, points, generator=g).float()
     src = pixel + (torch.rand(points, generator=g) * 0.1 + 0.25) * torch.where(
-        torch.rand(points, generator=g) < 0.5, -1.0, 1.0)
+        torch.rand(points, generator=g) < 0.5, -1.0, 1.0
+    )
     return 2 * src / (size - 1) - 1 if align else (2 * src + 1) / size - 1
 
 
@@ -40,7 +42,7 @@ def nearest_grid(n: int, oh: int, ow: int, h: int, w: int, align: bool, seed: in
 
 
 def bilinear_grid(n: int, oh: int, ow: int, seed: int) -> torch.Tensor:
-    return (torch.rand(n, oh, ow, 2, generator=torch.Generator().manual_seed(seed)) * 2.4 - 1.2)
+    return torch.rand(n, oh, ow, 2, generator=torch.Generator().manual_seed(seed)) * 2.4 - 1.2
 
 
 class GridSampleFamily(nn.Module):
@@ -57,15 +59,21 @@ class GridSampleFamily(nn.Module):
 
     def forward(self, x, grid, grid_aligned, grid_half):
         y = self.conv1(x)
-        return (self.conv2(F.grid_sample(y, grid, "bilinear", "zeros", align_corners=False)),
-                F.grid_sample(y, grid, "bilinear", "border", align_corners=True),
-                F.grid_sample(y, grid_aligned, "nearest", "zeros", align_corners=True),
-                F.grid_sample(y, grid_half, "nearest", "border", align_corners=False))
+        return (
+            self.conv2(F.grid_sample(y, grid, "bilinear", "zeros", align_corners=False)),
+            F.grid_sample(y, grid, "bilinear", "border", align_corners=True),
+            F.grid_sample(y, grid_aligned, "nearest", "zeros", align_corners=True),
+            F.grid_sample(y, grid_half, "nearest", "border", align_corners=False),
+        )
 
 
 def grid_inputs(n: int = 2, h: int = 5, w: int = 6, oh: int = 4, ow: int = 7) -> Tuple[torch.Tensor, ...]:
-    return (randn(n, 3, h, w, seed=6), bilinear_grid(n, oh, ow, seed=7),
-            nearest_grid(n, oh, ow, h, w, True, seed=8), nearest_grid(n, oh, ow, h, w, False, seed=9))
+    return (
+        randn(n, 3, h, w, seed=6),
+        bilinear_grid(n, oh, ow, seed=7),
+        nearest_grid(n, oh, ow, h, w, True, seed=8),
+        nearest_grid(n, oh, ow, h, w, False, seed=9),
+    )
 
 
 # One Transpose for x and one per output: the grid is read as given, none between the convs.
@@ -110,8 +118,10 @@ def test_grid_sample_quantized_matches_qdq_reference(quant_dtype):
 def test_grid_sample_unsupported_modes_stay_on_cpu_with_reason():
     class Rejected(nn.Module):
         def forward(self, x, grid):
-            return (F.grid_sample(x, grid, "bicubic", align_corners=False),
-                    F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False))
+            return (
+                F.grid_sample(x, grid, "bicubic", align_corners=False),
+                F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False),
+            )
 
     tester = QnnTester(Rejected(), (randn(1, 2, 4, 4, seed=1), bilinear_grid(1, 3, 3, seed=2))).lower()
     reasons = " | ".join(tester.partitioner.rejected_nodes.values())
@@ -120,8 +130,9 @@ def test_grid_sample_unsupported_modes_stay_on_cpu_with_reason():
     tester.to_executorch().run().compare(atol=1e-5, rtol=1e-5)
 
 
-def grid3d_inputs(n: int = 1, d: int = 3, h: int = 4, w: int = 5, out: Tuple[int, int, int] = (2, 3, 4)
-                  ) -> Tuple[torch.Tensor, ...]:
+def grid3d_inputs(
+    n: int = 1, d: int = 3, h: int = 4, w: int = 5, out: Tuple[int, int, int] = (2, 3, 4)
+) -> Tuple[torch.Tensor, ...]:
     points = (n,) + out
     bilinear = torch.rand(points + (3,), generator=torch.Generator().manual_seed(12)) * 2.4 - 1.2
     nearest = []
@@ -162,13 +173,15 @@ def test_grid_sample_3d_quantized_matches_qdq_reference(qnn_binary, quant_dtype)
     else:
         tester.compare_steps(max_step_diff=GRID3D_STEPS_16, min_exact=0.0)
     if QNN_LOADED:
-        assert_qnn_matches_host(one_delegate_blob(tester), tester.inputs, tester.module, 0.0,
-                                2 if quant_dtype == A8W8 else GRID3D_STEPS_16)
+        assert_qnn_matches_host(
+            one_delegate_blob(tester), tester.inputs, tester.module, 0.0, 2 if quant_dtype == A8W8 else GRID3D_STEPS_16
+        )
 
 
 def test_grid_sample_3d_unsupported_modes_stay_on_cpu_with_reason():
     """Rejected with the reason (ExecuTorch's CPU kernels have no grid_sampler_3d either, so such
     a program does not load: not run here)."""
+
     class Rejected(nn.Module):
         def forward(self, x, grid):
             return F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False)
@@ -190,16 +203,21 @@ class RealVision(nn.Module):
         self.norm = LlamaRmsNorm(8)
 
     def forward(self, x5, seq, x, grid, grid_aligned, grid_half):
-        return (torch.cdist(seq, seq[:, :2]), torch.cdist(seq, seq, p=1.0), torch.pdist(seq[0]),
-                F.unfold(x, 2, padding=1, stride=(1, 2)),
-                F.max_pool3d(x5, (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True),
-                F.adaptive_max_pool3d(x5, (1, 2, 2)), self.norm(seq),
-                F.grid_sample(x, grid, "bilinear", "zeros", align_corners=False),
-                F.grid_sample(x, grid, "bilinear", "border", align_corners=True),
-                F.grid_sample(x, grid, "bilinear", "zeros", align_corners=True),
-                F.grid_sample(x, grid_aligned, "nearest", "zeros", align_corners=True),
-                F.grid_sample(x, grid_half, "nearest", "border", align_corners=False),
-                F.grid_sample(x, grid_half, "nearest", "zeros", align_corners=False))
+        return (
+            torch.cdist(seq, seq[:, :2]),
+            torch.cdist(seq, seq, p=1.0),
+            torch.pdist(seq[0]),
+            F.unfold(x, 2, padding=1, stride=(1, 2)),
+            F.max_pool3d(x5, (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True),
+            F.adaptive_max_pool3d(x5, (1, 2, 2)),
+            self.norm(seq),
+            F.grid_sample(x, grid, "bilinear", "zeros", align_corners=False),
+            F.grid_sample(x, grid, "bilinear", "border", align_corners=True),
+            F.grid_sample(x, grid, "bilinear", "zeros", align_corners=True),
+            F.grid_sample(x, grid_aligned, "nearest", "zeros", align_corners=True),
+            F.grid_sample(x, grid_half, "nearest", "border", align_corners=False),
+            F.grid_sample(x, grid_half, "nearest", "zeros", align_corners=False),
+        )
 
 
 def real_inputs() -> Tuple[torch.Tensor, ...]:

@@ -6,6 +6,7 @@ static tensors), index_select / index.Tensor / flip (Gather), gather (GatherElem
 One multi-output module of every op: fp16 lowered fully and compared with eager; 8a8w and 16a8w
 against the QDQ reference in steps; on real QNN (context binary) QNN's outputs against the host
 engine's of the same blob; host-engine edge cases (int dtypes, NaN / inf, out-of-range positions)."""
+
 from __future__ import annotations
 
 import functools
@@ -45,14 +46,30 @@ class IndexingOps(torch.nn.Module):
         updated[:, :, pos] = v
         lead = _index_put(cache[0, 0], [pos], v[0, 1] * 0.5)
         lower_rank = _index_put(cache, [None, None, pos], v[0] - 1.0)
-        constants = (x + torch.full((3, 6), 1.5), x * torch.full_like(x, -2.0), x + torch.zeros_like(x),
-                     x * torch.ones_like(x), x * torch.scalar_tensor(3.0), x - torch.arange(0.0, 3.0, 0.5))
-        gathers = (torch.stack([x, x * 2.0], 1), torch.flip(x, [0, 2]), x.repeat(2, 1, 1, 2),
-                   torch.roll(x, (1, -2), (1, 2)), x[:, idx], torch.index_select(x, 2, idx),
-                   torch.gather(x, 2, idx.view(1, 1, -1).expand(2, 3, -1)))
+        constants = (
+            x + torch.full((3, 6), 1.5),
+            x * torch.full_like(x, -2.0),
+            x + torch.zeros_like(x),
+            x * torch.ones_like(x),
+            x * torch.scalar_tensor(3.0),
+            x - torch.arange(0.0, 3.0, 0.5),
+        )
+        gathers = (
+            torch.stack([x, x * 2.0], 1),
+            torch.flip(x, [0, 2]),
+            x.repeat(2, 1, 1, 2),
+            torch.roll(x, (1, -2), (1, 2)),
+            x[:, idx],
+            torch.index_select(x, 2, idx),
+            torch.gather(x, 2, idx.view(1, 1, -1).expand(2, 3, -1)),
+        )
         sidx = idx.view(1, 1, 3).expand(2, 3, 3)  # [2, 0, 1] in every row: no duplicate writes
-        scatters = (torch.slice_scatter(x, x[:, :2] * -1.0, 1, 1, 3), torch.select_scatter(x, x[:, 0] * 2.0, 1, 2),
-                    torch.scatter(x, 2, sidx, x[..., :3] * 3.0), torch.scatter(x, 2, sidx, 0.25))
+        scatters = (
+            torch.slice_scatter(x, x[:, :2] * -1.0, 1, 1, 3),
+            torch.select_scatter(x, x[:, 0] * 2.0, 1, 2),
+            torch.scatter(x, 2, sidx, x[..., :3] * 3.0),
+            torch.scatter(x, 2, sidx, 0.25),
+        )
         return (a, b, c, d, e, f, g, updated, lead, lower_rank) + constants + gathers + scatters
 
 
@@ -60,8 +77,10 @@ class IndexingOpsWithInts(IndexingOps):
     """Plus integer constants (not quantizable outputs: fp16 only)."""
 
     def forward(self, x, cache, v, pos, idx):
-        return super().forward(x, cache, v, pos, idx) + (torch.arange(1, 9, 2),
-                                                         torch.full((2, 2), 7, dtype=torch.int32))
+        return super().forward(x, cache, v, pos, idx) + (
+            torch.arange(1, 9, 2),
+            torch.full((2, 2), 7, dtype=torch.int32),
+        )
 
 
 class KvCacheBuffer(torch.nn.Module):
@@ -210,8 +229,11 @@ def test_engine_scatter_elements_reductions_accumulate_duplicates(reduction, com
 # ---- rejected cases stay on the CPU with a reason ----------------------------------------------
 class UnsupportedScatters(torch.nn.Module):
     def forward(self, cache, v, pos):
-        return (_index_put(cache, [None, None, pos], v, True), _index_put(cache, [None, pos, pos], v[0, :, :, 0]),
-                torch.scatter_add(cache, 2, pos.view(1, 1, 2, 1).expand(1, 2, 2, 4), v))
+        return (
+            _index_put(cache, [None, None, pos], v, True),
+            _index_put(cache, [None, pos, pos], v[0, :, :, 0]),
+            torch.scatter_add(cache, 2, pos.view(1, 1, 2, 1).expand(1, 2, 2, 4), v),
+        )
 
 
 def test_unsupported_scatters_stay_on_cpu_with_reasons():

@@ -1,6 +1,7 @@
 """Integer and bool tensors through a delegate: token ids (int64), positions and masks (bool) go
 in, move (view / transpose / slice / select / expand / cat / clone) and come out without a CPU
 cast, on the host engine and on QNN (INT_64 is INT_32 there), in fp16 and quantized graphs."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,16 @@ class MovesIdsAndMasks(torch.nn.Module):
         self.bool_slice = bool_slice
 
     def forward(self, ids, mask, x):
-        moved = (ids.view(3, 4), ids.t(), ids[:, 1:4], ids.unsqueeze(1).expand(2, 3, 6),
-                 torch.cat([ids, ids], 0), ids.select(1, 2), mask.transpose(0, 1), mask.unsqueeze(0))
+        moved = (
+            ids.view(3, 4),
+            ids.t(),
+            ids[:, 1:4],
+            ids.unsqueeze(1).expand(2, 3, 6),
+            torch.cat([ids, ids], 0),
+            ids.select(1, 2),
+            mask.transpose(0, 1),
+            mask.unsqueeze(0),
+        )
         return moved + ((mask[:, 2:],) if self.bool_slice else ()) + (x * 2.0,)
 
 

@@ -5,6 +5,7 @@ same, so both engines agree everywhere, and equal eager while results fit int32 
 
 Each module is lowered once to one delegate, with QNN's context binary when QNN's library loads
 (`qnn_binary`); QNN's outputs are compared with the host engine's on the same blob."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,7 @@ from backends.qualcomm.tests.helpers.engines import qnn_vs_host
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, lower_to_one_delegate
 from backends.qualcomm.tests.helpers.tester import INT32_BOUNDARY, QnnTester, assert_outputs_exact, random_int32
 
-INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 class PositionIds(torch.nn.Module):
@@ -23,8 +24,19 @@ class PositionIds(torch.nn.Module):
 
     def forward(self, ids, offset, mask, a, b):
         positions = (mask.cumsum(-1) - 1) * mask  # left-padded batch: 0.. from the first token
-        return (ids + offset, ids * 2 - 1, 1 - ids, torch.sub(ids, offset, alpha=3), ids.add(4, alpha=2),
-                ids * mask, positions + offset, a * b, a - b, a + 7, torch.rsub(a, b))
+        return (
+            ids + offset,
+            ids * 2 - 1,
+            1 - ids,
+            torch.sub(ids, offset, alpha=3),
+            ids.add(4, alpha=2),
+            ids * mask,
+            positions + offset,
+            a * b,
+            a - b,
+            a + 7,
+            torch.rsub(a, b),
+        )
 
 
 def position_inputs():
@@ -55,9 +67,9 @@ class Overflowing(torch.nn.Module):
 def overflow_inputs():
     a, b = random_int32((2, 12), 11), random_int32((2, 12), 12, INT32_BOUNDARY[::-1])
     g = torch.Generator().manual_seed(13)
-    c = torch.randint(-2 ** 40, 2 ** 40, (2, 12), generator=g)
+    c = torch.randint(-(2**40), 2**40, (2, 12), generator=g)
     c[0] = a[0].to(torch.int64)  # row 0 fits int32 (only the results overflow), row 1 beyond int32
-    d = torch.cat([b[:1].to(torch.int64), torch.randint(-2 ** 40, 2 ** 40, (1, 12), generator=g)])
+    d = torch.cat([b[:1].to(torch.int64), torch.randint(-(2**40), 2**40, (1, 12), generator=g)])
     return a, b, c, d
 
 
@@ -79,7 +91,7 @@ def test_overflow_saturates_on_both_engines(qnn_binary):
         np.testing.assert_array_equal(out, _saturated(exact), err_msg=f"output {i}")
         assert (exact != exact.clamp(INT32_MIN, INT32_MAX)).any(), f"output {i}: no overflow tested"
     # where nothing overflows (and int64 operands fit int32), eager's value
-    fits = (c.abs() < 2 ** 31) & (d.abs() < 2 ** 31) & ((c + d).abs() < 2 ** 31)
+    fits = (c.abs() < 2**31) & (d.abs() < 2**31) & ((c + d).abs() < 2**31)
     assert fits.sum() >= 4
     np.testing.assert_array_equal(tester.outputs[7][fits.numpy()], tester.reference_outputs()[7][fits.numpy()])
     qnn_vs_host(tester, inputs)
@@ -93,7 +105,7 @@ def test_int64_constant_beyond_int32_refused_with_a_reason():
 
     class Rejected(torch.nn.Module):
         def forward(self, a, c):
-            return c + 2 ** 31, a * c, a + 1, (c * c).sum(-1)
+            return c + 2**31, a * c, a + 1, (c * c).sum(-1)
 
     a = torch.tensor([5, -3, 12], dtype=torch.int32)
     tester = QnnTester(Rejected(), (a, torch.tensor([3, 6, -1]))).lower()

@@ -8,6 +8,7 @@ Each test lowers once (with QNN's context binary when QNN's library loads, `qnn_
 asserts full delegation, outputs equal to eager on the host engine through ExecuTorch, and QNN's
 outputs on the same blob equal to eager too. isinf of an internal tensor stays on the CPU, isnan
 of one is QNN's IsNan."""
+
 from __future__ import annotations
 
 import gc
@@ -22,10 +23,19 @@ from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.serialization.payload_writer import serialize_payload, wrap_context_binary
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnGraph, QnnOp, QnnTensor, TensorType
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester, compare_with_qdq, lower_to_one_delegate, step_stats,
+    QuantTester,
+    compare_with_qdq,
+    lower_to_one_delegate,
+    step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED, delegate_output_scales, load_method, lower_to_pte, native, one_delegate_blob, payload_on_both_engines,
+    QNN_LOADED,
+    delegate_output_scales,
+    load_method,
+    lower_to_pte,
+    native,
+    one_delegate_blob,
+    payload_on_both_engines,
     run,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester
@@ -36,11 +46,34 @@ _F32_MAX = float(np.finfo(np.float32).max)
 def special_values() -> np.ndarray:
     """Every kind of float32: +-0, normals, fp16 edges and beyond (65504 < |x| < FLT_MAX),
     FLT_MAX, denormals (float32 and fp16), +-inf, NaNs of both signs (quiet, signalling, payloads)."""
-    finite = [0.0, -0.0, 1.0, -2.5, 65504.0, -65504.0, 65520.0, -65536.0, 1e5, -3e9, 1e30, -1e38,
-              _F32_MAX, -_F32_MAX, 1e-40, -1e-40, 1.4e-45, -1.4e-45, 1.1754942e-38, 6e-8, -6e-8, 1e-30]
+    finite = [
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        65504.0,
+        -65504.0,
+        65520.0,
+        -65536.0,
+        1e5,
+        -3e9,
+        1e30,
+        -1e38,
+        _F32_MAX,
+        -_F32_MAX,
+        1e-40,
+        -1e-40,
+        1.4e-45,
+        -1.4e-45,
+        1.1754942e-38,
+        6e-8,
+        -6e-8,
+        1e-30,
+    ]
     values = np.array(finite + [np.inf, -np.inf], np.float32)
-    nan_bits = np.array([0x7FC00000, 0x7F800001, 0x7FFFFFFF, 0x7FA5A5A5, 0xFFC00000, 0xFF800001, 0xFFFFFFFF,
-                         0xFFF00001], np.uint32)
+    nan_bits = np.array(
+        [0x7FC00000, 0x7F800001, 0x7FFFFFFF, 0x7FA5A5A5, 0xFFC00000, 0xFF800001, 0xFFFFFFFF, 0xFFF00001], np.uint32
+    )
     return np.concatenate([values, nan_bits.view(np.float32)])
 
 
@@ -164,10 +197,12 @@ def test_internal_tensor_isinf_on_cpu_isnan_is_qnn_isnan():
 # ---- payload checks: a view must match its input ------------------------------------------------
 def _view_blob(view_dims, bits_of_input: int, view_dtype: int = DataType.INT_32) -> bytes:
     """x FLOAT_32 [2, 3] input, its view as `view_dtype` `view_dims`, y = (view == 0)."""
-    tensors = [QnnTensor(0, "x", TensorType.APP_WRITE, DataType.FLOAT_32, [2, 3]),
-               QnnTensor(1, "x_bits", TensorType.APP_WRITE, view_dtype, list(view_dims), bits_of_input=bits_of_input),
-               QnnTensor(2, "zero", TensorType.STATIC, DataType.INT_32, [1], data=np.zeros(1, np.int32)),
-               QnnTensor(3, "y", TensorType.APP_READ, DataType.BOOL_8, list(view_dims))]
+    tensors = [
+        QnnTensor(0, "x", TensorType.APP_WRITE, DataType.FLOAT_32, [2, 3]),
+        QnnTensor(1, "x_bits", TensorType.APP_WRITE, view_dtype, list(view_dims), bits_of_input=bits_of_input),
+        QnnTensor(2, "zero", TensorType.STATIC, DataType.INT_32, [1], data=np.zeros(1, np.int32)),
+        QnnTensor(3, "y", TensorType.APP_READ, DataType.BOOL_8, list(view_dims)),
+    ]
     graph = QnnGraph("g", tensors, [QnnOp("eq", "ElementWiseEqual", [1, 2], [3])], [0], [3])
     return wrap_context_binary(serialize_payload([graph]))
 
@@ -178,12 +213,16 @@ def test_host_engine_reads_the_input_bits():
     np.testing.assert_array_equal(y, x.view(np.int32) == 0)  # +0 only: -0 has the sign bit
 
 
-@pytest.mark.parametrize("dims, k, dtype, message", [
-    ([2, 3], 1, DataType.INT_32, "not listed in the graph inputs"),
-    ([2, 3], -1, DataType.INT_32, "not listed in the graph inputs"),
-    ([3, 2], 0, DataType.INT_32, "cannot view graph input 0"),
-    ([2, 3], 0, DataType.INT_64, "cannot view graph input 0"),
-], ids=["index", "none", "dims", "size"])
+@pytest.mark.parametrize(
+    "dims, k, dtype, message",
+    [
+        ([2, 3], 1, DataType.INT_32, "not listed in the graph inputs"),
+        ([2, 3], -1, DataType.INT_32, "not listed in the graph inputs"),
+        ([3, 2], 0, DataType.INT_32, "cannot view graph input 0"),
+        ([2, 3], 0, DataType.INT_64, "cannot view graph input 0"),
+    ],
+    ids=["index", "none", "dims", "size"],
+)
 def test_host_engine_rejects_a_view_that_does_not_match(dims, k, dtype, message):
     x = np.zeros((2, 3), np.float32)
     with pytest.raises(Exception, match=message):

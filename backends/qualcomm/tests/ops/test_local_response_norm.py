@@ -1,4 +1,5 @@
 """local_response_norm: fp16 against eager, 8a8w / 16a8w against the QDQ reference."""
+
 from __future__ import annotations
 
 from typing import Tuple

@@ -7,6 +7,7 @@ graphs.
 
 Inputs lie on their encoding's grid (the observers give scales 2^-k), so the graph input's
 Quantize gives the PT2E codes on both engines and a difference can only come from the ops."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -18,12 +19,22 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType, QnnGraph, QnnOp, QnnTensor, QuantEncoding, QuantParams, TensorType,
+    DataType,
+    QnnGraph,
+    QnnOp,
+    QnnTensor,
+    QuantEncoding,
+    QuantParams,
+    TensorType,
 )
 from backends.qualcomm.tests.helpers.engines import with_qnn_binary
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, output_encodings, step_stats
 from backends.qualcomm.tests.helpers.runtime import (
-    QNN_LOADED, delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
+    QNN_LOADED,
+    delegate_output_scales,
+    needs_qnn,
+    one_delegate_blob,
+    payload_on_both_engines,
 )
 from backends.qualcomm.utils.runtime_options import require_extension
 
@@ -35,8 +46,19 @@ class TableFamily(torch.nn.Module):
     """Every table op straight on a graph input: x in [-1, 1), w in [-0.5, 0.5), z in [1, 4)."""
 
     def forward(self, x, w, z):
-        return (torch.tan(x), torch.acos(x), torch.sinh(x), torch.cosh(x), torch.asinh(x), torch.expm1(x),
-                torch.atanh(w), torch.acosh(z), torch.log2(z), torch.log10(z), torch.log1p(z))
+        return (
+            torch.tan(x),
+            torch.acos(x),
+            torch.sinh(x),
+            torch.cosh(x),
+            torch.asinh(x),
+            torch.expm1(x),
+            torch.atanh(w),
+            torch.acosh(z),
+            torch.log2(z),
+            torch.log10(z),
+            torch.log1p(z),
+        )
 
 
 def grid(bits: int, low_code: int, high_code: int, scale: float) -> torch.Tensor:
@@ -60,15 +82,22 @@ def grid_inputs(bits: int) -> Tuple[torch.Tensor, ...]:
 
 def _lower_table_family(quant_dtype: QuantDtype) -> QuantTester:
     inputs = grid_inputs(16 if quant_dtype == A16W8 else 8)
-    return QuantTester(TableFamily(), inputs, quant_dtype).lower().check_fully_delegated().check_count(1) \
-        .to_executorch().run()
+    return (
+        QuantTester(TableFamily(), inputs, quant_dtype)
+        .lower()
+        .check_fully_delegated()
+        .check_count(1)
+        .to_executorch()
+        .run()
+    )
 
 
 def assert_exact_on_both_engines(tester: QuantTester, blob: bytes, min_codes: int) -> None:
     """Every output 0 steps from the QDQ reference with more than `min_codes` distinct codes,
     and (QNN loaded) QNN bit-exact with the host engine."""
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings(tester.module))):
+    for i, (out, ref, enc) in enumerate(
+        zip(tester.outputs, tester.reference_outputs(), output_encodings(tester.module))
+    ):
         stats = step_stats(out, ref, enc[0])
         print(f"output {i} vs QDQ: {stats}")
         assert stats.max_diff == 0, f"output {i}: {stats}"
@@ -113,18 +142,23 @@ def test_inputs_are_on_their_grid():
     """The observers give the power-of-two scales grid_inputs relies on."""
     for quant_dtype, bits in ((A8W8, 8), (A16W8, 16)):
         tester = QuantTester(TableFamily(), grid_inputs(bits), quant_dtype)
-        quantizes = [n for n in tester.module.graph.nodes if "quantize_per_tensor" in str(n.target)
-                     and n.args[0].op == "placeholder"]
+        quantizes = [
+            n
+            for n in tester.module.graph.nodes
+            if "quantize_per_tensor" in str(n.target) and n.args[0].op == "placeholder"
+        ]
         scales = sorted({float(n.args[1]) for n in quantizes})
-        assert scales == sorted({2.0 ** (1 - bits), 2.0 ** -bits, 4.0 / (1 << bits)}), scales
+        assert scales == sorted({2.0 ** (1 - bits), 2.0**-bits, 4.0 / (1 << bits)}), scales
 
 
 def cast_graph(dtype: int, n: int, quant: QuantParams) -> bytes:
     """x -> Quantize -> Cast to INT_32 -> codes (compiled without QNN's op validation)."""
     g = QnnGraph("forward")
-    g.tensors += [QnnTensor(0, "x", TensorType.APP_WRITE, DataType.FLOAT_32, [1, n]),
-                  QnnTensor(1, "x_q", TensorType.NATIVE, dtype, [1, n], quant),
-                  QnnTensor(2, "codes", TensorType.APP_READ, DataType.INT_32, [1, n])]
+    g.tensors += [
+        QnnTensor(0, "x", TensorType.APP_WRITE, DataType.FLOAT_32, [1, n]),
+        QnnTensor(1, "x_q", TensorType.NATIVE, dtype, [1, n], quant),
+        QnnTensor(2, "codes", TensorType.APP_READ, DataType.INT_32, [1, n]),
+    ]
     g.ops += [QnnOp("quantize", "Quantize", [0], [1]), QnnOp("cast", "Cast", [1], [2])]
     g.inputs, g.outputs = [0], [2]
     return serialize_graphs([g])

@@ -12,6 +12,7 @@ input: ops/test_isinf_isnan.py. One multi-output module per precision, lowered o
 - real QNN (context binary, x86 HTP emulation; skipped without QNN's library): each of the
   three, QNN's outputs vs the host engine's on one delegate blob;
 - host-engine kernel edge cases: NaN / inf / zero divisors / signed zeros."""
+
 from __future__ import annotations
 
 from typing import Callable, Dict, List
@@ -23,7 +24,11 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import check_on_qnn
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester, assert_pt2e_bounds, lower_to_one_delegate, output_encodings_with_range, step_stats,
+    QuantTester,
+    assert_pt2e_bounds,
+    lower_to_one_delegate,
+    output_encodings_with_range,
+    step_stats,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester
 
@@ -36,17 +41,25 @@ QUANT_ONLY = ()
 def _ops() -> Dict[str, Callable]:
     """name -> op(module, x, y, z): x, y in (-1, 1), z in [0.5, 2]."""
     return {  # the first three read x, y, z in that order: the delegate's inputs follow first use
-        "trunc": lambda m, x, y, z: torch.trunc(x * 3 + 0.1), "prelu_single": lambda m, x, y, z: F.prelu(y, m.slope),
+        "trunc": lambda m, x, y, z: torch.trunc(x * 3 + 0.1),
+        "prelu_single": lambda m, x, y, z: F.prelu(y, m.slope),
         "floor_divide": lambda m, x, y, z: torch.floor_divide(x * 4, z),
-        "tan": lambda m, x, y, z: torch.tan(x), "acos": lambda m, x, y, z: torch.acos(x * 0.9),
-        "sinh": lambda m, x, y, z: torch.sinh(x * 2), "cosh": lambda m, x, y, z: torch.cosh(x * 2),
-        "asinh": lambda m, x, y, z: torch.asinh(x * 3), "acosh": lambda m, x, y, z: torch.acosh(z + 1.0),
-        "atanh": lambda m, x, y, z: torch.atanh(x * 0.9), "atan2": lambda m, x, y, z: torch.atan2(x, y),
-        "pow_tensor": lambda m, x, y, z: torch.pow(z, y), "pow_scalar_base": lambda m, x, y, z: torch.pow(2.0, x),
+        "tan": lambda m, x, y, z: torch.tan(x),
+        "acos": lambda m, x, y, z: torch.acos(x * 0.9),
+        "sinh": lambda m, x, y, z: torch.sinh(x * 2),
+        "cosh": lambda m, x, y, z: torch.cosh(x * 2),
+        "asinh": lambda m, x, y, z: torch.asinh(x * 3),
+        "acosh": lambda m, x, y, z: torch.acosh(z + 1.0),
+        "atanh": lambda m, x, y, z: torch.atanh(x * 0.9),
+        "atan2": lambda m, x, y, z: torch.atan2(x, y),
+        "pow_tensor": lambda m, x, y, z: torch.pow(z, y),
+        "pow_scalar_base": lambda m, x, y, z: torch.pow(2.0, x),
         "floor_divide_negative": lambda m, x, y, z: (x * 4) // -z,
         "prelu_channels": lambda m, x, y, z: F.prelu(x, m.slopes),
-        "log_softmax": lambda m, x, y, z: F.log_softmax(x * 3, -1), "log_softmax_dim1": lambda m, x, y, z: F.log_softmax(y * 3, 1),
-        "hardsigmoid": lambda m, x, y, z: F.hardsigmoid(x * 4), "hardswish": lambda m, x, y, z: F.hardswish(x * 4),
+        "log_softmax": lambda m, x, y, z: F.log_softmax(x * 3, -1),
+        "log_softmax_dim1": lambda m, x, y, z: F.log_softmax(y * 3, 1),
+        "hardsigmoid": lambda m, x, y, z: F.hardsigmoid(x * 4),
+        "hardswish": lambda m, x, y, z: F.hardswish(x * 4),
         "isnan": lambda m, x, y, z: torch.isnan(torch.where(x > y, x, float("nan"))),
     }
 
@@ -86,16 +99,21 @@ def _inputs(grid: bool):
 # - floor_divide / floor_divide_negative: exact on both engines (8a8w on QNN had 2 of 120 one
 #   quotient off: QNN dropped the Quantize -> Dequantize pair in front of the float composition,
 #   so the division read the unrounded 4 x; builders/utils.py dequantized keeps the rounding).
-OUTPUT_BOUNDS: Dict[tuple, tuple] = {("log_softmax", 8): (1, 0.75), ("log_softmax_dim1", 8): (1, 0.75),
-                                     ("log_softmax", 16): (32, 0.0), ("log_softmax_dim1", 16): (32, 0.0),
-                                     ("hardswish", 16): (32, 0.0)}
+OUTPUT_BOUNDS: Dict[tuple, tuple] = {
+    ("log_softmax", 8): (1, 0.75),
+    ("log_softmax_dim1", 8): (1, 0.75),
+    ("log_softmax", 16): (32, 0.0),
+    ("log_softmax_dim1", 16): (32, 0.0),
+    ("hardswish", 16): (32, 0.0),
+}
 
 
 def check_quantized_outputs(tester: QuantTester) -> List[str]:
     report, failures = [], []
     names = tester.float_module.names
-    for name, out, ref, enc in zip(names, tester.outputs, tester.reference_outputs(),
-                                   output_encodings_with_range(tester.module)):
+    for name, out, ref, enc in zip(
+        names, tester.outputs, tester.reference_outputs(), output_encodings_with_range(tester.module)
+    ):
         assert enc is not None and out.shape == ref.shape, (name, out.shape, ref.shape)
         stats = step_stats(out, ref, enc[0])
         bits = 16 if enc[2] > 255 else 8
@@ -113,17 +131,29 @@ def check_quantized_outputs(tester: QuantTester) -> List[str]:
     return report
 
 
-QNN_TYPES = ("ElementWiseFloorDiv", "ElementWisePower", "Prelu", "LogSoftmax", "ElementWiseNeuron",
-             "ElementWiseSelect", "ElementWiseCeil", "ElementWiseFloor")
+QNN_TYPES = (
+    "ElementWiseFloorDiv",
+    "ElementWisePower",
+    "Prelu",
+    "LogSoftmax",
+    "ElementWiseNeuron",
+    "ElementWiseSelect",
+    "ElementWiseCeil",
+    "ElementWiseFloor",
+)
 
 
 @pytest.mark.parametrize("quant_dtype", [None] + QUANT_DTYPES)
 def test_math_functions_family(qnn_binary, quant_dtype):
     inputs = _inputs(grid=quant_dtype is None)
     sixteen = quant_dtype == QuantDtype.use_16a8w  # 16-bit prelu with a weight: QNN cannot build it
-    tester = lower_to_one_delegate(MathFunctionsFamily(quantized=quant_dtype is not None, sixteen=sixteen), inputs, quant_dtype)
+    tester = lower_to_one_delegate(
+        MathFunctionsFamily(quantized=quant_dtype is not None, sixteen=sixteen), inputs, quant_dtype
+    )
     ops = tester.payload().op_types()
-    expected = tuple(t for t in QNN_TYPES if not (sixteen and t == "Prelu")) + (("IsNan", "ElementWiseAtan", "ElementWiseSin") if quant_dtype is None else ())
+    expected = tuple(t for t in QNN_TYPES if not (sixteen and t == "Prelu")) + (
+        ("IsNan", "ElementWiseAtan", "ElementWiseSin") if quant_dtype is None else ()
+    )
     for op in expected:
         assert ops.get(op, 0) >= 1, (op, ops)
     if quant_dtype is None:

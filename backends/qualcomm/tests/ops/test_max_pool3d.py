@@ -2,6 +2,7 @@
 exact on distinct values, 8a8w / 16a8w against the QDQ reference, full delegation with no
 Transpose between a conv, the pool and the conv after it; dilation and used indices stay on the
 CPU with a reason. On the real QNN: ops/test_grid_sample.py (RealVision)."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -33,11 +34,13 @@ class MaxPool3dFamily(nn.Module):
 
     def forward(self, x):
         y = self.conv1(x)
-        return (self.conv2(F.max_pool3d(y, 2, ceil_mode=True)),
-                F.max_pool3d(y, (3, 2, 2), (2, 1, 2), (1, 1, 0)),
-                F.max_pool3d(y, 3, 2, 1, ceil_mode=True),
-                F.max_pool3d(y, 2, return_indices=True)[0],
-                F.adaptive_max_pool3d(y, (2, 5, 3)))                         # uniform: one pool
+        return (
+            self.conv2(F.max_pool3d(y, 2, ceil_mode=True)),
+            F.max_pool3d(y, (3, 2, 2), (2, 1, 2), (1, 1, 0)),
+            F.max_pool3d(y, 3, 2, 1, ceil_mode=True),
+            F.max_pool3d(y, 2, return_indices=True)[0],
+            F.adaptive_max_pool3d(y, (2, 5, 3)),
+        )  # uniform: one pool
 
 
 def pool_inputs() -> Tuple[torch.Tensor]:
@@ -63,10 +66,10 @@ def test_max_pool3d_fp16_matches_eager():
 def test_max_pool3d_exact_on_distinct_values():
     """Max moves values: on distinct values exactly representable in fp16, every output equals
     eager's (padding never wins, ceil_mode's overhang is not read)."""
+
     class Pools(nn.Module):
         def forward(self, x):
-            return (F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True),
-                    F.max_pool3d(-x, 3, 2, 1))
+            return (F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True), F.max_pool3d(-x, 3, 2, 1))
 
     x = (torch.randperm(2 * 3 * 5 * 6 * 7).float() / 8.0 - 200.0).reshape(2, 3, 5, 6, 7)
     tester = QnnTester(Pools(), (x,)).lower().to_executorch().run()
@@ -81,8 +84,9 @@ def test_max_pool3d_quantized_matches_qdq_reference(quant_dtype):
     difference comes from conv1's requantized output), at least 60% exact in 8-bit."""
     tester = QuantTester(MaxPool3dFamily(), pool_inputs(), quant_dtype, per_channel=True)
     tester.lower().check_fully_delegated().to_executorch().run()
-    tester.compare_steps(max_step_diff=1 if quant_dtype == A8W8 else None,
-                         min_exact=0.6 if quant_dtype == A8W8 else None)
+    tester.compare_steps(
+        max_step_diff=1 if quant_dtype == A8W8 else None, min_exact=0.6 if quant_dtype == A8W8 else None
+    )
     types = tester.payload().op_types()
     assert types.get("PoolMax2d") == POOL_OPS["PoolMax2d"], types
 

@@ -1,6 +1,7 @@
 """The op table (serialization/schema/ops.toml) against everything that used to keep its own list:
 the generated Python module and docs/ops.md, the builders (what they can emit, what they annotate) and
 the engine's self-registered kernels."""
+
 from __future__ import annotations
 
 import ast
@@ -29,9 +30,13 @@ class _OpTypeCollector:
     def __init__(self, path: Path):
         self.path = path
         self.tree = ast.parse(path.read_text())
-        self.dicts = {t.id: node.value for node in self.tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-                      for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                      if isinstance(t, ast.Name) and isinstance(node.value, ast.Dict)}
+        self.dicts = {
+            t.id: node.value
+            for node in self.tree.body
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(t, ast.Name) and isinstance(node.value, ast.Dict)
+        }
 
     def op_types(self) -> Set[str]:
         found: Set[str] = set()
@@ -50,8 +55,10 @@ class _OpTypeCollector:
         return call.args[1]
 
     def _fail(self, expr: ast.expr) -> AssertionError:
-        return AssertionError(f"{self.path.name}:{expr.lineno}: cannot tell which QNN op type "
-                              f"'{ast.unparse(expr)}' is (write a literal, or a lookup in a module-level dict)")
+        return AssertionError(
+            f"{self.path.name}:{expr.lineno}: cannot tell which QNN op type "
+            f"'{ast.unparse(expr)}' is (write a literal, or a lookup in a module-level dict)"
+        )
 
     def _resolve(self, expr: ast.expr, func: ast.AST, index) -> Set[str]:
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
@@ -106,13 +113,15 @@ def builder_op_types() -> Dict[str, Set[str]]:
 # ---- generated files are current ------------------------------------------------------------
 def test_generated_python_module_is_built_from_the_current_table():
     expected = op_table.render_python(op_table.load())
-    assert Path(generated.__file__).read_text() == expected, \
+    assert Path(generated.__file__).read_text() == expected, (
         "qnn_op_table_generated.py is older than ops.toml: rebuild (make install)"
+    )
 
 
 def test_docs_op_tables_are_current():
-    assert op_table.ops_md_is_current(), \
+    assert op_table.ops_md_is_current(), (
         "docs/ops.md's op-table sections are stale: python backends/qualcomm/serialization/op_table.py --write-ops-md"
+    )
 
 
 def test_op_type_lists_come_from_the_table():
@@ -122,21 +131,32 @@ def test_op_type_lists_come_from_the_table():
 
 
 def _row(**fields: str) -> str:
-    base = dict(name='"A"', family='"cast"', semantics='"s"', inputs="[]", outputs="[]", layout='"any"',
-                quant='"compute"', aten="[]")
+    base = dict(
+        name='"A"',
+        family='"cast"',
+        semantics='"s"',
+        inputs="[]",
+        outputs="[]",
+        layout='"any"',
+        quant='"compute"',
+        aten="[]",
+    )
     base.update(fields)
     return "[[op]]\n" + "".join(f"{k} = {v}\n" for k, v in base.items() if v is not None)
 
 
-@pytest.mark.parametrize("broken, message", [
-    (_row(family='"nope"'), "family = 'nope'"),
-    (_row(quant=None), "missing fields ['quant']"),
-    (_row() + _row(), "listed twice"),
-    (_row(inputs='[{ name = "x", type = "tensor" }]'), "inputs[0].type = 'tensor'"),
-    (_row(lut="true"), "lut = true needs one input and one output"),
-    (_row(qnn='["int8"]'), "qnn = 'int8', expected one of fp16, 8a8w, 16a8w"),
-    (_row(lpbq="false"), "lpbq applies to quant = \"weighted\" ops only"),
-])
+@pytest.mark.parametrize(
+    "broken, message",
+    [
+        (_row(family='"nope"'), "family = 'nope'"),
+        (_row(quant=None), "missing fields ['quant']"),
+        (_row() + _row(), "listed twice"),
+        (_row(inputs='[{ name = "x", type = "tensor" }]'), "inputs[0].type = 'tensor'"),
+        (_row(lut="true"), "lut = true needs one input and one output"),
+        (_row(qnn='["int8"]'), "qnn = 'int8', expected one of fp16, 8a8w, 16a8w"),
+        (_row(lpbq="false"), 'lpbq applies to quant = "weighted" ops only'),
+    ],
+)
 def test_malformed_table_is_rejected_naming_op_and_field(tmp_path, broken, message):
     path = tmp_path / "ops.toml"
     path.write_text(broken)
@@ -231,12 +251,17 @@ def test_composite_rows_are_lowered_by_builders_to_table_ops():
                 assert op in registry.quant_annotated_ops(), f"composite {row.name}: {name} is not annotated"
 
 
-@pytest.mark.parametrize("body, message", [
-    ('name = "c"\naten = ["fmod.Tensor"]\nlowers_to = ["ElementWiseFoo"]\nquant = "compute"\nhow = "h"\n',
-     "which are not [[op]] rows"),
-    ('name = "c"\naten = ["fmod"]\nlowers_to = []\nquant = "compute"\nhow = "h"\n', "packet.overload"),
-    ('name = "c"\naten = ["fmod.Tensor"]\nlowers_to = []\nquant = "compute"\n', "missing fields ['how']"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            'name = "c"\naten = ["fmod.Tensor"]\nlowers_to = ["ElementWiseFoo"]\nquant = "compute"\nhow = "h"\n',
+            "which are not [[op]] rows",
+        ),
+        ('name = "c"\naten = ["fmod"]\nlowers_to = []\nquant = "compute"\nhow = "h"\n', "packet.overload"),
+        ('name = "c"\naten = ["fmod.Tensor"]\nlowers_to = []\nquant = "compute"\n', "missing fields ['how']"),
+    ],
+)
 def test_malformed_composite_is_rejected(tmp_path, body, message):
     path = tmp_path / "ops.toml"
     path.write_text(_row(name='"ElementWiseAdd"') + "[[composite]]\n" + body)

@@ -8,6 +8,7 @@ reference (steps of each output's encoding), on the real QNN (context binary, QN
 host-engine outputs of the same delegate), the Transpose count of the channel-last graph (none
 between a conv, the pool / pad after it and the conv after that), and the support checks'
 reasons for what stays on the CPU."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -38,16 +39,18 @@ class Pool2dFamily(nn.Module):
 
     def forward(self, x):
         y = torch.relu(self.conv1(x))
-        return (self.conv2(F.max_pool2d(y, 3, 2, 1, ceil_mode=True)),
-                F.max_pool2d(y, 2, return_indices=True)[0],
-                F.avg_pool2d(y, 3, 2, 1),                                    # count_include_pad
-                F.avg_pool2d(y, 3, 2, 1, ceil_mode=True, count_include_pad=False),
-                F.avg_pool2d(y, 2, ceil_mode=True),                          # pad 0: in-bounds divisor
-                F.avg_pool2d(y, 3, 2, 1, divisor_override=5),
-                F.adaptive_avg_pool2d(y, (3, 3)),                            # 7 -> 3, 9 -> 3: one pool
-                F.adaptive_avg_pool2d(y, (3, 5)),                            # 9 -> 5: slices
-                F.adaptive_max_pool2d(y, (2, 5)),                            # both axes sliced
-                F.adaptive_max_pool2d(y, 1))                                 # global: ReduceMax
+        return (
+            self.conv2(F.max_pool2d(y, 3, 2, 1, ceil_mode=True)),
+            F.max_pool2d(y, 2, return_indices=True)[0],
+            F.avg_pool2d(y, 3, 2, 1),  # count_include_pad
+            F.avg_pool2d(y, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+            F.avg_pool2d(y, 2, ceil_mode=True),  # pad 0: in-bounds divisor
+            F.avg_pool2d(y, 3, 2, 1, divisor_override=5),
+            F.adaptive_avg_pool2d(y, (3, 3)),  # 7 -> 3, 9 -> 3: one pool
+            F.adaptive_avg_pool2d(y, (3, 5)),  # 9 -> 5: slices
+            F.adaptive_max_pool2d(y, (2, 5)),  # both axes sliced
+            F.adaptive_max_pool2d(y, 1),
+        )  # global: ReduceMax
 
 
 class Pool1dFamily(nn.Module):
@@ -61,12 +64,14 @@ class Pool1dFamily(nn.Module):
 
     def forward(self, x):
         y = self.conv1(x)
-        return (self.conv2(F.max_pool1d(y, 3, 2, 1, ceil_mode=True)),
-                F.avg_pool1d(y, 3, 2, 1, count_include_pad=False),
-                F.avg_pool1d(y, 4, 3, ceil_mode=True),
-                F.adaptive_avg_pool1d(y, 4),                                 # 10 -> 4: slices
-                F.adaptive_max_pool1d(y, 5),                                 # 10 -> 5: one pool
-                F.adaptive_avg_pool1d(y, 1))                                 # global: ReduceMean
+        return (
+            self.conv2(F.max_pool1d(y, 3, 2, 1, ceil_mode=True)),
+            F.avg_pool1d(y, 3, 2, 1, count_include_pad=False),
+            F.avg_pool1d(y, 4, 3, ceil_mode=True),
+            F.adaptive_avg_pool1d(y, 4),  # 10 -> 4: slices
+            F.adaptive_max_pool1d(y, 5),  # 10 -> 5: one pool
+            F.adaptive_avg_pool1d(y, 1),
+        )  # global: ReduceMean
 
 
 class Pool3dFamily(nn.Module):
@@ -81,11 +86,13 @@ class Pool3dFamily(nn.Module):
 
     def forward(self, x):
         y = self.conv1(x)
-        return (self.conv2(F.avg_pool3d(y, 2, ceil_mode=True)),
-                F.avg_pool3d(y, 3, 2),
-                F.avg_pool3d(y, 2, 1, 1, count_include_pad=False),
-                F.adaptive_avg_pool3d(y, (2, 1, 3)),                         # 4 -> 2, 6 -> 3: one pool
-                F.adaptive_max_pool3d(y, (2, 3, 3)))                         # 5 -> 3: slices
+        return (
+            self.conv2(F.avg_pool3d(y, 2, ceil_mode=True)),
+            F.avg_pool3d(y, 3, 2),
+            F.avg_pool3d(y, 2, 1, 1, count_include_pad=False),
+            F.adaptive_avg_pool3d(y, (2, 1, 3)),  # 4 -> 2, 6 -> 3: one pool
+            F.adaptive_max_pool3d(y, (2, 3, 3)),
+        )  # 5 -> 3: slices
 
 
 class PadFamily(nn.Module):
@@ -101,11 +108,17 @@ class PadFamily(nn.Module):
         self.conv2 = nn.Conv2d(4, 2, 3)
 
     def forward(self, x4, x3, x5):
-        return (self.conv2(F.pad(self.conv1(x4), (1, 1, 2, 1), mode="reflect")),
-                F.pad(x3, (1, 2)), F.pad(x4, (1, 2, 0, 1)) * 2.0, F.pad(x5, (1, 0, 0, 2, 1, 1)),
-                F.pad(x3, (2, 1), mode="reflect"), F.pad(x5[0], (1, 1, 0, 2, 1, 0), mode="reflect"),
-                F.pad(x3, (0, 3), mode=self.mode), F.pad(x4, (2, 1, 1, 0), mode=self.mode),
-                F.pad(x5[0], (1, 1, 1, 0, 0, 2), mode=self.mode))  # 3-D pads of unbatched input
+        return (
+            self.conv2(F.pad(self.conv1(x4), (1, 1, 2, 1), mode="reflect")),
+            F.pad(x3, (1, 2)),
+            F.pad(x4, (1, 2, 0, 1)) * 2.0,
+            F.pad(x5, (1, 0, 0, 2, 1, 1)),
+            F.pad(x3, (2, 1), mode="reflect"),
+            F.pad(x5[0], (1, 1, 0, 2, 1, 0), mode="reflect"),
+            F.pad(x3, (0, 3), mode=self.mode),
+            F.pad(x4, (2, 1, 1, 0), mode=self.mode),
+            F.pad(x5[0], (1, 1, 1, 0, 0, 2), mode=self.mode),
+        )  # 3-D pads of unbatched input
 
 
 FAMILIES = {
@@ -116,8 +129,15 @@ FAMILIES = {
 }
 # QNN op types each family lowers to.
 FAMILY_OPS = {
-    "pool2d": {"PoolMax2d": 2, "PoolAvg2d": 5, "ReduceMax": 8, "ReduceMean": 8, "StridedSlice": 15,
-               "Concat": 4, "ElementWiseMultiply": 1},
+    "pool2d": {
+        "PoolMax2d": 2,
+        "PoolAvg2d": 5,
+        "ReduceMax": 8,
+        "ReduceMean": 8,
+        "StridedSlice": 15,
+        "Concat": 4,
+        "ElementWiseMultiply": 1,
+    },
     "pool1d": {"PoolMax2d": 2, "PoolAvg2d": 2, "ReduceMean": 5, "StridedSlice": 4, "Concat": 1},
     "pool3d": {"PoolAvg3d": 4, "ReduceMax": 8, "StridedSlice": 8, "Concat": 3},
     "pad": {"Pad": 9},
@@ -131,6 +151,7 @@ FAMILY_TRANSPOSES = {"pool2d": 1 + 9, "pool1d": 1 + 5 + 2, "pool3d": 1 + 5, "pad
 
 
 # ---- fp16 ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_fp16_family_matches_eager(family):
@@ -166,21 +187,29 @@ def test_quantized_family_matches_qdq_reference(family, quant_dtype):
 
 # ---- support checks -------------------------------------------------------------------------
 
+
 class Rejected(nn.Module):
     def forward(self, x, x5):
         values, indices = F.max_pool2d(x, 2, return_indices=True)
-        return (F.max_pool2d(x, 2, dilation=2), values, indices,
-                F.avg_pool2d(x, 3, 2, 1, ceil_mode=True), F.avg_pool3d(x5, 3, 2, 1),
-                F.pad(x, (1, 1, 1, 0), mode="replicate"))  # float: decomposed (fp16 EDGE rejected)
+        return (
+            F.max_pool2d(x, 2, dilation=2),
+            values,
+            indices,
+            F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
+            F.avg_pool3d(x5, 3, 2, 1),
+            F.pad(x, (1, 1, 1, 0), mode="replicate"),
+        )  # float: decomposed (fp16 EDGE rejected)
 
 
 def test_unsupported_pools_and_pads_stay_on_cpu_with_reason():
     tester = QnnTester(Rejected(), (randn(1, 2, 6, 7, seed=7), randn(1, 2, 3, 4, 4, seed=8))).lower()
     reasons = " | ".join(tester.partitioner.rejected_nodes.values())
-    for expected in ("dilation [2, 2] is not supported (QNN's PoolMax has no dilation parameter)",
-                     "the indices output is used by",
-                     "ceil_mode with count_include_pad and padding > 0",
-                     "QNN 2.51's PoolAvg3d gets it wrong"):
+    for expected in (
+        "dilation [2, 2] is not supported (QNN's PoolMax has no dilation parameter)",
+        "the indices output is used by",
+        "ceil_mode with count_include_pad and padding > 0",
+        "QNN 2.51's PoolAvg3d gets it wrong",
+    ):
         assert expected in reasons, reasons
     # (not run: avg_pool3d left on the CPU has no portable kernel, the program does not load)
 
@@ -199,6 +228,7 @@ def test_quantized_pad_value_must_be_zero():
 
 def test_nan_and_inf_through_max_pool_and_pad():
     """Max pool propagates NaN and inf as torch does; pads copy them."""
+
     class Edge(nn.Module):
         def forward(self, x):
             return F.max_pool2d(x, 2), F.pad(x, (1, 1, 1, 1), mode="reflect"), F.avg_pool2d(x, 2)
@@ -213,6 +243,7 @@ def test_nan_and_inf_through_max_pool_and_pad():
 
 # ---- real QNN -------------------------------------------------------------------------------
 
+
 class RealPoolPadFamily(nn.Module):
     """One small model with every QNN op kind of this file: PoolMax2d / PoolAvg2d (incl. 1-D,
     ceil_mode, count_include_pad both ways, divisor_override), PoolAvg3d, adaptive pools by
@@ -223,13 +254,20 @@ class RealPoolPadFamily(nn.Module):
         self.mode = "replicate" if replicate else "reflect"
 
     def forward(self, x4, x3, x5):
-        return (F.max_pool2d(x4, 3, 2, 1, ceil_mode=True), F.avg_pool2d(x4, 3, 2, 1),
-                F.avg_pool2d(x4, 3, 2, 1, ceil_mode=True, count_include_pad=False),
-                F.avg_pool2d(x4, 2, divisor_override=3), F.adaptive_avg_pool2d(x4, (2, 3)),
-                F.max_pool1d(x3, 3, 2), F.adaptive_max_pool1d(x3, 3),
-                F.adaptive_max_pool3d(x5, (2, 3, 3)), F.avg_pool3d(x5, 2, 1, 1, count_include_pad=False),
-                F.pad(x4, (1, 2, 0, 1)) * 2.0, F.pad(x3, (2, 1), mode="reflect"),
-                F.pad(x5[0], (1, 1, 0, 1, 1, 0), mode=self.mode))
+        return (
+            F.max_pool2d(x4, 3, 2, 1, ceil_mode=True),
+            F.avg_pool2d(x4, 3, 2, 1),
+            F.avg_pool2d(x4, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+            F.avg_pool2d(x4, 2, divisor_override=3),
+            F.adaptive_avg_pool2d(x4, (2, 3)),
+            F.max_pool1d(x3, 3, 2),
+            F.adaptive_max_pool1d(x3, 3),
+            F.adaptive_max_pool3d(x5, (2, 3, 3)),
+            F.avg_pool3d(x5, 2, 1, 1, count_include_pad=False),
+            F.pad(x4, (1, 2, 0, 1)) * 2.0,
+            F.pad(x3, (2, 1), mode="reflect"),
+            F.pad(x5[0], (1, 1, 0, 1, 1, 0), mode=self.mode),
+        )
 
 
 def real_inputs() -> Tuple[torch.Tensor, ...]:
@@ -243,8 +281,9 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
     every pool and Pad op above in each precision)."""
     inputs = real_inputs()
     module = RealPoolPadFamily(replicate=quant_dtype is not None)  # fp16 EDGE: rejected
-    tester = (QnnTester(module, inputs) if quant_dtype is None
-              else QuantTester(module, inputs, quant_dtype, per_channel=True)).lower()
+    tester = (
+        QnnTester(module, inputs) if quant_dtype is None else QuantTester(module, inputs, quant_dtype, per_channel=True)
+    ).lower()
     assert tester.cpu_nodes() == [], tester.partitioner.rejected_nodes
     blobs = tester.delegate_blobs()
     assert len(blobs) == 1

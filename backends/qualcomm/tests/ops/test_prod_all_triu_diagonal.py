@@ -7,6 +7,7 @@ Each family is one multi-output module lowered once, with QNN's context binary w
 library loads (`qnn_binary`): fp16 against eager, int / bool exactly; 8a8w / 16a8w against the
 QDQ reference in steps of each output's encoding; then QNN's outputs against the host engine's
 on the same delegate blob. Host-engine edge values (NaN / inf / zeros) last."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +17,10 @@ import torch
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import qnn_vs_host
 from backends.qualcomm.tests.helpers.quant_tester import (
-    assert_pt2e_bounds, lower_to_one_delegate, output_encodings, step_stats,
+    assert_pt2e_bounds,
+    lower_to_one_delegate,
+    output_encodings,
+    step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import delegate_output_scales
 from backends.qualcomm.tests.helpers.tester import QnnTester
@@ -27,9 +31,18 @@ A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 def views(x: torch.Tensor) -> tuple:
     """triu / tril (diagonal offsets, a transposed input), diagonal (offset, dims), unfold,
     as_strided, of a rank-4 x."""
-    return (torch.triu(x), torch.tril(x, -1), torch.triu(x, 2), torch.tril(x.transpose(2, 3), 1),
-            torch.diagonal(x), torch.diagonal(x, 1, 2, 3), torch.diagonal(x, -1, -1, 1), x.unfold(3, 2, 1),
-            x.unfold(1, 2, 2), x.as_strided((2, 3), (1, 4), 3))
+    return (
+        torch.triu(x),
+        torch.tril(x, -1),
+        torch.triu(x, 2),
+        torch.tril(x.transpose(2, 3), 1),
+        torch.diagonal(x),
+        torch.diagonal(x, 1, 2, 3),
+        torch.diagonal(x, -1, -1, 1),
+        x.unfold(3, 2, 1),
+        x.unfold(1, 2, 2),
+        x.as_strided((2, 3), (1, 4), 3),
+    )
 
 
 class FloatFamily(torch.nn.Module):
@@ -37,25 +50,55 @@ class FloatFamily(torch.nn.Module):
     element), and the views."""
 
     def forward(self, x):
-        return (torch.prod(x, 1), torch.prod(x, -1, keepdim=True), torch.prod(x), torch.prod(x, 0),
-                x.all(-1), torch.all(x, 1, keepdim=True), x.all(), (x == x).all(), *views(x))
+        return (
+            torch.prod(x, 1),
+            torch.prod(x, -1, keepdim=True),
+            torch.prod(x),
+            torch.prod(x, 0),
+            x.all(-1),
+            torch.all(x, 1, keepdim=True),
+            x.all(),
+            (x == x).all(),
+            *views(x),
+        )
 
 
 class IntBoolFamily(torch.nn.Module):
     """all / any of a bool mask (dims, every element) and the int32 views."""
 
     def forward(self, mask, i):
-        return (mask.all(-1), torch.all(mask, dim=(1, 2)), mask.all(), mask.any(), (i > -100).all(),
-                torch.triu(i, 1), torch.tril(i), torch.diagonal(i, 0, 0, 1), torch.diagonal(i, -1),
-                i.unfold(0, 2, 1), i.as_strided((2, 2), (4, 1), 1))
+        return (
+            mask.all(-1),
+            torch.all(mask, dim=(1, 2)),
+            mask.all(),
+            mask.any(),
+            (i > -100).all(),
+            torch.triu(i, 1),
+            torch.tril(i),
+            torch.diagonal(i, 0, 0, 1),
+            torch.diagonal(i, -1),
+            i.unfold(0, 2, 1),
+            i.as_strided((2, 2), (4, 1), 1),
+        )
 
 
 def float_chains(x: torch.Tensor) -> tuple:
     """op_math.py's float decompositions, of x in [0.5, 1.5] and u = x - 1 in [-0.5, 0.5]."""
     u = x - 1.0
-    return (torch.tan(u * 2), torch.acos(u), torch.sinh(u * 4), torch.cosh(u * 4), torch.asinh(u * 6),
-            torch.acosh(x + 1.0), torch.atanh(u * 1.8), torch.atan2(u, x - 1.2), torch.log2(x), torch.log10(x),
-            torch.expm1(u * 2), torch.log1p(x))
+    return (
+        torch.tan(u * 2),
+        torch.acos(u),
+        torch.sinh(u * 4),
+        torch.cosh(u * 4),
+        torch.asinh(u * 6),
+        torch.acosh(x + 1.0),
+        torch.atanh(u * 1.8),
+        torch.atan2(u, x - 1.2),
+        torch.log2(x),
+        torch.log10(x),
+        torch.expm1(u * 2),
+        torch.log1p(x),
+    )
 
 
 class QuantFamily(torch.nn.Module):
@@ -64,8 +107,15 @@ class QuantFamily(torch.nn.Module):
     Quantize; views share the input's encoding; all(x) compares the quantized x with 0."""
 
     def forward(self, x):
-        return (torch.prod(x, 1), torch.prod(x, -1, keepdim=True), torch.prod(x), *views(x), x.all(-1), x.all(),
-                *float_chains(x))
+        return (
+            torch.prod(x, 1),
+            torch.prod(x, -1, keepdim=True),
+            torch.prod(x),
+            *views(x),
+            x.all(-1),
+            x.all(),
+            *float_chains(x),
+        )
 
 
 def float_input() -> torch.Tensor:
@@ -190,8 +240,9 @@ def test_quant_family_matches_qdq_reference_and_qnn(qnn_binary, quant_dtype):
 
 # ---- rejected cases and host-engine edge values --------------------------------------------------
 def test_prod_nan_inf_and_zero_follow_pytorch_on_the_host_engine():
-    x = torch.tensor([[1.0, float("nan"), 2.0], [float("inf"), 0.0, 1.0], [float("inf"), -1.0, 2.0],
-                      [-0.5, 0.25, -4.0]])
+    x = torch.tensor(
+        [[1.0, float("nan"), 2.0], [float("inf"), 0.0, 1.0], [float("inf"), -1.0, 2.0], [-0.5, 0.25, -4.0]]
+    )
 
     class Edge(torch.nn.Module):
         def forward(self, x):

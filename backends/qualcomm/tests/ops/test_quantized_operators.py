@@ -8,6 +8,7 @@ module in integer steps of its encoding (bounds and measurements in helpers/quan
 8-bit mostly exact and within 1 step, 16-bit within 1/16 of an 8-bit step).
 Plus payload checks (encodings, packing, Convert), mixed precision, discard, QAT.
 Real models, quantized: models/test_quantized_models.py."""
+
 from __future__ import annotations
 
 import unittest
@@ -26,9 +27,15 @@ A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
 
 ACT_DTYPES = [("8a8w", A8W8), ("16a8w", A16W8)]
 
-WEIGHT_DTYPES = [("8a8w", A8W8), ("16a8w", A16W8), ("16a4w", QuantDtype.use_16a4w),
-                 ("16a4w_block", QuantDtype.use_16a4w_block), ("8a4w", QuantDtype.use_8a4w),
-                 ("16a2w", QuantDtype.use_16a2w), ("16a16w", QuantDtype.use_16a16w)]
+WEIGHT_DTYPES = [
+    ("8a8w", A8W8),
+    ("16a8w", A16W8),
+    ("16a4w", QuantDtype.use_16a4w),
+    ("16a4w_block", QuantDtype.use_16a4w_block),
+    ("8a4w", QuantDtype.use_8a4w),
+    ("16a2w", QuantDtype.use_16a2w),
+    ("16a16w", QuantDtype.use_16a16w),
+]
 
 
 class TransposedMatMulReshape(torch.nn.Module):
@@ -48,8 +55,13 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         torch.manual_seed(0)  # module weights are drawn in the test bodies: deterministic numbers
 
     # ---- weighted ops: every weight dtype, per tensor and per channel --------------------
-    @parameterized.expand([(f"{d}_{'per_channel' if pc else 'per_tensor'}", dtype, pc)
-                           for d, dtype in WEIGHT_DTYPES for pc in (False, True)])
+    @parameterized.expand(
+        [
+            (f"{d}_{'per_channel' if pc else 'per_tensor'}", dtype, pc)
+            for d, dtype in WEIGHT_DTYPES
+            for pc in (False, True)
+        ]
+    )
     def test_conv2d_linear(self, _, dtype, per_channel):
         _check(mq.weighted(), [(1, 16, 8, 8), (4, 16, 32)], dtype, per_channel=per_channel)
 
@@ -99,12 +111,18 @@ class TestQNNQuantizedOperator(unittest.TestCase):
     def test_shape_ops(self, _, dtype):
         _check(mq.shapes(), [(2, 3, 4)], dtype)
 
-    @parameterized.expand([(f"{name}_{d}", module, shapes, dtype)
-                           for name, module, shapes in (("conv_cat", m.ConvCat, [(1, 3, 6, 6)]),
-                                                        ("pad_conv", m.PadConv, [(1, 3, 9, 9)]),
-                                                        ("conv_bias_residual", m.ConvBias, [(1, 4, 6, 6)]),
-                                                        ("addmm", m.AddMm, [(4, 8)]))
-                           for d, dtype in ACT_DTYPES])
+    @parameterized.expand(
+        [
+            (f"{name}_{d}", module, shapes, dtype)
+            for name, module, shapes in (
+                ("conv_cat", m.ConvCat, [(1, 3, 6, 6)]),
+                ("pad_conv", m.PadConv, [(1, 3, 9, 9)]),
+                ("conv_bias_residual", m.ConvBias, [(1, 4, 6, 6)]),
+                ("addmm", m.AddMm, [(4, 8)]),
+            )
+            for d, dtype in ACT_DTYPES
+        ]
+    )
     def test_conv_graphs(self, name, module, shapes, dtype):
         limits = {}
         if name == "conv_cat_8a8w":
@@ -127,8 +145,7 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         self.assertEqual(summary.op_types()["Dequantize"], 1)
         self.assertFalse(summary.fp16_precision)
         conv = next(op for op in summary.ops if op.type == "Conv2d")
-        self.assertEqual([types[n] for n in conv.inputs],
-                         ["UFIXED_POINT_8", "SFIXED_POINT_8", "SFIXED_POINT_32"])
+        self.assertEqual([types[n] for n in conv.inputs], ["UFIXED_POINT_8", "SFIXED_POINT_8", "SFIXED_POINT_32"])
         self.assertEqual(types[conv.outputs[0]], "UFIXED_POINT_8")
         quant = {t.name: t.quant for t in summary.tensors}
         self.assertEqual(quant[conv.inputs[1]], "AXIS_SCALE_OFFSET(bw=8, axis=3, channels=8)")
@@ -147,8 +164,10 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         types = {t.name: t.data_type for t in summary.tensors}
         reshapes = [op for op in summary.ops if op.type == "Reshape"]
         self.assertEqual(len(reshapes), 1)
-        self.assertTrue(all(types[n] != "FLOAT_32" for op in reshapes for n in op.inputs + op.outputs),
-                        [(op.inputs, op.outputs) for op in reshapes])
+        self.assertTrue(
+            all(types[n] != "FLOAT_32" for op in reshapes for n in op.inputs + op.outputs),
+            [(op.inputs, op.outputs) for op in reshapes],
+        )
         self.assertEqual((summary.op_types()["Quantize"], summary.op_types()["Dequantize"]), (2, 1))
         tester.to_executorch().run().compare_steps()
 
@@ -156,8 +175,9 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         from backends.qualcomm import deserialize
         from backends.qualcomm.serialization.qnn_graph import QuantEncoding
 
-        tester = QuantTester(torch.nn.Linear(32, 8), inputs_of((2, 32)), QuantDtype.use_16a4w_block,
-                             block_size_map={"linear": 8}).lower()
+        tester = QuantTester(
+            torch.nn.Linear(32, 8), inputs_of((2, 32)), QuantDtype.use_16a4w_block, block_size_map={"linear": 8}
+        ).lower()
         graph = deserialize(tester.delegate_blobs()[0]).graphs[0]
         weight = next(t for t in graph.tensors if t.quant is not None and t.quant.blockSize)
         self.assertEqual(weight.quant.encoding, QuantEncoding.BLOCKWISE_EXPANSION)
@@ -190,11 +210,11 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         self.assertEqual(types[sigmoid.inputs[0]], "FLOAT_32")
         self.assertEqual(types[sigmoid.outputs[0]], "FLOAT_32")
 
-    @parameterized.expand([("8a8w", A8W8), ("16a4w", QuantDtype.use_16a4w),
-                           ("16a4w_block", QuantDtype.use_16a4w_block)])
+    @parameterized.expand(
+        [("8a8w", A8W8), ("16a4w", QuantDtype.use_16a4w), ("16a4w_block", QuantDtype.use_16a4w_block)]
+    )
     def test_qat_conv_bn_folds(self, _, dtype):
-        tester = QuantTester(m.ConvBatchNorm().train(), inputs_of((2, 3, 8, 8)), dtype, per_channel=True,
-                             is_qat=True)
+        tester = QuantTester(m.ConvBatchNorm().train(), inputs_of((2, 3, 8, 8)), dtype, per_channel=True, is_qat=True)
         self.assertFalse(any("batch_norm" in str(n.target) for n in tester.module.graph.nodes))
         tester.run_and_compare_steps()
         self.assertEqual(count_op_types(tester.payload(), "Conv2d"), 1)
@@ -210,14 +230,21 @@ class TestQNNQuantizedOperator(unittest.TestCase):
 
         torch.manual_seed(0)
         module = torch.nn.Linear(32, 16)  # one op: 1-step differences would double through a relu
-        tester = QuantTester(module, inputs_of((2, 5, 32)), dtype, per_channel=True,
-                             block_size_map={"linear": 8} if dtype == QuantDtype.use_16a4w_block else {})
+        tester = QuantTester(
+            module,
+            inputs_of((2, 5, 32)),
+            dtype,
+            per_channel=True,
+            block_size_map={"linear": 8} if dtype == QuantDtype.use_16a4w_block else {},
+        )
         tester.lower_to_qnn(convert_linear_to_conv2d=True).check_fully_delegated()
         tester.to_executorch().run().compare_steps()
         types = tester.payload().op_types()
         self.assertEqual((types["Conv2d"], types.get("FullyConnected", 0)), (1, 0))
         graph = deserialize(tester.delegate_blobs()[0]).graphs[0]
-        weight = next(t for t in graph.tensors if t.quant is not None and t.quant.axis >= 0 and list(t.dims)[:2] == [1, 1])
+        weight = next(
+            t for t in graph.tensors if t.quant is not None and t.quant.axis >= 0 and list(t.dims)[:2] == [1, 1]
+        )
         self.assertEqual(list(weight.dims), [1, 1, 32, 16])
         self.assertEqual(weight.quant.axis, 3)
         if dtype == QuantDtype.use_16a4w_block:

@@ -7,6 +7,7 @@ real QNN (context binary, QNN outputs vs host-engine outputs of the same delegat
 host-engine kernels' edge values (NaN, inf, ties, bool). Then max() / min() of every element
 (ReduceMax / ReduceMin of the flattened input, the 0-d result stored as [1]), exactly on both
 engines (`qnn_binary`)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,10 +18,17 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import qnn_vs_host
 from backends.qualcomm.tests.helpers.models_float import Lambda as L
 from backends.qualcomm.tests.helpers.quant_tester import (
-    QuantTester, compare_with_qdq, lower_to_one_delegate, output_encodings, step_stats,
+    QuantTester,
+    compare_with_qdq,
+    lower_to_one_delegate,
+    output_encodings,
+    step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import (
-    delegate_output_scales, needs_qnn, one_delegate_blob, payload_on_both_engines,
+    delegate_output_scales,
+    needs_qnn,
+    one_delegate_blob,
+    payload_on_both_engines,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
@@ -41,10 +49,21 @@ class Extremes(torch.nn.Module):
     def forward(self, x):
         values, indices = torch.max(x, 1)
         min_values, min_indices = torch.min(x, -1, keepdim=True)
-        return (torch.amax(x, (1, 2)), torch.amin(x, -1, keepdim=True), x.amin((0, 1, 2, 3), keepdim=True),
-                values, indices, min_values, min_indices, torch.max(x, 3)[0],
-                torch.argmax(x, 1), torch.argmin(x, -1, keepdim=True), torch.argmax(x, 0),
-                *torch.sort(x), *torch.sort(x, -1, descending=True))
+        return (
+            torch.amax(x, (1, 2)),
+            torch.amin(x, -1, keepdim=True),
+            x.amin((0, 1, 2, 3), keepdim=True),
+            values,
+            indices,
+            min_values,
+            min_indices,
+            torch.max(x, 3)[0],
+            torch.argmax(x, 1),
+            torch.argmin(x, -1, keepdim=True),
+            torch.argmax(x, 0),
+            *torch.sort(x),
+            *torch.sort(x, -1, descending=True),
+        )
 
 
 class QuantExtremes(torch.nn.Module):
@@ -53,17 +72,30 @@ class QuantExtremes(torch.nn.Module):
 
     def forward(self, x):
         values, indices = torch.max(x, 1)
-        return (torch.amax(x, (1, 2)), torch.amin(x, -1, keepdim=True), x.amax((0, 1, 2, 3), keepdim=True),
-                values * 2.0, indices, torch.min(x, 2)[0] * 2.0, torch.argmax(x, -1),
-                torch.argmin(x, 1, keepdim=True), torch.sort(x)[0] * 2.0, torch.sort(x, -1, True)[1])
+        return (
+            torch.amax(x, (1, 2)),
+            torch.amin(x, -1, keepdim=True),
+            x.amax((0, 1, 2, 3), keepdim=True),
+            values * 2.0,
+            indices,
+            torch.min(x, 2)[0] * 2.0,
+            torch.argmax(x, -1),
+            torch.argmin(x, 1, keepdim=True),
+            torch.sort(x)[0] * 2.0,
+            torch.sort(x, -1, True)[1],
+        )
 
 
 class BoolReductions(torch.nn.Module):
     """any over a bool mask (scaled_dot_product_attention's masking uses any.dim)."""
 
     def forward(self, mask):
-        return (mask.any(-1), mask.any(1, keepdim=True), torch.any(mask, dim=(1, 2)),
-                torch.any(mask, dim=(0, 1, 2, 3), keepdim=True))
+        return (
+            mask.any(-1),
+            mask.any(1, keepdim=True),
+            torch.any(mask, dim=(1, 2)),
+            torch.any(mask, dim=(0, 1, 2, 3), keepdim=True),
+        )
 
 
 def bool_mask(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -74,6 +106,7 @@ def bool_mask(*shape: int, seed: int = 0) -> torch.Tensor:
 
 
 # ---- fp16 ---------------------------------------------------------------------------
+
 
 def test_fp16_extremes_match_eager():
     tester = QnnTester(Extremes(), (distinct_values(2, 3, 4, 5),)).run_and_compare(atol=1e-3, rtol=1e-3)
@@ -90,6 +123,7 @@ def test_fp16_any_matches_eager():
 
 # ---- quantized ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("quant_dtype", QUANT_DTYPES, ids=["8a8w", "16a8w"])
 def test_quantized_extremes_match_qdq_reference(quant_dtype):
     tester = QuantTester(QuantExtremes(), (randn(2, 3, 4, 5, seed=3),), quant_dtype)
@@ -104,16 +138,26 @@ def test_quantized_extremes_match_qdq_reference(quant_dtype):
 
 # ---- real QNN --------------------------------------------------------------------------
 
+
 class RealFamily(torch.nn.Module):
     """One small model with every op of this file that QNN runs (float input)."""
 
     def forward(self, x):
         y = x * 1.5
         values, indices = torch.max(y, 1)
-        return (torch.amax(y, (1, 2)), torch.amin(y, -1, keepdim=True), values * 2.0, indices,
-                torch.min(y, 2)[0] * 2.0, torch.argmax(y, -1), torch.argmin(y, 1, keepdim=True),
-                torch.var(x, 1), torch.std(x, (1, 2), correction=0, keepdim=True),
-                *torch.sort(y), torch.sort(y, -1, True)[0])
+        return (
+            torch.amax(y, (1, 2)),
+            torch.amin(y, -1, keepdim=True),
+            values * 2.0,
+            indices,
+            torch.min(y, 2)[0] * 2.0,
+            torch.argmax(y, -1),
+            torch.argmin(y, 1, keepdim=True),
+            torch.var(x, 1),
+            torch.std(x, (1, 2), correction=0, keepdim=True),
+            *torch.sort(y),
+            torch.sort(y, -1, True)[0],
+        )
 
 
 @needs_qnn
@@ -153,15 +197,29 @@ def test_real_qnn_any_matches_host(real_qnn):
 
 # ---- host-engine kernels: edge values -------------------------------------------------
 
+
 def test_kernels_nan_inf_and_ties_follow_pytorch():
-    x = torch.tensor([[1.0, float("nan"), 3.0, 3.0], [-float("inf"), 2.0, 2.0, -1.0],
-                      [float("inf"), float("inf"), 0.0, float("nan")]])
+    x = torch.tensor(
+        [
+            [1.0, float("nan"), 3.0, 3.0],
+            [-float("inf"), 2.0, 2.0, -1.0],
+            [float("inf"), float("inf"), 0.0, float("nan")],
+        ]
+    )
 
     class Edge(torch.nn.Module):
         def forward(self, x):
             values, indices = torch.max(x, 1)
-            return (torch.amax(x, 1), torch.amin(x, 1), values, indices, torch.argmax(x, 1),
-                    torch.argmin(x, 1), torch.argmax(x, 0), torch.argmin(x, 0))
+            return (
+                torch.amax(x, 1),
+                torch.amin(x, 1),
+                values,
+                indices,
+                torch.argmax(x, 1),
+                torch.argmin(x, 1),
+                torch.argmax(x, 0),
+                torch.argmin(x, 0),
+            )
 
     tester = QnnTester(Edge(), (x,)).lower().check_fully_delegated().to_executorch().run()
     for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
@@ -171,6 +229,7 @@ def test_kernels_nan_inf_and_ties_follow_pytorch():
 def test_rank0_argmax_stays_on_cpu_and_every_element_extremes_delegate():
     """amax over every dim and max() reduce the flattened input to [1] (the 0-d result, QNN
     refusing rank 0: ops/test_division.py); a 0-d argmax stays on the CPU with QNN's reason."""
+
     class AllDims(torch.nn.Module):
         def forward(self, x):
             return torch.amax(x, (0, 1, 2, 3)), torch.argmax(x[0, 0, 0], 0), x.max(), x * 2.0
@@ -184,14 +243,21 @@ def test_rank0_argmax_stays_on_cpu_and_every_element_extremes_delegate():
 
 # ---- variance / std / vector norms -------------------------------------------------------
 
+
 class Spreads(torch.nn.Module):
     """var / std (correction 0 and 1, dims, keepdim) and vector norms (export decomposes them:
     pow / abs -> sum or amax -> pow)."""
 
     def forward(self, x):
-        return (torch.var(x, 1), torch.std(x, (1, 2), correction=0, keepdim=True), torch.var(x, -1, keepdim=True),
-                torch.std(x, 3), torch.linalg.vector_norm(x, 2, dim=-1), torch.linalg.vector_norm(x, 1, dim=(1,)),
-                torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True))
+        return (
+            torch.var(x, 1),
+            torch.std(x, (1, 2), correction=0, keepdim=True),
+            torch.var(x, -1, keepdim=True),
+            torch.std(x, 3),
+            torch.linalg.vector_norm(x, 2, dim=-1),
+            torch.linalg.vector_norm(x, 1, dim=(1,)),
+            torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True),
+        )
 
 
 def test_fp16_spreads_match_eager():
@@ -273,8 +339,9 @@ def test_max_min_of_every_element_quantized_exact(qnn_binary, quant_dtype):
     the host engine."""
     inputs = (extreme_input(),)
     tester = lower_to_one_delegate(EveryElementExtremes(), inputs, quant_dtype)
-    for i, (out, ref, enc) in enumerate(zip(tester.outputs, tester.reference_outputs(),
-                                            output_encodings(tester.module))):
+    for i, (out, ref, enc) in enumerate(
+        zip(tester.outputs, tester.reference_outputs(), output_encodings(tester.module))
+    ):
         stats = step_stats(out, ref, enc[0])
         print(f"output {i} ({quant_dtype.name}): {stats}")
         assert stats.max_diff <= (1 if i == 4 else 0), (i, stats)

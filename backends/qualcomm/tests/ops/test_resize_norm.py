@@ -7,6 +7,7 @@ Each family is one multi-output module lowered once: fp16 vs eager, 8a8w / 16a8w
 reference (steps of each output's encoding), on the real QNN (context binary, QNN outputs vs
 host-engine outputs of the same delegate), the Transpose count of a channel-last chain
 (conv -> group_norm -> upsample -> conv: none between), and the support checks' reasons."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -31,14 +32,18 @@ class ResizeFamily(nn.Module):
     False up and down, True), bicubic (both), pixel_shuffle / pixel_unshuffle, channel_shuffle."""
 
     def forward(self, x, x1):
-        return (F.interpolate(x, scale_factor=2, mode="nearest"),
-                F.interpolate(x, size=(6, 9), mode="nearest"),
-                F.interpolate(x1, scale_factor=2, mode="nearest"),
-                F.interpolate(x, size=(7, 4), mode="bilinear", align_corners=False),
-                F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
-                F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False),
-                F.interpolate(x, size=(5, 7), mode="bicubic", align_corners=True),
-                F.pixel_shuffle(x, 2), F.pixel_unshuffle(x, 2), F.channel_shuffle(x, 2))
+        return (
+            F.interpolate(x, scale_factor=2, mode="nearest"),
+            F.interpolate(x, size=(6, 9), mode="nearest"),
+            F.interpolate(x1, scale_factor=2, mode="nearest"),
+            F.interpolate(x, size=(7, 4), mode="bilinear", align_corners=False),
+            F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+            F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False),
+            F.interpolate(x, size=(5, 7), mode="bicubic", align_corners=True),
+            F.pixel_shuffle(x, 2),
+            F.pixel_unshuffle(x, 2),
+            F.channel_shuffle(x, 2),
+        )
 
 
 class NormFamily(nn.Module):
@@ -63,10 +68,19 @@ class NormFamily(nn.Module):
         self.bn_bias = nn.Parameter(torch.rand(4) - 0.5)
 
     def forward(self, x, seq):
-        batch_stats = (F.batch_norm(x, None, None, self.bn_weight, self.bn_bias, training=True),
-                       F.batch_norm(seq[:, :, 0], None, None, training=True)) if self.batch_stats else ()
-        return (self.gn(x), self.gn_plain(x), self.gn1d(seq), self.inorm(x), self.inorm_plain(seq)) + batch_stats + (
-            self.rms(seq), F.rms_norm(seq, [3, 6], eps=1e-5), self.ln(seq), F.layer_norm(x, [4, 3, 5]))
+        batch_stats = (
+            (
+                F.batch_norm(x, None, None, self.bn_weight, self.bn_bias, training=True),
+                F.batch_norm(seq[:, :, 0], None, None, training=True),
+            )
+            if self.batch_stats
+            else ()
+        )
+        return (
+            (self.gn(x), self.gn_plain(x), self.gn1d(seq), self.inorm(x), self.inorm_plain(seq))
+            + batch_stats
+            + (self.rms(seq), F.rms_norm(seq, [3, 6], eps=1e-5), self.ln(seq), F.layer_norm(x, [4, 3, 5]))
+        )
 
 
 def resize_inputs() -> Tuple[torch.Tensor, ...]:
@@ -79,13 +93,20 @@ def norm_inputs() -> Tuple[torch.Tensor, ...]:
 
 FAMILIES = {"resize": (ResizeFamily, resize_inputs), "norm": (NormFamily, norm_inputs)}
 FAMILY_OPS = {
-    "resize": {"ResizeNearestNeighbor": 3, "ResizeBilinear": 2, "Resize": 2, "DepthToSpace": 1,
-               "SpaceToDepth": 1, "ChannelShuffle": 1},
+    "resize": {
+        "ResizeNearestNeighbor": 3,
+        "ResizeBilinear": 2,
+        "Resize": 2,
+        "DepthToSpace": 1,
+        "SpaceToDepth": 1,
+        "ChannelShuffle": 1,
+    },
     "norm": {"GroupNorm": 3, "InstanceNorm": 4, "RmsNorm": 2, "LayerNorm": 2},
 }
 
 
 # ---- fp16 -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_fp16_family_matches_eager(family):
@@ -156,11 +177,13 @@ def _assert_norms_read_quantized_gamma(tester: QuantTester) -> None:
 
 # ---- support checks ---------------------------------------------------------------------------
 
+
 def test_unsupported_cases_stay_on_cpu_with_reason():
     class Rejected(nn.Module):
         def forward(self, x):
-            return F.interpolate(x, scale_factor=1.5, mode="nearest"), F.interpolate(x, scale_factor=1.7,
-                                                                                     mode="bilinear")
+            return F.interpolate(x, scale_factor=1.5, mode="nearest"), F.interpolate(
+                x, scale_factor=1.7, mode="bilinear"
+            )
 
     tester = QnnTester(Rejected(), (randn(1, 2, 5, 5),)).lower()
     assert sorted(tester.cpu_op_names()) == ["aten.upsample_bilinear2d.vec", "aten.upsample_nearest2d.vec"]
@@ -172,6 +195,7 @@ def test_unsupported_cases_stay_on_cpu_with_reason():
 def test_edge_values():
     """A constant image (variance 0: the output is beta), inf / NaN moved as is by nearest
     resize and pixel shuffle, and int32 data through pixel shuffle."""
+
     class Edge(nn.Module):
         def __init__(self):
             super().__init__()
@@ -179,8 +203,7 @@ def test_edge_values():
             nn.init.constant_(self.gn.bias, 0.25)
 
         def forward(self, x, flat, ints):
-            return (self.gn(flat), F.interpolate(x, scale_factor=2), F.pixel_shuffle(x, 2),
-                    F.pixel_shuffle(ints, 2))
+            return (self.gn(flat), F.interpolate(x, scale_factor=2), F.pixel_shuffle(x, 2), F.pixel_shuffle(ints, 2))
 
     x = randn(1, 4, 2, 2, seed=7)
     x[0, 1, 0, 1], x[0, 2, 1, 0] = float("inf"), float("nan")
@@ -197,6 +220,7 @@ def test_edge_values():
 
 # ---- real QNN -----------------------------------------------------------------------------------
 
+
 class RealFamily(nn.Module):
     """Every op of this file once, small."""
 
@@ -209,13 +233,20 @@ class RealFamily(nn.Module):
             p.data.uniform_(0.5, 1.5)
 
     def forward(self, x, seq):
-        return (F.interpolate(x, scale_factor=2), F.interpolate(seq, scale_factor=2),
-                F.interpolate(x, size=(5, 7), mode="bilinear"),
-                F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
-                F.interpolate(x, scale_factor=2, mode="bicubic"),
-                F.pixel_shuffle(x, 2), F.pixel_unshuffle(x, 2), F.channel_shuffle(x, 2),
-                self.gn(x), self.inorm(x), self.rms(seq), F.layer_norm(x, [4, 6])) + (
-                    (F.batch_norm(x, None, None, training=True),) if self.batch_stats else ())
+        return (
+            F.interpolate(x, scale_factor=2),
+            F.interpolate(seq, scale_factor=2),
+            F.interpolate(x, size=(5, 7), mode="bilinear"),
+            F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+            F.interpolate(x, scale_factor=2, mode="bicubic"),
+            F.pixel_shuffle(x, 2),
+            F.pixel_unshuffle(x, 2),
+            F.channel_shuffle(x, 2),
+            self.gn(x),
+            self.inorm(x),
+            self.rms(seq),
+            F.layer_norm(x, [4, 6]),
+        ) + ((F.batch_norm(x, None, None, training=True),) if self.batch_stats else ())
 
 
 def real_inputs() -> Tuple[torch.Tensor, ...]:
@@ -259,6 +290,7 @@ def test_real_qnn_matches_host(real_qnn, quant_dtype):
 
 # ---- quantized batch-statistics batch_norm; 16a8w InstanceNorm gamma ---------------------------
 
+
 class BatchStatsNorms(nn.Module):
     """batch norms with batch statistics: a BatchNorm2d without running stats (affine), the
     functional form with training=True (no affine) on [N, C, H, W] and on [N, C]; and an
@@ -273,8 +305,12 @@ class BatchStatsNorms(nn.Module):
             p.data.uniform_(0.5, 1.5)
 
     def forward(self, x):
-        return (self.bn(x), F.batch_norm(x, None, None, training=True),
-                F.batch_norm(x[:, :, 0, 0], None, None, training=True), self.inorm(x))
+        return (
+            self.bn(x),
+            F.batch_norm(x, None, None, training=True),
+            F.batch_norm(x[:, :, 0, 0], None, None, training=True),
+            self.inorm(x),
+        )
 
 
 def batch_stats_inputs() -> Tuple[torch.Tensor, ...]:

@@ -7,6 +7,7 @@ The builder sorts exact INT_32 keys code * n + (n - 1 - i) (ascending: (n - 1 - 
 with TopK and gathers the codes by the indices (builders/op_sort.py). QNN 2.51's TopK puts the
 higher index first among equal values: the float path it replaced gave 86-88% of the 8a8w
 indices equal to the QDQ reference on QNN (values rounded to float16 too: 0.4% equal)."""
+
 from __future__ import annotations
 
 import numpy as np

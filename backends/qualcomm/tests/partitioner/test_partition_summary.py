@@ -1,5 +1,6 @@
 """The partition summary: delegated / CPU node counts in one log line per method, visible
 without logging configuration, long lists truncated."""
+
 from __future__ import annotations
 
 import torch
@@ -25,19 +26,27 @@ class TestPartitionSummary:
         import logging
 
         caplog.set_level(logging.INFO, logger="backends.qualcomm")
-        tester = QnnTester(PartlyDelegated(), inputs_of((3, 4))).lower(skip_node_op_set=SKIP_CUMSUM | {"aten.sigmoid.default"})
+        tester = QnnTester(PartlyDelegated(), inputs_of((3, 4))).lower(
+            skip_node_op_set=SKIP_CUMSUM | {"aten.sigmoid.default"}
+        )
         summary = tester.partitioner.summary
         assert (summary.delegated_nodes, summary.delegates, summary.cpu_nodes) == (4, 3, 3)
         assert [(g.op, g.reason, g.count) for g in summary.cpu_ops] == [
             ("aten.cumsum.default", "skipped by skip_node_op_set (aten.cumsum.default)", 2),
-            ("aten.sigmoid.default", "skipped by skip_node_op_set (aten.sigmoid.default)", 1)]
-        records = [r for r in caplog.records if r.name == "backends.qualcomm.partitioner.qnn_partitioner"
-                   and r.getMessage().startswith("QnnPartitioner: ")]
+            ("aten.sigmoid.default", "skipped by skip_node_op_set (aten.sigmoid.default)", 1),
+        ]
+        records = [
+            r
+            for r in caplog.records
+            if r.name == "backends.qualcomm.partitioner.qnn_partitioner"
+            and r.getMessage().startswith("QnnPartitioner: ")
+        ]
         assert len(records) == 1 and records[0].levelname == "WARNING"
         assert records[0].getMessage() == (
             "QnnPartitioner: 4 of 7 nodes delegated in 3 delegate(s); 3 left on the CPU: "
             "aten.cumsum.default x2 (skipped by skip_node_op_set (aten.cumsum.default)); "
-            "aten.sigmoid.default x1 (skipped by skip_node_op_set (aten.sigmoid.default))")
+            "aten.sigmoid.default x1 (skipped by skip_node_op_set (aten.sigmoid.default))"
+        )
         tester.to_executorch().run().compare()
 
     def test_fully_delegated_logs_info(self, caplog):
@@ -47,7 +56,8 @@ class TestPartitionSummary:
         tester = QnnTester(m.ReluSigmoid(), inputs_of((2, 8))).lower()
         records = [r for r in caplog.records if r.getMessage().startswith("QnnPartitioner: ")]
         assert [(r.levelname, r.getMessage()) for r in records] == [
-            ("INFO", "QnnPartitioner: 4 of 4 nodes delegated in 1 delegate(s); nothing left on the CPU")]
+            ("INFO", "QnnPartitioner: 4 of 4 nodes delegated in 1 delegate(s); nothing left on the CPU")
+        ]
         assert tester.partitioner.summary.cpu_op_counts() == {}
 
     def test_visible_without_logging_configuration(self, tmp_path):
@@ -61,13 +71,22 @@ class TestPartitionSummary:
             "import torch\n"
             "from backends.qualcomm.tests.helpers.tester import QnnTester, inputs_of\n"
             "from backends.qualcomm.tests.helpers import models_float as m\n"
-            "QnnTester(m.WithCumsum(), inputs_of((2, 8))).lower(skip_node_op_set={'aten.cumsum.default'})\n")
+            "QnnTester(m.WithCumsum(), inputs_of((2, 8))).lower(skip_node_op_set={'aten.cumsum.default'})\n"
+        )
         repo = Path(__file__).resolve().parents[4]
-        result = subprocess.run([sys.executable, str(script)], cwd=repo, capture_output=True, text=True,
-                                timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+        result = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**__import__("os").environ, "PYTHONPATH": str(repo)},
+        )
         assert result.returncode == 0, result.stderr[-2000:]
-        assert "QnnPartitioner: 3 of 4 nodes delegated in 2 delegate(s); 1 left on the CPU: " \
-               "aten.cumsum.default x1 (skipped by skip_node_op_set (aten.cumsum.default))" in result.stderr
+        assert (
+            "QnnPartitioner: 3 of 4 nodes delegated in 2 delegate(s); 1 left on the CPU: "
+            "aten.cumsum.default x1 (skipped by skip_node_op_set (aten.cumsum.default))" in result.stderr
+        )
 
     def test_long_lists_are_truncated(self):
         from backends.qualcomm.partitioner.summary import MAX_LISTED_GROUPS, CpuOpGroup, PartitionSummary
@@ -84,8 +103,11 @@ class TestPartitionSummary:
         from backends.qualcomm.tests.helpers.tester import fp16_compile_specs
 
         caplog.set_level(logging.INFO, logger="backends.qualcomm")
-        to_edge_transform_and_lower_to_qnn(m.WithCumsum(), inputs_of((2, 8)), fp16_compile_specs(),
-                                           skip_node_op_set=SKIP_CUMSUM)
+        to_edge_transform_and_lower_to_qnn(
+            m.WithCumsum(), inputs_of((2, 8)), fp16_compile_specs(), skip_node_op_set=SKIP_CUMSUM
+        )
         messages = [r.getMessage() for r in caplog.records if r.getMessage().startswith("QnnPartitioner: ")]
-        assert messages == ["QnnPartitioner: 3 of 4 nodes delegated in 2 delegate(s); 1 left on the CPU: "
-                            "aten.cumsum.default x1 (skipped by skip_node_op_set (aten.cumsum.default))"]
+        assert messages == [
+            "QnnPartitioner: 3 of 4 nodes delegated in 2 delegate(s); 1 left on the CPU: "
+            "aten.cumsum.default x1 (skipped by skip_node_op_set (aten.cumsum.default))"
+        ]

@@ -2,6 +2,7 @@
 ("incorrect Rank 6"), so _passes/fold_high_rank_shapes.py lowers view -> permute -> view of
 rank <= 5. The window model is one delegate in fp16 / 8a8w / 16a8w on the host engine and,
 with QNN's op validation, on QNN (before the pass: 8 nodes and 3 delegates on the CPU side)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,18 +32,22 @@ class WindowLinear(torch.nn.Module):
         return windows.view(b, h // s, w // s, s, s, c).permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
 
 
-@pytest.mark.parametrize("shape, perm, merged, merged_perm", [
-    ((1, 2, 4, 2, 4, 32), (0, 1, 3, 2, 4, 5), [2, 4, 2, 128], [0, 2, 1, 3]),  # Swin window partition
-    ((2, 3, 4, 5, 6, 7), (0, 1, 2, 3, 4, 5), [5040], [0]),
-    ((2, 3, 4, 5, 6, 7), (5, 4, 3, 2, 1, 0), [2, 3, 4, 5, 6, 7], [5, 4, 3, 2, 1, 0]),
-    ((2, 1, 4, 1, 6, 7), (2, 3, 0, 1, 4, 5), [2, 4, 42], [1, 0, 2]),
-])
+@pytest.mark.parametrize(
+    "shape, perm, merged, merged_perm",
+    [
+        ((1, 2, 4, 2, 4, 32), (0, 1, 3, 2, 4, 5), [2, 4, 2, 128], [0, 2, 1, 3]),  # Swin window partition
+        ((2, 3, 4, 5, 6, 7), (0, 1, 2, 3, 4, 5), [5040], [0]),
+        ((2, 3, 4, 5, 6, 7), (5, 4, 3, 2, 1, 0), [2, 3, 4, 5, 6, 7], [5, 4, 3, 2, 1, 0]),
+        ((2, 1, 4, 1, 6, 7), (2, 3, 0, 1, 4, 5), [2, 4, 42], [1, 0, 2]),
+    ],
+)
 def test_merged_permutation_moves_data_the_same_way(shape, perm, merged, merged_perm):
     got, got_perm = merged_permutation(shape, perm)
     assert (got, got_perm) == (merged, merged_perm)
     data = np.arange(int(np.prod(shape)))
-    np.testing.assert_array_equal(data.reshape(shape).transpose(perm).ravel(),
-                                  data.reshape(got).transpose(got_perm).ravel())
+    np.testing.assert_array_equal(
+        data.reshape(shape).transpose(perm).ravel(), data.reshape(got).transpose(got_perm).ravel()
+    )
 
 
 def _max_rank(blob_summary) -> int:

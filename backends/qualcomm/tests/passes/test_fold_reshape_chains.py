@@ -4,6 +4,7 @@ QNN 2.51's HTP (SM8650) computes x -> Reshape [2, 10, 32, 1] -> Reshape [1, 20, 
 Reshape [2, 10, 1, 3] wrong (26 off in fp16, host engine exact); torch.einsum("btd,cd->btc")
 exports such a chain (unsqueeze -> permute of a size-1 dim -> view). After the pass the chain is
 one Reshape and QNN agrees with eager and the host engine."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,11 +57,15 @@ def _reshapes_before_matmul(summary) -> int:
     return count
 
 
-@pytest.mark.parametrize("module, inputs", [
-    (Einsum(), (randn(2, 10, 32),)),
-    (ReshapeChainMatMul(), (randn(2, 10, 32), randn(3, 32))),
-    (UnitTranspose(), (randn(2, 10, 32),)),
-], ids=["einsum", "reshape_chain", "unit_transpose"])
+@pytest.mark.parametrize(
+    "module, inputs",
+    [
+        (Einsum(), (randn(2, 10, 32),)),
+        (ReshapeChainMatMul(), (randn(2, 10, 32), randn(3, 32))),
+        (UnitTranspose(), (randn(2, 10, 32),)),
+    ],
+    ids=["einsum", "reshape_chain", "unit_transpose"],
+)
 def test_chain_is_one_reshape_fp16(module, inputs):
     tester = QnnTester(module.eval(), inputs).lower()
     one_delegate_blob(tester)
@@ -73,10 +78,14 @@ def _seeded(*shapes) -> tuple:
     return tuple(torch.randn(shape, generator=torch.Generator().manual_seed(i)) for i, shape in enumerate(shapes))
 
 
-@pytest.mark.parametrize("module, shapes", [
-    (Einsum(), [(2, 10, 32)]),
-    (ReshapeChainMatMul(), [(2, 10, 32), (3, 32)]),
-], ids=["einsum", "reshape_chain"])
+@pytest.mark.parametrize(
+    "module, shapes",
+    [
+        (Einsum(), [(2, 10, 32)]),
+        (ReshapeChainMatMul(), [(2, 10, 32), (3, 32)]),
+    ],
+    ids=["einsum", "reshape_chain"],
+)
 def test_chain_on_qnn_matches_eager_fp16(real_qnn, module, shapes):
     """Before the pass QNN was 12.6 (einsum) / 26.4 (chain) off eager; the host engine 7e-3."""
     module, inputs = module.eval(), _seeded(*shapes)

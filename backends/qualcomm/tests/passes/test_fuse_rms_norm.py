@@ -1,6 +1,7 @@
 """The fusion of a hand-written (Llama) RMSNorm into one QNN RmsNorm (_passes/fuse_rms_norm.py):
 each pattern fused once, shared intermediates left alone, fp16 one RmsNorm each, quantized
 against the QDQ reference. On the real QNN: ops/test_grid_sample.py (RealVision)."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -63,6 +64,7 @@ def test_rms_norm_pass_fuses_each_pattern_once():
 
 def test_rms_norm_pass_leaves_shared_intermediates_alone():
     """The mean square is read elsewhere, or the mean is not over the last axis: no fusion."""
+
     class Shared(nn.Module):
         def forward(self, x):
             ms = x.pow(2).mean(-1, keepdim=True)

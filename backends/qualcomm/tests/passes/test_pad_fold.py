@@ -1,6 +1,7 @@
 """A pad folded into the conv that reads it: kept with its conv when the conv stays on the CPU
 (float and 8a8w), folded when the conv is delegated, and under QAT 16a4w_block with the
 depthwise conv left in float."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,11 +15,14 @@ from backends.qualcomm.tests.helpers.tester import QnnTester, inputs_of
 L = m.Lambda
 
 # ---- a pad whose convolution stays on the CPU ----------------------------------------------------
-_PAD_SKIPS = [("op_set", dict(skip_node_op_set={"aten.conv2d.default"})),
-              ("id_set", dict(skip_node_id_set={"aten_convolution_default"}))]
+_PAD_SKIPS = [
+    ("op_set", dict(skip_node_op_set={"aten.conv2d.default"})),
+    ("id_set", dict(skip_node_id_set={"aten_convolution_default"})),
+]
 
-_PAD_REASON = ("lowered only together with 'aten_convolution_default' (aten.convolution.default), "
-               "which stays on the CPU: ")
+_PAD_REASON = (
+    "lowered only together with 'aten_convolution_default' (aten.convolution.default), which stays on the CPU: "
+)
 
 
 class TestPadBeforeCpuConv:
@@ -88,8 +92,7 @@ class TestPadFoldQat:
         from backends.qualcomm.tests.helpers.quant_tester import QuantTester
 
         torch.manual_seed(0)
-        tester = QuantTester(PadDepthwiseBn().train(), inputs_of((1, 3, 9, 9)), QuantDtype.use_16a4w_block,
-                             is_qat=True)
+        tester = QuantTester(PadDepthwiseBn().train(), inputs_of((1, 3, 9, 9)), QuantDtype.use_16a4w_block, is_qat=True)
         tester.run_and_compare_steps()
         convs = [op for op in tester.payload().ops if op.type in ("Conv2d", "DepthWiseConv2d")]
         assert [op.params["pad_amount"] for op in convs][-1] == [0, 1, 0, 1]

@@ -4,6 +4,7 @@ host), corrupted or foreign binaries refused, weight-shared methods in one conte
 runner's --engine qnn, detailed profiles, dump_context_from_pte. Small shapes: emulation is
 slow. Skipped when the library does not load here. The library and its ABI:
 qnn/test_qnn_abi.py."""
+
 from __future__ import annotations
 
 import gc
@@ -20,8 +21,17 @@ from backends.qualcomm.tests.helpers.engines import CONTEXT_BINARY_MAGIC, rewrit
 from backends.qualcomm.tests.helpers.models_float import ConvAddRelu, ConvLinearSoftmax
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, output_encodings, step_stats
 from backends.qualcomm.tests.helpers.runtime import (
-    delegate_blobs, delegate_events, fp16_specs, load_method, native, needs_qnn, parse_metadata, run, run_runner,
-    shared_mlp_methods, write_etdump,
+    delegate_blobs,
+    delegate_events,
+    fp16_specs,
+    load_method,
+    native,
+    needs_qnn,
+    parse_metadata,
+    run,
+    run_runner,
+    shared_mlp_methods,
+    write_etdump,
 )
 from backends.qualcomm.tests.helpers.tester import QnnTester, inputs_of
 from backends.qualcomm.utils.qnn_context import AOT_ENV, qnn_binary_of
@@ -97,8 +107,9 @@ def test_fp16_qnn_matches_host_and_eager(tmp_path):
 # step (the conv is bit-exact with QNN since the host follows HTP's requantization; the rest
 # comes from relu / add); 16a8w 30.7% exact, max 9 steps of 2^16 (0.04 of an 8-bit step): the
 # 16-bit conv still follows the PT2E reference, not QNN's 16-bit requantization.
-@pytest.mark.parametrize("quant_dtype,max_steps,min_exact", [
-    (QuantDtype.use_8a8w, 1, 0.95), (QuantDtype.use_16a8w, 16, 0.25)])
+@pytest.mark.parametrize(
+    "quant_dtype,max_steps,min_exact", [(QuantDtype.use_8a8w, 1, 0.95), (QuantDtype.use_16a8w, 16, 0.25)]
+)
 def test_quantized_conv_add_relu_qnn_matches_host(tmp_path, quant_dtype, max_steps, min_exact):
     torch.manual_seed(0)
     inputs = _inputs()
@@ -151,6 +162,7 @@ def _blob_pte(tmp_path: Path, blob_edit) -> Path:
     inputs = _inputs()
     edge = to_edge_transform_and_lower_to_qnn(ConvAddRelu().eval(), inputs, fp16_specs())
     from executorch.exir.lowered_backend_module import get_lowered_submodules
+
     for _, lowered, _ in get_lowered_submodules(edge.exported_program().graph_module):
         lowered._processed_bytes = blob_edit(lowered.processed_bytes)
     path = tmp_path / "edited.pte"
@@ -204,9 +216,11 @@ def test_context_binary_of_another_soc(tmp_path):
 # ---- multi-method, runner, profiling -------------------------------------------------------
 def test_weight_shared_methods_run_on_one_qnn_context(tmp_path):
     from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
+
     modules, inputs = shared_mlp_methods(width=32, depth=2)
     specs = generate_qnn_executorch_compiler_spec(
-        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True, use_weight_sharing=True))
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True, use_weight_sharing=True)
+    )
     edge = to_edge_transform_and_lower_to_qnn(modules, inputs, specs)
     blobs = delegate_blobs(edge, "prefill") + delegate_blobs(edge, "decode")
     assert len(set(blobs)) == 1
@@ -246,8 +260,9 @@ def test_runner_engine_qnn_equals_python(tmp_path):
 
 def test_detailed_profile_gives_per_op_events(tmp_path):
     inputs = _inputs()
-    tester = QnnTester(ConvAddRelu().eval(), inputs, compile_specs=fp16_specs(profile_level=2),
-                       tmp_dir=str(tmp_path)).lower()
+    tester = QnnTester(
+        ConvAddRelu().eval(), inputs, compile_specs=fp16_specs(profile_level=2), tmp_dir=str(tmp_path)
+    ).lower()
     op_names = {op.name for op in tester.payload().ops}
     pte = Path(tester.to_executorch().pte_path)
     set_engine("qnn")
@@ -257,8 +272,7 @@ def test_detailed_profile_gives_per_op_events(tmp_path):
     del method, program
     gc.collect()
     events = delegate_events(etdump)
-    nodes = [(name, parse_metadata(meta)) for name, meta, _ in events
-             if parse_metadata(meta).get("type") == "QnnNode"]
+    nodes = [(name, parse_metadata(meta)) for name, meta, _ in events if parse_metadata(meta).get("type") == "QnnNode"]
     assert {name for name, _ in nodes} >= op_names
     assert all(int(meta["cycles"]) >= 0 for _, meta in nodes)
     assert any(parse_metadata(meta).get("engine") == "qnn" for _, meta, _ in events)

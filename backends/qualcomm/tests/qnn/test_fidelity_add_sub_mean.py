@@ -3,6 +3,7 @@ ElementWiseSubtract against QNN's, 8-bit and 16-bit, random encodings, full, bro
 static-scalar operands. QNN runs the ops with uint8 / uint16 graph IO (no Quantize /
 Dequantize next to the op: QNN folds such pairs into a float16 path); the host engine gets
 the same codes through float IO, which it quantizes exactly."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,9 @@ def run_qnn(cases, codes):
     for case in cases:
         for spec in case.ins:
             if len(spec) == 2:
-                arrays.append(np.ascontiguousarray(codes[i], np.uint8 if case.bits == 8 else np.uint16)
-                              .reshape(spec[0]))
+                arrays.append(
+                    np.ascontiguousarray(codes[i], np.uint8 if case.bits == 8 else np.uint16).reshape(spec[0])
+                )
                 i += 1
     outs, _ = ext.run_payload_qnn(blob, arrays)
     return [np.asarray(o).astype(np.int64) for o in outs]
@@ -63,8 +65,10 @@ def test_spatial_mean_bit_exact_with_qnn(bits):
         blob = mean_graph(x.shape, axes, ei, eo, bits, True)
         binary, graphs = ext.qnn_compile(blob, SM8650)
         section = QnnHtpSection(bytes(binary), SM8650, [(str(n), list(ids)) for n, ids in graphs])
-        (q,), _ = ext.run_payload_qnn(wrap_context_binary(payload_of(blob), section),
-                                      [np.ascontiguousarray(x, np.uint8 if bits == 8 else np.uint16)])
+        (q,), _ = ext.run_payload_qnn(
+            wrap_context_binary(payload_of(blob), section),
+            [np.ascontiguousarray(x, np.uint8 if bits == 8 else np.uint16)],
+        )
         q = np.asarray(q).astype(np.int64)
         h = run_host_mean(x, axes, ei, eo, bits).reshape(q.shape)
         equal += int((q == h).sum())

@@ -14,6 +14,7 @@ within 2 (measured before the fixes, this net and seed):
   sub_byte_widening; qnn/test_fidelity_sub_byte.py).
 After: QNN within 2-4 steps of the reference (HTP's own 16-bit arithmetic), QNN vs host engine
 75-100% equal, max 1."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -77,8 +78,9 @@ def test_channel_last_outputs_are_transposed_before_their_dequantize():
     types = {t.name: t.data_type for t in graph.tensors}
     assert [producers[name].type for name in graph.outputs] == ["Dequantize", "Dequantize"]
     transposes = [op for op in graph.ops if op.type == "Transpose"]
-    assert transposes and all(types[op.inputs[0]] != "FLOAT_32" for op in transposes), \
-        [(op.name, types[op.inputs[0]]) for op in transposes]
+    assert transposes and all(types[op.inputs[0]] != "FLOAT_32" for op in transposes), [
+        (op.name, types[op.inputs[0]]) for op in transposes
+    ]
 
 
 # (max steps off the QDQ reference, max steps QNN vs host, min share QNN == host) per dtype;

@@ -2,6 +2,7 @@
 tables measured on QNN at lowering (Op.lookup_table) the host engine computes what QNN does.
 
 Needs the QNN libraries (pip onnxruntime-qnn); skipped without them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,13 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm.serialization.payload_reader import describe_payload
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType, QnnGraph, QnnOp, QnnTensor, QuantEncoding, QuantParams, TensorType,
+    DataType,
+    QnnGraph,
+    QnnOp,
+    QnnTensor,
+    QuantEncoding,
+    QuantParams,
+    TensorType,
 )
 from backends.qualcomm.tests.helpers.engines import with_qnn_binary
 from backends.qualcomm.tests.helpers.models_quant import Family
@@ -29,9 +36,14 @@ pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]  # real_qnn: conft
 # is the graph's Quantize). relu / relu6 / hardtanh after another op are fused by HTP into that
 # op's requantization: their fidelity belongs to the producer's kernel.
 ACTIVATIONS = {
-    "sigmoid": torch.sigmoid, "tanh": torch.tanh, "gelu": F.gelu, "hardswish": F.hardswish,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "gelu": F.gelu,
+    "hardswish": F.hardswish,
     "silu": F.silu,  # Sigmoid -> FLOAT_32 gate -> ElementWiseMultiply(x, gate): one table
-    "relu": torch.relu, "relu6": F.relu6, "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.75),
+    "relu": torch.relu,
+    "relu6": F.relu6,
+    "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.75),
 }
 DTYPES = {"8a8w": QuantDtype.use_8a8w, "16a8w": QuantDtype.use_16a8w}
 SHAPE = (2, 3, 8, 16)
@@ -53,8 +65,12 @@ def table_sizes(blob: bytes) -> list:
     (silu: its Multiply; its Sigmoid has a FLOAT_32 output)."""
     graph = describe_payload(blob)[0]
     quantized = {t.name for t in graph.tensors if t.quant}
-    return sorted((op.type, op.table_bytes) for op in graph.ops if op.outputs[0] in quantized and
-                  (op.type in TABLE_OP_TYPES or op.type == "ElementWiseMultiply" and "silu" in op.name))
+    return sorted(
+        (op.type, op.table_bytes)
+        for op in graph.ops
+        if op.outputs[0] in quantized
+        and (op.type in TABLE_OP_TYPES or op.type == "ElementWiseMultiply" and "silu" in op.name)
+    )
 
 
 def assert_host_matches_qnn(tester: QuantTester, blob: bytes, dtype: str) -> None:
@@ -73,9 +89,18 @@ def test_activations_match_qnn(dtype):
     tester = lowered(dtype)
     [blob] = tester.delegate_blobs()
     size = 256 if dtype == "8a8w" else 65536 * 2  # bytes
-    assert table_sizes(blob) == sorted([("ElementWiseMultiply", size), ("Gelu", size), ("HardSwish", size),
-                                        ("Relu", size), ("ReluMinMax", size), ("ReluMinMax", size),
-                                        ("Sigmoid", size), ("Tanh", size)])
+    assert table_sizes(blob) == sorted(
+        [
+            ("ElementWiseMultiply", size),
+            ("Gelu", size),
+            ("HardSwish", size),
+            ("Relu", size),
+            ("ReluMinMax", size),
+            ("ReluMinMax", size),
+            ("Sigmoid", size),
+            ("Tanh", size),
+        ]
+    )
     assert_host_matches_qnn(tester, blob, dtype)
 
 
@@ -93,7 +118,7 @@ def test_lowering_without_qnn_uses_engine_tables(monkeypatch):
 def one_op_graph(op_type: str, dtype: int, n: int, table=None, two_inputs: bool = False):
     """Float x -> Quantize -> op -> Dequantize -> float y, per-tensor encodings; (blob, quant)."""
     bits = 8 if dtype == DataType.UFIXED_POINT_8 else 16
-    quant = QuantParams(QuantEncoding.SCALE_OFFSET, bits, 8.0 / (2 ** bits), -(2 ** (bits - 1)))
+    quant = QuantParams(QuantEncoding.SCALE_OFFSET, bits, 8.0 / (2**bits), -(2 ** (bits - 1)))
     g = QnnGraph("forward")
     f32 = DataType.FLOAT_32
     g.tensors.append(QnnTensor(0, "x", TensorType.APP_WRITE, f32, [1, n]))
@@ -107,8 +132,7 @@ def one_op_graph(op_type: str, dtype: int, n: int, table=None, two_inputs: bool 
     return serialize_graphs([g]), quant
 
 
-@pytest.mark.parametrize("dtype,codes", [(DataType.UFIXED_POINT_8, np.uint8),
-                                         (DataType.UFIXED_POINT_16, np.uint16)])
+@pytest.mark.parametrize("dtype,codes", [(DataType.UFIXED_POINT_8, np.uint8), (DataType.UFIXED_POINT_16, np.uint16)])
 def test_stored_table_is_used(dtype, codes):
     """A table no float function gives (reversed codes) comes back from the host engine."""
     n = np.iinfo(codes).max + 1
@@ -181,4 +205,6 @@ def test_op_qnn_refuses_keeps_engine_table_others_get_theirs(monkeypatch):
     assert "the_Sigmoid" not in error and "the_Gelu" not in error
     assert [None if op.lookup_table is None else op.lookup_table.shape for op in g.ops] == [(256,), None, (256,)]
     x = (np.arange(256) - 128) * (8.0 / 256)  # Sigmoid: the table is sigmoid's
-    np.testing.assert_array_equal(g.ops[0].lookup_table, np.clip(np.rint(1 / (1 + np.exp(-x)) / (8.0 / 256)) + 128, 0, 255))
+    np.testing.assert_array_equal(
+        g.ops[0].lookup_table, np.clip(np.rint(1 / (1 + np.exp(-x)) / (8.0 / 256)) + 128, 0, 255)
+    )

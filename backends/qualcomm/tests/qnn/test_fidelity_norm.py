@@ -3,6 +3,7 @@ against QNN's, in one-op graphs with uint8 graph IO (QNN) and float IO (host eng
 quantizes the same codes exactly). The host normalizes the dequantized input in float and
 quantizes the output as HTP does, in float16 (QuantDispatch.cpp quantize_u8_half): measured
 97.9-100% of codes equal to QNN's, max 1 (with the PT2E quantization: 92.5-98.4%)."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -12,7 +13,15 @@ import pytest
 
 from backends.qualcomm.serialization.payload_writer import QnnHtpSection, serialize_graphs, wrap_context_binary
 from backends.qualcomm.serialization.qnn_graph import (
-    DataType, QnnGraph, QnnOp, QnnTensor, QuantEncoding, QuantParams, TensorType, float_scalar, uint32_scalar,
+    DataType,
+    QnnGraph,
+    QnnOp,
+    QnnTensor,
+    QuantEncoding,
+    QuantParams,
+    TensorType,
+    float_scalar,
+    uint32_scalar,
 )
 from backends.qualcomm.tests.helpers.runtime import needs_qnn
 from backends.qualcomm.utils.qnn_context import payload_of
@@ -56,7 +65,9 @@ class NormCase:
             ops.append(QnnOp("q", "Quantize", inputs, [x]))
         g = add("g", TensorType.STATIC, DataType.UFIXED_POINT_8, _q((self.eg, 0)), self.gamma.astype(np.uint8), [c])
         b = add("b", TensorType.STATIC, DataType.SFIXED_POINT_32, _q((self.eb, 0), 32), self.beta.astype(np.int32), [c])
-        params = [float_scalar("epsilon", 1e-5)] + ([uint32_scalar("group", self.groups)] if self.op == "GroupNorm" else [])
+        params = [float_scalar("epsilon", 1e-5)] + (
+            [uint32_scalar("group", self.groups)] if self.op == "GroupNorm" else []
+        )
         y = add("y", TensorType.APP_READ if quantized_io else TensorType.NATIVE, DataType.UFIXED_POINT_8, _q(self.eo))
         ops.append(QnnOp("norm", self.op, [x, g, b], [y], params))
         outputs = [y]
@@ -77,8 +88,9 @@ class NormCase:
         blob = self.graph(True)
         binary, graphs = ext.qnn_compile(blob, SM8650)
         section = QnnHtpSection(bytes(binary), SM8650, [(str(n), list(ids)) for n, ids in graphs])
-        (y,), _ = ext.run_payload_qnn(wrap_context_binary(payload_of(blob), section),
-                                      [np.ascontiguousarray(self.x, np.uint8)])
+        (y,), _ = ext.run_payload_qnn(
+            wrap_context_binary(payload_of(blob), section), [np.ascontiguousarray(self.x, np.uint8)]
+        )
         return np.asarray(y).astype(np.int64).reshape(self.x.shape)
 
     def htp_model(self) -> np.ndarray:

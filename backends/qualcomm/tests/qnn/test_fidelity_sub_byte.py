@@ -9,6 +9,7 @@ FullyConnected 4-11 steps off). The QNN compiler now hands QNN the same weights 
 q * 2^(8 - bits) (scale / 2^(8 - bits), the int32 bias likewise) and the host engine computes
 that form with HTP's arithmetic (HtpRequant.h, sub_byte_widening): both within 2 steps of the
 exact result, and of each other within 1."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -49,15 +50,15 @@ def sub_byte_case(rng, kind: str, bits: int, zp: Optional[int] = None, bias_code
     else:
         xt = torch.from_numpy(x.astype(np.float64) - zp).permute(0, 3, 1, 2)
         wt = torch.from_numpy(w.astype(np.float64)).permute(3, 2, 0, 1)
-        acc = np.rint(F.conv2d(xt, wt, padding=1, groups=cin if kind == "depthwise" else 1)
-                      .permute(0, 2, 3, 1).numpy()).astype(np.int64)
+        acc = np.rint(
+            F.conv2d(xt, wt, padding=1, groups=cin if kind == "depthwise" else 1).permute(0, 2, 3, 1).numpy()
+        ).astype(np.int64)
     real = (acc + b.astype(np.float64)) * (np.float64(s_in) * ws.astype(np.float64))
     lo, hi = min(real.min(), 0.0), max(real.max(), 0.0)
     s_out = float(np.float32((hi - lo) / 65535))
     zo = int(np.clip(np.rint(-lo / s_out), 0, 65535))
     exact = np.clip(np.rint(real / np.float64(np.float32(s_out))) + zo, 0, 65535).astype(np.int64)
-    case = dict(kind=kind, bits=bits, x=x, w=w, ws=ws, b=b, s_in=s_in, zp=zp, s_out=s_out, zo=zo,
-                out_shape=acc.shape)
+    case = dict(kind=kind, bits=bits, x=x, w=w, ws=ws, b=b, s_in=s_in, zp=zp, s_out=s_out, zo=zo, out_shape=acc.shape)
     return case, exact
 
 
@@ -72,14 +73,30 @@ def build(case: dict, float_io: bool, widened: bool = False) -> OneOp:
     zeros = np.zeros(ws.size, np.int32)
     if widened:
         f = 1 << (8 - case["bits"])
-        wi = g.tensor("w", KIND.STATIC, w.shape, S8, data=(w.astype(np.int32) * f).astype(np.int8),
-                      quant=dict(encoding=E.AXIS_SCALE_OFFSET, bitwidth=8, axis=axis,
-                                 scales=(ws / np.float32(f)).astype(np.float32), offsets=zeros))
+        wi = g.tensor(
+            "w",
+            KIND.STATIC,
+            w.shape,
+            S8,
+            data=(w.astype(np.int32) * f).astype(np.int8),
+            quant=dict(
+                encoding=E.AXIS_SCALE_OFFSET,
+                bitwidth=8,
+                axis=axis,
+                scales=(ws / np.float32(f)).astype(np.float32),
+                offsets=zeros,
+            ),
+        )
         b, bscale = b * f, (bscale / np.float32(f)).astype(np.float32)
     else:
-        wi = g.tensor("w", KIND.STATIC, w.shape, S4, data=pack_bits(w, case["bits"]),
-                      quant=dict(encoding=E.BW_AXIS_SCALE_OFFSET, bitwidth=case["bits"], axis=axis,
-                                 scales=ws, offsets=zeros))
+        wi = g.tensor(
+            "w",
+            KIND.STATIC,
+            w.shape,
+            S4,
+            data=pack_bits(w, case["bits"]),
+            quant=dict(encoding=E.BW_AXIS_SCALE_OFFSET, bitwidth=case["bits"], axis=axis, scales=ws, offsets=zeros),
+        )
     bi = g.tensor("b", KIND.STATIC, b.shape, S32, data=b, quant=bias_enc(bscale, True))
     yi = g.qout(case["out_shape"], U16, act(16, case["s_out"], case["zo"]))
     if case["kind"] == "fc":
@@ -120,10 +137,13 @@ def test_bias_beyond_int32_when_widened_keeps_the_sub_byte_form():
     would get an overflowed bias): the host engine then stays on its exact float path."""
     rng = np.random.default_rng(5)
     case, _ = sub_byte_case(rng, "conv3x3", 4)
-    case["b"][0] = np.int32(2 ** 31 // 16 + 1)
+    case["b"][0] = np.int32(2**31 // 16 + 1)
     x, w = case["x"].astype(np.float64) - case["zp"], case["w"].astype(np.float64)
-    acc = F.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(w).permute(3, 2, 0, 1),
-                   padding=1).permute(0, 2, 3, 1).numpy()
+    acc = (
+        F.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(w).permute(3, 2, 0, 1), padding=1)
+        .permute(0, 2, 3, 1)
+        .numpy()
+    )
     real = (acc + case["b"]) * (np.float64(case["s_in"]) * case["ws"].astype(np.float64))
     exact = np.clip(np.rint(real / np.float64(np.float32(case["s_out"]))) + case["zo"], 0, 65535)
     got = host_codes(case, widened=False).reshape(exact.shape)
@@ -145,12 +165,18 @@ def test_qnn_sub_byte_weights_within_two_steps_of_exact(kind):
     vs_exact, vs_host = Tally(), Tally()
     for zp, bits in ((32768, 4), (None, 4), (None, 2)):
         case, exact = sub_byte_case(rng, kind, bits, zp=zp)
-        qnn, host = run_both(lambda float_io, case=case: build(case, float_io), [case["x"]],
-                             [act(16, case["s_in"], case["zp"])], act(16, case["s_out"], case["zo"]))
+        qnn, host = run_both(
+            lambda float_io, case=case: build(case, float_io),
+            [case["x"]],
+            [act(16, case["s_in"], case["zp"])],
+            act(16, case["s_out"], case["zo"]),
+        )
         vs_exact.add(qnn, exact)
         vs_host.add(qnn, host)
         print(f"{kind} {bits}-bit zp={case['zp']}: QNN vs exact max {np.abs(qnn.reshape(exact.shape) - exact).max()}")
-    print(f"{kind}: QNN vs exact {vs_exact.exact:.3f} equal max {vs_exact.worst}; "
-          f"QNN vs host {vs_host.exact:.3f} max {vs_host.worst}")
+    print(
+        f"{kind}: QNN vs exact {vs_exact.exact:.3f} equal max {vs_exact.worst}; "
+        f"QNN vs host {vs_host.exact:.3f} max {vs_host.worst}"
+    )
     assert vs_exact.worst <= BOUNDS[0]
     assert vs_host.worst <= BOUNDS[1] and vs_host.exact >= BOUNDS[2], (vs_host.exact, vs_host.worst)

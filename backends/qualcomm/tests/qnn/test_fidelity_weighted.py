@@ -9,6 +9,7 @@ equal QNN on >= 99.9% of the elements, never more than 1 step apart. uint16 acti
 host follows HTP's 16-bit path (accumulator of x - 32768 shifted by 8, bias / zero-point
 constant in units of 256, htp_requant16_of); a small constant offset of HTP's is not
 reproduced, so that test holds the measured share (99.8% / 98.7%), max 1 step."""
+
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
@@ -41,15 +42,17 @@ def act(bits: int, scale: float, zero_point: int) -> dict:
 def weight_enc(scales: np.ndarray, per_channel: bool, axis: int) -> dict:
     if not per_channel:
         return dict(encoding=E.SCALE_OFFSET, bitwidth=8, scale=float(scales[0]))
-    return dict(encoding=E.AXIS_SCALE_OFFSET, bitwidth=8, axis=axis, scales=scales,
-                offsets=np.zeros(scales.size, np.int32))
+    return dict(
+        encoding=E.AXIS_SCALE_OFFSET, bitwidth=8, axis=axis, scales=scales, offsets=np.zeros(scales.size, np.int32)
+    )
 
 
 def bias_enc(scales: np.ndarray, per_channel: bool) -> dict:
     if not per_channel:
         return dict(encoding=E.SCALE_OFFSET, bitwidth=32, scale=float(scales[0]), offset=0)
-    return dict(encoding=E.AXIS_SCALE_OFFSET, bitwidth=32, axis=0, scales=scales,
-                offsets=np.zeros(scales.size, np.int32))
+    return dict(
+        encoding=E.AXIS_SCALE_OFFSET, bitwidth=32, axis=0, scales=scales, offsets=np.zeros(scales.size, np.int32)
+    )
 
 
 class OneOp(GraphBuilder):
@@ -89,8 +92,9 @@ def run_both(build, codes: List[np.ndarray], encs: List[dict], out_enc: dict) ->
     binary, graphs = ext.qnn_compile(blob, SM8650)
     section = QnnHtpSection(bytes(binary), SM8650, [(str(n), list(ids)) for n, ids in graphs])
     (qnn,), _ = ext.run_payload_qnn(wrap_context_binary(payload_of(blob), section), codes)
-    floats = [((c.astype(np.float64) + e["offset"]) * np.float32(e["scale"])).astype(np.float32)
-              for c, e in zip(codes, encs)]
+    floats = [
+        ((c.astype(np.float64) + e["offset"]) * np.float32(e["scale"])).astype(np.float32) for c, e in zip(codes, encs)
+    ]
     host = ext.run_payload(build(True).done().blob(), floats)[0]
     host = np.rint(np.asarray(host, np.float64) / np.float32(out_enc["scale"])) - out_enc["offset"]
     return np.asarray(qnn).astype(np.int64), host.astype(np.int64)
@@ -120,10 +124,15 @@ def weighted_case(rng, kind: str, bits: int, per_channel: bool):
     if kind == "fc":
         xshape, wshape = (6, 24), (cout, 24)
     else:
-        k, stride, pad, dil, group = {"conv3x3": (3, 1, 1, 1, 1), "stride_pad": (3, 2, 1, 1, 1),
-                                      "groups": (3, 1, 1, 1, 2), "dilation": (3, 1, 2, 2, 1),
-                                      "no_bias": (1, 1, 0, 1, 1), "depthwise": (3, 1, 1, 1, cin),
-                                      "depthwise_s2": (3, 2, 1, 1, cin)}[kind]
+        k, stride, pad, dil, group = {
+            "conv3x3": (3, 1, 1, 1, 1),
+            "stride_pad": (3, 2, 1, 1, 1),
+            "groups": (3, 1, 1, 1, 2),
+            "dilation": (3, 1, 2, 2, 1),
+            "no_bias": (1, 1, 0, 1, 1),
+            "depthwise": (3, 1, 1, 1, cin),
+            "depthwise_s2": (3, 2, 1, 1, cin),
+        }[kind]
         xshape = (1, 7, 7, cin)
         wshape = (k, k, 1 if kind.startswith("depthwise") else cin // group, cout)
     x = rng.integers(0, qmax + 1, size=xshape).astype(np.uint8 if bits == 8 else np.uint16)
@@ -131,7 +140,9 @@ def weighted_case(rng, kind: str, bits: int, per_channel: bool):
     in_scale = float(np.float32(10 ** rng.uniform(-3, -1) / (1 if bits == 8 else 256)))
     zp = int(rng.integers(0, qmax + 1))
     axis = 0 if kind == "fc" else 3
-    ws = (10 ** rng.uniform(-3, -1.5, size=cout) if per_channel else np.full(cout, 10 ** rng.uniform(-3, -1.5))).astype(np.float32)
+    ws = (10 ** rng.uniform(-3, -1.5, size=cout) if per_channel else np.full(cout, 10 ** rng.uniform(-3, -1.5))).astype(
+        np.float32
+    )
     bscale = (np.float32(in_scale) * ws).astype(np.float32)
     b = np.zeros(cout, np.int32) if kind == "no_bias" else rng.integers(-20000, 20000, size=cout).astype(np.int32)
     if kind == "fc":
@@ -139,8 +150,9 @@ def weighted_case(rng, kind: str, bits: int, per_channel: bool):
     else:
         xt = torch.from_numpy(x.astype(np.float64) - zp).permute(0, 3, 1, 2)
         wt = torch.from_numpy(w.astype(np.float64)).permute(3, 2, 0, 1)
-        acc = np.rint(F.conv2d(xt, wt, stride=stride, padding=pad, dilation=dil, groups=group)
-                      .permute(0, 2, 3, 1).numpy()).astype(np.int64)
+        acc = np.rint(
+            F.conv2d(xt, wt, stride=stride, padding=pad, dilation=dil, groups=group).permute(0, 2, 3, 1).numpy()
+        ).astype(np.int64)
     real = (acc + b) * (np.float64(in_scale) * ws.astype(np.float64))
     lo, hi = min(real.min(), 0.0), max(real.max(), 0.0)
     out_scale = float(np.float32((hi - lo) / qmax * rng.uniform(0.6, 1.0)))
@@ -156,8 +168,9 @@ def weighted_case(rng, kind: str, bits: int, per_channel: bool):
         if kind == "fc":
             g.op("FullyConnected", [xi, wi, bi], [yi])
         else:
-            params = dict(stride=u32([stride, stride]), pad_amount=u32([[pad, pad], [pad, pad]]),
-                          dilation=u32([dil, dil]))
+            params = dict(
+                stride=u32([stride, stride]), pad_amount=u32([[pad, pad], [pad, pad]]), dilation=u32([dil, dil])
+            )
             if not kind.startswith("depthwise"):
                 params["group"] = scalar(U32, group)
             g.op("DepthWiseConv2d" if kind.startswith("depthwise") else "Conv2d", [xi, wi, bi], [yi], **params)
@@ -180,8 +193,9 @@ def test_weighted_8a8w_bit_exact_with_qnn(per_channel):
             qnn, host = run_both(build, codes, encs, out_enc)
             tally.add(qnn, host)
             # the host's arithmetic is the numpy model of HtpRequant.h
-            model = htp_requantize(acc, in_scale, ws, out_enc["scale"], -out_enc["offset"], bias_real,
-                                   unshifted=kind == "depthwise_s2")
+            model = htp_requantize(
+                acc, in_scale, ws, out_enc["scale"], -out_enc["offset"], bias_real, unshifted=kind == "depthwise_s2"
+            )
             np.testing.assert_array_equal(host.reshape(model.shape), model)
     assert tally.worst <= 1
     assert tally.exact >= 0.999, f"{tally.exact:.5f} of {tally.total} elements equal to QNN's"
@@ -203,8 +217,13 @@ def test_matmul_8a8w_bit_exact_with_qnn():
         def build(float_io: bool, a=a, b=b, ae=ae, be=be, ye=ye, shape=(2, m, n)) -> OneOp:
             g = OneOp(float_io)
             ai, bi = g.qin("a", a.shape, U8, ae), g.qin("b", b.shape, U8, be)
-            g.op("MatMul", [ai, bi], [g.qout(shape, U8, ye)], transpose_in0=scalar(BOOL, 0),
-                 transpose_in1=scalar(BOOL, 0))
+            g.op(
+                "MatMul",
+                [ai, bi],
+                [g.qout(shape, U8, ye)],
+                transpose_in0=scalar(BOOL, 0),
+                transpose_in1=scalar(BOOL, 0),
+            )
             return g
 
         qnn, host = run_both(build, [a, b], [ae, be], ye)
@@ -229,7 +248,6 @@ def test_weighted_16a8w_measured_distance_to_qnn(per_channel):
     print(f"16a8w {'per_channel' if per_channel else 'per_tensor'}: {tally.exact:.4f} exact, max {tally.worst}")
     assert tally.exact >= MEASURED_16[per_channel][0]
     assert tally.worst <= MEASURED_16[per_channel][1]
-
 
 
 class FusedActivation(OneOp):
@@ -280,10 +298,14 @@ def test_activation_fused_into_weighted_op_bit_exact_with_qnn(activation, mid_ki
         binary, graphs = ext.qnn_compile(blob, SM8650)
         section = QnnHtpSection(bytes(binary), SM8650, [(str(n), list(ids)) for n, ids in graphs])
         qnn = ext.run_payload_qnn(wrap_context_binary(payload_of(blob), section), codes)[0]
-        floats = [((c.astype(np.float64) + e["offset"]) * np.float32(e["scale"])).astype(np.float32)
-                  for c, e in zip(codes, encs)]
+        floats = [
+            ((c.astype(np.float64) + e["offset"]) * np.float32(e["scale"])).astype(np.float32)
+            for c, e in zip(codes, encs)
+        ]
         host = ext.run_payload(fused(True).done().blob(), floats)
-        as_codes = lambda y, e: (np.rint(np.asarray(y, np.float64) / np.float32(e["scale"])) - e["offset"]).astype(np.int64)
+        as_codes = lambda y, e: (np.rint(np.asarray(y, np.float64) / np.float32(e["scale"])) - e["offset"]).astype(
+            np.int64
+        )
         tally.add(np.asarray(qnn[-1]).astype(np.int64), as_codes(host[-1], act_enc))
     assert tally.total >= 1000, "too few cases with outputs of both signs"
     assert tally.worst <= 1

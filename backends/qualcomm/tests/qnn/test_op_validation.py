@@ -3,6 +3,7 @@ a node QNN refuses stays on the CPU with QNN's reason, the rest is partitioned a
 refusal: QNN 2.51 HTP's op validation refuses a 16a8w MatMul of two activations here
 ('has incorrect Value -30766, expected equal to -32768'), which our builder accepts.
 Skipped when the QNN library does not load here; tiny shapes."""
+
 from __future__ import annotations
 
 import logging
@@ -70,7 +71,10 @@ def test_node_qnn_refuses_stays_on_cpu_with_qnn_reason(caplog):
     assert reason.startswith(QNN_REFUSED) and "(MatMul) refused by QNN: QNN error 3110" in reason
     assert "has incorrect Value 68, expected >= 73" in reason  # QNN's own words: the HTP arch
     assert summary.delegates == 2
-    assert summary.validation.startswith("QNN op validation: ") and " s, 1 node(s) refused and left on the CPU" in summary.validation
+    assert (
+        summary.validation.startswith("QNN op validation: ")
+        and " s, 1 node(s) refused and left on the CPU" in summary.validation
+    )
     assert "QNN refused it (backendValidateOpConfig)" in caplog.text and "QNN op validation: " in caplog.text
     assert all(qnn_binary_of(blob) is not None for blob in tester.delegate_blobs())
     # runs on QNN (both delegates have binaries): 16-bit QNN is up to ~20 steps of 2^16 from
@@ -131,7 +135,7 @@ def test_batch_validation_of_malformed_blobs_is_a_clear_error(monkeypatch):
     renamed = bytearray(blob)
     at = renamed.find(struct.pack("<I", len(old_type)) + old_type + b"\0") + 4
     assert at >= 4
-    renamed[at:at + len(old_type)] = new_type
+    renamed[at : at + len(old_type)] = new_type
     cases = {
         b"": "blob is empty",
         b"not a qnn-delegate blob at all": "file identifier 'QNNB'",
@@ -155,18 +159,22 @@ def test_batch_validation_of_malformed_blobs_is_a_clear_error(monkeypatch):
     renamed_ops = [i for i, (_, r) in enumerate(answers) if r and refusal in r]
     assert renamed_ops and all(ops[i].type == old_type.decode() for i in renamed_ops)
     assert f"op '{ops[renamed_ops[0]].name}' {refusal}" in answers[renamed_ops[0]][1]
-    assert [r for i, (_, r) in enumerate(answers) if i not in renamed_ops] == \
-        [r for i, r in enumerate(reasons) if i not in renamed_ops]
+    assert [r for i, (_, r) in enumerate(answers) if i not in renamed_ops] == [
+        r for i, r in enumerate(reasons) if i not in renamed_ops
+    ]
 
 
-@pytest.mark.parametrize("binding,error", [("qnn_validate_ops", ValueError("batch exploded")),
-                                           ("qnn_validate_op", RuntimeError("validation exploded"))])
+@pytest.mark.parametrize(
+    "binding,error",
+    [("qnn_validate_ops", ValueError("batch exploded")), ("qnn_validate_op", RuntimeError("validation exploded"))],
+)
 def test_validation_failure_keeps_builders_answer(monkeypatch, caplog, binding, error):
     """A broken validation (the batch call or, when it is patched, the op by op one) logs and
     changes nothing: the builders' answer stands (the bmm is delegated). QNN's finalize
     accepts that graph, but its MatMul output is then far from the reference (measured: 1265
     steps of 2^16), which is why validation decides; the host engine runs the delegate here
     and matches the reference."""
+
     def broken(*args):
         raise error
 
@@ -225,13 +233,15 @@ def test_sixteen_bit_matmul_is_validated_for_the_compile_specs_soc():
     activations needs v73 or later ('incorrect Value 68, expected >= 73' for SM8350's v68), so the
     partitioner validates for the compile spec's SoC (it used to check QNN's default v68 and
     left every 16a8w attention MatMul on the CPU for SM8650)."""
+
     class MatMul(torch.nn.Module):
         def forward(self, a, b):
             return torch.matmul(a, b)
 
     torch.manual_seed(0)
-    tester = QuantTester(MatMul().eval(), (torch.randn(1, 2, 4, 8), torch.randn(1, 2, 8, 6)),
-                         QuantDtype.use_16a8w).lower()
+    tester = QuantTester(
+        MatMul().eval(), (torch.randn(1, 2, 4, 8), torch.randn(1, 2, 8, 6)), QuantDtype.use_16a8w
+    ).lower()
     assert tester.cpu_op_names() == []
     blob = tester.delegate_blobs()[0]
     index = next(i for i, op in enumerate(describe_payload(blob)[0].ops) if op.type == "MatMul")

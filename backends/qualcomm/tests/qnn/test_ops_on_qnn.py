@@ -2,6 +2,7 @@
 broadcast add before a layer norm (tiled, exact per batch row), a quantized layer norm, a
 quantized embedding as a quantized Gather, a bias-free conv and a middle-axis softmax. Skipped
 when the library does not load here."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -107,8 +108,11 @@ def test_bias_free_conv_and_middle_axis_softmax_are_delegated_on_qnn(quant_dtype
     binary, QNN agreeing with the host engine."""
     torch.manual_seed(0)
     inputs = (torch.randn(1, 3, 5, 5),)
-    tester = (QnnTester(ConvNoBiasSoftmaxMiddle(), inputs) if quant_dtype is None else
-              QuantTester(ConvNoBiasSoftmaxMiddle(), inputs, quant_dtype)).lower()
+    tester = (
+        QnnTester(ConvNoBiasSoftmaxMiddle(), inputs)
+        if quant_dtype is None
+        else QuantTester(ConvNoBiasSoftmaxMiddle(), inputs, quant_dtype)
+    ).lower()
     assert tester.partitioner.summary.cpu_op_counts() == {}
     blobs = tester.delegate_blobs()
     assert len(blobs) == 1

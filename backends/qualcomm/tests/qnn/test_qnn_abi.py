@@ -4,6 +4,7 @@ and lowering still works, on the host engine); every struct kind we build (tenso
 configs, scalar and tensor params, per-tensor / per-axis / bit-width / LPBQ encodings) is
 validated and finalized; op validation reports QNN's reason. Skipped when the library does not
 load here."""
+
 from __future__ import annotations
 
 import os
@@ -49,10 +50,17 @@ def test_missing_library_is_a_clear_message_and_lowering_still_works(tmp_path):
         "from backends.qualcomm.utils.qnn_context import qnn_binary_of\n"
         "print('BINARY', qnn_binary_of(t.delegate_blobs()[0]))\n"
         "out = t.to_executorch().run().outputs[0]\n"
-        "print('RAN', float(abs(out - torch.relu(t.inputs[0]).numpy()).max()))\n")
+        "print('RAN', float(abs(out - torch.relu(t.inputs[0]).numpy()).max()))\n"
+    )
     env = dict(os.environ, QNN_LIB_DIR=str(tmp_path / "nowhere"), **{AOT_ENV: "1"})
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                            cwd=str(Path(__file__).resolve().parents[4]), timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(Path(__file__).resolve().parents[4]),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"STATUS False QNN_LIB_DIR={tmp_path / 'nowhere'} is not a folder" in result.stdout
     assert "BINARY None" in result.stdout
@@ -67,10 +75,12 @@ def struct_cases():
     (SCALE_OFFSET), 8a8w per-channel (AXIS_SCALE_OFFSET), 16a4w (BW_AXIS_SCALE_OFFSET)."""
     os.environ[AOT_ENV] = "0"  # compiled by the test itself
     torch.manual_seed(0)
-    return [QnnTester(ConvLinearSoftmax(), _inputs()).lower(),
-            QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_8a8w).lower(),
-            QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_8a8w, per_channel=True).lower(),
-            QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_16a4w, per_channel=True).lower()]
+    return [
+        QnnTester(ConvLinearSoftmax(), _inputs()).lower(),
+        QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_8a8w).lower(),
+        QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_8a8w, per_channel=True).lower(),
+        QuantTester(ConvLinearSoftmax(), _inputs(), QuantDtype.use_16a4w, per_channel=True).lower(),
+    ]
 
 
 @pytest.mark.parametrize("tensor_version", [1, 2])
@@ -133,8 +143,9 @@ def test_op_validation_reports_qnn_reason():
     conv = next(i for i, op in enumerate(graph.ops) if op.type == "Conv2d")
     # Rename the op type in place (same length) into one QNN does not know.
     at = blob.find(b"Conv2d")
-    blob[at:at + 6] = b"Conv9d"
+    blob[at : at + 6] = b"Conv9d"
     from backends.qualcomm.serialization.payload_writer import wrap_context_binary as wrap
+
     fixed = wrap(payload_of(bytes(blob)))
     reason = native().qnn_validate_op(fixed, 0, conv)
     assert reason is not None and "(Conv9d) refused by QNN: QNN error" in reason

@@ -1,6 +1,7 @@
 """Real QNN runtime: log noise, intermediate tensor dumps, heap checkpoints and profiling on the
 QNN engine (Qualcomm's QNN 2.51 HTP library from pip onnxruntime-qnn, x86 emulation). Tiny
 shapes: emulation is slow. Skipped when the library does not load here."""
+
 from __future__ import annotations
 
 import gc
@@ -138,8 +139,7 @@ def test_heap_checkpoints_on_the_qnn_engine(fp16_pte, tmp_path):
         del method, program
         gc.collect()
         checkpoints = _checkpoints(path)
-        assert [name for name, _ in checkpoints] == ["before_context_created(bytes)",
-                                                     "after_context_freed(bytes)"]
+        assert [name for name, _ in checkpoints] == ["before_context_created(bytes)", "after_context_freed(bytes)"]
         assert all(value > 0 for _, value in checkpoints)  # process heap, not the engine's 0
 
 
@@ -151,30 +151,36 @@ def test_runner_heap_checkpoints_on_the_qnn_engine(fp16_pte, tmp_path):
     input_list = tmp_path / "inputs.txt"
     input_list.write_text(f"{raw}\n")
     path = tmp_path / "heap.csv"
-    result = run_runner(fp16_pte, input_list, tmp_path / "out",
-                        ["--engine", "qnn", "--profile_level", "1", "--heap_profiling_path", str(path)])
+    result = run_runner(
+        fp16_pte,
+        input_list,
+        tmp_path / "out",
+        ["--engine", "qnn", "--profile_level", "1", "--heap_profiling_path", str(path)],
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     checkpoints = _checkpoints(path)
-    assert [name for name, _ in checkpoints] == ["before_context_created(bytes)",
-                                                 "after_context_freed(bytes)"]
+    assert [name for name, _ in checkpoints] == ["before_context_created(bytes)", "after_context_freed(bytes)"]
     before, after = checkpoints[0][1], checkpoints[1][1]
     assert before > 0 and after > 0
 
 
 # ---- error texts ------------------------------------------------------------------------------
-@pytest.mark.parametrize("span,code,name", [
-    ((8, 64), 30010, "system context: malformed context binary"),
-    ((0, 16), 30001, "system context: invalid argument")])
+@pytest.mark.parametrize(
+    "span,code,name",
+    [
+        ((8, 64), 30010, "system context: malformed context binary"),
+        ((0, 16), 30001, "system context: invalid argument"),
+    ],
+)
 def test_refused_context_binary_names_qnn_system_error(span, code, name):
     from backends.qualcomm.tests.helpers.engines import rewrite_qnn_section
     from backends.qualcomm.utils.qnn_context import qnn_binary_of
 
     blob = QnnTester(TinyConv(), _inputs()).lower().delegate_blobs()[0]
     binary = bytearray(qnn_binary_of(blob))
-    binary[span[0]:span[1]] = bytes(span[1] - span[0])
+    binary[span[0] : span[1]] = bytes(span[1] - span[0])
     with pytest.raises(ValueError, match=rf"contextCreateFromBinary .* QNN error {code} \({name}\)"):
-        native().run_payload_qnn(rewrite_qnn_section(blob, binary=bytes(binary)),
-                                 [x.numpy() for x in _inputs()])
+        native().run_payload_qnn(rewrite_qnn_section(blob, binary=bytes(binary)), [x.numpy() for x in _inputs()])
 
 
 # ---- profiling -------------------------------------------------------------------------------
@@ -183,8 +189,9 @@ def test_detailed_profile_every_execute_gives_the_same_node_events(tmp_path):
     executes: each execute logs one graph event and the same per-node events."""
     from backends.qualcomm.tests.helpers.runtime import delegate_events, fp16_specs, parse_metadata, write_etdump
 
-    tester = QnnTester(TinyConv().eval(), _inputs(), compile_specs=fp16_specs(profile_level=2),
-                       tmp_dir=str(tmp_path)).lower()
+    tester = QnnTester(
+        TinyConv().eval(), _inputs(), compile_specs=fp16_specs(profile_level=2), tmp_dir=str(tmp_path)
+    ).lower()
     op_names = {op.name for op in tester.payload().ops}
     set_engine("qnn")
     program, method = load_method(Path(tester.to_executorch().pte_path), etdump=True)

@@ -1,4 +1,5 @@
 """16a16w against 16a8w on the real models (photos): at least as close to float."""
+
 from __future__ import annotations
 
 import pytest
@@ -50,15 +51,18 @@ def test_16a16w_at_least_as_accurate_as_16a8w(name, tmp_path):
         quantizer.set_default_quant_config(dtype, is_conv_per_channel=True, is_linear_per_channel=True)
         converted = quantize_module(model, samples[0], quantizer, samples)
         if dtype == QuantDtype.use_16a16w:
-            program = to_edge_transform_and_lower_to_qnn(converted, samples[0], quant_compile_specs(dtype)).to_executorch()
+            program = to_edge_transform_and_lower_to_qnn(
+                converted, samples[0], quant_compile_specs(dtype)
+            ).to_executorch()
             outputs = [torch.from_numpy(run_program(program, s)[0]) for s in samples]
         else:
             with torch.no_grad():
                 outputs = [converted(*s) for s in samples]
         quality[dtype] = [(int(o.argmax()) == int(f.argmax()), _cosine(o, f)) for o, f in zip(outputs, floats)]
     print(f"{name}: {quality}")
-    for (top1_8, cos_8), (top1_16, cos_16), photo in zip(quality[QuantDtype.use_16a8w],
-                                                         quality[QuantDtype.use_16a16w], SLOW_PHOTOS):
+    for (top1_8, cos_8), (top1_16, cos_16), photo in zip(
+        quality[QuantDtype.use_16a8w], quality[QuantDtype.use_16a16w], SLOW_PHOTOS
+    ):
         assert top1_16 >= top1_8, f"{name} {photo}: 16a16w loses the float top-1 that 16a8w keeps"
         assert cos_16 >= cos_8 - 1e-4, f"{name} {photo}: cosine 16a16w {cos_16:.5f} < 16a8w {cos_8:.5f}"
         assert top1_16 and cos_16 >= 0.98, f"{name} {photo}: 16a16w top-1 {top1_16}, cosine {cos_16:.5f}"

@@ -14,6 +14,7 @@ again with the same encoding, so any encoding lost or changed at a boundary show
 difference. Against the converted QDQ (PT2E) module the outputs are held to bounds measured
 per graph (PT2E_BOUNDS): the host engine follows QNN HTP's integer arithmetic (DESIGN.md
 "Numerics contract"), each op a step or so from PT2E, and those steps add up along the graph."""
+
 from __future__ import annotations
 
 import unittest
@@ -55,9 +56,12 @@ MASK = torch.tensor([[1, 1, 1, 1, 1, 0, 0, 0]])
 #   the PT2E module itself is 615 steps from the float model there (with a -100 mask: host
 #   vs PT2E max 8 steps; docs/quantization.md "Large additive attention masks").
 PT2E_BOUNDS = {
-    ("conv_transpose", A8W8): (2, 0.80), ("conv_transpose", A16W8): (3, 0.40),
-    ("shared", A8W8): (2, 0.70), ("shared", A16W8): (2, 0.40),
-    ("attention", A8W8): (2, 0.55), ("attention", A16W8): (660, 0.0),
+    ("conv_transpose", A8W8): (2, 0.80),
+    ("conv_transpose", A16W8): (3, 0.40),
+    ("shared", A8W8): (2, 0.70),
+    ("shared", A16W8): (2, 0.40),
+    ("attention", A8W8): (2, 0.55),
+    ("attention", A16W8): (660, 0.0),
 }
 
 
@@ -76,7 +80,7 @@ class MaskedAttention(torch.nn.Module):
         super().__init__()
         self.qkv1 = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden) for _ in range(3))
         self.qkv2 = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden) for _ in range(3))
-        self.scale = hidden ** -0.5
+        self.scale = hidden**-0.5
 
     def _attend(self, x: torch.Tensor, qkv: torch.nn.ModuleList, mask: torch.Tensor) -> torch.Tensor:
         q, k, v = (linear(x) for linear in qkv)
@@ -141,8 +145,9 @@ class TestQNNQuantizedBoundaries(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(0)
 
-    def _both_paths(self, name: str, make, inputs: tuple, dtype: QuantDtype, cpu_ops: list,
-                    integer_boundary: bool) -> dict:
+    def _both_paths(
+        self, name: str, make, inputs: tuple, dtype: QuantDtype, cpu_ops: list, integer_boundary: bool
+    ) -> dict:
         """Lower `make()` both ways (2 delegates each, `cpu_ops` left on the CPU), run both, assert
         the outputs bit-identical and within PT2E_BOUNDS of the QDQ module; the testers by path."""
         testers = {}
@@ -166,18 +171,26 @@ class TestQNNQuantizedBoundaries(unittest.TestCase):
 
     @parameterized.expand(DTYPES)
     def test_masked_attention_split_by_cpu_op(self, _, dtype):
-        self._both_paths("attention", MaskedAttention, (randn(1, 8, 16), MASK), dtype,
-                         ["aten.flip.default"], integer_boundary=True)
+        self._both_paths(
+            "attention", MaskedAttention, (randn(1, 8, 16), MASK), dtype, ["aten.flip.default"], integer_boundary=True
+        )
 
     @parameterized.expand(DTYPES)
     def test_cpu_op_between_quantized_delegates(self, _, dtype):
-        self._both_paths("conv_transpose", ConvTransposeBetween, (randn(1, 3, 8, 8),), dtype,
-                         ["aten.convolution.default"], integer_boundary=False)
+        self._both_paths(
+            "conv_transpose",
+            ConvTransposeBetween,
+            (randn(1, 3, 8, 8),),
+            dtype,
+            ["aten.convolution.default"],
+            integer_boundary=False,
+        )
 
     @parameterized.expand(DTYPES)
     def test_quantized_tensor_read_by_two_delegates(self, _, dtype):
-        testers = self._both_paths("shared", SharedActivation, (randn(1, 3, 8, 8),), dtype,
-                                   ["aten.convolution.default"], integer_boundary=True)
+        testers = self._both_paths(
+            "shared", SharedActivation, (randn(1, 3, 8, 8),), dtype, ["aten.convolution.default"], integer_boundary=True
+        )
         for tester in testers.values():
             for index in range(2):  # both convs run on integers (none falls back to float)
                 summary = tester.payload(index)
@@ -185,8 +198,7 @@ class TestQNNQuantizedBoundaries(unittest.TestCase):
                 convs = [op for op in summary.ops if op.type == "Conv2d"]
                 self.assertEqual([types[op.outputs[0]] for op in convs], [ACT_TYPE[dtype]])
 
-    @parameterized.expand([("8a8w", A8W8, "UINT_8", "UFIXED_POINT_8"),
-                           ("16a8w", A16W8, "INT_32", "UFIXED_POINT_16")])
+    @parameterized.expand([("8a8w", A8W8, "UINT_8", "UFIXED_POINT_8"), ("16a8w", A16W8, "INT_32", "UFIXED_POINT_16")])
     def test_integer_boundary_payloads(self, _, dtype, int_type, quant_type):
         """Plain path: the first delegate returns conv1's quantized output as its stored
         integers (Dequantize -> * 1/scale -> + zero_point + 0.5 -> Cast to the edge dtype);
@@ -284,8 +296,10 @@ def test_minilm_bert_with_attention_mask_16a8w(tmp_path):
     quantizer = QnnQuantizer()
     quantizer.set_default_quant_config(A16W8, is_linear_per_channel=True)
     converted = quantize_module(model, (ids, mask), quantizer)
-    edge = to_edge_transform_and_lower(torch.export.export(converted, (ids, mask), strict=False),
-                                       partitioner=[QnnPartitioner(quant_compile_specs(A16W8))])
+    edge = to_edge_transform_and_lower(
+        torch.export.export(converted, (ids, mask), strict=False),
+        partitioner=[QnnPartitioner(quant_compile_specs(A16W8))],
+    )
     assert pte_tools.delegate_call_count(edge) == DELEGATES
     pte = pte_tools.save_pte(edge, tmp_path / "minilm_bert_16a8w.pte")
     hidden = pte_tools.run_samples_with_runtime(pte, [[ids, mask]])[0][0]
@@ -294,8 +308,10 @@ def test_minilm_bert_with_attention_mask_16a8w(tmp_path):
         ideal = sentence_embeddings(model(ids, mask), mask)
     cosine = float(torch.nn.functional.cosine_similarity(sentence_embeddings(hidden, mask), want, dim=1))
     vs_float = float(torch.nn.functional.cosine_similarity(sentence_embeddings(hidden, mask), ideal, dim=1))
-    print(f"MiniLM BertModel 16a8w (plain lowering, {DELEGATES} delegates): sentence cosine vs QDQ {cosine:.6f}, "
-          f"vs float {vs_float:.6f}")
+    print(
+        f"MiniLM BertModel 16a8w (plain lowering, {DELEGATES} delegates): sentence cosine vs QDQ {cosine:.6f}, "
+        f"vs float {vs_float:.6f}"
+    )
     assert cosine >= MIN_COSINE_VS_QDQ
     assert vs_float >= MIN_COSINE_VS_FLOAT
 
@@ -325,7 +341,7 @@ def test_integer_boundary_on_qnn_equals_the_host_engine(real_qnn, dtype):
         reset_runtime_options()
     largest = float(np.abs(outputs["host"]).max())
     # 8-bit: one output step; 16-bit: QNN's float output has float16 precision (2^-11 relative)
-    bound = largest / 127 if dtype == A8W8 else largest * 2 ** -10
+    bound = largest / 127 if dtype == A8W8 else largest * 2**-10
     assert float(np.abs(outputs["qnn"] - outputs["host"]).max()) <= bound
     if dtype == A8W8:
         max_steps, min_exact = PT2E_BOUNDS[("shared", dtype)]

@@ -6,6 +6,7 @@ Before: nn.MultiheadAttention with a key_padding_mask, a hand-written
 quantize (torchao: "min nan should be less than max": an observer saw -inf), and a
 cross-attention MultiheadAttention (query != key: its packed in_proj weight is split in
 forward) lowered to a delegate that refused to load (an 8-bit signed NATIVE tensor)."""
+
 from __future__ import annotations
 
 import pytest
@@ -109,15 +110,18 @@ def test_rewrite_is_exact_in_float(name):
     torch.testing.assert_close(rewritten(*inputs), module(*inputs), rtol=1e-5, atol=1e-6)
 
 
-def _one_delegate_as_close_to_float_as_qdq(module: torch.nn.Module, inputs: tuple, dtype: QuantDtype,
-                                           min_sqnr: float) -> QuantTester:
+def _one_delegate_as_close_to_float_as_qdq(
+    module: torch.nn.Module, inputs: tuple, dtype: QuantDtype, min_sqnr: float
+) -> QuantTester:
     """One delegate, no CPU op; the engine's output as close to float (SQNR) as the QDQ
     reference's, within 3 dB (attention's MatMul / Softmax steps differ from PT2E's float
     reference: see ops/test_attention)."""
     tester = QuantTester(module, inputs, dtype).lower()
     assert len(tester.delegate_blobs()) == 1 and tester.cpu_op_names() == []
     tester.to_executorch().run()
-    for i, (out, ref, want) in enumerate(zip(tester.outputs, tester.reference_outputs(), float_outputs(module, inputs))):
+    for i, (out, ref, want) in enumerate(
+        zip(tester.outputs, tester.reference_outputs(), float_outputs(module, inputs))
+    ):
         ours, qdq = sqnr_db(out, want), sqnr_db(ref, want)
         print(f"output {i}: engine {ours:.1f} dB, QDQ {qdq:.1f} dB")
         assert qdq >= min_sqnr, f"output {i}: QDQ reference {qdq:.1f} dB"
@@ -125,18 +129,23 @@ def _one_delegate_as_close_to_float_as_qdq(module: torch.nn.Module, inputs: tupl
     return tester
 
 
-@pytest.mark.parametrize("dtype, min_sqnr", [(QuantDtype.use_8a8w, 25.0), (QuantDtype.use_16a8w, 40.0)],
-                         ids=["8a8w", "16a8w"])
+@pytest.mark.parametrize(
+    "dtype, min_sqnr", [(QuantDtype.use_8a8w, 25.0), (QuantDtype.use_16a8w, 40.0)], ids=["8a8w", "16a8w"]
+)
 @pytest.mark.parametrize("name", list(MASKED))
 def test_masked_attention_quantizes_and_runs(name, dtype, min_sqnr):
     module_type, make_inputs = MASKED[name]
     _one_delegate_as_close_to_float_as_qdq(module_type().eval(), make_inputs(), dtype, min_sqnr)
 
 
-@pytest.mark.parametrize("module, inputs", [
-    (CrossAttention(), (randn(2, 6, 16), randn(2, 9, 16))),
-    (ChunkedWeights(), (randn(2, 8, 16),)),
-], ids=["cross_attention", "chunked_weights"])
+@pytest.mark.parametrize(
+    "module, inputs",
+    [
+        (CrossAttention(), (randn(2, 6, 16), randn(2, 9, 16))),
+        (ChunkedWeights(), (randn(2, 8, 16),)),
+    ],
+    ids=["cross_attention", "chunked_weights"],
+)
 def test_split_parameters_are_constant_weights(module, inputs):
     tester = _one_delegate_as_close_to_float_as_qdq(module.eval(), inputs, QuantDtype.use_8a8w, 25.0)
     assert not any("split" in str(n.target) or "chunk" in str(n.target) for n in tester.module.graph.nodes)
@@ -148,8 +157,9 @@ def test_padded_attention_on_qnn(real_qnn):
     inputs = (randn(2, 8, 16), _padding())
     module = PaddedSelfAttention().eval()
     tester = QuantTester(module, inputs, QuantDtype.use_8a8w).lower()
-    assert_qnn_matches_host(one_delegate_blob(tester), inputs, tester.module, float_rel=0.0, max_steps=2,
-                            min_exact=0.8)  # measured 85.9% equal, max 2 (Softmax steps)
+    assert_qnn_matches_host(
+        one_delegate_blob(tester), inputs, tester.module, float_rel=0.0, max_steps=2, min_exact=0.8
+    )  # measured 85.9% equal, max 2 (Softmax steps)
 
 
 def test_parameter_views_are_kept_for_qat():

@@ -14,6 +14,7 @@ exact (measured with the engine of 44fd09c: 8, 9, 10, 10 of the 10 logits). On t
 stack the float32 and float64 references agree on every logit (measured 40 of 40), so any
 difference is the engine's own.
 """
+
 from __future__ import annotations
 
 import unittest
@@ -52,8 +53,7 @@ class TestQNNQuantizedReference64(unittest.TestCase):
 
         torch.manual_seed(0)
         samples = [(randn(1, 3, 32, 32, seed=s),) for s in range(4)]
-        tester = QuantTester(SmallMobileNet(), samples[0], QuantDtype.use_8a8w, per_channel=True,
-                             calibration=samples)
+        tester = QuantTester(SmallMobileNet(), samples[0], QuantDtype.use_8a8w, per_channel=True, calibration=samples)
         tester.lower().check_fully_delegated()
         (blob,) = tester.delegate_blobs()
         scale = output_encodings(tester.module)[0][0]

@@ -1,6 +1,7 @@
 """The quantizer's upstream API: upstream's names, signatures, defaults and enum values; custom
 annotations, discard, predicates, recipes, act_symmetric / eps / act_observer; the context
 binary helpers' messages."""
+
 from __future__ import annotations
 
 import inspect
@@ -15,7 +16,12 @@ from backends.qualcomm import ModuleQConfig, QnnQuantizer, QuantDtype
 from backends.qualcomm.quantizer.observers import PassUnionMovingAverageObserver
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester
 from backends.qualcomm.tests.helpers.quantizer_models import (
-    ConvThenFc, activation_observer, activation_quantize_args, convert_calibrated, prepare_calibrated, weight_kinds,
+    ConvThenFc,
+    activation_observer,
+    activation_quantize_args,
+    convert_calibrated,
+    prepare_calibrated,
+    weight_kinds,
 )
 from backends.qualcomm.tests.helpers.tester import inputs_of, randn
 
@@ -23,16 +29,38 @@ _aten = torch.ops.aten
 
 
 # ---- upstream's names, signatures, defaults --------------------------------------------------
-UPSTREAM_QUANT_DTYPE = {"use_16a16w": 0, "use_16a8w": 1, "use_16a4w": 2, "use_16a4w_block": 3, "use_8a8w": 4,
-                        "use_8a4w": 5, "use_fp16a8w": 6, "use_16a2w": 7}
+UPSTREAM_QUANT_DTYPE = {
+    "use_16a16w": 0,
+    "use_16a8w": 1,
+    "use_16a4w": 2,
+    "use_16a4w_block": 3,
+    "use_8a8w": 4,
+    "use_8a4w": 5,
+    "use_fp16a8w": 6,
+    "use_16a2w": 7,
+}
 
-UPSTREAM_SET_DEFAULT = [("quant_dtype", inspect.Parameter.empty), ("is_qat", False), ("is_conv_per_channel", False),
-                        ("is_linear_per_channel", False), ("is_embedding_per_channel", False),
-                        ("act_observer", None), ("act_symmetric", False), ("eps", None)]
+UPSTREAM_SET_DEFAULT = [
+    ("quant_dtype", inspect.Parameter.empty),
+    ("is_qat", False),
+    ("is_conv_per_channel", False),
+    ("is_linear_per_channel", False),
+    ("is_embedding_per_channel", False),
+    ("act_observer", None),
+    ("act_symmetric", False),
+    ("eps", None),
+]
 
-UPSTREAM_MODULE_QCONFIG = [("quant_dtype", QuantDtype.use_8a8w), ("is_qat", False), ("is_conv_per_channel", False),
-                           ("is_linear_per_channel", False), ("is_embedding_per_channel", False),
-                           ("act_observer", None), ("act_symmetric", False), ("eps", None)]
+UPSTREAM_MODULE_QCONFIG = [
+    ("quant_dtype", QuantDtype.use_8a8w),
+    ("is_qat", False),
+    ("is_conv_per_channel", False),
+    ("is_linear_per_channel", False),
+    ("is_embedding_per_channel", False),
+    ("act_observer", None),
+    ("act_symmetric", False),
+    ("eps", None),
+]
 
 
 class TestQuantizerApi(unittest.TestCase):
@@ -49,15 +77,23 @@ class TestQuantizerApi(unittest.TestCase):
         self.assertEqual([(p.name, p.default) for p in params], UPSTREAM_MODULE_QCONFIG)
         params = inspect.signature(QnnQuantizer).parameters
         self.assertEqual(list(params), ["backend", "soc_model", "strict"])
-        for name in ("set_block_size_map", "set_submodule_qconfig_list", "add_custom_quant_annotations",
-                     "add_discard_nodes", "add_discard_ops", "get_supported_ops", "set_recipe"):
+        for name in (
+            "set_block_size_map",
+            "set_submodule_qconfig_list",
+            "add_custom_quant_annotations",
+            "add_discard_nodes",
+            "add_discard_ops",
+            "get_supported_ops",
+            "set_recipe",
+        ):
             self.assertTrue(callable(getattr(QnnQuantizer, name)), name)
 
     def test_constructor_arguments(self):
         from backends.qualcomm.serialization.qc_schema import QcomChipset, QnnExecuTorchBackendType
 
-        quantizer = QnnQuantizer(backend=QnnExecuTorchBackendType.kHtpBackend, soc_model=QcomChipset.SM8650,
-                                 strict=False)
+        quantizer = QnnQuantizer(
+            backend=QnnExecuTorchBackendType.kHtpBackend, soc_model=QcomChipset.SM8650, strict=False
+        )
         self.assertEqual(quantizer.soc_info.socModel, int(QcomChipset.SM8650))
         with self.assertRaisesRegex(ValueError, "backend kGpuBackend is not supported"):
             QnnQuantizer(backend=QnnExecuTorchBackendType.kGpuBackend)
@@ -83,20 +119,33 @@ class TestQuantizerApi(unittest.TestCase):
         self.assertEqual(QnnQuantizer().get_supported_ops(), set(families))
         # Derived, not counted by hand: every aten op the op table maps to a quantized QNN op.
         from backends.qualcomm.builders.qnn_op_types import OP_TABLE
-        table_ops = {getattr(getattr(torch.ops.aten, name.split(".")[0]), name.split(".")[1])
-                     for row in OP_TABLE.values() if row.quant not in ("float", "convert") for name in row.aten}
+
+        table_ops = {
+            getattr(getattr(torch.ops.aten, name.split(".")[0]), name.split(".")[1])
+            for row in OP_TABLE.values()
+            if row.quant not in ("float", "convert")
+            for name in row.aten
+        }
         self.assertLessEqual(table_ops, set(families))
-        expected = {QuantFamily.WEIGHTED: annotators.annotate_weighted,
-                    QuantFamily.COMPUTE: annotators.annotate_compute,
-                    QuantFamily.LAYER_NORM: annotators.annotate_layer_norm,
-                    QuantFamily.SHARED: annotators.annotate_shared,
-                    QuantFamily.EMBEDDING: annotators.annotate_embedding}
+        expected = {
+            QuantFamily.WEIGHTED: annotators.annotate_weighted,
+            QuantFamily.COMPUTE: annotators.annotate_compute,
+            QuantFamily.LAYER_NORM: annotators.annotate_layer_norm,
+            QuantFamily.SHARED: annotators.annotate_shared,
+            QuantFamily.EMBEDDING: annotators.annotate_embedding,
+        }
         for op, family in families.items():
             self.assertIs(annotators.annotator_for(op), expected[family], op)
-        spot = {_aten.conv2d.default: QuantFamily.WEIGHTED, _aten.linear.default: QuantFamily.WEIGHTED,
-                _aten.add_.Tensor: QuantFamily.COMPUTE, _aten.rsqrt.default: QuantFamily.COMPUTE,
-                _aten.layer_norm.default: QuantFamily.LAYER_NORM, _aten.view.default: QuantFamily.SHARED,
-                _aten.max_pool2d.default: QuantFamily.SHARED, _aten.embedding.default: QuantFamily.EMBEDDING}
+        spot = {
+            _aten.conv2d.default: QuantFamily.WEIGHTED,
+            _aten.linear.default: QuantFamily.WEIGHTED,
+            _aten.add_.Tensor: QuantFamily.COMPUTE,
+            _aten.rsqrt.default: QuantFamily.COMPUTE,
+            _aten.layer_norm.default: QuantFamily.LAYER_NORM,
+            _aten.view.default: QuantFamily.SHARED,
+            _aten.max_pool2d.default: QuantFamily.SHARED,
+            _aten.embedding.default: QuantFamily.EMBEDDING,
+        }
         self.assertEqual({op: families[op] for op in spot}, spot)
         self.assertIsNone(annotators.annotator_for(_aten.erf.default))  # no builder: stays float
 
@@ -117,10 +166,16 @@ class TestQuantizerApi(unittest.TestCase):
             relu = next(n for n in gm.graph.nodes if n.target == _aten.relu.default)
             conv = relu.args[0]
             seen.append(conv.meta["quantization_annotation"].output_qspec.dtype)
-            spec = QuantizationSpec(dtype=torch.int32, quant_min=0, quant_max=65535, qscheme=torch.per_tensor_affine,
-                                    observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=1e-9))
+            spec = QuantizationSpec(
+                dtype=torch.int32,
+                quant_min=0,
+                quant_max=65535,
+                qscheme=torch.per_tensor_affine,
+                observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=1e-9),
+            )
             relu.meta["quantization_annotation"] = QuantizationAnnotation(
-                input_qspec_map={conv: spec}, output_qspec=spec, _annotated=True)
+                input_qspec_map={conv: spec}, output_qspec=spec, _annotated=True
+            )
 
         quantizer = QnnQuantizer()
         quantizer.set_default_quant_config(QuantDtype.use_8a8w)
@@ -128,7 +183,7 @@ class TestQuantizerApi(unittest.TestCase):
         quantizer.add_custom_quant_annotations((annotate_relu_16bit,))
         converted = convert_calibrated(ConvThenFc().eval(), inputs_of((1, 3, 4, 4)), quantizer)
         self.assertEqual(seen, [torch.uint8])
-        (_, _, qmin, qmax), = activation_quantize_args(converted, "aten.relu")
+        ((_, _, qmin, qmax),) = activation_quantize_args(converted, "aten.relu")
         self.assertEqual((qmin, qmax), (0, 65535))
 
     def test_submodule_predicates(self):
@@ -153,14 +208,19 @@ class TestQuantizerApi(unittest.TestCase):
         module, inputs = ConvThenFc().eval(), inputs_of((1, 3, 4, 4))
         quantizer = QnnQuantizer()
         quantizer.set_default_quant_config(QuantDtype.use_8a8w)
-        self.assertIs(type(activation_observer(prepare_calibrated(module, inputs, quantizer), _aten.conv2d.default)),
-                      PassUnionMovingAverageObserver)
+        self.assertIs(
+            type(activation_observer(prepare_calibrated(module, inputs, quantizer), _aten.conv2d.default)),
+            PassUnionMovingAverageObserver,
+        )
         quantizer.set_default_quant_config(QuantDtype.use_8a8w, act_observer=MinMaxObserver)
-        self.assertIs(type(activation_observer(prepare_calibrated(module, inputs, quantizer), _aten.conv2d.default)),
-                      MinMaxObserver)
+        self.assertIs(
+            type(activation_observer(prepare_calibrated(module, inputs, quantizer), _aten.conv2d.default)),
+            MinMaxObserver,
+        )
         quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_qat=True)
-        fake_quant = activation_observer(prepare_calibrated(module.train(), inputs, quantizer, is_qat=True),
-                                          _aten.conv2d.default)
+        fake_quant = activation_observer(
+            prepare_calibrated(module.train(), inputs, quantizer, is_qat=True), _aten.conv2d.default
+        )
         self.assertIs(type(fake_quant.activation_post_process), MovingAverageMinMaxObserver)
 
     def test_default_observer_is_upstreams_moving_average_across_samples(self):
@@ -181,6 +241,7 @@ class TestQuantizerApi(unittest.TestCase):
         """cat's inputs and output share one encoding: its range must be the union of them all.
         Upstream's MovingAverageMinMaxObserver gave [0, 1.396] here (the first input's), and the
         second input's values above 1.4 and below 0 clipped: error 0.43 (60 steps)."""
+
         class TwoRangesCat(torch.nn.Module):
             def forward(self, a, b):
                 return torch.cat([a + 0.5, b * 3.0 - 0.5], dim=1)
@@ -189,7 +250,7 @@ class TestQuantizerApi(unittest.TestCase):
         quantizer = QnnQuantizer()
         quantizer.set_default_quant_config(QuantDtype.use_8a8w)
         converted = convert_calibrated(TwoRangesCat(), (a, b), quantizer)
-        (scale, zero_point, qmin, qmax), = activation_quantize_args(converted, "aten.cat")
+        ((scale, zero_point, qmin, qmax),) = activation_quantize_args(converted, "aten.cat")
         self.assertAlmostEqual((qmin - zero_point) * scale, -0.5, delta=scale)
         self.assertAlmostEqual((qmax - zero_point) * scale, 2.2, delta=scale)
         error = (converted(a, b) - TwoRangesCat()(a, b)).abs().max().item()
@@ -200,7 +261,7 @@ class TestQuantizerApi(unittest.TestCase):
         for eps, expected in ((None, 1e-4 / 255), (1e-3, 1e-3)):
             quantizer = QnnQuantizer()
             quantizer.set_default_quant_config(QuantDtype.use_8a8w, eps=eps)
-            (scale, _, _, _), = activation_quantize_args(convert_calibrated(module, inputs, quantizer), "aten.relu")
+            ((scale, _, _, _),) = activation_quantize_args(convert_calibrated(module, inputs, quantizer), "aten.relu")
             if eps is None:
                 self.assertGreater(scale, expected)  # the data's range: eps does not bind
             else:
@@ -214,8 +275,11 @@ class TestQuantizerApi(unittest.TestCase):
         quantizer.set_default_quant_config(dtype, act_symmetric=True, is_conv_per_channel=True)
         module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Tanh())
         tester = QuantTester(module, inputs_of((1, 3, 6, 6)), dtype, quantizer=quantizer)
-        args = [n.args[1:5] for n in tester.module.graph.nodes
-                if n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default]
+        args = [
+            n.args[1:5]
+            for n in tester.module.graph.nodes
+            if n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
+        ]
         self.assertEqual(len(args), 3)
         self.assertEqual({(zp, qmax_) for _, zp, _, qmax_ in args}, {(zero_point, qmax)})
         tester.run_and_compare_steps()  # the delegate honours the midpoint zero points
@@ -223,10 +287,17 @@ class TestQuantizerApi(unittest.TestCase):
     def test_recipe(self):
         from backends.qualcomm.quantizer.quant_recipe import QuantGranularity, QuantRecipe
 
-        recipe = QuantRecipe(QuantDtype.use_8a8w, False, act_observer=MinMaxObserver,
-                             granularity=QuantGranularity.PER_TENSOR).add_node_target(
-            {_aten.linear.default}, QuantDtype.use_16a8w, False, act_observer=MinMaxObserver,
-            granularity=QuantGranularity.PER_CHANNEL, note="linear in 16 bits", priority=2)
+        recipe = QuantRecipe(
+            QuantDtype.use_8a8w, False, act_observer=MinMaxObserver, granularity=QuantGranularity.PER_TENSOR
+        ).add_node_target(
+            {_aten.linear.default},
+            QuantDtype.use_16a8w,
+            False,
+            act_observer=MinMaxObserver,
+            granularity=QuantGranularity.PER_CHANNEL,
+            note="linear in 16 bits",
+            priority=2,
+        )
         quantizer = QnnQuantizer()
         quantizer.set_recipe(recipe)
         self.assertIs(quantizer.recipe, recipe)
@@ -240,16 +311,22 @@ class TestQuantizerApi(unittest.TestCase):
     def test_recipe_per_block(self):
         from backends.qualcomm.quantizer.quant_recipe import QuantGranularity, QuantRecipe
 
-        recipe = QuantRecipe(QuantDtype.use_16a4w_block, False, MinMaxObserver, QuantGranularity.PER_BLOCK,
-                             extra_kwargs={"block_size": (1, 8)})
+        recipe = QuantRecipe(
+            QuantDtype.use_16a4w_block,
+            False,
+            MinMaxObserver,
+            QuantGranularity.PER_BLOCK,
+            extra_kwargs={"block_size": (1, 8)},
+        )
         quantizer = QnnQuantizer()
         quantizer.set_recipe(recipe)
         converted = convert_calibrated(torch.nn.Linear(32, 4).eval(), inputs_of((2, 32)), quantizer)
         dq = next(n for n in converted.graph.nodes if "dequantize_affine" in str(n.target))
         self.assertEqual(tuple(dq.args[1]), (1, 8))
         with self.assertRaisesRegex(ValueError, "PER_BLOCK needs QuantDtype.use_16a4w_block"):
-            QuantRecipe(QuantDtype.use_8a8w, False, MinMaxObserver, QuantGranularity.PER_BLOCK) \
-                .initialize_default_strategy_ops(set())
+            QuantRecipe(
+                QuantDtype.use_8a8w, False, MinMaxObserver, QuantGranularity.PER_BLOCK
+            ).initialize_default_strategy_ops(set())
 
     def test_context_binary_helpers_say_what_is_missing(self):
         """from_context_binary is not built; dump_context_from_pte of a .pte lowered without
@@ -261,14 +338,19 @@ class TestQuantizerApi(unittest.TestCase):
         from backends.qualcomm.upstream_compat import ContextBinaryNotSupportedError
         from backends.qualcomm.utils.utils import dump_context_from_pte, from_context_binary
 
-        with self.assertRaisesRegex(ContextBinaryNotSupportedError, "from_context_binary: qnn-delegate does not "
-                                                                     "wrap a prebuilt QNN context binary"):
+        with self.assertRaisesRegex(
+            ContextBinaryNotSupportedError,
+            "from_context_binary: qnn-delegate does not wrap a prebuilt QNN context binary",
+        ):
             from_context_binary("model.bin", "ctx_op")
         with tempfile.TemporaryDirectory() as folder:
             tester = QnnTester(torch.nn.Linear(4, 4), inputs_of((2, 4)))
             tester.tmp_dir = folder
             tester.lower().to_executorch()
-            with self.assertRaisesRegex(ContextBinaryNotSupportedError, "dump_context_from_pte: .* has no QNN "
-                                                                         r"context binary to dump \(its 1 qnn-delegate"):
+            with self.assertRaisesRegex(
+                ContextBinaryNotSupportedError,
+                "dump_context_from_pte: .* has no QNN "
+                r"context binary to dump \(its 1 qnn-delegate",
+            ):
                 dump_context_from_pte(tester.pte_path)
             self.assertEqual(sorted(p.name for p in Path(folder).iterdir()), [Path(tester.pte_path).name])

@@ -1,5 +1,6 @@
 """Quantizer fixes: 16a16w bias against float, submodule configs under QAT (fake quant and the
 chosen observer), block size map checks, per-channel embedding tables."""
+
 from __future__ import annotations
 
 import unittest
@@ -12,7 +13,11 @@ from torchao.quantization.pt2e import FakeQuantize, MinMaxObserver
 from backends.qualcomm import ModuleQConfig, QnnQuantizer, QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester
 from backends.qualcomm.tests.helpers.quantizer_models import (
-    ConvThenFc, EmbedConvLinear, activation_observer, convert_calibrated, prepare_calibrated,
+    ConvThenFc,
+    EmbedConvLinear,
+    activation_observer,
+    convert_calibrated,
+    prepare_calibrated,
 )
 from backends.qualcomm.tests.helpers.tester import inputs_of
 
@@ -24,9 +29,14 @@ class TestQuantizerFixes(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(0)
 
-    @parameterized.expand([("conv_bias3_per_tensor", "conv", 3.0, False), ("conv_bias20_per_channel", "conv", 20.0, True),
-                           ("linear_bias20_per_tensor", "linear", 20.0, False),
-                           ("linear_bias3_per_channel", "linear", 3.0, True)])
+    @parameterized.expand(
+        [
+            ("conv_bias3_per_tensor", "conv", 3.0, False),
+            ("conv_bias20_per_channel", "conv", 20.0, True),
+            ("linear_bias20_per_tensor", "linear", 20.0, False),
+            ("linear_bias3_per_channel", "linear", 3.0, True),
+        ]
+    )
     def test_16a16w_large_bias_against_float(self, _, kind, bias, per_channel):
         """Was: int32 bias scale = act_scale x weight_scale (~1e-9) saturated any bias above ~2
         (max error 3.6 with bias 3, 20.8 with bias 20). 16a8w on the same layer: 0.006-0.008."""
@@ -45,8 +55,9 @@ class TestQuantizerFixes(unittest.TestCase):
         summary = tester.payload()
         op = next(o for o in summary.ops if o.type in ("Conv2d", "FullyConnected"))
         self.assertEqual({t.name: t.data_type for t in summary.tensors}[op.inputs[2]], "SFIXED_POINT_32")
-        bias_tensor = next(t for t in deserialize(tester.delegate_blobs()[0]).graphs[0].tensors
-                           if t.name.decode() == op.inputs[2])
+        bias_tensor = next(
+            t for t in deserialize(tester.delegate_blobs()[0]).graphs[0].tensors if t.name.decode() == op.inputs[2]
+        )
         expected_scale = max(bias / BIAS_QMAX, DEFAULT_EPS_16BIT)  # its own range (eps bounds it below)
         self.assertAlmostEqual(bias_tensor.quant.scale / expected_scale, 1.0, places=6)
 
@@ -55,9 +66,15 @@ class TestQuantizerFixes(unittest.TestCase):
         from backends.qualcomm.quantizer.quantizer import get_submodule_type_predicate
 
         inputs = inputs_of((1, 3, 4, 4))
-        for rules in ([(torch.nn.Linear, QuantDtype.use_16a8w)],  # our older form: inherits QAT / observer
-                      [(get_submodule_type_predicate("Linear"),
-                        ModuleQConfig(QuantDtype.use_16a8w, is_qat=True, act_observer=MinMaxObserver))]):
+        for rules in (
+            [(torch.nn.Linear, QuantDtype.use_16a8w)],  # our older form: inherits QAT / observer
+            [
+                (
+                    get_submodule_type_predicate("Linear"),
+                    ModuleQConfig(QuantDtype.use_16a8w, is_qat=True, act_observer=MinMaxObserver),
+                )
+            ],
+        ):
             quantizer = QnnQuantizer()
             quantizer.set_default_quant_config(QuantDtype.use_8a8w, is_qat=True, act_observer=MinMaxObserver)
             quantizer.set_submodule_qconfig_list(rules)
@@ -86,28 +103,36 @@ class TestQuantizerFixes(unittest.TestCase):
         return convert_calibrated(module.eval(), inputs_of((1, 32, 4, 4)), quantizer)
 
     def test_block_size_map_rejects_unknown_names_at_annotation(self):
-        with self.assertRaisesRegex(ValueError, r"no node named 'linaer' \(did you mean 'linear'\?\) in the "
-                                                r"graph; conv/linear nodes: conv2d, linear"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"no node named 'linaer' \(did you mean 'linear'\?\) in the "
+            r"graph; conv/linear nodes: conv2d, linear",
+        ):
             self._block_prepare({"linaer": (1, 16)})
         with self.assertRaisesRegex(ValueError, r"node\(s\) 'flatten' are not conv/linear"):
             self._block_prepare({"flatten": 16})
 
     def test_block_size_map_checks_the_weight(self):
-        with self.assertRaisesRegex(ValueError, r"block size \(1, 16\) of node 'conv2d' needs one entry per "
-                                                r"weight dim, weight shape \(16, 32, 3, 3\)"):
+        with self.assertRaisesRegex(
+            ValueError,
+            r"block size \(1, 16\) of node 'conv2d' needs one entry per "
+            r"weight dim, weight shape \(16, 32, 3, 3\)",
+        ):
             self._block_prepare({"conv2d": (1, 16)})
         with self.assertRaisesRegex(ValueError, r"must be \(1, b, 3, 3\)"):
             self._block_prepare({"conv2d": (2, 16, 3, 3)})
-        with self.assertRaisesRegex(ValueError, "block size 24 of node 'conv2d' does not divide its input "
-                                                "channels 32"):
+        with self.assertRaisesRegex(ValueError, "block size 24 of node 'conv2d' does not divide its input channels 32"):
             self._block_prepare({"conv2d": (1, 24, 3, 3)})
-        with self.assertRaisesRegex(ValueError, "node 'linear' has a block size but its config has no block "
-                                                "weights"):
+        with self.assertRaisesRegex(ValueError, "node 'linear' has a block size but its config has no block weights"):
             self._block_prepare({"linear": 16}, QuantDtype.use_16a4w)
 
     def test_block_size_tuple_equals_int_form(self):
         def block_scales(converted):
-            return [getattr(converted, n.args[2].target) for n in converted.graph.nodes if "dequantize_affine" in str(n.target)]
+            return [
+                getattr(converted, n.args[2].target)
+                for n in converted.graph.nodes
+                if "dequantize_affine" in str(n.target)
+            ]
 
         by_tuple = block_scales(self._block_prepare({"conv2d": (1, 8, 3, 3), "linear": (1, 32)}))
         by_int = block_scales(self._block_prepare({"conv2d": 8, "linear": 32}))

@@ -1,5 +1,6 @@
 """skip_annotation (upstream's utils.utils helper): the named nodes / ops stay float, on the
 CPU or delegated in float inside the quantized delegate."""
+
 from __future__ import annotations
 
 import unittest
@@ -28,9 +29,13 @@ class TwoConvAdd(torch.nn.Module):
 class TestSkipAnnotation(unittest.TestCase):
     """skip_annotation with upstream's arguments (upstream's tests re-export the returned module)."""
 
-    @parameterized.expand([("node_id_cpu", {"fp_node_id_set": {"conv2d"}}, ["aten.convolution.default"]),
-                           ("node_op_cpu", {"fp_node_op_set": {_aten.add.Tensor}}, ["aten.add.Tensor"]),
-                           ("node_id_delegated_float", {"fp_node_id_set": {"conv2d"}, "fallback_to_cpu": False}, [])])
+    @parameterized.expand(
+        [
+            ("node_id_cpu", {"fp_node_id_set": {"conv2d"}}, ["aten.convolution.default"]),
+            ("node_op_cpu", {"fp_node_op_set": {_aten.add.Tensor}}, ["aten.add.Tensor"]),
+            ("node_id_delegated_float", {"fp_node_id_set": {"conv2d"}, "fallback_to_cpu": False}, []),
+        ]
+    )
     def test_skip_annotation(self, _, kwargs, cpu_ops):
         from executorch.exir import to_edge
 
@@ -41,11 +46,15 @@ class TestSkipAnnotation(unittest.TestCase):
         module, inputs = TwoConvAdd().eval(), inputs_of((1, 3, 6, 6), (1, 3, 6, 6))
         quantizer = QnnQuantizer()
         quantizer.set_default_quant_config(QuantDtype.use_8a8w)
-        graph_module, edge_prog_mgrs = skip_annotation(module, quantizer, quant_compile_specs(), inputs,
-                                                       lambda gm: gm(*inputs), **kwargs)
+        graph_module, edge_prog_mgrs = skip_annotation(
+            module, quantizer, quant_compile_specs(), inputs, lambda gm: gm(*inputs), **kwargs
+        )
         self.assertEqual(len(edge_prog_mgrs), 1)
-        on_cpu = [n.target.__name__ for n in edge_prog_mgrs[0].exported_program().graph.nodes
-                  if n.op == "call_function" and "delegate" not in str(n.target) and "getitem" not in str(n.target)]
+        on_cpu = [
+            n.target.__name__
+            for n in edge_prog_mgrs[0].exported_program().graph.nodes
+            if n.op == "call_function" and "delegate" not in str(n.target) and "getitem" not in str(n.target)
+        ]
         self.assertEqual(on_cpu, cpu_ops)
         program = to_edge(torch.export.export(graph_module, inputs, strict=True)).to_executorch()
         with torch.no_grad():

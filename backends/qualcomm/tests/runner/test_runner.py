@@ -9,6 +9,7 @@ non-tensor inputs and absurd planned sizes rejected with clear messages.
 TestDebugBufferFull: dumps into a too-small debug buffer: one warning, exit 0, outputs exact.
 TestHeapCheckpointCases: failed first load; path and profile level set after a load.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -20,7 +21,10 @@ import pytest
 import torch
 
 from backends.qualcomm import (
-    QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec, get_runtime_option,
+    QcomChipset,
+    generate_htp_compiler_spec,
+    generate_qnn_executorch_compiler_spec,
+    get_runtime_option,
     set_runtime_option,
 )
 from backends.qualcomm.tests.helpers import runtime as h
@@ -70,10 +74,13 @@ def _quantized_split(path: Path, samples: List[List[torch.Tensor]]) -> Path:
 
     quantized = h.quantize(Rank6Between().eval(), tuple(samples[0]), samples)
     edge = to_edge_transform_and_lower(
-        torch.export.export(quantized, tuple(samples[0])),
-        partitioner=[QnnPartitioner(h.quantized_specs())])
-    cpu = [getattr(n.target, "__name__", str(n.target)) for n in edge.exported_program().graph.nodes
-           if n.op == "call_function"]
+        torch.export.export(quantized, tuple(samples[0])), partitioner=[QnnPartitioner(h.quantized_specs())]
+    )
+    cpu = [
+        getattr(n.target, "__name__", str(n.target))
+        for n in edge.exported_program().graph.nodes
+        if n.op == "call_function"
+    ]
     assert "quantized_decomposed.quantize_per_tensor.default" in cpu, cpu
     path.write_bytes(edge.to_executorch().buffer)
     return path
@@ -100,23 +107,28 @@ def programs(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("runner_programs")
     skip = {"aten.sigmoid.default"}
     split_samples = [[torch.randn(1, 3, 12, 12)] for _ in range(2)]
-    split = h.lower_to_pte(h.SplitNet().eval(), tuple(split_samples[0]), folder / "split.pte",
-                           skip_node_op_set=skip)
+    split = h.lower_to_pte(h.SplitNet().eval(), tuple(split_samples[0]), folder / "split.pte", skip_node_op_set=skip)
     ids_samples = [[torch.randint(0, 64, (1, 6))] for _ in range(2)]
-    embedding = h.lower_to_pte(EmbeddingSplit().eval(), tuple(ids_samples[0]), folder / "embedding.pte",
-                               skip_node_op_set=skip)
+    embedding = h.lower_to_pte(
+        EmbeddingSplit().eval(), tuple(ids_samples[0]), folder / "embedding.pte", skip_node_op_set=skip
+    )
     small_samples = [[torch.randn(1, 3, 16, 16)]]
     small = h.lower_to_pte(SmallConvNet().eval(), tuple(small_samples[0]), folder / "small.pte")
-    return {"folder": folder, "split": (split, split_samples), "embedding": (embedding, ids_samples),
-            "small": (small, small_samples)}
+    return {
+        "folder": folder,
+        "split": (split, split_samples),
+        "embedding": (embedding, ids_samples),
+        "small": (small, small_samples),
+    }
 
 
 def _delegate_count(pte: Path) -> int:
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     plan = deserialize_pte_binary(pte.read_bytes()).program.execution_plan[0]
-    return sum(1 for instruction in plan.chains[0].instructions
-               if type(instruction.instr_args).__name__ == "DelegateCall")
+    return sum(
+        1 for instruction in plan.chains[0].instructions if type(instruction.instr_args).__name__ == "DelegateCall"
+    )
 
 
 class TestRunnerIterations:
@@ -133,7 +145,6 @@ class TestRunnerIterations:
             got = pte_tools.read_raw_output(tmp_path / "out", idx, 0, outs[0])
             assert torch.equal(got, outs[0]), f"{name} inference {idx}: max diff {(got - outs[0]).abs().max()}"
 
-
     def test_quantized_program_with_cpu_quantize_ops(self, real_qnn, tmp_path):
         """Quantize / dequantize kernels on the CPU: the runner links ExecuTorch's quantized
         kernels (it failed with "Missing operator: quantized_decomposed::quantize_per_tensor.out")."""
@@ -149,9 +160,10 @@ class TestRunnerIterations:
 
 
 class TestRunnerMessages:
-    @pytest.mark.parametrize("flag, value, valid", [
-        ("--htp_performance_mode", "42", "0..8"), ("--log_level", "99", "0..5"),
-        ("--profile_level", "7", "0..2")])
+    @pytest.mark.parametrize(
+        "flag, value, valid",
+        [("--htp_performance_mode", "42", "0..8"), ("--log_level", "99", "0..5"), ("--profile_level", "7", "0..2")],
+    )
     def test_option_out_of_range(self, programs, flag, value, valid):
         result = _runner("--model_path", str(programs["small"][0]), flag, value)
         assert result.returncode == 1
@@ -179,8 +191,9 @@ class TestRunnerMessages:
         pte, samples = programs["small"]
         input_list = pte_tools.write_input_files(samples, tmp_path / "in")
         out_dir = tmp_path / "a" / "b" / "c"
-        result = _runner("--model_path", str(pte), "--input_list_path", str(input_list),
-                         "--output_folder_path", str(out_dir))
+        result = _runner(
+            "--model_path", str(pte), "--input_list_path", str(input_list), "--output_folder_path", str(out_dir)
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         expected = pte_tools.run_samples_with_runtime(pte, samples)[0][0]
         assert torch.equal(pte_tools.read_raw_output(out_dir, 0, 0, expected), expected)
@@ -224,15 +237,19 @@ class TestRunnerMessages:
         assert result.returncode == 1
         assert "error: method input 0 is a Int, not a tensor: the runner feeds tensors only" in result.stderr
 
-    @pytest.mark.parametrize("field, message", [
-        ("id", "has no backend id"),
-        ("processed", "has no processed data reference"),
-        ("key", "has compile spec 0 without a key or value"),
-        ("index", "refers to data 7 of 1"),
-    ])
+    @pytest.mark.parametrize(
+        "field, message",
+        [
+            ("id", "has no backend id"),
+            ("processed", "has no processed data reference"),
+            ("key", "has compile spec 0 without a key or value"),
+            ("index", "refers to data 7 of 1"),
+        ],
+    )
     def test_delegate_field_missing_rejected(self, programs, tmp_path, field, message):
         """Fields ExecuTorch's loader dereferences unchecked (found by fuzzing: SIGSEGV, in the
         Python runtime too): the runner checks them after loading the program."""
+
         def drop(program) -> None:
             delegate = program.execution_plan[0].delegates[0]
             if field == "key":
@@ -245,11 +262,13 @@ class TestRunnerMessages:
         bad = _rewrite_pte(programs["small"][0], tmp_path / f"no_{field}.pte", drop)
         result = _runner("--model_path", str(bad))
         assert result.returncode == 1, result.stderr[-2000:]
-        assert (f"error: '{bad}' is not a valid program (InvalidProgram): execution plan 'forward' "
-                f"delegate 0 {message}") in result.stderr
+        assert (
+            f"error: '{bad}' is not a valid program (InvalidProgram): execution plan 'forward' delegate 0 {message}"
+        ) in result.stderr
 
     def test_delegate_without_compile_spec_list_runs(self, programs, tmp_path):
         """A missing compile-spec list is legal (ExecuTorch accepts it; the compiled defaults hold)."""
+
         def drop_specs(program) -> None:
             program.execution_plan[0].delegates[0].compile_specs = None
 
@@ -268,15 +287,18 @@ class TestRunnerMessages:
         bad = _rewrite_pte(programs["small"][0], tmp_path / "huge.pte", plan_a_petabyte)
         result = _runner("--model_path", str(bad), timeout=30)
         assert result.returncode == 1
-        assert (f"error: method 'forward' memory-planned buffer 0 has an invalid size ({1 << 50} bytes; "
-                in result.stderr), result.stderr
+        assert (
+            f"error: method 'forward' memory-planned buffer 0 has an invalid size ({1 << 50} bytes; " in result.stderr
+        ), result.stderr
 
 
 # ---- intermediate dumps into a debug buffer that fills up -----------------------------
 
+
 def _dump_specs() -> list:
     return generate_qnn_executorch_compiler_spec(
-        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True), dump_intermediate_outputs=True)
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True), dump_intermediate_outputs=True
+    )
 
 
 DUMP_SCRIPT = """
@@ -313,9 +335,15 @@ class TestDebugBufferFull:
     def test_python_runtime_small_debug_buffer(self, dump_program, tmp_path):
         pte, x, expected = dump_program
         torch.save(x, tmp_path / "x.pt")
-        script = DUMP_SCRIPT.format(root=str(REPO_ROOT), x=str(tmp_path / "x.pt"), pte=str(pte),
-                                    size=SMALL_DEBUG_BUFFER, outs=str(tmp_path / "outs.pt"),
-                                    etdump=str(tmp_path / "run.etdp"), debug=str(tmp_path / "run.debug"))
+        script = DUMP_SCRIPT.format(
+            root=str(REPO_ROOT),
+            x=str(tmp_path / "x.pt"),
+            pte=str(pte),
+            size=SMALL_DEBUG_BUFFER,
+            outs=str(tmp_path / "outs.pt"),
+            etdump=str(tmp_path / "run.etdp"),
+            debug=str(tmp_path / "run.debug"),
+        )
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         assert "done" in done.stdout
@@ -328,8 +356,17 @@ class TestDebugBufferFull:
         pte, x, expected = dump_program
         input_list = pte_tools.write_input_files([[x]], tmp_path / "in")
         etdump, debug = tmp_path / "run.etdp", tmp_path / "run.debug"
-        flags = ["--dump_intermediate_outputs", "--etdump_path", str(etdump), "--debug_output_path", str(debug),
-                 "--debug_buffer_size", str(SMALL_DEBUG_BUFFER), "--iteration", "5"]
+        flags = [
+            "--dump_intermediate_outputs",
+            "--etdump_path",
+            str(etdump),
+            "--debug_output_path",
+            str(debug),
+            "--debug_buffer_size",
+            str(SMALL_DEBUG_BUFFER),
+            "--iteration",
+            "5",
+        ]
         result = h.run_runner(pte, input_list, tmp_path / "out", flags)
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.stderr.count(FULL_WARNING) == 1, result.stderr[-3000:]
@@ -343,17 +380,31 @@ class TestDebugBufferFull:
         pte, x, _ = dump_program
         input_list = pte_tools.write_input_files([[x]], tmp_path / "in")
         etdump, debug = tmp_path / "run.etdp", tmp_path / "run.debug"
-        flags = ["--dump_intermediate_outputs", "--etdump_path", str(etdump), "--debug_output_path", str(debug),
-                 "--debug_buffer_size", str(SMALL_DEBUG_BUFFER), "--iteration", "3"]
+        flags = [
+            "--dump_intermediate_outputs",
+            "--etdump_path",
+            str(etdump),
+            "--debug_output_path",
+            str(debug),
+            "--debug_buffer_size",
+            str(SMALL_DEBUG_BUFFER),
+            "--iteration",
+            "3",
+        ]
         assert h.run_runner(pte, input_list, tmp_path / "out", flags).returncode == 0
         inspector = Inspector(etdump_path=str(etdump), debug_buffer_path=str(debug))
-        dumped = [event for block in inspector.event_blocks for event in block.events
-                  if event.debug_data and event.is_delegated_op]
+        dumped = [
+            event
+            for block in inspector.event_blocks
+            for event in block.events
+            if event.debug_data and event.is_delegated_op
+        ]
         assert dumped, "no dumped tensors in the ETDump"
         assert all(len(event.debug_data) >= 1 for event in dumped)
 
 
 # ---- heap checkpoints -----------------------------------------------------------------
+
 
 def _flip_middle_of_delegate_blob(pte: Path, dst: Path) -> Path:
     from executorch.exir._serialize._program import deserialize_pte_binary
@@ -387,8 +438,7 @@ class TestHeapCheckpointCases:
         h.release(program, method)
         del program, method
         h.release()
-        assert path.read_text() == (f"before_context_created(bytes),{base}\n"
-                                    f"after_context_freed(bytes),{base}\n")
+        assert path.read_text() == (f"before_context_created(bytes),{base}\nafter_context_freed(bytes),{base}\n")
 
     def test_options_set_after_load(self, programs, tmp_path):
         assert h.native().live_context_count() == 0
@@ -406,5 +456,4 @@ class TestHeapCheckpointCases:
         del program, method
         h.release()
         assert h.native().live_context_count() == 0
-        assert path.read_text() == (f"before_context_created(bytes),{base}\n"
-                                    f"after_context_freed(bytes),{base}\n")
+        assert path.read_text() == (f"before_context_created(bytes),{base}\nafter_context_freed(bytes),{base}\n")

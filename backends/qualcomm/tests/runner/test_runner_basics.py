@@ -1,5 +1,6 @@
 """qnn_executor_runner on a small fully delegated model: its outputs equal executorch.runtime's;
 a missing model file or input list and a wrongly sized input are clean failures."""
+
 from __future__ import annotations
 
 import torch
@@ -13,8 +14,9 @@ class TestQNNRunner:
         input_list = pte_tools.write_input_files(small_model.samples, small_model.folder / "inputs")
         out_dir = small_model.folder / "outputs"
         perf = small_model.folder / "perf.txt"
-        result = pte_tools.run_runner(small_model.pte_path, input_list, out_dir,
-                                  iterations=3, warm_up=1, perf_path=perf)
+        result = pte_tools.run_runner(
+            small_model.pte_path, input_list, out_dir, iterations=3, warm_up=1, perf_path=perf
+        )
         assert result.returncode == 0, result.stderr
         for idx, expected in enumerate(small_model.runtime_outputs):
             got = pte_tools.read_raw_output(out_dir, idx, 0, expected)

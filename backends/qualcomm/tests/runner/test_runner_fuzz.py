@@ -2,6 +2,7 @@
 mutations (mostly in the first few KB: program header, flatbuffer tables, memory plan)
 of two small .pte files (fully and partly delegated), each run in its own process with
 a timeout. Every run must end with an exit code (0 or a clean 1): no signal, no hang."""
+
 from __future__ import annotations
 
 import random
@@ -19,7 +20,7 @@ from backends.qualcomm.utils import pte_tools
 
 SEED = 20261122
 RUNS = 300
-HEAD_BYTES = 4096      # where most mutations land
+HEAD_BYTES = 4096  # where most mutations land
 HEAD_SHARE = 0.85
 TIMEOUT_S = 10.0
 
@@ -51,15 +52,20 @@ def sources(tmp_path_factory) -> dict:
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("fuzz")
     small = h.lower_to_pte(SmallConvNet().eval(), (torch.randn(1, 3, 16, 16),), folder / "small.pte")
-    split = h.lower_to_pte(h.SplitNet().eval(), (torch.randn(1, 3, 12, 12),), folder / "split.pte",
-                           skip_node_op_set={"aten.sigmoid.default"})
+    split = h.lower_to_pte(
+        h.SplitNet().eval(),
+        (torch.randn(1, 3, 12, 12),),
+        folder / "split.pte",
+        skip_node_op_set={"aten.sigmoid.default"},
+    )
     return {"folder": folder, "small": small.read_bytes(), "split": split.read_bytes()}
 
 
 def _run(runner: Path, pte: Path) -> int | str:
     try:
-        done = subprocess.run([str(runner), "--model_path", str(pte), "--iteration", "1"],
-                              capture_output=True, timeout=TIMEOUT_S)
+        done = subprocess.run(
+            [str(runner), "--model_path", str(pte), "--iteration", "1"], capture_output=True, timeout=TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return "hang"
     return done.returncode

@@ -4,6 +4,7 @@ multiple graphs / contexts, performance modes.
 TestQNNFloatingPointUtils: fp16 models.
 TestQNNQuantizedUtils: the same features on a PT2E-quantized model (QnnQuantizer).
 """
+
 from __future__ import annotations
 
 import threading
@@ -64,8 +65,7 @@ class TestQNNFloatingPointUtils:
         set_runtime_option(LOG, 3)  # info
         assert get_runtime_option(LOG) == 3
         program, method = h.load_method(small["off"])
-        torch.testing.assert_close(h.run(method, [small["x"]])[0], small["model"](small["x"]),
-                                   atol=ATOL, rtol=ATOL)
+        torch.testing.assert_close(h.run(method, [small["x"]])[0], small["model"](small["x"]), atol=ATOL, rtol=ATOL)
         h.release(program, method)
         info = capfd.readouterr().err
         assert "QnnDelegate: method 'forward' runs graph 'forward'" in info
@@ -137,8 +137,7 @@ class TestQNNFloatingPointUtils:
         path.write_text("stale line\n")
         set_runtime_option(HEAP, str(path))
         set_runtime_option(PROFILE, 1)
-        shared = h.lower_to_pte(*h.shared_mlp_methods(), tmp_path / "mlp.pte",
-                                h.fp16_specs(use_weight_sharing=True))
+        shared = h.lower_to_pte(*h.shared_mlp_methods(), tmp_path / "mlp.pte", h.fp16_specs(use_weight_sharing=True))
         program_a, method_a = h.load_method(small["off"])
         program_b, method_b = h.load_method(shared, "decode")
         assert h.native().live_context_count() == 2
@@ -208,8 +207,7 @@ class TestQNNFloatingPointUtils:
             np.testing.assert_allclose(result[0], expected, atol=ATOL, rtol=ATOL)
         program, method = h.load_method(small["off"])
         for sample in samples[:8]:
-            torch.testing.assert_close(h.run(method, [sample])[0], small["model"](sample),
-                                       atol=ATOL, rtol=ATOL)
+            torch.testing.assert_close(h.run(method, [sample])[0], small["model"](sample), atol=ATOL, rtol=ATOL)
         h.release(program, method)
 
     def test_qnn_backend_shared_context_teardown(self, small):
@@ -224,8 +222,9 @@ class TestQNNFloatingPointUtils:
         loaded = loaded[2:]
         h.release()
         assert qd.live_context_count() == base_contexts + 1  # the last user keeps it
-        torch.testing.assert_close(h.run(loaded[0][1], [small["x"]])[0], small["model"](small["x"]),
-                                   atol=ATOL, rtol=ATOL)
+        torch.testing.assert_close(
+            h.run(loaded[0][1], [small["x"]])[0], small["model"](small["x"]), atol=ATOL, rtol=ATOL
+        )
         loaded = []
         h.release()
         assert (qd.live_context_count(), qd.live_handle_count()) == (base_contexts, base_handles)
@@ -237,9 +236,17 @@ class TestQNNFloatingPointUtils:
 
     def test_qnn_backend_test_hooks_not_in_product_module(self):
         product, hooks = h.require_extension(), h.test_hooks()
-        for name in ("execute_many", "init_destroy_twice", "kernel_paths", "live_context_count",
-                     "live_qnn_context_count", "live_handle_count", "engine_bytes_in_use",
-                     "registered_op_types", "duplicate_kernel_registrations"):
+        for name in (
+            "execute_many",
+            "init_destroy_twice",
+            "kernel_paths",
+            "live_context_count",
+            "live_qnn_context_count",
+            "live_handle_count",
+            "engine_bytes_in_use",
+            "registered_op_types",
+            "duplicate_kernel_registrations",
+        ):
             assert not hasattr(product, name) and callable(getattr(hooks, name))
 
     def test_qnn_backend_options_from_threads_while_executing(self, small):
@@ -255,9 +262,11 @@ class TestQNNFloatingPointUtils:
                     errors.append(key)
                 i += 1
 
-        threads = [threading.Thread(target=toggle, args=(PERF, [2, 4, 8])),
-                   threading.Thread(target=toggle, args=(LOG, [1, 2])),
-                   threading.Thread(target=toggle, args=(PROFILE, [0, 1, 2]))]
+        threads = [
+            threading.Thread(target=toggle, args=(PERF, [2, 4, 8])),
+            threading.Thread(target=toggle, args=(LOG, [1, 2])),
+            threading.Thread(target=toggle, args=(PROFILE, [0, 1, 2])),
+        ]
         for t in threads:
             t.start()
         try:
@@ -289,8 +298,9 @@ class TestQNNFloatingPointUtils:
         methods = {name: program.load_method(name) for name in ("prefill", "decode")}
         assert h.native().live_context_count() == 1
         for name, method in methods.items():
-            torch.testing.assert_close(h.run(method, inputs[name])[0], modules[name](*inputs[name]),
-                                       atol=ATOL, rtol=ATOL)
+            torch.testing.assert_close(
+                h.run(method, inputs[name])[0], modules[name](*inputs[name]), atol=ATOL, rtol=ATOL
+            )
         del program, methods, method
         h.release()
         assert h.native().live_context_count() == 0
@@ -304,8 +314,7 @@ class TestQNNFloatingPointUtils:
             result = h.run_runner(pte, input_list, out_dir, ["--method_index", str(index)])
             assert result.returncode == 0, result.stderr[-2000:]
             got = np.fromfile(out_dir / "output_0_0.raw", dtype=np.float32)
-            np.testing.assert_allclose(got, modules[name](*inputs[name]).detach().numpy().ravel(),
-                                       atol=ATOL, rtol=ATOL)
+            np.testing.assert_allclose(got, modules[name](*inputs[name]).detach().numpy().ravel(), atol=ATOL, rtol=ATOL)
 
     def test_qnn_backend_multi_contexts(self, tmp_path):
         torch.manual_seed(3)
@@ -329,18 +338,26 @@ class TestQNNFloatingPointUtils:
     def test_qnn_backend_runner_runtime_flags(self, small, tmp_path):
         input_list = pte_tools.write_input_files([[small["x"]]], tmp_path / "in")
         etdump, heap = tmp_path / "run.etdp", tmp_path / "heap.csv"
-        flags = ["--profile_level", "2", "--htp_performance_mode", "4", "--log_level", "1",
-                 "--etdump_path", str(etdump), "--heap_profiling_path", str(heap)]
+        flags = [
+            "--profile_level",
+            "2",
+            "--htp_performance_mode",
+            "4",
+            "--log_level",
+            "1",
+            "--etdump_path",
+            str(etdump),
+            "--heap_profiling_path",
+            str(heap),
+        ]
         result = h.run_runner(small["off"], input_list, tmp_path / "out", flags)
         assert result.returncode == 0, result.stderr[-2000:]
         names, _, graph = _op_names_and_types(small["blob"])
         assert [e[0] for e in h.delegate_events(etdump)] == names + [graph]
         lines = heap.read_text().splitlines()
-        assert [line.split(",")[0] for line in lines] == ["before_context_created(bytes)",
-                                                            "after_context_freed(bytes)"]
+        assert [line.split(",")[0] for line in lines] == ["before_context_created(bytes)", "after_context_freed(bytes)"]
         assert lines[0].split(",")[1] == lines[1].split(",")[1] == "0"
-        bad = h.run_runner(small["off"], input_list, tmp_path / "out2",
-                                                  ["--profile_level", "x"])
+        bad = h.run_runner(small["off"], input_list, tmp_path / "out2", ["--profile_level", "x"])
         assert bad.returncode == 1 and "--profile_level" in bad.stderr
 
 
@@ -376,9 +393,10 @@ class TestQNNQuantizedUtils:
         pytest.importorskip("backends.qualcomm.quantizer")
         modules, inputs = h.shared_mlp_methods()
         torch.manual_seed(5)
-        converted = {name: h.quantize(m, inputs[name], [(torch.randn_like(inputs[name][0]),)
-                                                        for _ in range(4)] + [inputs[name]])
-                     for name, m in modules.items()}
+        converted = {
+            name: h.quantize(m, inputs[name], [(torch.randn_like(inputs[name][0]),) for _ in range(4)] + [inputs[name]])
+            for name, m in modules.items()
+        }
         edge = to_edge_transform_and_lower_to_qnn(converted, inputs, h.quantized_specs(use_weight_sharing=True))
         blobs = h.delegate_blobs(edge, "prefill") + h.delegate_blobs(edge, "decode")
         assert blobs[0] == blobs[1]

@@ -1,6 +1,7 @@
 """Altered payloads and wrong inputs give clear errors, not crashes: the FNV signature (native
 equals the reference), a truncated payload, an altered delegate blob in a .pte, a
 wrongly shaped input."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,13 +41,13 @@ class TestQNNRobustness:
         from executorch.runtime import Runtime
 
         altered = tmp_path / "altered.pte"
-        altered.write_bytes(_flip_byte_of_delegate_blob(small_model.pte_path.read_bytes(),
-                                                        small_model.delegate_blob))
+        altered.write_bytes(_flip_byte_of_delegate_blob(small_model.pte_path.read_bytes(), small_model.delegate_blob))
         program = Runtime.get().load_program(altered)
         with pytest.raises(RuntimeError):
             program.load_method("forward")
-        result = pte_tools.run_runner(altered, pte_tools.write_input_files(small_model.samples[:1], tmp_path / "in"),
-                                  tmp_path / "out")
+        result = pte_tools.run_runner(
+            altered, pte_tools.write_input_files(small_model.samples[:1], tmp_path / "in"), tmp_path / "out"
+        )
         assert_clean_failure(result, "signature")
 
     def test_wrong_shaped_input_gives_an_error(self, small_model):

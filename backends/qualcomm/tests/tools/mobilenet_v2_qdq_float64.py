@@ -7,6 +7,7 @@ converted QDQ module (float32, as PT2E runs it) and against the same graph run i
 The host engine follows QNN HTP's integer arithmetic, so neither reference is matched bit
 for bit: the float64 run separates the reference's own float32 rounding noise from the
 engine's (HTP's) rounding (quantizer/test_qdq_float64_reference: every logit within 1 step)."""
+
 from __future__ import annotations
 
 import pathlib
@@ -40,9 +41,11 @@ def main() -> None:
     with torch.no_grad():
         for name, sample, got in zip(imagenet.PHOTO_NAMES, samples, outputs):
             r32, r64 = converted(*sample), reference64(*sample)
-            print(f"{name:10s} vs QDQ float32: cosine {_cosine(got, r32):.4f} max diff "
-                  f"{float((got - r32).abs().max()):.3f} | vs QDQ float64: cosine {_cosine(got, r64):.4f} "
-                  f"max diff {float((got.double() - r64).abs().max()):.3f}")
+            print(
+                f"{name:10s} vs QDQ float32: cosine {_cosine(got, r32):.4f} max diff "
+                f"{float((got - r32).abs().max()):.3f} | vs QDQ float64: cosine {_cosine(got, r64):.4f} "
+                f"max diff {float((got.double() - r64).abs().max()):.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ extension's `qnn_compile`: every graph QNN builds and finalizes adds one line pe
 "<QNN op type> <precision>", the precision read from the op's tensors (8a8w / 16a8w by the first
 uint8 / uint16 fixed-point tensor, fp16 for float ops of an fp16 graph).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,9 @@ def compiled_op_precisions(blob: bytes) -> Set[Tuple[str, str]]:
     for graph in describe_payload(blob):
         dtypes = {t.name: t.data_type for t in graph.tensors}
         for op in graph.ops:
-            fixed = [_PRECISION_BY_DTYPE[dtypes[n]] for n in op.inputs + op.outputs
-                     if dtypes.get(n) in _PRECISION_BY_DTYPE]
+            fixed = [
+                _PRECISION_BY_DTYPE[dtypes[n]] for n in op.inputs + op.outputs if dtypes.get(n) in _PRECISION_BY_DTYPE
+            ]
             if fixed:
                 found.add((op.type, fixed[0]))
             elif graph.fp16_precision:
@@ -78,8 +80,9 @@ def write_qnn_fields(toml: Path, found: Dict[str, Set[str]], order: Iterable[str
         block = re.sub(r"(?m)^qnn = \[.*\]\n", "", block)
         if name and found.get(name.group(1)):
             precisions = ", ".join(f'"{p}"' for p in order if p in found[name.group(1)])
-            block = re.sub(r"(?m)^(aten = .*\n(?:[ \t]+.*\n)*)", lambda m: m.group(1) + f"qnn = [{precisions}]\n",
-                           block, count=1)
+            block = re.sub(
+                r"(?m)^(aten = .*\n(?:[ \t]+.*\n)*)", lambda m: m.group(1) + f"qnn = [{precisions}]\n", block, count=1
+            )
         out.append(block)
     toml.write_text("".join(out))
 
@@ -95,8 +98,10 @@ def main(argv=None) -> int:
         record = Path(tmp) / "qnn_ops.txt"
         record.touch()
         env = dict(os.environ, **{RECORD_ENV: str(record)})
-        code = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                *REAL_QNN_TESTS, *args.pytest_args], env=env)
+        code = subprocess.call(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *REAL_QNN_TESTS, *args.pytest_args],
+            env=env,
+        )
         found = read_record(record)
     names = [row.name for row in op_table.load()]
     for name in names:

@@ -8,6 +8,7 @@ is one op output. Quantized rows: share of bit-exact elements and the largest di
 steps of the output encoding. fp16 rows: share of equal elements and the largest difference
 relative to the largest |output| (fp16 rounding is about 1e-3). Families QNN refuses at
 finalize are listed with QNN's error."""
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,7 @@ SM8650 = 57
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dtypes", nargs="+", default=["fp16", "8a8w", "16a8w"],
-                        choices=["fp16", *sorted(DTYPES)])
+    parser.add_argument("--dtypes", nargs="+", default=["fp16", "8a8w", "16a8w"], choices=["fp16", *sorted(DTYPES)])
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     return parser.parse_args(argv)
 

@@ -5,6 +5,7 @@ with the converted PT2E (QDQ) reference, in integer steps of the output encoding
 
 Every op family is one multi-output module (tests/helpers/models_quant.py), so
 each row is one op: the share of elements that are exact, off by one step, or worse."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,9 @@ FAMILIES = {
     "batch_norm": (lambda: m.BatchNorm(4), [(1, 4, 5, 5)], False),
 }
 WEIGHT_ONLY_FAMILIES = {"weighted", "conv_variants"}
-DTYPES = {name.replace("use_", ""): dtype for name, dtype in QuantDtype.__members__.items()
-          if dtype != QuantDtype.use_fp16a8w}
+DTYPES = {
+    name.replace("use_", ""): dtype for name, dtype in QuantDtype.__members__.items() if dtype != QuantDtype.use_fp16a8w
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -57,16 +59,16 @@ def family_rows(family: str, dtype_name: str):
     tester.lower().check_fully_delegated().to_executorch().run()
     names = getattr(module, "names", [family])
     rows = []
-    for name, out, ref, enc in zip(names, tester.outputs, tester.reference_outputs(),
-                                   output_encodings(tester.module)):
+    for name, out, ref, enc in zip(names, tester.outputs, tester.reference_outputs(), output_encodings(tester.module)):
         rows.append((name, step_stats(out, ref, enc[0])))
     return rows
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    print(f"{'family':<14} {'op':<18} {'dtype':<12} {'elements':>9} {'exact':>9} {'off-by-1':>9} "
-          f"{'worse':>8} {'max':>4}")
+    print(
+        f"{'family':<14} {'op':<18} {'dtype':<12} {'elements':>9} {'exact':>9} {'off-by-1':>9} {'worse':>8} {'max':>4}"
+    )
     failures = 0
     for family in args.families:
         for dtype_name in args.dtypes:
@@ -76,9 +78,12 @@ def main(argv=None) -> int:
                 total = max(s.total, 1)
                 ok = s.max_diff <= 1 and s.exact_fraction >= 0.99
                 failures += not ok
-                print(f"{family:<14} {op:<18} {dtype_name:<12} {s.total:>9} {s.exact / total:>9.3%} "
-                      f"{s.off_by_one / total:>9.3%} {s.worse / total:>8.3%} {s.max_diff:>4}"
-                      f"{'' if ok else '  <-- outside the contract'}", flush=True)
+                print(
+                    f"{family:<14} {op:<18} {dtype_name:<12} {s.total:>9} {s.exact / total:>9.3%} "
+                    f"{s.off_by_one / total:>9.3%} {s.worse / total:>8.3%} {s.max_diff:>4}"
+                    f"{'' if ok else '  <-- outside the contract'}",
+                    flush=True,
+                )
     print(f"\n{failures} op/dtype row(s) outside the contract (|diff| <= 1 step, >= 99% exact)")
     return 1 if failures else 0
 

@@ -10,6 +10,7 @@ or 0, no sanitizer report). Exits non-zero when any run fails.
 
     python backends/qualcomm/tests/tools/sanitize_cases.py --runner build/sanitize/qnn_executor_runner
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,11 +67,24 @@ def corrupted_cases(small: Path, split: Path, folder: Path) -> list[Case]:
 
 def dump_case(x, folder: Path) -> Case:
     specs = generate_qnn_executorch_compiler_spec(
-        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True), dump_intermediate_outputs=True)
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True), dump_intermediate_outputs=True
+    )
     dump = h.lower_to_pte(SmallConvNet().eval(), (x,), folder / "dump.pte", specs)
-    return ("dumps, debug buffer full", dump, [x],
-            ["--iteration", "5", "--dump_intermediate_outputs", "--etdump_path", str(folder / "dump.etdp"),
-             "--debug_buffer_size", "20000"], {0})
+    return (
+        "dumps, debug buffer full",
+        dump,
+        [x],
+        [
+            "--iteration",
+            "5",
+            "--dump_intermediate_outputs",
+            "--etdump_path",
+            str(folder / "dump.etdp"),
+            "--debug_buffer_size",
+            "20000",
+        ],
+        {0},
+    )
 
 
 class QuantKernels(torch.nn.Module):
@@ -102,8 +116,9 @@ def quantized_cases(x, folder: Path) -> list[Case]:
         pte = h.lower_to_pte(module, (x,), folder / f"quant_{dtype.name}.pte", quant_compile_specs(dtype))
         for path in KERNEL_PATHS:
             env = {} if path == "default" else {"QNN_HOST_ENGINE_KERNELS": path}
-            cases.append((f"{dtype.name[4:]} kernels {path}", pte, [x], ["--iteration", "3", "--engine", "host"],
-                          {0}, env))
+            cases.append(
+                (f"{dtype.name[4:]} kernels {path}", pte, [x], ["--iteration", "3", "--engine", "host"], {0}, env)
+            )
     return cases
 
 
@@ -114,14 +129,30 @@ def build_cases(folder: Path) -> list[Case]:
     modules, inputs = h.shared_mlp_methods()
     shared = h.lower_to_pte(modules, inputs, folder / "shared.pte", h.fp16_specs(use_weight_sharing=True))
     y = torch.randn(1, 3, 12, 12)
-    split = h.lower_to_pte(h.SplitNet().eval(), (y,), folder / "split.pte",
-                           h.fp16_specs(), skip_node_op_set={"aten.sigmoid.default"})
+    split = h.lower_to_pte(
+        h.SplitNet().eval(), (y,), folder / "split.pte", h.fp16_specs(), skip_node_op_set={"aten.sigmoid.default"}
+    )
     cases = [("small", small, [x], ["--iteration", "5"], {0})]
     for mode in range(9):
         cases.append((f"small perf mode {mode}", small, [x], ["--htp_performance_mode", str(mode)], {0}))
-    cases.append(("small profile + heap", small, [x],
-                  ["--profile_level", "2", "--etdump_path", str(folder / "small.etdp"),
-                   "--heap_profiling_path", str(folder / "heap.csv"), "--log_level", "5"], {0}))
+    cases.append(
+        (
+            "small profile + heap",
+            small,
+            [x],
+            [
+                "--profile_level",
+                "2",
+                "--etdump_path",
+                str(folder / "small.etdp"),
+                "--heap_profiling_path",
+                str(folder / "heap.csv"),
+                "--log_level",
+                "5",
+            ],
+            {0},
+        )
+    )
     for index, name in enumerate(h.pte_method_names(shared)):
         cases.append((f"shared method {name}", shared, list(inputs[name]), ["--method_index", str(index)], {0}))
     cases.append(("multi contexts", split, [y], ["--iteration", "3", "--warm_up", "2", "--profile_level", "1"], {0}))
@@ -144,8 +175,14 @@ def main(argv: list[str] | None = None) -> int:
             command += ["--input_list_path", str(write_input_files([inputs], folder / "inputs" / slug))]
         start = time.perf_counter()
         try:
-            done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=300,
-                                  env={**os.environ, **(env[0] if env else {})})
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=300,
+                env={**os.environ, **(env[0] if env else {})},
+            )
             code, stderr = done.returncode, done.stderr
         except subprocess.TimeoutExpired:
             code, stderr = "hang", "no exit within 300 s"

@@ -1,5 +1,6 @@
 """Upstream's module paths (backends/qualcomm/upstream_compat.py): in a fresh process, the first
 import of backends.qualcomm being one of them, each resolves to our own object."""
+
 import os
 import subprocess
 import sys
@@ -28,7 +29,8 @@ print("ok")
 
 def test_upstream_paths_import_first_and_are_ours(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[4]))
-    proc = subprocess.run([sys.executable, "-c", _IMPORTS], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORTS], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "ok"

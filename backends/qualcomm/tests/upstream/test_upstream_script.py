@@ -2,6 +2,7 @@
 executorch wheel) runs unchanged after replacing the import prefix, for each of the 8 dtypes and
 QAT, and its delegate agrees with the QDQ reference within 1 step; likewise a script that
 builds upstream's partitioner itself."""
+
 from __future__ import annotations
 
 import textwrap
@@ -13,10 +14,17 @@ from parameterized import parameterized
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import (
-    assert_pt2e_bounds, output_encodings, output_encodings_with_range, step_stats,
+    assert_pt2e_bounds,
+    output_encodings,
+    output_encodings_with_range,
+    step_stats,
 )
 from backends.qualcomm.tests.helpers.quantizer_models import (
-    ConvThenFc, EmbedConvLinear, activation_quantize_args, run_program, weight_kinds,
+    ConvThenFc,
+    EmbedConvLinear,
+    activation_quantize_args,
+    run_program,
+    weight_kinds,
 )
 from backends.qualcomm.tests.helpers.tester import _to_numpy, inputs_of, randn
 
@@ -24,7 +32,7 @@ _aten = torch.ops.aten
 
 # Written against upstream's API. UPSTREAM_QUALCOMM stands for the import prefix of upstream's
 # package in the executorch wheel; the test replaces it with ours, as a user switching would.
-UPSTREAM_SCRIPT = textwrap.dedent('''
+UPSTREAM_SCRIPT = textwrap.dedent("""
     import torch
     from torchao.quantization.pt2e import MovingAverageMinMaxObserver
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
@@ -54,11 +62,11 @@ UPSTREAM_SCRIPT = textwrap.dedent('''
             soc_model=QcomChipset.SM8650, backend_options=backend_options)
         edge_prog_mgr = to_edge_transform_and_lower_to_qnn(converted, sample_input, compiler_specs)
         return converted, edge_prog_mgr.to_executorch()
-''')
+""")
 
 # The other upstream style: every keyword at upstream's defaults, a submodule rule, the
 # partitioner passed to ExecuTorch's own to_edge_transform_and_lower.
-UPSTREAM_SCRIPT_PARTITIONER = textwrap.dedent('''
+UPSTREAM_SCRIPT_PARTITIONER = textwrap.dedent("""
     import torch
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
     from torchao.quantization.pt2e import MinMaxObserver
@@ -101,13 +109,12 @@ UPSTREAM_SCRIPT_PARTITIONER = textwrap.dedent('''
             torch.export.export(converted, sample_input, strict=True), partitioner=[partitioner],
             compile_config=EdgeCompileConfig(_check_ir_validity=False))
         return converted, edge_prog_mgr.to_executorch()
-''')
+""")
 
 
 def _upstream_script(script: str = UPSTREAM_SCRIPT):
     namespace = {}
-    exec(compile(script.replace("UPSTREAM_QUALCOMM", "backends.qualcomm"),
-                 "upstream_script", "exec"), namespace)
+    exec(compile(script.replace("UPSTREAM_QUALCOMM", "backends.qualcomm"), "upstream_script", "exec"), namespace)
     return namespace["quantize_and_lower"]
 
 
@@ -117,8 +124,9 @@ def _embed_conv_inputs(seed: int):
 
 
 ALL_DTYPES = [(d.name, d, False) for d in QuantDtype] + [
-    (f"{d.name}_qat", d, True) for d in (QuantDtype.use_8a8w, QuantDtype.use_16a8w, QuantDtype.use_16a4w,
-                                         QuantDtype.use_16a4w_block)]
+    (f"{d.name}_qat", d, True)
+    for d in (QuantDtype.use_8a8w, QuantDtype.use_16a8w, QuantDtype.use_16a4w, QuantDtype.use_16a4w_block)
+]
 
 
 class TestUpstreamScript(unittest.TestCase):
@@ -152,7 +160,7 @@ class TestUpstreamScript(unittest.TestCase):
         converted, program = _upstream_script(UPSTREAM_SCRIPT_PARTITIONER)(module, inputs)
         self.assertEqual([q[3] for q in activation_quantize_args(converted, "aten.linear")], [65535])
         self.assertEqual([q[3] for q in activation_quantize_args(converted, "aten.conv2d")], [255])
-        out, = run_program(program, inputs)
+        (out,) = run_program(program, inputs)
         with torch.no_grad():
             ref = converted(*inputs).numpy()
         # The 16-bit Linear after the Convert follows QNN HTP's 16-bit requantization (its

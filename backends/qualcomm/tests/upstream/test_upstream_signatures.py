@@ -1,6 +1,7 @@
 """Upstream's signatures (read with ast from the executorch wheel's Qualcomm sources, never
 imported) are prefixes of ours; upstream-only options are refused by name; per-method
 compile specs and constant methods."""
+
 from __future__ import annotations
 
 from typing import List, Tuple
@@ -43,12 +44,15 @@ def _our_signature(fn) -> List[Tuple[str, str]]:
 
 
 class TestUpstreamSignatures:
-    @pytest.mark.parametrize("relative, name, cls, ours", [
-        ("utils/utils.py", "generate_htp_compiler_spec", "", "generate_htp_compiler_spec"),
-        ("utils/utils.py", "generate_qnn_executorch_compiler_spec", "", "generate_qnn_executorch_compiler_spec"),
-        ("utils/utils.py", "to_edge_transform_and_lower_to_qnn", "", "to_edge_transform_and_lower_to_qnn"),
-        ("partition/qnn_partitioner.py", "__init__", "QnnPartitioner", "QnnPartitioner"),
-    ])
+    @pytest.mark.parametrize(
+        "relative, name, cls, ours",
+        [
+            ("utils/utils.py", "generate_htp_compiler_spec", "", "generate_htp_compiler_spec"),
+            ("utils/utils.py", "generate_qnn_executorch_compiler_spec", "", "generate_qnn_executorch_compiler_spec"),
+            ("utils/utils.py", "to_edge_transform_and_lower_to_qnn", "", "to_edge_transform_and_lower_to_qnn"),
+            ("partition/qnn_partitioner.py", "__init__", "QnnPartitioner", "QnnPartitioner"),
+        ],
+    )
     def test_upstream_arguments_are_a_prefix_of_ours(self, relative, name, cls, ours):
         import backends.qualcomm as api
 
@@ -56,8 +60,8 @@ class TestUpstreamSignatures:
         target = getattr(api, ours)
         mine = _our_signature(target.__init__ if cls else target)
         mine = [m for m in mine if m[0] != "self"]
-        assert [n for n, _ in mine[:len(upstream)]] == [n for n, _ in upstream]
-        assert [str(d) for _, d in mine[:len(upstream)]] == [str(d) for _, d in upstream]
+        assert [n for n, _ in mine[: len(upstream)]] == [n for n, _ in upstream]
+        assert [str(d) for _, d in mine[: len(upstream)]] == [str(d) for _, d in upstream]
 
     def test_upstream_only_options_are_explicit(self):
         from backends.qualcomm import (
@@ -95,8 +99,9 @@ class TestUpstreamSignatures:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            edge = to_edge_transform_and_lower_to_qnn(modules, inputs, {"a": fp16_compile_specs(), "b": quant},
-                                                      constant_methods={"vocab_size": 7})
+            edge = to_edge_transform_and_lower_to_qnn(
+                modules, inputs, {"a": fp16_compile_specs(), "b": quant}, constant_methods={"vocab_size": 7}
+            )
         precisions = {}
         for method in ("a", "b"):
             blob = [lw for _, lw, _ in get_lowered_submodules(edge.exported_program(method).graph_module)][0]
@@ -106,5 +111,6 @@ class TestUpstreamSignatures:
         edge.to_executorch().write_to_file(open(pte, "wb"))
         program = Runtime.get().load_program(str(pte))
         assert program.load_method("vocab_size").execute([])[0] == 7
-        torch.testing.assert_close(program.load_method("b").execute(list(inputs["b"]))[0],
-                                   torch.sigmoid(inputs["b"][0]), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            program.load_method("b").execute(list(inputs["b"]))[0], torch.sigmoid(inputs["b"][0]), atol=1e-5, rtol=1e-5
+        )
