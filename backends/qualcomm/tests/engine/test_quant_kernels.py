@@ -85,6 +85,13 @@ FC_CASES = {  # name: (activation, weight bits, per_channel, int32 bias, lpbq bl
 }
 
 
+def widen_sub_byte(wq: np.ndarray, wscale: np.ndarray, bits: int):
+    """The 8-bit codes q * 2^(8-b) and scales / 2^(8-b) that QNN and the host engine compute a
+    sub-byte weight with under 16-bit activations (HtpRequant.h sub_byte_widening)."""
+    factor = 1 << (8 - bits)
+    return wq * factor, (wscale / factor).astype(wscale.dtype)
+
+
 @pytest.mark.parametrize("case", sorted(FC_CASES))
 def test_fully_connected_quantized(case):
     act, bits, per_channel, int_bias, block = FC_CASES[case]
@@ -108,7 +115,10 @@ def test_fully_connected_quantized(case):
     got = qg.run("FullyConnected", [xi, wi, bi], qg.out((5, 3, 24), qy), keep_dims=scalar(gen_bool(), 1))
     if block:  # HTP computes LPBQ with 8-bit per-channel codes k * q (measured on QNN: equal)
         wq, wscale = lpbq_codes(wq, wparams)
-    if bits == 8 or block:
+    widened = act != "u8" and bits < 8 and not block
+    if widened:  # uint16 activations: sub-byte codes as 8-bit q * 2^(8-b) (sub_byte_widening)
+        wq, wscale = widen_sub_byte(wq, wscale, bits)
+    if bits == 8 or block or widened:
         acc = (quantize(x, qx) + qx["offset"]) @ wq.T
         b32 = bq.astype(np.float32) * bias_scale.astype(np.float32) if int_bias else b.astype(np.float32)
         if act == "u8":
@@ -158,11 +168,14 @@ def test_conv2d_quantized(case):
     )
     if block:  # HTP computes LPBQ with 8-bit per-channel codes k * q
         wq, wscale = lpbq_codes(wq, wparams)
+    widened = act == "u16" and bits < 8 and not block
+    if widened:  # sub-byte codes as 8-bit q * 2^(8-b) on HTP's 16-bit path (sub_byte_widening)
+        wq, wscale = widen_sub_byte(wq, wscale, bits)
     if act == "u8" and bits == 8:
         acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, pad, groups)
         assert_htp(got, acc, qx, wscale[0, 0, 0], qy, b.astype(np.float32), real)
         return
-    if act == "u16" and (bits == 8 or block):
+    if act == "u16" and (bits == 8 or block or widened):
         acc = int_conv(quantize(x, qx) + qx["offset"], wq, stride, pad, groups)
         assert_htp16(got, acc, qx, wq.sum(axis=(0, 1, 2)), wscale[0, 0, 0], qy, b.astype(np.float32), real)
         return

@@ -9,7 +9,6 @@ initializer_range 0.1 (HF's default 0.02 gives near-uniform logits whose greedy 
 from __future__ import annotations
 
 import gc
-import os
 
 import numpy as np
 import pytest
@@ -28,7 +27,7 @@ from backends.qualcomm.llm import (
     teacher_forced,
 )
 from backends.qualcomm.utils.qnn_context import AOT_ENV, qnn_library_status
-from backends.qualcomm.utils.runtime_options import require_extension
+from backends.qualcomm.tests.helpers.runtime import native
 
 transformers = pytest.importorskip("transformers")
 
@@ -211,7 +210,7 @@ def test_fp16_on_qnn_matches_host_and_hf(fixture, request, real_qnn):
     program = PteProgram(result.path, "qnn")
     try:
         qnn = generate(program, PROMPT, 3, return_logits=True)
-        assert require_extension().live_qnn_context_count() == 1
+        assert native().live_qnn_context_count() == 1
     finally:
         program.close()
         _release()

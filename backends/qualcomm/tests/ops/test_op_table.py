@@ -15,7 +15,7 @@ from backends.qualcomm.builders import registry
 from backends.qualcomm.builders.qnn_op_types import LUT_OP_TYPES, OP_TABLE, QNN_OP_TYPES, QNN_QUANT_OP_TYPES
 from backends.qualcomm.serialization import op_table
 from backends.qualcomm.serialization import qnn_op_table_generated as generated
-from backends.qualcomm.tests.utils_helpers import test_hooks
+from backends.qualcomm.tests.helpers.runtime import test_hooks
 
 BUILDERS_DIR = Path(__file__).resolve().parents[2] / "builders"
 
