@@ -33,13 +33,15 @@ $(STAMP): Makefile pyproject.toml
 
 # The package builds against the executorch wheel of the venv, hence no build isolation.
 # Python sources are imported from the work tree (editable install), so only the native
-# sources and build files trigger a rebuild: `make run` / `make test` are no-ops otherwise.
+# sources and build files trigger a rebuild, and a new Python package (the editable install's
+# redirect knows only the packages present when it was installed): no-ops otherwise.
 # The dev install always includes the test-only extension _qnn_test_hooks (so `make run` and
 # `make test` share one build) and builds in build/dev, apart from `pip wheel .` /
 # `pip install .` (build/<wheel tag>), which leave the test code out.
 BUILD_STAMP := $(VENV)/.build-stamp
 NATIVE_SRCS := CMakeLists.txt pyproject.toml $(shell find backends -name '*.cpp' -o -name '*.h' -o -name '*.inc' -o -name '*.fbs' -o -name CMakeLists.txt) \
-    backends/qualcomm/serialization/schema/ops.toml backends/qualcomm/serialization/op_table.py
+    backends/qualcomm/serialization/schema/ops.toml backends/qualcomm/serialization/op_table.py \
+    $(shell find backends qnn_models -name __init__.py)
 
 $(BUILD_STAMP): $(STAMP) $(NATIVE_SRCS)
 	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) install -q --no-build-isolation --no-deps \
