@@ -77,10 +77,16 @@ sanitize: install
 wheel-check: $(STAMP)
 	.ci/wheel_check
 
-# Python formatting (ruff, pinned in pyproject's test extra): `make format` rewrites the tree,
-# `make format-check` (in .ci/run) fails when a file is not formatted.
+# Formatting and lint (ruff for Python, clang-format for C++; both pinned in pyproject's test
+# extra, configs in pyproject.toml and .clang-format): `make format` rewrites the tree,
+# `make format-check` (in .ci/run, seconds) fails when a file is not formatted or ruff's lint fails.
+CXX_SOURCES = $(shell git ls-files '*.cpp' '*.h' '*.inc' 2>/dev/null | grep -v '_generated\.h$$')
 format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+	$(VENV)/bin/clang-format -i $(CXX_SOURCES)
 
 format-check: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	@$(VENV)/bin/clang-format --dry-run --Werror $(CXX_SOURCES) && echo "$(words $(CXX_SOURCES)) C++ files already formatted"

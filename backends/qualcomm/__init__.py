@@ -3,7 +3,7 @@
 from backends.qualcomm._quiet_imports import silence_third_party_noise as _silence
 
 _silence()  # before torchao / ExecuTorch are imported: drops their known start-up noise only
-from backends.qualcomm.utils.runtime_options import load_extension as _load_extension
+from backends.qualcomm.utils.runtime_options import load_extension as _load_extension  # noqa: E402
 
 _load_extension()  # registers the QnnDelegate runtime backend when the extension is built
 

@@ -11,7 +11,6 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.registry import (
     NodeBuilder,
     SupportResult,
-    SUPPORTED,
     get_builder,
     register_builder,
 )

@@ -21,7 +21,7 @@ from backends.qualcomm.builders.registry import (
     register_builder,
     tensor_vals,
 )
-from backends.qualcomm.builders.utils import input_layout, normalize_axis, reshape, stored_axis
+from backends.qualcomm.builders.utils import input_layout, normalize_axis, stored_axis
 from backends.qualcomm.serialization.qnn_graph import int32_scalar, int32_tensor, uint32_scalar
 
 _aten = exir_ops.edge.aten

@@ -23,7 +23,7 @@ from backends.qualcomm.builders.registry import (
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, stored_axis
 from backends.qualcomm.serialization.qnn_graph import bool_scalar, uint32_tensor
-from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST, NCHW_TO_NHWC
+from backends.qualcomm.utils.constants import NCHW_TO_NHWC
 
 _aten = exir_ops.edge.aten
 REDUCE_OPS = {_aten.mean.dim: "ReduceMean", _aten.sum.dim_IntList: "ReduceSum"}

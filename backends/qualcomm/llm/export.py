@@ -28,12 +28,11 @@ that computes it and let the weight-shared payload store the 16-bit lookup table
 
 from __future__ import annotations
 
-import operator
 import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 from torch.fx import GraphModule, Node

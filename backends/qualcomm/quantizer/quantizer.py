@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
-import torch
 from torch._ops import OpOverload
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer

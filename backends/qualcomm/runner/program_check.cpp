@@ -34,8 +34,7 @@ std::string where(const et::ExecutionPlan& plan, size_t delegate) {
   return "execution plan '" + name + "' delegate " + std::to_string(delegate);
 }
 
-bool check_processed(const et::Program& program, const et::BackendDelegateDataReference& ref,
-                     std::string& why) {
+bool check_processed(const et::Program& program, const et::BackendDelegateDataReference& ref, std::string& why) {
   size_t count = 0;
   if (ref.location() == et::DataLocation::INLINE) {
     count = program.backend_delegate_data() != nullptr ? program.backend_delegate_data()->size() : 0;
@@ -76,7 +75,7 @@ bool check_delegate(const et::Program& program, const et::BackendDelegate& d, st
   return check_processed(program, *d.processed(), why);
 }
 
-} // namespace
+}  // namespace
 
 bool check_program_fields(const std::string& path, size_t file_size, std::string& why) {
   std::vector<uint8_t> data;
@@ -112,5 +111,5 @@ bool check_program_fields(const std::string& path, size_t file_size, std::string
   return true;
 }
 
-} // namespace runner
-} // namespace qnn_delegate
+}  // namespace runner
+}  // namespace qnn_delegate

@@ -15,5 +15,5 @@ namespace runner {
 // otherwise false with `why` naming the plan, delegate and field.
 bool check_program_fields(const std::string& path, size_t file_size, std::string& why);
 
-} // namespace runner
-} // namespace qnn_delegate
+}  // namespace runner
+}  // namespace qnn_delegate

@@ -176,8 +176,7 @@ bool make_memory_manager(Session& s) {
   }
   s.method_allocator.reset(new MemoryAllocator(kMethodPoolBytes, s.method_pool.get()));
   s.temp_allocator.reset(new MemoryAllocator(kTempPoolBytes, s.temp_pool.get()));
-  s.memory_manager.reset(new MemoryManager(s.method_allocator.get(), s.planned_memory.get(),
-                                           s.temp_allocator.get()));
+  s.memory_manager.reset(new MemoryManager(s.method_allocator.get(), s.planned_memory.get(), s.temp_allocator.get()));
   return true;
 }
 
@@ -201,8 +200,8 @@ bool make_event_tracer(const Args& a, Session& s) {
 bool describe_input(const MethodMeta& meta, size_t i, uint64_t limit, InputTensor& t) {
   auto tag = meta.input_tag(i);
   if (!tag.ok() || *tag != Tag::Tensor) {
-    std::fprintf(stderr, "error: method input %zu is a %s, not a tensor: the runner feeds tensors only\n",
-                 i, tag.ok() ? tag_name(*tag) : "value of unknown kind");
+    std::fprintf(stderr, "error: method input %zu is a %s, not a tensor: the runner feeds tensors only\n", i,
+                 tag.ok() ? tag_name(*tag) : "value of unknown kind");
     return false;
   }
   auto info = meta.input_tensor_meta(i);
@@ -235,9 +234,8 @@ bool describe_input(const MethodMeta& meta, size_t i, uint64_t limit, InputTenso
     std::fprintf(stderr, "error: cannot allocate %zu bytes for method input %zu\n", t.nbytes, i);
     return false;
   }
-  t.impl.reset(new executorch::aten::TensorImpl(info->scalar_type(), static_cast<ssize_t>(rank),
-                                                t.sizes.data(), t.data.get(), t.dim_order.data(),
-                                                t.strides.data()));
+  t.impl.reset(new executorch::aten::TensorImpl(info->scalar_type(), static_cast<ssize_t>(rank), t.sizes.data(),
+                                                t.data.get(), t.dim_order.data(), t.strides.data()));
   return true;
 }
 
@@ -252,16 +250,14 @@ bool make_inputs(const MethodMeta& meta, Session& s) {
 bool prepare_method(const Args& a, Session& s) {
   auto meta = s.program->method_meta(s.method_name);
   if (!meta.ok()) {
-    std::fprintf(stderr, "error: no metadata for method '%s' (%s)\n", s.method_name,
-                 error_name(meta.error()).c_str());
+    std::fprintf(stderr, "error: no metadata for method '%s' (%s)\n", s.method_name, error_name(meta.error()).c_str());
     return false;
   }
   if (!allocate_planned_memory(*meta, s) || !make_memory_manager(s) || !make_event_tracer(a, s)) return false;
   if (!make_inputs(*meta, s)) return false;
   auto method = s.program->load_method(s.method_name, s.memory_manager.get(), s.etdump.get());
   if (!method.ok()) {
-    std::fprintf(stderr, "error: cannot load method '%s' (%s)\n", s.method_name,
-                 error_name(method.error()).c_str());
+    std::fprintf(stderr, "error: cannot load method '%s' (%s)\n", s.method_name, error_name(method.error()).c_str());
     return false;
   }
   s.method.emplace(std::move(method.get()));
@@ -318,8 +314,8 @@ bool write_outputs(const Method& method, const std::string& folder, size_t infer
 
 bool load_inference_inputs(const std::vector<std::string>& files, size_t inference, Session& s) {
   if (!files.empty() && files.size() != s.inputs.size()) {
-    std::fprintf(stderr, "error: input list line %zu has %zu files, the method has %zu inputs\n",
-                 inference + 1, files.size(), s.inputs.size());
+    std::fprintf(stderr, "error: input list line %zu has %zu files, the method has %zu inputs\n", inference + 1,
+                 files.size(), s.inputs.size());
     return false;
   }
   for (size_t i = 0; i < files.size(); ++i) {
@@ -425,7 +421,7 @@ int run(const Args& a) {
   return report(a, s, timing) ? 0 : 1;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   Args args;

@@ -25,8 +25,8 @@ bool parse_option_int(const std::string& flag, const std::string& value, const c
   int lo = 0, hi = 0;
   rt_options::RuntimeOptions::int_option_range(key, lo, hi);
   if (!parse_int(value, out) || out < lo || out > hi) {
-    std::fprintf(stderr, "error: %s %s is out of range: valid values are %d..%d (%s)\n", flag.c_str(),
-                 value.c_str(), lo, hi, rt_options::RuntimeOptions::int_option_values(key));
+    std::fprintf(stderr, "error: %s %s is out of range: valid values are %d..%d (%s)\n", flag.c_str(), value.c_str(),
+                 lo, hi, rt_options::RuntimeOptions::int_option_values(key));
     return false;
   }
   return true;
@@ -35,25 +35,35 @@ bool parse_option_int(const std::string& flag, const std::string& value, const c
 // Returns 0 when the flag was applied, 1 on a bad or unknown flag.
 int apply_flag(const std::string& key, const std::string& value, Args& a) {
   bool ok = true;
-  if (key == "--model_path") a.model_path = value;
-  else if (key == "--input_list_path") a.input_list_path = value;
-  else if (key == "--output_folder_path") a.output_folder_path = value;
-  else if (key == "--etdump_path") a.etdump_path = value;
-  else if (key == "--performance_output_path") a.performance_output_path = value;
-  else if (key == "--method_index") ok = parse_int(value, a.method_index);
-  else if (key == "--iteration") ok = parse_int(value, a.iteration) && a.iteration > 0;
-  else if (key == "--warm_up") ok = parse_int(value, a.warm_up);
-  else if (key == "--log_level") return parse_option_int(key, value, rt_options::kLogLevelKey, a.log_level) ? 0 : 1;
-  else if (key == "--profile_level") return parse_option_int(key, value, rt_options::kProfileLevelKey, a.profile_level) ? 0 : 1;
+  if (key == "--model_path")
+    a.model_path = value;
+  else if (key == "--input_list_path")
+    a.input_list_path = value;
+  else if (key == "--output_folder_path")
+    a.output_folder_path = value;
+  else if (key == "--etdump_path")
+    a.etdump_path = value;
+  else if (key == "--performance_output_path")
+    a.performance_output_path = value;
+  else if (key == "--method_index")
+    ok = parse_int(value, a.method_index);
+  else if (key == "--iteration")
+    ok = parse_int(value, a.iteration) && a.iteration > 0;
+  else if (key == "--warm_up")
+    ok = parse_int(value, a.warm_up);
+  else if (key == "--log_level")
+    return parse_option_int(key, value, rt_options::kLogLevelKey, a.log_level) ? 0 : 1;
+  else if (key == "--profile_level")
+    return parse_option_int(key, value, rt_options::kProfileLevelKey, a.profile_level) ? 0 : 1;
   else if (key == "--htp_performance_mode") {
     return parse_option_int(key, value, rt_options::kPerformanceModeKey, a.htp_performance_mode) ? 0 : 1;
-  }
-  else if (key == "--debug_output_path") a.debug_output_path = value;
+  } else if (key == "--debug_output_path")
+    a.debug_output_path = value;
   else if (key == "--engine") {
     a.engine = value == "auto" ? 0 : value == "qnn" ? 1 : value == "host" ? 2 : -1;
     ok = a.engine >= 0;
-  }
-  else if (key == "--debug_buffer_size") ok = parse_int(value, a.debug_buffer_size) && a.debug_buffer_size > 0;
+  } else if (key == "--debug_buffer_size")
+    ok = parse_int(value, a.debug_buffer_size) && a.debug_buffer_size > 0;
   else if (key == "--heap_profiling_path") {
     a.heap_profiling_path = value;
     a.heap_profiling_path_given = true;
@@ -80,7 +90,7 @@ int check_args(Args& a) {
   return 0;
 }
 
-} // namespace
+}  // namespace
 
 void print_usage() {
   std::printf(
@@ -131,5 +141,5 @@ int parse_args(int argc, char** argv, Args& a) {
   return check_args(a);
 }
 
-} // namespace runner
-} // namespace qnn_delegate
+}  // namespace runner
+}  // namespace qnn_delegate

@@ -24,5 +24,5 @@ void print_usage();
 // Returns 0 on success, 1 on a bad command line (message on stderr), 2 for --help.
 int parse_args(int argc, char** argv, Args& a);
 
-} // namespace runner
-} // namespace qnn_delegate
+}  // namespace runner
+}  // namespace qnn_delegate

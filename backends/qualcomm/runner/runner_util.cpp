@@ -27,16 +27,15 @@ bool ends_with(const char* s, const char* suffix) {
 pal_emit_log_message_method g_default_emit = nullptr;
 bool g_show_cpuinfo_lines = false;
 
-void filtered_emit(et_timestamp_t timestamp, et_pal_log_level_t level, const char* filename,
-                   const char* function, size_t line, const char* message, size_t length) {
-  if (!g_show_cpuinfo_lines && level == kInfo && filename != nullptr &&
-      ends_with(filename, "cpuinfo_utils.cpp")) {
+void filtered_emit(et_timestamp_t timestamp, et_pal_log_level_t level, const char* filename, const char* function,
+                   size_t line, const char* message, size_t length) {
+  if (!g_show_cpuinfo_lines && level == kInfo && filename != nullptr && ends_with(filename, "cpuinfo_utils.cpp")) {
     return;
   }
   if (g_default_emit != nullptr) g_default_emit(timestamp, level, filename, function, line, message, length);
 }
 
-} // namespace
+}  // namespace
 
 std::string error_name(Error e) {
   const char* name = executorch::runtime::to_string(e);
@@ -103,8 +102,10 @@ bool read_input_list(const std::string& path, std::vector<std::vector<std::strin
     if (!files.empty()) out.push_back(files);
   }
   if (out.empty()) {
-    std::fprintf(stderr, "error: input list '%s' names no input file (it is empty or blank); "
-                 "leave out --input_list_path to run once on zero-filled inputs\n", path.c_str());
+    std::fprintf(stderr,
+                 "error: input list '%s' names no input file (it is empty or blank); "
+                 "leave out --input_list_path to run once on zero-filled inputs\n",
+                 path.c_str());
     return false;
   }
   return true;
@@ -119,8 +120,8 @@ bool read_file_exact(const std::string& path, void* dst, size_t nbytes) {
   }
   const std::streamoff size = f.tellg();
   if (size < 0 || static_cast<size_t>(size) != nbytes) {
-    std::fprintf(stderr, "error: raw input '%s' has %lld bytes, the input tensor needs %zu\n",
-                 path.c_str(), static_cast<long long>(size), nbytes);
+    std::fprintf(stderr, "error: raw input '%s' has %lld bytes, the input tensor needs %zu\n", path.c_str(),
+                 static_cast<long long>(size), nbytes);
     return false;
   }
   f.seekg(0);
@@ -138,5 +139,5 @@ bool write_bytes(const std::string& path, const void* data, size_t nbytes, const
   return ok;
 }
 
-} // namespace runner
-} // namespace qnn_delegate
+}  // namespace runner
+}  // namespace qnn_delegate

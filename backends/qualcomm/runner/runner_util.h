@@ -28,5 +28,5 @@ bool read_input_list(const std::string& path, std::vector<std::vector<std::strin
 bool read_file_exact(const std::string& path, void* dst, size_t nbytes);
 bool write_bytes(const std::string& path, const void* data, size_t nbytes, const char* what);
 
-} // namespace runner
-} // namespace qnn_delegate
+}  // namespace runner
+}  // namespace qnn_delegate

@@ -35,5 +35,5 @@ engine::Status parse_compile_options(const void* data, size_t size, CompileOptio
   return engine::Status::Ok();
 }
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

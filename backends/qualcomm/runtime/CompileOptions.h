@@ -31,5 +31,5 @@ struct CompileOptions {
 // Parses the options blob; an empty blob gives the defaults.
 engine::Status parse_compile_options(const void* data, size_t size, CompileOptions& out);
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

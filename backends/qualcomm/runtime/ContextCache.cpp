@@ -17,7 +17,7 @@ engine::GraphExecutor* QnnContext::find_graph(const char* name) const {
 
 QnnContext::~QnnContext() {
   while (!graphs.empty()) graphs.pop_back();  // reverse build order
-  qnn.reset();  // QNN graphs, context, device
+  qnn.reset();                                // QNN graphs, context, device
 }
 
 ContextCache& ContextCache::instance() {
@@ -25,10 +25,8 @@ ContextCache& ContextCache::instance() {
   return cache;
 }
 
-engine::Status ContextCache::acquire(const void* data, size_t size,
-                                     const engine::EngineOptions& options,
-                                     const HeapProfileRequest& heap, QnnContext** out,
-                                     EngineChoice engine) {
+engine::Status ContextCache::acquire(const void* data, size_t size, const engine::EngineOptions& options,
+                                     const HeapProfileRequest& heap, QnnContext** out, EngineChoice engine) {
   const uint64_t signature = fnv1a64(static_cast<const uint8_t*>(data), size);
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& c : contexts_) {
@@ -93,5 +91,5 @@ size_t ContextCache::live_contexts() const {
   return contexts_.size();
 }
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

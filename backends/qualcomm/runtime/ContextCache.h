@@ -23,8 +23,8 @@ struct QnnContext {
   size_t blob_size = 0;
   size_t refcount = 0;
   std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;  // host engine (empty on QNN)
-  std::unique_ptr<qnn::QnnLoadedContext> qnn;  // QNN engine, else null
-  std::mutex execute_mutex;  // graphs hold per-execute state: one execute at a time
+  std::unique_ptr<qnn::QnnLoadedContext> qnn;                  // QNN engine, else null
+  std::mutex execute_mutex;                                    // graphs hold per-execute state: one execute at a time
 
   // The graph named `name`, else nullptr.
   engine::GraphExecutor* find_graph(const char* name) const;
@@ -38,8 +38,7 @@ class ContextCache {
   // The cached context of this blob (refcount + 1), or a newly loaded one.
   // `engine`: auto / qnn / host (see load_qnn_engine); contexts are shared per engine.
   engine::Status acquire(const void* data, size_t size, const engine::EngineOptions& options,
-                         const HeapProfileRequest& heap, QnnContext** out,
-                         EngineChoice engine = EngineChoice::Host);
+                         const HeapProfileRequest& heap, QnnContext** out, EngineChoice engine = EngineChoice::Host);
   // Refcount - 1; the last release destroys the context. Unknown contexts are ignored.
   void release(QnnContext* context);
 
@@ -51,5 +50,5 @@ class ContextCache {
   std::vector<std::unique_ptr<QnnContext>> contexts_;
 };
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

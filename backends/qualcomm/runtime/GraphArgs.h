@@ -29,16 +29,18 @@ struct GraphArgs {
 template <typename CheckArg>
 executorch::runtime::Error bind_graph_args(const std::string& graph, const char* engine,
                                            executorch::runtime::Span<executorch::runtime::EValue*> args,
-                                           size_t num_inputs, size_t num_outputs,
-                                           CheckArg&& check_arg, GraphArgs& out) {
+                                           size_t num_inputs, size_t num_outputs, CheckArg&& check_arg,
+                                           GraphArgs& out) {
   if (args.size() != num_inputs + num_outputs) {
-    ET_LOG(Error, "QnnDelegate graph '%s'%s: got %zu args, expected %zu inputs + %zu outputs",
-           graph.c_str(), engine, args.size(), num_inputs, num_outputs);
+    ET_LOG(Error, "QnnDelegate graph '%s'%s: got %zu args, expected %zu inputs + %zu outputs", graph.c_str(), engine,
+           args.size(), num_inputs, num_outputs);
     return executorch::runtime::Error::InvalidArgument;
   }
   if (num_inputs > kMaxGraphIo || num_outputs > kMaxGraphIo) {
-    ET_LOG(Error, "QnnDelegate graph '%s'%s: %zu inputs / %zu outputs, at most %zu each are "
-           "supported", graph.c_str(), engine, num_inputs, num_outputs, kMaxGraphIo);
+    ET_LOG(Error,
+           "QnnDelegate graph '%s'%s: %zu inputs / %zu outputs, at most %zu each are "
+           "supported",
+           graph.c_str(), engine, num_inputs, num_outputs, kMaxGraphIo);
     return executorch::runtime::Error::NotSupported;
   }
   for (size_t i = 0; i < num_inputs; ++i) {
@@ -50,5 +52,5 @@ executorch::runtime::Error bind_graph_args(const std::string& graph, const char*
   return executorch::runtime::Error::Ok;
 }
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

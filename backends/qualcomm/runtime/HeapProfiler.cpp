@@ -17,13 +17,13 @@ namespace {
 struct HeapProfileState {
   std::mutex mutex;
   size_t live = 0;
-  size_t baseline = 0;        // engine heap in use when the first live context started to be created
+  size_t baseline = 0;          // engine heap in use when the first live context started to be created
   size_t process_baseline = 0;  // process heap in use at that moment
-  bool process_heap = false;  // the session measures the process heap (first context on QNN)
-  int first_level = 0;        // effective profile level of that context
-  bool first_pending = false; // the first context is being created
-  std::string pending_path;   // its session path, opened once it exists
-  std::string session_path;   // non-empty while a profiling session is open
+  bool process_heap = false;    // the session measures the process heap (first context on QNN)
+  int first_level = 0;          // effective profile level of that context
+  bool first_pending = false;   // the first context is being created
+  std::string pending_path;     // its session path, opened once it exists
+  std::string session_path;     // non-empty while a profiling session is open
 };
 
 HeapProfileState& state() {
@@ -49,8 +49,10 @@ std::string session_path_for(const HeapProfileRequest& r) {
     return std::string();
   }
   if (r.profile_level == 0) {
-    ET_LOG(Error, "QnnDelegate warning: heap profiling to '%s' needs a profile level other than "
-           "off (qnn_runtime_profile_level); no heap checkpoints", r.path.c_str());
+    ET_LOG(Error,
+           "QnnDelegate warning: heap profiling to '%s' needs a profile level other than "
+           "off (qnn_runtime_profile_level); no heap checkpoints",
+           r.path.c_str());
     return std::string();
   }
   return r.path;
@@ -58,16 +60,14 @@ std::string session_path_for(const HeapProfileRequest& r) {
 
 void open_session(HeapProfileState& s, const std::string& path) {
   s.session_path = path;
-  write_checkpoint(path, "w", HeapProfiler::kBeforeCheckpoint,
-                   s.process_heap ? s.process_baseline : s.baseline);
+  write_checkpoint(path, "w", HeapProfiler::kBeforeCheckpoint, s.process_heap ? s.process_baseline : s.baseline);
 }
 
 size_t heap_in_use(const HeapProfileState& s) {
-  return s.process_heap ? HeapProfiler::process_heap_in_use()
-                        : engine::TrackingAllocator::process_bytes_in_use();
+  return s.process_heap ? HeapProfiler::process_heap_in_use() : engine::TrackingAllocator::process_bytes_in_use();
 }
 
-} // namespace
+}  // namespace
 
 void HeapProfiler::context_creating(const HeapProfileRequest& request) {
   HeapProfileState& s = state();
@@ -138,5 +138,5 @@ size_t HeapProfiler::live_contexts() {
   return s.live;
 }
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

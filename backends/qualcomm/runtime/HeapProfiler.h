@@ -45,8 +45,7 @@ class HeapProfiler {
   static void context_freed();
   // Run-time options changed (path and profile level set at run time, if any):
   // opens a session when contexts are live and none is open.
-  static void runtime_options_changed(const std::optional<std::string>& path,
-                                      const std::optional<int>& profile_level);
+  static void runtime_options_changed(const std::optional<std::string>& path, const std::optional<int>& profile_level);
   static size_t live_contexts();
   // Bytes of the process's malloc heap in use (0 where the C library cannot say).
   static size_t process_heap_in_use();
@@ -55,5 +54,5 @@ class HeapProfiler {
   static constexpr const char* kAfterCheckpoint = "after_context_freed";
 };
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

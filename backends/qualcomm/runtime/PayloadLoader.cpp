@@ -35,17 +35,13 @@ bool verify_container_shallow(const uint8_t* data, size_t size) {
   flatbuffers::Verifier verifier(data, size);
   if (!verifier.VerifyOffset(0)) return false;
   const auto* table = flatbuffers::GetRoot<flatbuffers::Table>(data);
-  return table->VerifyTableStart(verifier) &&
-         table->VerifyField<uint32_t>(verifier, kSchemaVersionField, 4) &&
-         table->VerifyField<uint64_t>(verifier, kSignatureField, 8) &&
-         table->VerifyOffset(verifier, kPayloadField) &&
-         verifier.VerifyVector(
-             table->GetPointer<const flatbuffers::Vector<uint8_t>*>(kPayloadField)) &&
+  return table->VerifyTableStart(verifier) && table->VerifyField<uint32_t>(verifier, kSchemaVersionField, 4) &&
+         table->VerifyField<uint64_t>(verifier, kSignatureField, 8) && table->VerifyOffset(verifier, kPayloadField) &&
+         verifier.VerifyVector(table->GetPointer<const flatbuffers::Vector<uint8_t>*>(kPayloadField)) &&
          verifier.EndTable();
 }
 
-
-} // namespace
+}  // namespace
 
 uint64_t fnv1a64(const uint8_t* data, size_t size) {
   uint64_t h = 0xcbf29ce484222325ULL;
@@ -56,15 +52,13 @@ uint64_t fnv1a64(const uint8_t* data, size_t size) {
   return h;
 }
 
-Status verify_context_binary(const uint8_t* data, size_t size,
-                             const ::qnn_delegate::QnnPayload** payload) {
+Status verify_context_binary(const uint8_t* data, size_t size, const ::qnn_delegate::QnnPayload** payload) {
   if (data == nullptr || size == 0) {
     return make_error(ErrorKind::InvalidProgram, "qnn-delegate blob is empty");
   }
   if (size >= 8 && !flatbuffers::BufferHasIdentifier(data, "QNNB")) {
     return make_error(ErrorKind::InvalidProgram,
-                      "qnn-delegate blob (%zu bytes) does not carry the file identifier 'QNNB'",
-                      size);
+                      "qnn-delegate blob (%zu bytes) does not carry the file identifier 'QNNB'", size);
   }
   if (!verify_container_shallow(data, size)) {
     return make_error(ErrorKind::InvalidProgram,
@@ -74,8 +68,7 @@ Status verify_context_binary(const uint8_t* data, size_t size,
   }
   const auto* ctx = ::qnn_delegate::GetQnnContextBinary(data);
   if (ctx->schema_version() != kSchemaVersion) {
-    return make_error(ErrorKind::InvalidProgram,
-                      "qnn-delegate blob has schema_version %u, this runtime reads %u",
+    return make_error(ErrorKind::InvalidProgram, "qnn-delegate blob has schema_version %u, this runtime reads %u",
                       ctx->schema_version(), kSchemaVersion);
   }
   const auto* bytes = ctx->payload();
@@ -92,13 +85,11 @@ Status verify_context_binary(const uint8_t* data, size_t size,
   flatbuffers::Verifier nested(bytes->data(), bytes->size());
   if (!nested.VerifyBuffer<::qnn_delegate::QnnPayload>(nullptr)) {
     return make_error(ErrorKind::InvalidProgram,
-                      "qnn-delegate payload (%u bytes) failed the flatbuffers verifier (QnnPayload)",
-                      bytes->size());
+                      "qnn-delegate payload (%u bytes) failed the flatbuffers verifier (QnnPayload)", bytes->size());
   }
   const auto* p = flatbuffers::GetRoot<::qnn_delegate::QnnPayload>(bytes->data());
   if (p->schema_version() != kSchemaVersion) {
-    return make_error(ErrorKind::InvalidProgram,
-                      "qnn-delegate payload has schema_version %u, this runtime reads %u",
+    return make_error(ErrorKind::InvalidProgram, "qnn-delegate payload has schema_version %u, this runtime reads %u",
                       p->schema_version(), kSchemaVersion);
   }
   if (p->graphs() == nullptr || p->graphs()->size() == 0) {
@@ -129,16 +120,16 @@ Status verify_aligned(const void* data, size_t size, VerifiedPayload& out) {
   return Status::Ok();
 }
 
-} // namespace
+}  // namespace
 
-Status load_graphs(const void* data, size_t size, const engine::EngineOptions& options,
-                   int graph_index, std::vector<std::unique_ptr<engine::GraphExecutor>>& graphs) {
+Status load_graphs(const void* data, size_t size, const engine::EngineOptions& options, int graph_index,
+                   std::vector<std::unique_ptr<engine::GraphExecutor>>& graphs) {
   VerifiedPayload v;
   QNN_RETURN_IF_ERROR(verify_aligned(data, size, v));
   const size_t n = v.payload->graphs()->size();
   if (graph_index >= 0 && size_t(graph_index) >= n) {
-    return make_error(ErrorKind::InvalidArgument, "graph index %d out of range (payload has %zu graphs)",
-                      graph_index, n);
+    return make_error(ErrorKind::InvalidArgument, "graph index %d out of range (payload has %zu graphs)", graph_index,
+                      n);
   }
   for (size_t i = 0; i < n; ++i) {
     if (graph_index >= 0 && size_t(graph_index) != i) continue;
@@ -150,8 +141,7 @@ Status load_graphs(const void* data, size_t size, const engine::EngineOptions& o
 }
 
 Status load_graph_for_method(const void* data, size_t size, const engine::EngineOptions& options,
-                             const char* method_name,
-                             std::unique_ptr<engine::GraphExecutor>& graph) {
+                             const char* method_name, std::unique_ptr<engine::GraphExecutor>& graph) {
   VerifiedPayload v;
   QNN_RETURN_IF_ERROR(verify_aligned(data, size, v));
   const auto* graphs = v.payload->graphs();
@@ -172,5 +162,5 @@ engine::EngineOptions engine_options_from_env() {
   return o;
 }
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

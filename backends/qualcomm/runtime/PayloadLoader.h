@@ -27,23 +27,20 @@ struct AlignedBlob {
 };
 
 // Verifies `data` and returns the nested payload (which points into `data`).
-engine::Status verify_context_binary(const uint8_t* data, size_t size,
-                                     const ::qnn_delegate::QnnPayload** payload);
+engine::Status verify_context_binary(const uint8_t* data, size_t size, const ::qnn_delegate::QnnPayload** payload);
 
 // Verifies the blob and builds graph `graph_index`, or every graph when
 // graph_index < 0. Copies `data` first when it is not 16-byte aligned.
-engine::Status load_graphs(const void* data, size_t size, const engine::EngineOptions& options,
-                           int graph_index,
+engine::Status load_graphs(const void* data, size_t size, const engine::EngineOptions& options, int graph_index,
                            std::vector<std::unique_ptr<engine::GraphExecutor>>& graphs);
 
 // Verifies the blob and builds the graph named `method_name` (graph 0 when
 // no graph has that name or method_name is null).
-engine::Status load_graph_for_method(const void* data, size_t size,
-                                     const engine::EngineOptions& options, const char* method_name,
-                                     std::unique_ptr<engine::GraphExecutor>& graph);
+engine::Status load_graph_for_method(const void* data, size_t size, const engine::EngineOptions& options,
+                                     const char* method_name, std::unique_ptr<engine::GraphExecutor>& graph);
 
 // Options of the reference ("oracle") kernels: QNN_DELEGATE_REFERENCE_KERNELS=1.
 engine::EngineOptions engine_options_from_env();
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

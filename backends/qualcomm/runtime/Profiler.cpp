@@ -23,24 +23,22 @@ uint64_t read_cycle_counter() {
 #endif
 }
 
-ExecuteProfiler::ExecuteProfiler(executorch::runtime::EventTracer* tracer,
-                                 const engine::GraphExecutor& graph, ProfileLevel profile_level)
+ExecuteProfiler::ExecuteProfiler(executorch::runtime::EventTracer* tracer, const engine::GraphExecutor& graph,
+                                 ProfileLevel profile_level)
     : tracer_(tracer), graph_(graph), detailed_(profile_level >= kProfileDetailed) {}
 
-void ExecuteProfiler::log_event(const char* name, const char* type, const char* path,
-                                uint64_t start_ticks, uint64_t end_ticks, uint64_t cycles) const {
-  const double us =
-      double(executorch::runtime::ticks_to_ns(end_ticks - start_ticks)) / 1000.0;
+void ExecuteProfiler::log_event(const char* name, const char* type, const char* path, uint64_t start_ticks,
+                                uint64_t end_ticks, uint64_t cycles) const {
+  const double us = double(executorch::runtime::ticks_to_ns(end_ticks - start_ticks)) / 1000.0;
   char metadata[192];
-  const int n = path ? std::snprintf(metadata, sizeof(metadata), "type=%s;us=%.3f;cycles=%llu;path=%s", type,
-                                     us, static_cast<unsigned long long>(cycles), path)
+  const int n = path ? std::snprintf(metadata, sizeof(metadata), "type=%s;us=%.3f;cycles=%llu;path=%s", type, us,
+                                     static_cast<unsigned long long>(cycles), path)
                      : std::snprintf(metadata, sizeof(metadata), "type=%s;us=%.3f;cycles=%llu", type, us,
                                      static_cast<unsigned long long>(cycles));
   const size_t len = n < 0 ? 0 : std::min(sizeof(metadata) - 1, size_t(n));
   // A name with kUnsetDelegateDebugIntId (ETDumpGen accepts nothing else with a name).
-  executorch::runtime::event_tracer_log_profiling_delegate(
-      tracer_, name, executorch::runtime::kUnsetDelegateDebugIntId, start_ticks, end_ticks,
-      metadata, len);
+  executorch::runtime::event_tracer_log_profiling_delegate(tracer_, name, executorch::runtime::kUnsetDelegateDebugIntId,
+                                                           start_ticks, end_ticks, metadata, len);
 }
 
 void ExecuteProfiler::graph_started() {
@@ -66,5 +64,5 @@ void ExecuteProfiler::op_finished(size_t op_index) {
             op_start_ticks_, end, cycles);
 }
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

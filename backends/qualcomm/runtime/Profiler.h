@@ -30,8 +30,8 @@ class ExecuteProfiler final : public engine::OpObserver {
 
  private:
   // path: the op kernel's code path (Kernel::path), nullptr for the graph event.
-  void log_event(const char* name, const char* type, const char* path, uint64_t start_ticks,
-                 uint64_t end_ticks, uint64_t cycles) const;
+  void log_event(const char* name, const char* type, const char* path, uint64_t start_ticks, uint64_t end_ticks,
+                 uint64_t cycles) const;
 
   executorch::runtime::EventTracer* tracer_;
   const engine::GraphExecutor& graph_;
@@ -45,5 +45,5 @@ class ExecuteProfiler final : public engine::OpObserver {
 // CPU cycle counter (rdtsc on x86; 0 where there is none).
 uint64_t read_cycle_counter();
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

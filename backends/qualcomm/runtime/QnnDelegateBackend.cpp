@@ -38,12 +38,18 @@ using executorch::runtime::Span;
 
 Error to_et_error(engine::ErrorKind kind) {
   switch (kind) {
-    case engine::ErrorKind::Ok: return Error::Ok;
-    case engine::ErrorKind::InvalidProgram: return Error::InvalidProgram;
-    case engine::ErrorKind::InvalidArgument: return Error::InvalidArgument;
-    case engine::ErrorKind::NotSupported: return Error::NotSupported;
-    case engine::ErrorKind::MemoryAllocationFailed: return Error::MemoryAllocationFailed;
-    default: return Error::Internal;
+    case engine::ErrorKind::Ok:
+      return Error::Ok;
+    case engine::ErrorKind::InvalidProgram:
+      return Error::InvalidProgram;
+    case engine::ErrorKind::InvalidArgument:
+      return Error::InvalidArgument;
+    case engine::ErrorKind::NotSupported:
+      return Error::NotSupported;
+    case engine::ErrorKind::MemoryAllocationFailed:
+      return Error::MemoryAllocationFailed;
+    default:
+      return Error::Internal;
   }
 }
 
@@ -51,12 +57,18 @@ namespace {
 
 bool dtype_matches(ScalarType st, engine::DType dt) {
   switch (st) {
-    case ScalarType::Float: return dt == engine::DType::FLOAT_32;
-    case ScalarType::Long: return dt == engine::DType::INT_64;
-    case ScalarType::Int: return dt == engine::DType::INT_32;
-    case ScalarType::Bool: return dt == engine::DType::BOOL_8;
-    case ScalarType::Byte: return dt == engine::DType::UINT_8;
-    default: return false;
+    case ScalarType::Float:
+      return dt == engine::DType::FLOAT_32;
+    case ScalarType::Long:
+      return dt == engine::DType::INT_64;
+    case ScalarType::Int:
+      return dt == engine::DType::INT_32;
+    case ScalarType::Bool:
+      return dt == engine::DType::BOOL_8;
+    case ScalarType::Byte:
+      return dt == engine::DType::UINT_8;
+    default:
+      return false;
   }
 }
 
@@ -64,8 +76,8 @@ bool dtype_matches(ScalarType st, engine::DType dt) {
 // (two dim orders give the same memory layout iff these agree). Empty `dim_order` =
 // contiguous. Returns the count written to `out` (at most kMaxDimOrderRank).
 constexpr size_t kMaxDimOrderRank = 16;
-size_t memory_order(ArrayRef<executorch::aten::SizesType> sizes, const uint8_t* dim_order,
-                    size_t dim_order_size, uint8_t* out) {
+size_t memory_order(ArrayRef<executorch::aten::SizesType> sizes, const uint8_t* dim_order, size_t dim_order_size,
+                    uint8_t* out) {
   size_t n = 0;
   for (size_t i = 0; i < sizes.size() && n < kMaxDimOrderRank; ++i) {
     const size_t d = dim_order_size == sizes.size() ? dim_order[i] : i;
@@ -98,37 +110,36 @@ Error check_dim_order(const engine::GraphExecutor& g, const executorch::aten::Te
          "QnnDelegate graph '%s': %s %zu (tensor '%s') has dim order %s, the delegate was lowered "
          "for dim order %s (%s); export with an example input in the memory format you run with",
          g.name().c_str(), what, index, info.name.c_str(),
-         dim_order_text(reinterpret_cast<const uint8_t*>(got.data()), rank).c_str(),
-         dim_order_text(want, rank).c_str(), want == identity ? "contiguous" : "from the payload");
+         dim_order_text(reinterpret_cast<const uint8_t*>(got.data()), rank).c_str(), dim_order_text(want, rank).c_str(),
+         want == identity ? "contiguous" : "from the payload");
   return Error::InvalidArgument;
 }
 
 // Checks arg `index` against graph tensor `info`; returns its data pointer.
-Error check_tensor_arg(const engine::GraphExecutor& g, const EValue* arg, size_t index,
-                       const engine::TensorInfo& info, const char* what, void** data) {
+Error check_tensor_arg(const engine::GraphExecutor& g, const EValue* arg, size_t index, const engine::TensorInfo& info,
+                       const char* what, void** data) {
   if (arg == nullptr || !arg->isTensor()) {
-    ET_LOG(Error, "QnnDelegate graph '%s': %s %zu (tensor '%s') is not a tensor", g.name().c_str(),
-           what, index, info.name.c_str());
+    ET_LOG(Error, "QnnDelegate graph '%s': %s %zu (tensor '%s') is not a tensor", g.name().c_str(), what, index,
+           info.name.c_str());
     return Error::InvalidArgument;
   }
   const auto& t = arg->toTensor();
   if (!dtype_matches(t.scalar_type(), info.dtype)) {
-    ET_LOG(Error, "QnnDelegate graph '%s': %s %zu (tensor '%s') has dtype %d, graph expects %s",
-           g.name().c_str(), what, index, info.name.c_str(), static_cast<int>(t.scalar_type()),
-           engine::dtype_name(info.dtype));
+    ET_LOG(Error, "QnnDelegate graph '%s': %s %zu (tensor '%s') has dtype %d, graph expects %s", g.name().c_str(), what,
+           index, info.name.c_str(), static_cast<int>(t.scalar_type()), engine::dtype_name(info.dtype));
     return Error::InvalidArgument;
   }
   if (static_cast<size_t>(t.numel()) != info.numel) {
     ET_LOG(Error, "QnnDelegate graph '%s': %s %zu (tensor '%s') has %zu elements, graph expects %zu %s",
-           g.name().c_str(), what, index, info.name.c_str(), static_cast<size_t>(t.numel()),
-           info.numel, engine::dims_to_string(info.dims).c_str());
+           g.name().c_str(), what, index, info.name.c_str(), static_cast<size_t>(t.numel()), info.numel,
+           engine::dims_to_string(info.dims).c_str());
     return Error::InvalidArgument;
   }
   ET_CHECK_OK_OR_RETURN_ERROR(check_dim_order(g, t, index, info, what));
   *data = t.mutable_data_ptr();
   if (*data == nullptr && info.nbytes != 0) {
-    ET_LOG(Error, "QnnDelegate graph '%s': %s %zu (tensor '%s') has no data", g.name().c_str(), what,
-           index, info.name.c_str());
+    ET_LOG(Error, "QnnDelegate graph '%s': %s %zu (tensor '%s') has no data", g.name().c_str(), what, index,
+           info.name.c_str());
     return Error::InvalidArgument;
   }
   return Error::Ok;
@@ -141,7 +152,7 @@ const CompileSpec* find_spec(ArrayRef<CompileSpec> specs, const char* key) {
   return nullptr;
 }
 
-} // namespace
+}  // namespace
 
 size_t threads_for_performance_mode(PerformanceMode mode) {
   const size_t all = engine::ThreadPool::instance().max_threads();
@@ -183,8 +194,7 @@ bool unregister_handle(QnnDelegateHandle* h) {
 
 // The graph a delegate runs: the one its compile spec names, else the one
 // named like the method, else the first.
-engine::GraphExecutor* select_graph(const QnnContext& ctx, const CompileOptions& options,
-                                    const char* method_name) {
+engine::GraphExecutor* select_graph(const QnnContext& ctx, const CompileOptions& options, const char* method_name) {
   if (options.graph_names.size() == 1) {
     if (auto* g = ctx.find_graph(options.graph_names[0].c_str())) return g;
   }
@@ -242,14 +252,15 @@ engine::Status prepare_qnn_graph(QnnDelegateHandle& h) {
 
 void log_init(const QnnDelegateHandle& h, const char* method) {
   if (h.qnn_graph != nullptr) {
-    ET_LOG(Info, "QnnDelegate: method '%s' runs graph '%s' on QNN (context binary %zu bytes)",
-           method, h.qnn_graph->name().c_str(), h.context->qnn->binary_size());
+    ET_LOG(Info, "QnnDelegate: method '%s' runs graph '%s' on QNN (context binary %zu bytes)", method,
+           h.qnn_graph->name().c_str(), h.context->qnn->binary_size());
     return;
   }
-  ET_LOG(Info, "QnnDelegate: method '%s' runs graph '%s' (%zu ops) of context %016llx "
+  ET_LOG(Info,
+         "QnnDelegate: method '%s' runs graph '%s' (%zu ops) of context %016llx "
          "(%zu graphs, %zu delegates share it)",
-         method, h.graph->name().c_str(), h.graph->num_ops(),
-         (unsigned long long)h.context->signature, h.context->graphs.size(), h.context->refcount);
+         method, h.graph->name().c_str(), h.graph->num_ops(), (unsigned long long)h.context->signature,
+         h.context->graphs.size(), h.context->refcount);
 }
 
 Error parse_delegate_options(ArrayRef<CompileSpec> compile_specs, CompileOptions& options) {
@@ -263,7 +274,7 @@ Error parse_delegate_options(ArrayRef<CompileSpec> compile_specs, CompileOptions
   return Error::Ok;
 }
 
-} // namespace
+}  // namespace
 
 size_t live_handle_count() {
   std::lock_guard<std::mutex> lock(g_handles_mutex);
@@ -272,8 +283,7 @@ size_t live_handle_count() {
 
 bool QnnDelegateBackend::is_available() const { return true; }
 
-Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
-                                                 FreeableBuffer* processed,
+Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context, FreeableBuffer* processed,
                                                  ArrayRef<CompileSpec> compile_specs) const {
   if (processed == nullptr || processed->data() == nullptr) {
     ET_LOG(Error, "QnnDelegate: no processed payload");
@@ -288,8 +298,7 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
       RuntimeOptions::instance().snapshot().engine.value_or(static_cast<int>(default_engine())));
   qnn::QnnLibrary::set_forward_level(static_cast<int>(effective_options(options).log_level));
   const engine::Status s = ContextCache::instance().acquire(
-      processed->data(), processed->size(), engine_options_from_env(), heap_request(options),
-      &handle->context, engine);
+      processed->data(), processed->size(), engine_options_from_env(), heap_request(options), &handle->context, engine);
   if (!s.ok()) {
     ET_LOG(Error, "QnnDelegate init failed: %s", s.message.c_str());
     delete handle;
@@ -317,15 +326,13 @@ Result<DelegateHandle*> QnnDelegateBackend::init(BackendInitContext& context,
   return handle;
 }
 
-Error QnnDelegateBackend::execute(BackendExecutionContext& context, DelegateHandle* handle,
-                                  Span<EValue*> args) const {
+Error QnnDelegateBackend::execute(BackendExecutionContext& context, DelegateHandle* handle, Span<EValue*> args) const {
   if (handle == nullptr) return Error::InvalidState;
   auto* h = static_cast<QnnDelegateHandle*>(handle);
   if (h->qnn_graph != nullptr) {
     const EffectiveOptions eo = effective_options(h->options);
     std::lock_guard<std::mutex> lock(h->context->execute_mutex);
-    return execute_on_qnn(context, *h->qnn_graph, static_cast<int>(eo.profile_level), args,
-                          h->dumper.get());
+    return execute_on_qnn(context, *h->qnn_graph, static_cast<int>(eo.profile_level), args, h->dumper.get());
   }
   engine::GraphExecutor& g = *h->graph;
   GraphArgs bound;
@@ -340,8 +347,8 @@ Error QnnDelegateBackend::execute(BackendExecutionContext& context, DelegateHand
   void* const* out_ptrs = bound.outputs;
   const EffectiveOptions eo = effective_options(h->options);
   if (eo.log_level >= kLogLevelDebug) {
-    ET_LOG(Info, "QnnDelegate: execute graph '%s' (profile level %d, performance mode %d)",
-           g.name().c_str(), static_cast<int>(eo.profile_level), static_cast<int>(eo.performance_mode));
+    ET_LOG(Info, "QnnDelegate: execute graph '%s' (profile level %d, performance mode %d)", g.name().c_str(),
+           static_cast<int>(eo.profile_level), static_cast<int>(eo.performance_mode));
   }
   engine::ScopedThreadLimit threads(threads_for_performance_mode(eo.performance_mode));
   executorch::runtime::EventTracer* tracer = context.event_tracer();
@@ -376,7 +383,7 @@ Error QnnDelegateBackend::get_option(BackendOptionContext&, Span<BackendOption>&
 void QnnDelegateBackend::destroy(DelegateHandle* handle) const {
   auto* h = static_cast<QnnDelegateHandle*>(handle);
   if (h == nullptr || !unregister_handle(h)) return;  // unknown or already destroyed
-  ContextCache::instance().release(h->context);  // the last user frees graphs, then the context
+  ContextCache::instance().release(h->context);       // the last user frees graphs, then the context
   delete h;
 }
 
@@ -386,9 +393,9 @@ QnnDelegateBackend& backend_instance() {
 }
 
 namespace {
-const executorch::runtime::Error kRegistered = executorch::runtime::register_backend(
-    executorch::runtime::Backend{kBackendName, &backend_instance()});
-} // namespace
+const executorch::runtime::Error kRegistered =
+    executorch::runtime::register_backend(executorch::runtime::Backend{kBackendName, &backend_instance()});
+}  // namespace
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

@@ -23,7 +23,7 @@ struct QnnContext;
 // compile options of its delegate.
 struct QnnDelegateHandle {
   QnnContext* context = nullptr;
-  engine::GraphExecutor* graph = nullptr;  // host engine, or null when on QNN
+  engine::GraphExecutor* graph = nullptr;    // host engine, or null when on QNN
   qnn::QnnGraphRunner* qnn_graph = nullptr;  // QNN engine, or null when on the host
   CompileOptions options;
   std::unique_ptr<TensorDumper> dumper;  // null when the graph dumps no tensor
@@ -41,13 +41,11 @@ class QnnDelegateBackend final : public executorch::runtime::BackendInterface {
  public:
   bool is_available() const override;
   executorch::runtime::Result<executorch::runtime::DelegateHandle*> init(
-      executorch::runtime::BackendInitContext& context,
-      executorch::runtime::FreeableBuffer* processed,
+      executorch::runtime::BackendInitContext& context, executorch::runtime::FreeableBuffer* processed,
       executorch::runtime::ArrayRef<executorch::runtime::CompileSpec> compile_specs) const override;
-  executorch::runtime::Error execute(
-      executorch::runtime::BackendExecutionContext& context,
-      executorch::runtime::DelegateHandle* handle,
-      executorch::runtime::Span<executorch::runtime::EValue*> args) const override;
+  executorch::runtime::Error execute(executorch::runtime::BackendExecutionContext& context,
+                                     executorch::runtime::DelegateHandle* handle,
+                                     executorch::runtime::Span<executorch::runtime::EValue*> args) const override;
   executorch::runtime::Error set_option(
       executorch::runtime::BackendOptionContext& context,
       const executorch::runtime::Span<executorch::runtime::BackendOption>& options) override;
@@ -63,5 +61,5 @@ executorch::runtime::Error to_et_error(engine::ErrorKind kind);
 // The backend instance registered in this process.
 QnnDelegateBackend& backend_instance();
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

@@ -5,8 +5,8 @@
 #include <executorch/runtime/platform/log.h>
 
 #include "backends/qualcomm/runtime/HeapProfiler.h"
-#include "qc_compiler_spec_generated.h"
 #include "backends/qualcomm/runtime/qnn/QnnEngine.h"
+#include "qc_compiler_spec_generated.h"
 
 namespace qnn_delegate {
 namespace runtime {
@@ -55,7 +55,7 @@ bool engine_value(const BackendOption& option, EngineChoice* out) {
   return false;
 }
 
-} // namespace
+}  // namespace
 
 RuntimeOptions& RuntimeOptions::instance() {
   static RuntimeOptions options;
@@ -116,12 +116,12 @@ Error RuntimeOptions::set_one(const BackendOption& option) {
   if (const char* reason = rejection_reason(option)) {
     int lo = 0, hi = 0;
     if (std::holds_alternative<int>(option.value) && int_option_range(option.key, lo, hi)) {
-      ET_LOG(Error, "QnnDelegate: runtime option '%s' value %d %s (valid: %d..%d: %s); the other "
-             "options still apply", option.key, std::get<int>(option.value), reason, lo, hi,
-             int_option_values(option.key));
+      ET_LOG(Error,
+             "QnnDelegate: runtime option '%s' value %d %s (valid: %d..%d: %s); the other "
+             "options still apply",
+             option.key, std::get<int>(option.value), reason, lo, hi, int_option_values(option.key));
     } else {
-      ET_LOG(Error, "QnnDelegate: runtime option '%s' %s; the other options still apply",
-             option.key, reason);
+      ET_LOG(Error, "QnnDelegate: runtime option '%s' %s; the other options still apply", option.key, reason);
     }
     return Error::InvalidArgument;
   }
@@ -165,8 +165,7 @@ Error RuntimeOptions::get_one(BackendOption& option) const {
   if (is_engine_key(option.key)) {
     if (!values_.engine) return Error::NotFound;
     StringValue arr{};
-    std::strncpy(arr.data(), engine_choice_name(static_cast<EngineChoice>(*values_.engine)),
-                 arr.size() - 1);
+    std::strncpy(arr.data(), engine_choice_name(static_cast<EngineChoice>(*values_.engine)), arr.size() - 1);
     option.value = arr;
     return Error::Ok;
   }
@@ -200,11 +199,9 @@ EffectiveOptions RuntimeOptions::effective(const CompileOptions& compiled) const
   std::lock_guard<std::mutex> lock(mutex_);
   EffectiveOptions e;
   e.log_level = values_.log_level ? static_cast<LogLevel>(*values_.log_level) : compiled.log_level;
-  e.profile_level =
-      values_.profile_level ? static_cast<ProfileLevel>(*values_.profile_level) : compiled.profile_level;
-  e.performance_mode = values_.htp_performance_mode
-                           ? static_cast<PerformanceMode>(*values_.htp_performance_mode)
-                           : compiled.performance_mode;
+  e.profile_level = values_.profile_level ? static_cast<ProfileLevel>(*values_.profile_level) : compiled.profile_level;
+  e.performance_mode = values_.htp_performance_mode ? static_cast<PerformanceMode>(*values_.htp_performance_mode)
+                                                    : compiled.performance_mode;
   return e;
 }
 
@@ -218,5 +215,5 @@ void RuntimeOptions::reset() {
   values_ = RuntimeOptionValues();
 }
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

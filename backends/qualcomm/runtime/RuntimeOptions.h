@@ -54,12 +54,10 @@ class RuntimeOptions {
 
   // Applies every option it can; returns InvalidArgument if any option had an
   // unknown key or a wrong value type (the others still apply).
-  executorch::runtime::Error set(
-      const executorch::runtime::Span<executorch::runtime::BackendOption>& options);
+  executorch::runtime::Error set(const executorch::runtime::Span<executorch::runtime::BackendOption>& options);
   // Fills each option's value; NotFound for a known key never set,
   // InvalidArgument for an unknown key (the others are still filled).
-  executorch::runtime::Error get(
-      executorch::runtime::Span<executorch::runtime::BackendOption>& options) const;
+  executorch::runtime::Error get(executorch::runtime::Span<executorch::runtime::BackendOption>& options) const;
 
   RuntimeOptionValues snapshot() const;
   // No allocation: safe on the execute path.
@@ -97,5 +95,5 @@ inline bool log_enabled(LogLevel level, const CompileOptions& compiled) {
   return effective_options(compiled).log_level >= level;
 }
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

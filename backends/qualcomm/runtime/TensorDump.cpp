@@ -25,20 +25,45 @@ constexpr char kDebugIdMarker[] = "_debugID_";
 bool scalar_type_of(engine::DType dt, ScalarType& out) {
   using D = engine::DType;
   switch (dt) {
-    case D::FLOAT_32: out = ScalarType::Float; return true;
-    case D::FLOAT_16: out = ScalarType::Half; return true;
-    case D::INT_8: case D::SFIXED_POINT_8: out = ScalarType::Char; return true;
-    case D::UINT_8: case D::UFIXED_POINT_8: out = ScalarType::Byte; return true;
-    case D::BOOL_8: out = ScalarType::Bool; return true;
-    case D::INT_16: case D::SFIXED_POINT_16: out = ScalarType::Short; return true;
-    case D::UINT_16: case D::UFIXED_POINT_16: out = ScalarType::UInt16; return true;
-    case D::INT_32: case D::UINT_32: case D::SFIXED_POINT_32: out = ScalarType::Int; return true;
-    case D::INT_64: out = ScalarType::Long; return true;
-    default: return false;
+    case D::FLOAT_32:
+      out = ScalarType::Float;
+      return true;
+    case D::FLOAT_16:
+      out = ScalarType::Half;
+      return true;
+    case D::INT_8:
+    case D::SFIXED_POINT_8:
+      out = ScalarType::Char;
+      return true;
+    case D::UINT_8:
+    case D::UFIXED_POINT_8:
+      out = ScalarType::Byte;
+      return true;
+    case D::BOOL_8:
+      out = ScalarType::Bool;
+      return true;
+    case D::INT_16:
+    case D::SFIXED_POINT_16:
+      out = ScalarType::Short;
+      return true;
+    case D::UINT_16:
+    case D::UFIXED_POINT_16:
+      out = ScalarType::UInt16;
+      return true;
+    case D::INT_32:
+    case D::UINT_32:
+    case D::SFIXED_POINT_32:
+      out = ScalarType::Int;
+      return true;
+    case D::INT_64:
+      out = ScalarType::Long;
+      return true;
+    default:
+      return false;
   }
 }
 
-} // namespace
+}  // namespace
 
 int64_t debug_handle_from_name(const std::string& name) {
   const size_t pos = name.rfind(kDebugIdMarker);
@@ -59,13 +84,25 @@ namespace {
 float stored_value(const void* data, engine::DType dt, size_t i) {
   using D = engine::DType;
   switch (dt) {
-    case D::FLOAT_16: return static_cast<float>(static_cast<const executorch::aten::Half*>(data)[i]);
-    case D::SFIXED_POINT_8: case D::INT_8: return static_cast<const int8_t*>(data)[i];
-    case D::UFIXED_POINT_8: case D::UINT_8: return static_cast<const uint8_t*>(data)[i];
-    case D::SFIXED_POINT_16: case D::INT_16: return static_cast<const int16_t*>(data)[i];
-    case D::UFIXED_POINT_16: case D::UINT_16: return static_cast<const uint16_t*>(data)[i];
-    case D::SFIXED_POINT_32: case D::INT_32: return static_cast<float>(static_cast<const int32_t*>(data)[i]);
-    default: return static_cast<const float*>(data)[i];
+    case D::FLOAT_16:
+      return static_cast<float>(static_cast<const executorch::aten::Half*>(data)[i]);
+    case D::SFIXED_POINT_8:
+    case D::INT_8:
+      return static_cast<const int8_t*>(data)[i];
+    case D::UFIXED_POINT_8:
+    case D::UINT_8:
+      return static_cast<const uint8_t*>(data)[i];
+    case D::SFIXED_POINT_16:
+    case D::INT_16:
+      return static_cast<const int16_t*>(data)[i];
+    case D::UFIXED_POINT_16:
+    case D::UINT_16:
+      return static_cast<const uint16_t*>(data)[i];
+    case D::SFIXED_POINT_32:
+    case D::INT_32:
+      return static_cast<float>(static_cast<const int32_t*>(data)[i]);
+    default:
+      return static_cast<const float*>(data)[i];
   }
 }
 
@@ -82,7 +119,7 @@ bool is_permutation(const std::vector<uint8_t>& order, size_t rank) {
   return !identity;
 }
 
-} // namespace
+}  // namespace
 
 // Logged as the edge node: logical dims (the payload's dim order undone), float for fp16 and
 // per-tensor quantized tensors (real = scale * (q + offset)).
@@ -133,8 +170,8 @@ engine::Status TensorDumper::make_entry(const DumpSource& source, int64_t handle
     stride *= entry.sizes[i];
   }
   void* logged = entry.converted.empty() ? source.data : entry.converted.data();
-  entry.impl.reset(new TensorImpl(type, static_cast<ssize_t>(rank), entry.sizes.data(), logged,
-                                  entry.dim_order.data(), entry.strides.data()));
+  entry.impl.reset(new TensorImpl(type, static_cast<ssize_t>(rank), entry.sizes.data(), logged, entry.dim_order.data(),
+                                  entry.strides.data()));
   return engine::Status::Ok();
 }
 
@@ -207,8 +244,7 @@ engine::Status TensorDumper::build(const std::string& graph_name, const std::vec
 }
 
 bool TensorDumper::wanted(EventTracer* tracer) {
-  return tracer != nullptr &&
-         tracer->event_tracer_debug_level() == EventTracerDebugLogLevel::kIntermediateOutputs;
+  return tracer != nullptr && tracer->event_tracer_debug_level() == EventTracerDebugLogLevel::kIntermediateOutputs;
 }
 
 size_t TensorDumper::debug_buffer_room(EventTracer* tracer) {
@@ -231,11 +267,13 @@ bool TensorDumper::log(EventTracer* tracer, void* const* outputs) {
     // Any later write into the full buffer (ours or ExecuTorch's own output logging)
     // would abort the process: stop logging into it, keep what it holds.
     tracer->set_event_tracer_debug_level(EventTracerDebugLogLevel::kNoLogging);
-    ET_LOG(Error, "QnnDelegate warning: the ETDump debug buffer is full (%zu bytes left, graph "
+    ET_LOG(Error,
+           "QnnDelegate warning: the ETDump debug buffer is full (%zu bytes left, graph "
            "'%s' needs %zu per execute for %zu dumped tensors and the outputs); logging into it "
            "stops here (the event tracer's debug level is set to no logging), the ETDump keeps "
            "what was logged before. Use a larger debug buffer (debug_buffer_size / "
-           "--debug_buffer_size)", room, graph_name_.c_str(), bytes_per_execute_, entries_.size());
+           "--debug_buffer_size)",
+           room, graph_name_.c_str(), bytes_per_execute_, entries_.size());
     return false;
   }
   for (Entry& entry : entries_) {
@@ -254,5 +292,5 @@ bool TensorDumper::log(EventTracer* tracer, void* const* outputs) {
   return true;
 }
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

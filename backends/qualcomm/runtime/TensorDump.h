@@ -105,5 +105,5 @@ class TensorDumper {
   std::unique_ptr<executorch::aten::TensorImpl> placeholder_;
 };
 
-} // namespace runtime
-} // namespace qnn_delegate
+}  // namespace runtime
+}  // namespace qnn_delegate

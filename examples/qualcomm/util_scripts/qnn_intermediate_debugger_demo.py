@@ -33,12 +33,12 @@ from backends.qualcomm import (  # noqa: E402
     generate_qnn_executorch_compiler_spec,
     to_edge_transform_and_lower_to_qnn,
 )
-from backends.qualcomm.debugger import (
+from backends.qualcomm.debugger import (  # noqa: E402
     CosineSimilarityComparator,
     MSEComparator,
     QNNIntermediateDebugger,
     SQNRComparator,
-)  # noqa: E402,E501
+)
 from qnn_models import imagenet  # noqa: E402
 from qnn_models.mobilenet_v2 import load_mobilenet_v2  # noqa: E402
 

@@ -57,10 +57,9 @@ void clamp_codes(const TensorInfo& t, float lo, float hi, int64_t& cmin, int64_t
   if (std::isfinite(code_hi) && code_hi < double(cmax)) cmax = code_hi < double(cmin) ? cmin : int64_t(code_hi);
 }
 
-} // namespace
+}  // namespace
 
-ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph,
-                                        const std::vector<TensorInfo>& tensors) {
+ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph, const std::vector<TensorInfo>& tensors) {
   ActivationFusion f;
   const auto* ops = graph->ops();
   const size_t num_ops = ops ? ops->size() : 0, n = tensors.size();
@@ -88,8 +87,8 @@ ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph,
     if (!activation_range(act, lo, hi) || !single_id(act->outputs(), n, out)) continue;
     const TensorInfo& m = tensors[mid];
     const TensorInfo& y = tensors[out];
-    if (m.kind == TensorKind::NATIVE && m.dtype == DType::FLOAT_32 && y.dtype == DType::FLOAT_32 &&
-        !m.is_quantized() && !y.is_quantized()) {
+    if (m.kind == TensorKind::NATIVE && m.dtype == DType::FLOAT_32 && y.dtype == DType::FLOAT_32 && !m.is_quantized() &&
+        !y.is_quantized()) {
       FloatActivation& a = f.float_act[static_cast<size_t>(j)];
       a.kind = type_is(act, ops::OpType::Relu) ? FloatActivation::Relu : FloatActivation::ReluMinMax;
       a.lo = lo;
@@ -110,5 +109,5 @@ ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph,
   return f;
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

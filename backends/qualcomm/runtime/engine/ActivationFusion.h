@@ -44,8 +44,7 @@ struct ActivationFusion {
   std::vector<FloatActivation> float_act;
 };
 
-ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph,
-                                        const std::vector<TensorInfo>& tensors);
+ActivationFusion plan_activation_fusion(const ::qnn_delegate::Graph* graph, const std::vector<TensorInfo>& tensors);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -28,9 +28,7 @@ void TrackingAllocator::release(void* ptr, size_t bytes) {
   g_process_bytes -= bytes;
 }
 
-size_t TrackingAllocator::process_bytes_in_use() {
-  return g_process_bytes.load();
-}
+size_t TrackingAllocator::process_bytes_in_use() { return g_process_bytes.load(); }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -12,9 +12,7 @@ namespace engine {
 
 constexpr size_t kAlignment = 64;
 
-inline size_t align_up(size_t n, size_t a = kAlignment) {
-  return (n + a - 1) / a * a;
-}
+inline size_t align_up(size_t n, size_t a = kAlignment) { return (n + a - 1) / a * a; }
 
 class TrackingAllocator {
  public:
@@ -40,8 +38,7 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(TrackingAllocator* alloc, size_t bytes)
-      : alloc_(alloc), size_(bytes),
-        data_(bytes ? alloc->allocate(bytes) : nullptr) {}
+      : alloc_(alloc), size_(bytes), data_(bytes ? alloc->allocate(bytes) : nullptr) {}
   ~Buffer() { reset(); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -66,7 +63,9 @@ class Buffer {
   bool valid() const { return size_ == 0 || data_ != nullptr; }
   void* data() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t size() const { return size_; }
 
  private:
@@ -75,5 +74,5 @@ class Buffer {
   void* data_ = nullptr;
 };
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -65,7 +65,7 @@ QNN_TARGET_AVX2 size_t round_to_half_f16c(const float* src, float* dst, size_t n
   }
   return i;
 }
-} // namespace
+}  // namespace
 #endif
 
 void round_to_half_copy(const float* src, float* dst, size_t n) {
@@ -81,5 +81,5 @@ const char* kind_name(TensorKind kind) {
   return (name && *name) ? name : "<unknown tensor type>";
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

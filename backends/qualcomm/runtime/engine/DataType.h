@@ -22,13 +22,11 @@ const char* dtype_name(DType dt);
 const char* kind_name(TensorKind kind);
 
 // float -> float16 -> float, round to nearest even.
-inline float round_to_half(float x) {
-  return static_cast<float>(static_cast<_Float16>(x));
-}
+inline float round_to_half(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
 
 // Bulk rounding (F16C-vectorized when available); src may equal dst.
 void round_to_half_copy(const float* src, float* dst, size_t n);
 inline void round_to_half_inplace(float* data, size_t n) { round_to_half_copy(data, data, n); }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -57,8 +57,7 @@ uint32_t GraphExecutor::fp16_shadow_of(uint32_t id) {
   return shadow.id;
 }
 
-Status GraphExecutor::make_view(const ::qnn_delegate::Op* op, size_t index, OpView& view,
-                                std::vector<bool>& produced) {
+Status GraphExecutor::make_view(const ::qnn_delegate::Op* op, size_t index, OpView& view, std::vector<bool>& produced) {
   view.op = op;
   view.graph_name = name_;
   view.name = op->name()->str();
@@ -68,14 +67,14 @@ Status GraphExecutor::make_view(const ::qnn_delegate::Op* op, size_t index, OpVi
   for (size_t i = 0; ins && i < ins->size(); ++i) {
     uint32_t id = ins->Get(i);
     if (id >= n) {
-      return view.fail(ErrorKind::InvalidProgram, "input %zu refers to tensor id %u, out of range (%zu tensors)",
-                       i, id, n);
+      return view.fail(ErrorKind::InvalidProgram, "input %zu refers to tensor id %u, out of range (%zu tensors)", i, id,
+                       n);
     }
     const TensorInfo& t = tensors_[id];
     const bool available = t.kind == TensorKind::STATIC || t.kind == TensorKind::APP_WRITE || produced[id];
     if (!available) {
-      return view.fail(ErrorKind::InvalidProgram,
-                       "input %zu, tensor '%s', is read before any op produces it", i, t.name.c_str());
+      return view.fail(ErrorKind::InvalidProgram, "input %zu, tensor '%s', is read before any op produces it", i,
+                       t.name.c_str());
     }
     if (fp16_ && t.kind == TensorKind::APP_WRITE && t.dtype == DType::FLOAT_32) {
       id = fp16_shadow_of(id);
@@ -86,8 +85,8 @@ Status GraphExecutor::make_view(const ::qnn_delegate::Op* op, size_t index, OpVi
   for (size_t i = 0; outs && i < outs->size(); ++i) {
     const uint32_t id = outs->Get(i);
     if (id >= n) {
-      return view.fail(ErrorKind::InvalidProgram, "output %zu refers to tensor id %u, out of range (%zu tensors)",
-                       i, id, n);
+      return view.fail(ErrorKind::InvalidProgram, "output %zu refers to tensor id %u, out of range (%zu tensors)", i,
+                       id, n);
     }
     const TensorInfo& t = tensors_[id];
     if (t.kind != TensorKind::NATIVE && t.kind != TensorKind::APP_READ) {
@@ -134,7 +133,7 @@ Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
       continue;
     }
     OpView view;
-    TensorInfo clamped;  // a fused activation's output with its clamp codes (this step's view)
+    TensorInfo clamped;   // a fused activation's output with its clamp codes (this step's view)
     if (producer >= 0) {  // run the producer again, into this activation's output
       const ::qnn_delegate::Op* p = ops->Get(static_cast<size_t>(producer));
       std::vector<bool> inputs_only(produced);
@@ -150,8 +149,7 @@ Status GraphExecutor::create_kernels(const ::qnn_delegate::Graph* graph) {
     }
     auto it = registry.find(view.type);
     if (it == registry.end()) {
-      return view.fail(ErrorKind::NotSupported, "unknown op type '%s' (no kernel registered)",
-                       view.type.c_str());
+      return view.fail(ErrorKind::NotSupported, "unknown op type '%s' (no kernel registered)", view.type.c_str());
     }
     KernelPtr kernel;
     QNN_RETURN_IF_ERROR(it->second(view, env, kernel));
@@ -220,8 +218,8 @@ Status GraphExecutor::plan_and_allocate() {
   scratch_ = Buffer(&allocator_, scratch);
   if (!arena_.valid() || !scratch_.valid()) {
     return make_error(ErrorKind::MemoryAllocationFailed,
-                      "graph '%s': cannot allocate arena (%zu bytes) / scratch (%zu bytes)",
-                      name_.c_str(), plan.arena_bytes, scratch);
+                      "graph '%s': cannot allocate arena (%zu bytes) / scratch (%zu bytes)", name_.c_str(),
+                      plan.arena_bytes, scratch);
   }
   ptrs_.assign(tensors_.size(), nullptr);
   for (const TensorInfo& t : tensors_) {
@@ -242,8 +240,8 @@ Status GraphExecutor::execute(void* const* inputs, void* const* outputs, OpObser
   ctx.scratch = scratch_.data();
   for (const Step& step : steps_) {
     if (step.kernel == nullptr) {
-      round_to_half_copy(static_cast<const float*>(ptrs_[step.copy_src]),
-                         static_cast<float*>(ptrs_[step.copy_dst]), step.copy_numel);
+      round_to_half_copy(static_cast<const float*>(ptrs_[step.copy_src]), static_cast<float*>(ptrs_[step.copy_dst]),
+                         step.copy_numel);
       continue;
     }
     if (observer != nullptr) observer->op_started(step.op_index);
@@ -268,5 +266,5 @@ void GraphExecutor::release_io_pointers() {
   for (uint32_t id : output_ids_) ptrs_[id] = nullptr;
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -31,9 +31,9 @@ class OpObserver {
 // One step of the step list: an op, or the fp16 rounding copy of an input.
 struct Step {
   const Kernel* kernel = nullptr;
-  uint32_t op_index = 0;           // index of the op in the payload graph
-  uint32_t copy_src = 0;           // rounding copy: APP_WRITE tensor
-  uint32_t copy_dst = 0;           //                its arena shadow
+  uint32_t op_index = 0;  // index of the op in the payload graph
+  uint32_t copy_src = 0;  // rounding copy: APP_WRITE tensor
+  uint32_t copy_dst = 0;  //                its arena shadow
   size_t copy_numel = 0;
   std::vector<uint32_t> round_outputs;  // fp16: float outputs rounded after the op
 };
@@ -74,8 +74,7 @@ class GraphExecutor {
   Status load_io(const ::qnn_delegate::Graph* graph);
   Status load_bits_view(int32_t input_index, const TensorInfo& view);
   Status create_kernels(const ::qnn_delegate::Graph* graph);
-  Status make_view(const ::qnn_delegate::Op* op, size_t index, OpView& view,
-                   std::vector<bool>& produced);
+  Status make_view(const ::qnn_delegate::Op* op, size_t index, OpView& view, std::vector<bool>& produced);
   void add_fused_activation_step(const ::qnn_delegate::Op* op);
   // `clamped` = the output of activation op `act` with the codes its fused clamp keeps.
   const TensorInfo* clamped_output(const ActivationFusion& fusion, size_t act, const ::qnn_delegate::Op* act_op,
@@ -112,5 +111,5 @@ class GraphExecutor {
   std::vector<void*> ptrs_;
 };
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -13,11 +13,11 @@ constexpr size_t kMaxRank = 8;
 constexpr size_t kMaxTensorBytes = size_t(1) << 40;
 
 bool is_supported_kind(TensorKind kind) {
-  return kind == TensorKind::APP_WRITE || kind == TensorKind::APP_READ ||
-         kind == TensorKind::NATIVE || kind == TensorKind::STATIC;
+  return kind == TensorKind::APP_WRITE || kind == TensorKind::APP_READ || kind == TensorKind::NATIVE ||
+         kind == TensorKind::STATIC;
 }
 
-} // namespace
+}  // namespace
 
 Status GraphExecutor::load_tensors(const ::qnn_delegate::Graph* graph) {
   const auto* tensors = graph->tensors();
@@ -38,46 +38,44 @@ Status GraphExecutor::load_tensor(const ::qnn_delegate::Tensor* t, size_t index)
   const char* g = name_.c_str();
   if (t->id() != index) {
     return make_error(ErrorKind::InvalidProgram,
-                      "graph '%s': tensor '%s' at index %zu has id %u (ids must equal their index)",
-                      g, info.name.c_str(), index, t->id());
+                      "graph '%s': tensor '%s' at index %zu has id %u (ids must equal their index)", g,
+                      info.name.c_str(), index, t->id());
   }
   info.id = t->id();
   info.kind = t->type();
   info.dtype = t->data_type();
   if (!is_supported_kind(info.kind)) {
-    return make_error(ErrorKind::NotSupported, "graph '%s': tensor '%s' has unsupported type %s",
-                      g, info.name.c_str(), kind_name(info.kind));
+    return make_error(ErrorKind::NotSupported, "graph '%s': tensor '%s' has unsupported type %s", g, info.name.c_str(),
+                      kind_name(info.kind));
   }
   if (element_bits(info.dtype) == 0) {
-    return make_error(ErrorKind::InvalidProgram,
-                      "graph '%s': tensor '%s' has unknown data type %d", g, info.name.c_str(),
-                      static_cast<int>(info.dtype));
+    return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' has unknown data type %d", g,
+                      info.name.c_str(), static_cast<int>(info.dtype));
   }
   if (t->dims() != nullptr) info.dims.assign(t->dims()->begin(), t->dims()->end());
   if (info.dims.size() > kMaxRank) {
-    return make_error(ErrorKind::NotSupported, "graph '%s': tensor '%s' has rank %zu (max %zu)",
-                      g, info.name.c_str(), info.dims.size(), kMaxRank);
+    return make_error(ErrorKind::NotSupported, "graph '%s': tensor '%s' has rank %zu (max %zu)", g, info.name.c_str(),
+                      info.dims.size(), kMaxRank);
   }
   size_t numel = 1;
   for (uint32_t d : info.dims) {
     if (d != 0 && numel > kMaxTensorBytes / d) {
-      return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' dims %s are too large",
-                        g, info.name.c_str(), dims_to_string(info.dims).c_str());
+      return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' dims %s are too large", g,
+                        info.name.c_str(), dims_to_string(info.dims).c_str());
     }
     numel *= d;
   }
   info.numel = numel;
   info.nbytes = storage_bytes(info.dtype, numel);
   if (info.nbytes > kMaxTensorBytes) {
-    return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' dims %s are too large",
-                      g, info.name.c_str(), dims_to_string(info.dims).c_str());
+    return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' dims %s are too large", g, info.name.c_str(),
+                      dims_to_string(info.dims).c_str());
   }
   QNN_RETURN_IF_ERROR(load_quant_info(t->quant(), name_, info));
   QNN_RETURN_IF_ERROR(load_dim_order(t, info));
   if (info.kind == TensorKind::STATIC) return copy_static_data(info, t);
   if (t->data() != nullptr && t->data()->size() != 0) {
-    return make_error(ErrorKind::InvalidProgram,
-                      "graph '%s': tensor '%s' of type %s carries data (only STATIC may)", g,
+    return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' of type %s carries data (only STATIC may)", g,
                       info.name.c_str(), kind_name(info.kind));
   }
   return Status::Ok();
@@ -90,7 +88,8 @@ Status GraphExecutor::load_dim_order(const ::qnn_delegate::Tensor* t, TensorInfo
   if (info.kind != TensorKind::APP_WRITE && info.kind != TensorKind::APP_READ) {
     return make_error(ErrorKind::InvalidProgram,
                       "graph '%s': tensor '%s' of type %s has a dim order (only graph inputs / "
-                      "outputs may)", g, info.name.c_str(), kind_name(info.kind));
+                      "outputs may)",
+                      g, info.name.c_str(), kind_name(info.kind));
   }
   info.dim_order.assign(t->dim_order()->begin(), t->dim_order()->end());
   std::vector<bool> seen(info.dim_order.size(), false);
@@ -105,7 +104,8 @@ Status GraphExecutor::load_dim_order(const ::qnn_delegate::Tensor* t, TensorInfo
   if (!valid) {
     return make_error(ErrorKind::InvalidProgram,
                       "graph '%s': tensor '%s' has a dim order that is not a permutation of its "
-                      "%zu dims", g, info.name.c_str(), info.dims.size());
+                      "%zu dims",
+                      g, info.name.c_str(), info.dims.size());
   }
   return Status::Ok();
 }
@@ -116,13 +116,12 @@ Status GraphExecutor::copy_static_data(TensorInfo& info, const ::qnn_delegate::T
     return make_error(ErrorKind::InvalidProgram,
                       "graph '%s': STATIC tensor '%s' has %zu data bytes, expected %zu "
                       "(dims %s, %s)",
-                      name_.c_str(), info.name.c_str(), have, info.nbytes,
-                      dims_to_string(info.dims).c_str(), dtype_name(info.dtype));
+                      name_.c_str(), info.name.c_str(), have, info.nbytes, dims_to_string(info.dims).c_str(),
+                      dtype_name(info.dtype));
   }
   Buffer buf(&allocator_, info.nbytes);
   if (!buf.valid()) {
-    return make_error(ErrorKind::MemoryAllocationFailed,
-                      "graph '%s': cannot allocate %zu bytes for STATIC tensor '%s'",
+    return make_error(ErrorKind::MemoryAllocationFailed, "graph '%s': cannot allocate %zu bytes for STATIC tensor '%s'",
                       name_.c_str(), info.nbytes, info.name.c_str());
   }
   if (have) std::memcpy(buf.data(), t->data()->data(), have);
@@ -137,23 +136,23 @@ Status GraphExecutor::copy_static_data(TensorInfo& info, const ::qnn_delegate::T
 Status GraphExecutor::load_io(const ::qnn_delegate::Graph* graph) {
   const size_t n = tensors_.size();
   std::vector<bool> seen(n, false);
-  auto load_list = [&](const flatbuffers::Vector<uint32_t>* ids, TensorKind kind,
-                       const char* what, std::vector<uint32_t>& out) -> Status {
+  auto load_list = [&](const flatbuffers::Vector<uint32_t>* ids, TensorKind kind, const char* what,
+                       std::vector<uint32_t>& out) -> Status {
     for (size_t i = 0; ids && i < ids->size(); ++i) {
       const uint32_t id = ids->Get(i);
       if (id >= n) {
         return make_error(ErrorKind::InvalidProgram,
-                          "graph '%s': %s %zu refers to tensor id %u, out of range (%zu tensors)",
-                          name_.c_str(), what, i, id, n);
+                          "graph '%s': %s %zu refers to tensor id %u, out of range (%zu tensors)", name_.c_str(), what,
+                          i, id, n);
       }
       if (tensors_[id].kind != kind) {
         return make_error(ErrorKind::InvalidProgram, "graph '%s': %s %zu, tensor '%s', is %s, expected %s",
-                          name_.c_str(), what, i, tensors_[id].name.c_str(),
-                          kind_name(tensors_[id].kind), kind_name(kind));
+                          name_.c_str(), what, i, tensors_[id].name.c_str(), kind_name(tensors_[id].kind),
+                          kind_name(kind));
       }
       if (seen[id]) {
-        return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' is listed twice as %s",
-                          name_.c_str(), tensors_[id].name.c_str(), what);
+        return make_error(ErrorKind::InvalidProgram, "graph '%s': tensor '%s' is listed twice as %s", name_.c_str(),
+                          tensors_[id].name.c_str(), what);
       }
       seen[id] = true;
       out.push_back(id);
@@ -180,20 +179,21 @@ Status GraphExecutor::load_bits_view(int32_t k, const TensorInfo& view) {
   if (k < 0 || size_t(k) >= input_ids_.size()) {
     return make_error(ErrorKind::InvalidProgram,
                       "graph '%s': tensor '%s' is APP_WRITE but not listed in the graph inputs "
-                      "(bits_of_input %d; %zu inputs)", g, view.name.c_str(), k, input_ids_.size());
+                      "(bits_of_input %d; %zu inputs)",
+                      g, view.name.c_str(), k, input_ids_.size());
   }
   const TensorInfo& source = tensors_[input_ids_[k]];
   if (element_bits(source.dtype) != element_bits(view.dtype) || source.dims != view.dims ||
       source.dim_order != view.dim_order || view.quant.defined()) {
     return make_error(ErrorKind::InvalidProgram,
                       "graph '%s': tensor '%s' (%s %s) cannot view graph input %d, '%s' (%s %s): "
-                      "element size, dims and dim order must match, and no encoding", g,
-                      view.name.c_str(), dtype_name(view.dtype), dims_to_string(view.dims).c_str(), k,
+                      "element size, dims and dim order must match, and no encoding",
+                      g, view.name.c_str(), dtype_name(view.dtype), dims_to_string(view.dims).c_str(), k,
                       source.name.c_str(), dtype_name(source.dtype), dims_to_string(source.dims).c_str());
   }
   bits_views_.push_back({view.id, uint32_t(k)});
   return Status::Ok();
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -53,7 +53,7 @@ inline HtpRequant htp_requant_of(double m) {
   HtpRequant r;
   if (!(m > 0.0) || !std::isfinite(m)) return r;  // mult 0: output = zero point
   int k = 0;
-  const double f = std::frexp(m, &k);  // m = f * 2^k, f in [0.5, 1)
+  const double f = std::frexp(m, &k);   // m = f * 2^k, f in [0.5, 1)
   const int e = f == 0.5 ? 1 - k : -k;  // floor(-log2(m))
   r.shift = e - 3 > 0 ? e - 3 : 0;
   r.half = r.shift > 0 ? 1 : 0;
@@ -82,8 +82,8 @@ inline HtpRequant htp_requant_unshifted_of(double m) {
 // (trunc(f32(bias) / f32(in_scale * w_scale) / 256)) -- and multiplies by
 // round(m * 2^31) with 23 fractional bits, half up. `zero_point` is the input's
 // (-offset), `wsum` the channel's weight sum.
-inline HtpRequant htp_requant16_of(double m, float bias_real, float in_scale, float w_scale,
-                                   int64_t zero_point, int64_t wsum) {
+inline HtpRequant htp_requant16_of(double m, float bias_real, float in_scale, float w_scale, int64_t zero_point,
+                                   int64_t wsum) {
   HtpRequant r;
   if (!(m > 0.0) || !std::isfinite(m)) return r;
   r.shift = 8;

@@ -36,8 +36,7 @@ Status OpView::expect_arity(int min_inputs, int max_inputs, int num_outputs) con
     return fail(ErrorKind::InvalidProgram, "expects at least %d inputs, got %d", min_inputs, nin);
   }
   if (static_cast<int>(outputs.size()) != num_outputs) {
-    return fail(ErrorKind::InvalidProgram, "expects %d outputs, got %zu", num_outputs,
-                outputs.size());
+    return fail(ErrorKind::InvalidProgram, "expects %d outputs, got %zu", num_outputs, outputs.size());
   }
   return Status::Ok();
 }
@@ -45,30 +44,28 @@ Status OpView::expect_arity(int min_inputs, int max_inputs, int num_outputs) con
 Status OpView::expect_output(size_t index, const Dims& dims, DType dtype) const {
   const TensorInfo& out = *outputs.at(index);
   if (out.dims != dims) {
-    return fail(ErrorKind::InvalidProgram,
-                "output tensor '%s' has dims %s but shape inference gives %s",
-                out.name.c_str(), dims_to_string(out.dims).c_str(),
-                dims_to_string(dims).c_str());
+    return fail(ErrorKind::InvalidProgram, "output tensor '%s' has dims %s but shape inference gives %s",
+                out.name.c_str(), dims_to_string(out.dims).c_str(), dims_to_string(dims).c_str());
   }
   if (out.dtype != dtype) {
-    return fail(ErrorKind::InvalidProgram, "output tensor '%s' has data type %s, expected %s",
-                out.name.c_str(), dtype_name(out.dtype), dtype_name(dtype));
+    return fail(ErrorKind::InvalidProgram, "output tensor '%s' has data type %s, expected %s", out.name.c_str(),
+                dtype_name(out.dtype), dtype_name(dtype));
   }
   return Status::Ok();
 }
 
 Status OpView::expect_float(const TensorInfo& t) const {
   if (t.dtype != DType::FLOAT_32) {
-    return fail(ErrorKind::NotSupported, "tensor '%s' has data type %s, only FLOAT_32 is supported",
-                t.name.c_str(), dtype_name(t.dtype));
+    return fail(ErrorKind::NotSupported, "tensor '%s' has data type %s, only FLOAT_32 is supported", t.name.c_str(),
+                dtype_name(t.dtype));
   }
   return Status::Ok();
 }
 
 Status OpView::expect_rank(const TensorInfo& t, size_t rank) const {
   if (t.rank() != rank) {
-    return fail(ErrorKind::InvalidProgram, "tensor '%s' has rank %zu (dims %s), expected rank %zu",
-                t.name.c_str(), t.rank(), dims_to_string(t.dims).c_str(), rank);
+    return fail(ErrorKind::InvalidProgram, "tensor '%s' has rank %zu (dims %s), expected rank %zu", t.name.c_str(),
+                t.rank(), dims_to_string(t.dims).c_str(), rank);
   }
   return Status::Ok();
 }
@@ -86,7 +83,7 @@ Registries& registries() {
   return r;
 }
 
-} // namespace
+}  // namespace
 
 KernelRegistrar::KernelRegistrar(KernelKind kind, ops::OpType type, KernelFactory factory) {
   Registries& all = registries();
@@ -119,5 +116,5 @@ std::vector<std::string> registered_op_types() {
   return names;
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

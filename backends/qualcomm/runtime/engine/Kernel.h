@@ -22,7 +22,9 @@ struct RunContext {
   void* scratch = nullptr;
 
   template <typename T>
-  T* at(uint32_t id) const { return static_cast<T*>(ptrs[id]); }
+  T* at(uint32_t id) const {
+    return static_cast<T*>(ptrs[id]);
+  }
 };
 
 // What a kernel factory sees of one op.
@@ -35,8 +37,7 @@ struct OpView {
   std::vector<const TensorInfo*> outputs;
 
   // Error whose message starts with "graph 'g', op 'n' (Type): ".
-  Status fail(ErrorKind kind, const char* fmt, ...) const
-      __attribute__((format(printf, 3, 4)));
+  Status fail(ErrorKind kind, const char* fmt, ...) const __attribute__((format(printf, 3, 4)));
   // Checks input / output counts (min_inputs..max_inputs, -1 = unbounded).
   Status expect_arity(int min_inputs, int max_inputs, int num_outputs) const;
   // Checks the output tensor dims / dtype against the inferred ones.
@@ -102,10 +103,9 @@ struct KernelRegistrar {
 
 #define QNN_KERNEL_CONCAT_INNER(a, b) a##b
 #define QNN_KERNEL_CONCAT(a, b) QNN_KERNEL_CONCAT_INNER(a, b)
-#define QNN_REGISTER_KERNEL(kind, op, ...)                                                    \
-  static const ::qnn_delegate::engine::KernelRegistrar QNN_KERNEL_CONCAT(qnn_kernel_registrar_, \
-                                                                         __LINE__)(           \
+#define QNN_REGISTER_KERNEL(kind, op, ...)                                                                 \
+  static const ::qnn_delegate::engine::KernelRegistrar QNN_KERNEL_CONCAT(qnn_kernel_registrar_, __LINE__)( \
       ::qnn_delegate::engine::KernelKind::kind, ::qnn_delegate::ops::OpType::op, __VA_ARGS__)
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -21,8 +21,7 @@ struct Placed {
 
 // Lowest aligned offset where [offset, offset+bytes) avoids all `busy` ranges.
 size_t first_fit(std::vector<Placed>& busy, size_t bytes) {
-  std::sort(busy.begin(), busy.end(),
-            [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
+  std::sort(busy.begin(), busy.end(), [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
   size_t candidate = 0;
   for (const Placed& p : busy) {
     if (candidate + bytes <= p.offset) break;
@@ -31,16 +30,14 @@ size_t first_fit(std::vector<Placed>& busy, size_t bytes) {
   return candidate;
 }
 
-} // namespace
+}  // namespace
 
 MemoryPlan plan_memory(const std::vector<BufferLifetime>& buffers) {
   MemoryPlan plan;
   plan.offsets.assign(buffers.size(), 0);
   std::vector<size_t> order(buffers.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return buffers[a].bytes > buffers[b].bytes;
-  });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
   std::vector<size_t> placed;
   std::vector<Placed> busy;
   for (size_t idx : order) {
@@ -48,7 +45,8 @@ MemoryPlan plan_memory(const std::vector<BufferLifetime>& buffers) {
     busy.clear();
     for (size_t other : placed) {
       if (lifetimes_overlap(buffers[idx], buffers[other])) {
-        busy.push_back({plan.offsets[other], plan.offsets[other] + align_up(std::max<size_t>(buffers[other].bytes, 1))});
+        busy.push_back(
+            {plan.offsets[other], plan.offsets[other] + align_up(std::max<size_t>(buffers[other].bytes, 1))});
       }
     }
     const size_t offset = first_fit(busy, bytes);
@@ -59,5 +57,5 @@ MemoryPlan plan_memory(const std::vector<BufferLifetime>& buffers) {
   return plan;
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -21,5 +21,5 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const std::vector<BufferLifetime>& buffers);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

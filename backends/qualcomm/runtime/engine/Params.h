@@ -24,16 +24,14 @@ class ParamReader {
   Status optional_float(const char* name, float& out) const;
 
   // TENSOR params of integer data. `dims` is the required dims (empty = any 1-D).
-  Status tensor_int(const char* name, DType dtype, const Dims& dims,
-                    std::vector<int64_t>& out) const;
+  Status tensor_int(const char* name, DType dtype, const Dims& dims, std::vector<int64_t>& out) const;
 
  private:
   const ::qnn_delegate::Param* find(const char* name) const;
-  Status check(const ::qnn_delegate::Param* p, const char* name,
-               ::qnn_delegate::QnnParamKind kind, DType dtype) const;
+  Status check(const ::qnn_delegate::Param* p, const char* name, ::qnn_delegate::QnnParamKind kind, DType dtype) const;
 
   const OpView& view_;
 };
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -12,13 +12,18 @@ namespace {
 uint32_t dtype_bitwidth(DType dt) {
   switch (dt) {
     case DType::UFIXED_POINT_8:
-    case DType::SFIXED_POINT_8: return 8;
+    case DType::SFIXED_POINT_8:
+      return 8;
     case DType::UFIXED_POINT_16:
-    case DType::SFIXED_POINT_16: return 16;
-    case DType::SFIXED_POINT_32: return 32;
+    case DType::SFIXED_POINT_16:
+      return 16;
+    case DType::SFIXED_POINT_32:
+      return 32;
     case DType::SFIXED_POINT_4:
-    case DType::UFIXED_POINT_4: return 4;
-    default: return 0;
+    case DType::UFIXED_POINT_4:
+      return 4;
+    default:
+      return 0;
   }
 }
 
@@ -52,8 +57,8 @@ struct QuantChecker {
     va_start(args, fmt);
     std::vsnprintf(buf, sizeof(buf), fmt, args);
     va_end(args);
-    return make_error(kind, "graph '%s': tensor '%s' (%s, %s): %s", graph.c_str(), t.name.c_str(),
-                      dtype_name(t.dtype), encoding_name(t.quant.encoding), buf);
+    return make_error(kind, "graph '%s': tensor '%s' (%s, %s): %s", graph.c_str(), t.name.c_str(), dtype_name(t.dtype),
+                      encoding_name(t.quant.encoding), buf);
   }
 
   Status check_scale(float s, const char* what, size_t index) const {
@@ -68,8 +73,8 @@ struct QuantChecker {
     range_of(t.dtype, t.quant.bitwidth, lo, hi);
     const int64_t zero_point = -int64_t(off);
     if (zero_point < lo || zero_point > hi) {
-      return fail(ErrorKind::InvalidProgram, "offset[%zu] = %d puts the zero point outside [%lld, %lld]",
-                  index, off, (long long)lo, (long long)hi);
+      return fail(ErrorKind::InvalidProgram, "offset[%zu] = %d puts the zero point outside [%lld, %lld]", index, off,
+                  (long long)lo, (long long)hi);
     }
     return Status::Ok();
   }
@@ -93,18 +98,18 @@ struct QuantChecker {
     }
     const bool sub_byte_ok = t.dtype == DType::SFIXED_POINT_4 && (q.bitwidth == 4 || q.bitwidth == 2);
     if (q.bitwidth != bits && !sub_byte_ok) {
-      return fail(ErrorKind::InvalidProgram, "bitwidth %u does not match the data type (expected %u%s)",
-                  q.bitwidth, bits, t.dtype == DType::SFIXED_POINT_4 ? " or 2" : "");
+      return fail(ErrorKind::InvalidProgram, "bitwidth %u does not match the data type (expected %u%s)", q.bitwidth,
+                  bits, t.dtype == DType::SFIXED_POINT_4 ? " or 2" : "");
     }
     const bool activation = t.kind != TensorKind::STATIC;
     if (activation && !(t.dtype == DType::UFIXED_POINT_8 || t.dtype == DType::UFIXED_POINT_16)) {
       return fail(ErrorKind::NotSupported,
                   "%s tensors must be UFIXED_POINT_8 or UFIXED_POINT_16 (only STATIC data may be "
-                  "signed or sub-byte)", kind_name(t.kind));
+                  "signed or sub-byte)",
+                  kind_name(t.kind));
     }
     if (activation && !q.per_tensor()) {
-      return fail(ErrorKind::NotSupported, "%s tensors need a per-tensor encoding",
-                  kind_name(t.kind));
+      return fail(ErrorKind::NotSupported, "%s tensors need a per-tensor encoding", kind_name(t.kind));
     }
     return Status::Ok();
   }
@@ -117,12 +122,12 @@ struct QuantChecker {
   Status check_channels(size_t channels) const {
     const QuantInfo& q = t.quant;
     if (q.scales.size() != channels) {
-      return fail(ErrorKind::InvalidProgram, "has %zu scales, expected %zu (dims %s, axis %d)",
-                  q.scales.size(), channels, dims_to_string(t.dims).c_str(), q.axis);
+      return fail(ErrorKind::InvalidProgram, "has %zu scales, expected %zu (dims %s, axis %d)", q.scales.size(),
+                  channels, dims_to_string(t.dims).c_str(), q.axis);
     }
     if (!q.offsets.empty() && q.offsets.size() != channels) {
-      return fail(ErrorKind::InvalidProgram, "has %zu offsets, expected %zu (dims %s, axis %d)",
-                  q.offsets.size(), channels, dims_to_string(t.dims).c_str(), q.axis);
+      return fail(ErrorKind::InvalidProgram, "has %zu offsets, expected %zu (dims %s, axis %d)", q.offsets.size(),
+                  channels, dims_to_string(t.dims).c_str(), q.axis);
     }
     for (size_t c = 0; c < channels; ++c) {
       QNN_RETURN_IF_ERROR(check_scale(q.scales[c], "scales", c));
@@ -148,12 +153,11 @@ struct QuantChecker {
     }
     const size_t depth = t.dims[q.block_axis];
     if (q.block_size == 0 || depth % q.block_size != 0) {
-      return fail(ErrorKind::InvalidProgram, "block_size %u does not divide dim %zu of block_axis %d",
-                  q.block_size, depth, q.block_axis);
+      return fail(ErrorKind::InvalidProgram, "block_size %u does not divide dim %zu of block_axis %d", q.block_size,
+                  depth, q.block_axis);
     }
     if (q.block_scale_bitwidth == 0 || q.block_scale_bitwidth > 8) {
-      return fail(ErrorKind::InvalidProgram, "block_scale_bitwidth %u is not in 1..8",
-                  q.block_scale_bitwidth);
+      return fail(ErrorKind::InvalidProgram, "block_scale_bitwidth %u is not in 1..8", q.block_scale_bitwidth);
     }
     QNN_RETURN_IF_ERROR(check_channels(t.dims[q.axis]));
     const size_t expected = size_t(t.dims[q.axis]) * (depth / q.block_size);
@@ -164,14 +168,13 @@ struct QuantChecker {
     const unsigned limit = 1u << q.block_scale_bitwidth;
     for (size_t i = 0; i < expected; ++i) {
       if (q.block_scales[i] >= limit) {
-        return fail(ErrorKind::InvalidProgram, "block_scales[%zu] = %u does not fit %u bits", i,
-                    q.block_scales[i], q.block_scale_bitwidth);
+        return fail(ErrorKind::InvalidProgram, "block_scales[%zu] = %u does not fit %u bits", i, q.block_scales[i],
+                    q.block_scale_bitwidth);
       }
     }
     for (size_t c = 0; c < q.offsets.size(); ++c) {
       if (q.offsets[c] != 0) {
-        return fail(ErrorKind::InvalidProgram, "blockwise offsets must be 0 (offsets[%zu] = %d)", c,
-                    q.offsets[c]);
+        return fail(ErrorKind::InvalidProgram, "blockwise offsets must be 0 (offsets[%zu] = %d)", c, q.offsets[c]);
       }
     }
     return Status::Ok();
@@ -201,7 +204,7 @@ void read_quant(const ::qnn_delegate::QuantizeParams* p, QuantInfo& q) {
   copy_vector(p->block_scales(), q.block_scales);
 }
 
-} // namespace
+}  // namespace
 
 const char* encoding_name(QuantEncoding e) {
   const char* name = ::qnn_delegate::EnumNameQnnQuantEncoding(e);
@@ -209,16 +212,15 @@ const char* encoding_name(QuantEncoding e) {
 }
 
 bool QuantInfo::same_as(const QuantInfo& o) const {
-  return encoding == o.encoding && bitwidth == o.bitwidth && scale == o.scale &&
-         offset == o.offset && axis == o.axis && scales == o.scales && offsets == o.offsets &&
-         block_axis == o.block_axis && block_size == o.block_size && block_scales == o.block_scales;
+  return encoding == o.encoding && bitwidth == o.bitwidth && scale == o.scale && offset == o.offset && axis == o.axis &&
+         scales == o.scales && offsets == o.offsets && block_axis == o.block_axis && block_size == o.block_size &&
+         block_scales == o.block_scales;
 }
 
 bool is_fixed_point(DType dt) { return dtype_bitwidth(dt) != 0; }
 
 bool is_quant_activation(const TensorInfo& t) {
-  return (t.dtype == DType::UFIXED_POINT_8 || t.dtype == DType::UFIXED_POINT_16) &&
-         t.quant.per_tensor();
+  return (t.dtype == DType::UFIXED_POINT_8 || t.dtype == DType::UFIXED_POINT_16) && t.quant.per_tensor();
 }
 
 int64_t quant_min(const TensorInfo& t) {
@@ -233,15 +235,14 @@ int64_t quant_max(const TensorInfo& t) {
   return hi < t.clamp_max ? hi : t.clamp_max;
 }
 
-Status load_quant_info(const ::qnn_delegate::QuantizeParams* p, const std::string& graph,
-                       TensorInfo& info) {
+Status load_quant_info(const ::qnn_delegate::QuantizeParams* p, const std::string& graph, TensorInfo& info) {
   info.quant = QuantInfo();
   if (p != nullptr) read_quant(p, info.quant);
   if (!info.quant.defined()) {
     if (is_fixed_point(info.dtype)) {
       return make_error(ErrorKind::InvalidProgram,
-                        "graph '%s': tensor '%s' has data type %s but no quantization encoding",
-                        graph.c_str(), info.name.c_str(), dtype_name(info.dtype));
+                        "graph '%s': tensor '%s' has data type %s but no quantization encoding", graph.c_str(),
+                        info.name.c_str(), dtype_name(info.dtype));
     }
     return Status::Ok();
   }
@@ -267,18 +268,23 @@ void unpack_int8(const TensorInfo& t, int8_t* dst) {
 int64_t static_q_at(const TensorInfo& t, size_t i) {
   const void* d = t.static_data;
   switch (t.dtype) {
-    case DType::UFIXED_POINT_8: return static_cast<const uint8_t*>(d)[i];
-    case DType::UFIXED_POINT_16: return static_cast<const uint16_t*>(d)[i];
-    case DType::SFIXED_POINT_8: return static_cast<const int8_t*>(d)[i];
-    case DType::SFIXED_POINT_16: return static_cast<const int16_t*>(d)[i];
-    case DType::SFIXED_POINT_32: return static_cast<const int32_t*>(d)[i];
+    case DType::UFIXED_POINT_8:
+      return static_cast<const uint8_t*>(d)[i];
+    case DType::UFIXED_POINT_16:
+      return static_cast<const uint16_t*>(d)[i];
+    case DType::SFIXED_POINT_8:
+      return static_cast<const int8_t*>(d)[i];
+    case DType::SFIXED_POINT_16:
+      return static_cast<const int16_t*>(d)[i];
+    case DType::SFIXED_POINT_32:
+      return static_cast<const int32_t*>(d)[i];
     case DType::SFIXED_POINT_4: {
       const uint32_t bits = t.quant.bitwidth, per_byte = 8 / bits, sign = 1u << (bits - 1);
-      const uint32_t v = (static_cast<const uint8_t*>(d)[i / per_byte] >> ((i % per_byte) * bits)) &
-                         ((1u << bits) - 1);
+      const uint32_t v = (static_cast<const uint8_t*>(d)[i / per_byte] >> ((i % per_byte) * bits)) & ((1u << bits) - 1);
       return int32_t(v ^ sign) - int32_t(sign);
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -302,7 +308,8 @@ uint32_t block_scale_at(const TensorInfo& t, size_t i) {
 
 bool is_symmetric(const TensorInfo& t) {
   if (t.quant.offset != 0) return false;
-  for (int32_t o : t.quant.offsets) if (o != 0) return false;
+  for (int32_t o : t.quant.offsets)
+    if (o != 0) return false;
   return true;
 }
 
@@ -345,5 +352,5 @@ void dequantize_any(const void* q, float* x, size_t n, DType dt, const QuantPara
   }
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -14,8 +14,7 @@ namespace engine {
 
 // Reads `q` into info.quant and validates it against the tensor's data type,
 // kind and dims; sets info.nbytes for packed sub-byte data.
-Status load_quant_info(const ::qnn_delegate::QuantizeParams* q, const std::string& graph,
-                       TensorInfo& info);
+Status load_quant_info(const ::qnn_delegate::QuantizeParams* q, const std::string& graph, TensorInfo& info);
 
 bool is_fixed_point(DType dt);
 // UFIXED_POINT_8 / UFIXED_POINT_16 with a per-tensor encoding.
@@ -73,5 +72,5 @@ void dequantize_run(const Q* q, float* x, size_t n, const QuantParams& p) {
 void quantize_any(const float* x, void* q, size_t n, DType dt, const QuantParams& p);
 void dequantize_any(const void* q, float* x, size_t n, DType dt, const QuantParams& p);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

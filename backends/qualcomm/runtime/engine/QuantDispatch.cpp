@@ -20,8 +20,10 @@ namespace engine {
 namespace {
 
 bool op_has_quant(const OpView& v) {
-  for (const TensorInfo* t : v.inputs) if (t->is_quantized()) return true;
-  for (const TensorInfo* t : v.outputs) if (t->is_quantized()) return true;
+  for (const TensorInfo* t : v.inputs)
+    if (t->is_quantized()) return true;
+  for (const TensorInfo* t : v.outputs)
+    if (t->is_quantized()) return true;
   return false;
 }
 
@@ -36,18 +38,15 @@ bool is_data_movement(const OpView& v) {
   return t != nullptr && t->data_movement;
 }
 
-bool is_index_tensor(const TensorInfo& t) {
-  return t.dtype == DType::INT_32 || t.dtype == DType::INT_64;
-}
+bool is_index_tensor(const TensorInfo& t) { return t.dtype == DType::INT_32 || t.dtype == DType::INT_64; }
 
 // All data tensors quantized with the same data type and encoding.
 bool shares_one_encoding(const OpView& v) {
   const TensorInfo* first = v.outputs.empty() ? nullptr : v.outputs[0];
   if (first == nullptr || !first->is_quantized()) return false;
-  auto same = [first](const TensorInfo* t) {
-    return t->dtype == first->dtype && t->quant.same_as(first->quant);
-  };
-  for (const TensorInfo* t : v.outputs) if (!same(t)) return false;
+  auto same = [first](const TensorInfo* t) { return t->dtype == first->dtype && t->quant.same_as(first->quant); };
+  for (const TensorInfo* t : v.outputs)
+    if (!same(t)) return false;
   for (size_t i = 0; i < v.inputs.size(); ++i) {
     const bool gather_indices = is_op(v, ops::OpType::Gather) && i == 1 && is_index_tensor(*v.inputs[i]);
     if (!gather_indices && !same(v.inputs[i])) return false;
@@ -107,8 +106,8 @@ class DequantWrappedKernel final : public Kernel {
     for (const Slot& s : slots_) {
       ptrs_[s.local] = scratch + s.scratch_offset;
       if (!s.is_output) {
-        dequantize_any(ctx.ptrs[s.graph_id], reinterpret_cast<float*>(scratch + s.scratch_offset),
-                       s.numel, s.dtype, s.qp);
+        dequantize_any(ctx.ptrs[s.graph_id], reinterpret_cast<float*>(scratch + s.scratch_offset), s.numel, s.dtype,
+                       s.qp);
       }
     }
     for (const auto& p : pass_through_) ptrs_[p.first] = ctx.ptrs[p.second];
@@ -121,8 +120,8 @@ class DequantWrappedKernel final : public Kernel {
         quantize_u8_half(reinterpret_cast<const float*>(scratch + s.scratch_offset),
                          static_cast<uint8_t*>(ctx.ptrs[s.graph_id]), s.numel, s.qp);
       } else if (s.is_output) {
-        quantize_any(reinterpret_cast<const float*>(scratch + s.scratch_offset),
-                     ctx.ptrs[s.graph_id], s.numel, s.dtype, s.qp);
+        quantize_any(reinterpret_cast<const float*>(scratch + s.scratch_offset), ctx.ptrs[s.graph_id], s.numel, s.dtype,
+                     s.qp);
       }
     }
     return Status::Ok();
@@ -157,20 +156,19 @@ class DequantWrappedKernel final : public Kernel {
     f.nbytes = t.numel * sizeof(float);
     if (t.kind == TensorKind::STATIC) return dequantize_static_input(v, t, f, env);
     if (!is_quant_activation(t)) {
-      return v.fail(ErrorKind::NotSupported, "tensor '%s' (%s) is not a per-tensor activation",
-                    t.name.c_str(), dtype_name(t.dtype));
+      return v.fail(ErrorKind::NotSupported, "tensor '%s' (%s) is not a per-tensor activation", t.name.c_str(),
+                    dtype_name(t.dtype));
     }
     slots_.push_back({local, t.id, t.dtype, quant_params_of(t), own_scratch_, t.numel, is_output});
     own_scratch_ += align_up(f.nbytes);
     return Status::Ok();
   }
 
-  Status dequantize_static_input(const OpView& v, const TensorInfo& t, TensorInfo& f,
-                                 KernelEnv& env) {
+  Status dequantize_static_input(const OpView& v, const TensorInfo& t, TensorInfo& f, KernelEnv& env) {
     Buffer buf(env.allocator, f.nbytes);
     if (!buf.valid()) {
-      return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate %zu bytes to dequantize '%s'",
-                    f.nbytes, t.name.c_str());
+      return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate %zu bytes to dequantize '%s'", f.nbytes,
+                    t.name.c_str());
     }
     dequantize_static(t, buf.as<float>());
     if (env.fp16) round_to_half_inplace(buf.as<float>(), t.numel);
@@ -182,7 +180,7 @@ class DequantWrappedKernel final : public Kernel {
 
   std::vector<TensorInfo> locals_;
   std::vector<Slot> slots_;
-  bool half_requant_ = false;  // 8-bit outputs quantized as HTP does (quantize_u8_half)
+  bool half_requant_ = false;                                // 8-bit outputs quantized as HTP does (quantize_u8_half)
   std::vector<std::pair<uint32_t, uint32_t>> pass_through_;  // local id, graph id
   std::vector<Buffer> static_floats_;
   mutable std::vector<void*> ptrs_;  // by local id; rewritten on every run
@@ -212,8 +210,7 @@ class LutKernel final : public Kernel {
     if (wide_) {
       table16_ = Buffer(env.allocator, bytes);
       if (!table16_.valid()) {
-        return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate %zu bytes for its lookup table",
-                      bytes);
+        return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate %zu bytes for its lookup table", bytes);
       }
       uint16_t* t = table16_.as<uint16_t>();
       for (size_t i = 0; i < 65536; ++i) t[i] = uint16_t(table.Get(2 * i) | (table.Get(2 * i + 1) << 8));
@@ -298,9 +295,8 @@ class LutKernel final : public Kernel {
 
 // A unary op from a per-tensor uint8 (or uint16) activation to one of the same data type and dims.
 bool is_table_op(const OpView& v, DType dtype) {
-  return is_unary_lut_op(v) && v.inputs.size() == 1 && v.outputs.size() == 1 &&
-         v.inputs[0]->dtype == dtype && v.outputs[0]->dtype == dtype &&
-         is_quant_activation(*v.inputs[0]) && is_quant_activation(*v.outputs[0]) &&
+  return is_unary_lut_op(v) && v.inputs.size() == 1 && v.outputs.size() == 1 && v.inputs[0]->dtype == dtype &&
+         v.outputs[0]->dtype == dtype && is_quant_activation(*v.inputs[0]) && is_quant_activation(*v.outputs[0]) &&
          v.inputs[0]->dims == v.outputs[0]->dims;
 }
 
@@ -317,10 +313,9 @@ const flatbuffers::Vector<uint8_t>* stored_table(const OpView& v) {
 // table its output is table[x] (the gate is left unread).
 bool is_silu_multiply(const OpView& v, DType dtype) {
   return is_op(v, ops::OpType::ElementWiseMultiply) && v.inputs.size() == 2 && v.outputs.size() == 1 &&
-         v.inputs[0]->dtype == dtype && v.outputs[0]->dtype == dtype &&
-         v.inputs[1]->dtype == DType::FLOAT_32 && is_quant_activation(*v.inputs[0]) &&
-         is_quant_activation(*v.outputs[0]) && v.inputs[0]->dims == v.outputs[0]->dims &&
-         v.inputs[1]->dims == v.outputs[0]->dims;
+         v.inputs[0]->dtype == dtype && v.outputs[0]->dtype == dtype && v.inputs[1]->dtype == DType::FLOAT_32 &&
+         is_quant_activation(*v.inputs[0]) && is_quant_activation(*v.outputs[0]) &&
+         v.inputs[0]->dims == v.outputs[0]->dims && v.inputs[1]->dims == v.outputs[0]->dims;
 }
 
 // A stored table must belong to a unary uint8 / uint16 op (or silu's Multiply) and hold one
@@ -335,8 +330,7 @@ Status check_stored_table(const OpView& v, const flatbuffers::Vector<uint8_t>& t
   }
   const size_t expected = narrow ? 256 : 65536 * 2;
   if (table.size() != expected) {
-    return v.fail(ErrorKind::InvalidProgram,
-                  "malformed payload: lookup_table has %u bytes, expected %zu (%s codes)",
+    return v.fail(ErrorKind::InvalidProgram, "malformed payload: lookup_table has %u bytes, expected %zu (%s codes)",
                   table.size(), expected, narrow ? "256 uint8" : "65536 uint16");
   }
   return Status::Ok();
@@ -357,7 +351,7 @@ Status create_wrapped(const OpView& v, KernelEnv& graph_env, KernelFactory float
   return Status::Ok();
 }
 
-} // namespace
+}  // namespace
 
 // kernels/layer_norm.cpp: quantized LayerNorm as QNN computes it (`out` left empty when not applicable).
 Status create_layer_norm_quant(const OpView& v, KernelEnv& env, KernelPtr& out);
@@ -399,5 +393,5 @@ Status create_dispatched_kernel(const OpView& v, KernelEnv& env, KernelPtr& out)
   return create_wrapped(v, env, f->second, out);
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -32,8 +32,7 @@ struct QuantInfo {
     return encoding == QuantEncoding::SCALE_OFFSET || encoding == QuantEncoding::BW_SCALE_OFFSET;
   }
   bool per_channel() const {
-    return encoding == QuantEncoding::AXIS_SCALE_OFFSET ||
-           encoding == QuantEncoding::BW_AXIS_SCALE_OFFSET;
+    return encoding == QuantEncoding::AXIS_SCALE_OFFSET || encoding == QuantEncoding::BW_AXIS_SCALE_OFFSET;
   }
   bool blockwise() const { return encoding == QuantEncoding::BLOCKWISE_EXPANSION; }
   int32_t channel_offset(size_t c) const { return offsets.empty() ? 0 : offsets[c]; }
@@ -42,5 +41,5 @@ struct QuantInfo {
 
 const char* encoding_name(QuantEncoding e);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -17,8 +17,7 @@ CpuLevels read_cpu() {
   CpuLevels c;
 #ifdef QNN_X86
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   c.level = avx512 ? SimdLevel::Avx512 : (avx2 ? SimdLevel::Avx2 : SimdLevel::Plain);
@@ -34,7 +33,7 @@ const CpuLevels& cpu() {
 
 const char* forced() { return std::getenv("QNN_HOST_ENGINE_KERNELS"); }
 
-} // namespace
+}  // namespace
 
 SimdLevel cpu_simd_level() { return cpu().level; }
 
@@ -54,5 +53,5 @@ SimdLevel simd_level() {
   return cpu_level;
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

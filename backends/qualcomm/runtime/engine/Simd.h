@@ -42,5 +42,5 @@ SimdLevel simd_level();
 // QNN_HOST_ENGINE_KERNELS=plain: kernels created now take their plain C++ loops.
 bool plain_kernels_forced();
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -27,8 +27,7 @@ struct Status {
 };
 
 // printf-style error constructor.
-inline Status make_error(ErrorKind kind, const char* fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+inline Status make_error(ErrorKind kind, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 inline Status make_error(ErrorKind kind, const char* fmt, ...) {
   char buf[1024];
@@ -42,11 +41,11 @@ inline Status make_error(ErrorKind kind, const char* fmt, ...) {
   return s;
 }
 
-#define QNN_RETURN_IF_ERROR(expr)        \
-  do {                                   \
+#define QNN_RETURN_IF_ERROR(expr)               \
+  do {                                          \
     ::qnn_delegate::engine::Status _s = (expr); \
-    if (!_s.ok()) return _s;             \
+    if (!_s.ok()) return _s;                    \
   } while (0)
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -60,5 +60,5 @@ inline size_t product(const Dims& dims, size_t begin = 0, size_t end = SIZE_MAX)
 
 std::string dims_to_string(const Dims& dims);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -82,5 +82,5 @@ void ThreadPool::parallel_for(size_t n, RangeFn fn, void* ctx) {
   done_.wait(lock, [&] { return running_ == 0; });
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

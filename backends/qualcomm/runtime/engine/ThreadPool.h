@@ -73,5 +73,5 @@ class ScopedThreadLimit {
   size_t previous_;
 };
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -32,9 +32,7 @@ std::string printable(const std::string& text) {
   return out;
 }
 
-[[noreturn]] void throw_value_error(const std::string& message) {
-  throw py::value_error(printable(message));
-}
+[[noreturn]] void throw_value_error(const std::string& message) { throw py::value_error(printable(message)); }
 
 [[noreturn]] void raise_status(const engine::Status& s) {
   if (s.kind == engine::ErrorKind::InvalidArgument || s.kind == engine::ErrorKind::InvalidProgram ||
@@ -46,14 +44,19 @@ std::string printable(const std::string& text) {
 
 py::dtype numpy_dtype_of(engine::DType dt, const std::string& tensor) {
   switch (dt) {
-    case engine::DType::FLOAT_32: return py::dtype::of<float>();
-    case engine::DType::INT_32: return py::dtype::of<int32_t>();
-    case engine::DType::INT_64: return py::dtype::of<int64_t>();
-    case engine::DType::UINT_8: return py::dtype::of<uint8_t>();
-    case engine::DType::BOOL_8: return py::dtype::of<bool>();
+    case engine::DType::FLOAT_32:
+      return py::dtype::of<float>();
+    case engine::DType::INT_32:
+      return py::dtype::of<int32_t>();
+    case engine::DType::INT_64:
+      return py::dtype::of<int64_t>();
+    case engine::DType::UINT_8:
+      return py::dtype::of<uint8_t>();
+    case engine::DType::BOOL_8:
+      return py::dtype::of<bool>();
     default:
-      throw_value_error("tensor '" + tensor + "' has data type " +
-                            engine::dtype_name(dt) + ", which has no numpy mapping");
+      throw_value_error("tensor '" + tensor + "' has data type " + engine::dtype_name(dt) +
+                        ", which has no numpy mapping");
   }
 }
 
@@ -61,16 +64,14 @@ py::array checked_input(const engine::GraphExecutor& g, size_t i, const py::arra
   const engine::TensorInfo& info = g.input_info(i);
   const py::dtype want = numpy_dtype_of(info.dtype, info.name);
   if (!arr.dtype().is(want) && !arr.dtype().equal(want)) {
-    throw_value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
-                          info.name + "') has dtype " + std::string(py::str(arr.dtype())) +
-                          ", expected " + std::string(py::str(want)) + " (" +
-                          engine::dtype_name(info.dtype) + ")");
+    throw_value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" + info.name +
+                      "') has dtype " + std::string(py::str(arr.dtype())) + ", expected " + std::string(py::str(want)) +
+                      " (" + engine::dtype_name(info.dtype) + ")");
   }
   if (static_cast<size_t>(arr.size()) != info.numel) {
-    throw_value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
-                          info.name + "') has " + std::to_string(arr.size()) +
-                          " elements, expected " + std::to_string(info.numel) + " " +
-                          engine::dims_to_string(info.dims));
+    throw_value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" + info.name + "') has " +
+                      std::to_string(arr.size()) + " elements, expected " + std::to_string(info.numel) + " " +
+                      engine::dims_to_string(info.dims));
   }
   return py::array::ensure(arr, py::array::c_style);
 }
@@ -92,8 +93,8 @@ py::list new_outputs(const engine::GraphExecutor& g, std::vector<void*>& out_ptr
 // Executes the built graph once with the caller's input arrays into new output arrays.
 py::list execute_once(engine::GraphExecutor& g, const std::vector<py::array>& inputs) {
   if (inputs.size() != g.num_inputs()) {
-    throw_value_error("graph '" + g.name() + "' has " + std::to_string(g.num_inputs()) +
-                          " inputs, got " + std::to_string(inputs.size()));
+    throw_value_error("graph '" + g.name() + "' has " + std::to_string(g.num_inputs()) + " inputs, got " +
+                      std::to_string(inputs.size()));
   }
   std::vector<py::array> in_arrays;
   std::vector<void*> in_ptrs, out_ptrs;
@@ -114,8 +115,8 @@ py::list execute_once(engine::GraphExecutor& g, const std::vector<py::array>& in
 std::unique_ptr<engine::GraphExecutor> build_graph(const std::string& data, int graph_index) {
   if (graph_index < 0) throw_value_error("graph_index must be >= 0");
   std::vector<std::unique_ptr<engine::GraphExecutor>> graphs;
-  const engine::Status s = runtime::load_graphs(data.data(), data.size(),
-                                                runtime::engine_options_from_env(), graph_index, graphs);
+  const engine::Status s =
+      runtime::load_graphs(data.data(), data.size(), runtime::engine_options_from_env(), graph_index, graphs);
   if (!s.ok()) raise_status(s);
   return std::move(graphs.front());
 }

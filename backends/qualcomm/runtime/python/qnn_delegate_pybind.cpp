@@ -69,9 +69,7 @@ executorch::runtime::BackendOption make_option(const std::string& key, const py:
   return opt;
 }
 
-std::string type_name(const py::object& value) {
-  return std::string(py::str(py::type::of(value).attr("__name__")));
-}
+std::string type_name(const py::object& value) { return std::string(py::str(py::type::of(value).attr("__name__"))); }
 
 // Sets every option in one backend call; the valid ones apply even when some
 // are rejected. Raises KeyError (unknown keys) or TypeError (wrong types)
@@ -90,15 +88,14 @@ void set_runtime_options(const py::dict& options) {
     } else if (reason != nullptr && std::holds_alternative<int>(opt.value) &&
                runtime::RuntimeOptions::int_option_range(key.c_str(), lo, hi)) {
       out_of_range += (out_of_range.empty() ? "'" : "; '") + key + "' value " +
-                      std::to_string(std::get<int>(opt.value)) + " is out of range " + std::to_string(lo) +
-                      ".." + std::to_string(hi) + " (" + runtime::RuntimeOptions::int_option_values(key.c_str()) + ")";
+                      std::to_string(std::get<int>(opt.value)) + " is out of range " + std::to_string(lo) + ".." +
+                      std::to_string(hi) + " (" + runtime::RuntimeOptions::int_option_values(key.c_str()) + ")";
     } else if (reason != nullptr && key == runtime::kEngineKey &&
                (py::isinstance<py::str>(value) || py::isinstance<py::int_>(value))) {
-      out_of_range += (out_of_range.empty() ? "'" : "; '") + key + "' value " +
-                      std::string(py::repr(value)) + " is not allowed: it " + reason;
+      out_of_range += (out_of_range.empty() ? "'" : "; '") + key + "' value " + std::string(py::repr(value)) +
+                      " is not allowed: it " + reason;
     } else if (reason != nullptr) {
-      wrong_type += (wrong_type.empty() ? "'" : "; '") + key + "' " + reason + " (got " +
-                    type_name(value) + ")";
+      wrong_type += (wrong_type.empty() ? "'" : "; '") + key + "' " + reason + " (got " + type_name(value) + ")";
     }
     opts.push_back(opt);
   }
@@ -133,8 +130,7 @@ py::object get_runtime_option(const std::string& key) {
     throw py::key_error("runtime option '" + key + "' was never set");
   }
   if (e != executorch::runtime::Error::Ok) {
-    throw std::runtime_error("get_option('" + key + "') failed with error " +
-                             std::to_string(static_cast<int>(e)));
+    throw std::runtime_error("get_option('" + key + "') failed with error " + std::to_string(static_cast<int>(e)));
   }
   if (const int* v = std::get_if<int>(&opt.value)) return py::int_(*v);
   if (const bool* v = std::get_if<bool>(&opt.value)) return py::bool_(*v);
@@ -142,7 +138,7 @@ py::object get_runtime_option(const std::string& key) {
   return py::str(std::string(arr.data()));
 }
 
-} // namespace
+}  // namespace
 
 PYBIND11_MODULE(_qnn_delegate, m) {
   m.doc() = "qnn-delegate native extension (registers the QnnDelegate backend)";
@@ -156,27 +152,29 @@ PYBIND11_MODULE(_qnn_delegate, m) {
   m.def("set_runtime_option", &set_runtime_option, py::arg("key"), py::arg("value"));
   m.def("set_runtime_options", &set_runtime_options, py::arg("options"),
         "Set several runtime options in one backend call (valid ones apply even if others fail).");
-  m.def("reset_runtime_options", [] { runtime::RuntimeOptions::instance().reset(); },
-        "Forget every run-time value: the values compiled into each payload hold again.");
-  m.def("thread_pool_size", [] { return engine::ThreadPool::instance().max_threads(); },
-        "Threads of the engine's pool (the caller included).");
-  m.def("threads_for_performance_mode",
-        [](int mode) {
-          if (mode < static_cast<int>(runtime::PerformanceMode::MIN) ||
-              mode > static_cast<int>(runtime::PerformanceMode::MAX)) {
-            throw py::value_error("performance mode " + std::to_string(mode) + " is out of range");
-          }
-          return runtime::threads_for_performance_mode(static_cast<runtime::PerformanceMode>(mode));
-        },
-        py::arg("mode"),
-        "Engine threads used for an HTP performance mode value.");
+  m.def(
+      "reset_runtime_options", [] { runtime::RuntimeOptions::instance().reset(); },
+      "Forget every run-time value: the values compiled into each payload hold again.");
+  m.def(
+      "thread_pool_size", [] { return engine::ThreadPool::instance().max_threads(); },
+      "Threads of the engine's pool (the caller included).");
+  m.def(
+      "threads_for_performance_mode",
+      [](int mode) {
+        if (mode < static_cast<int>(runtime::PerformanceMode::MIN) ||
+            mode > static_cast<int>(runtime::PerformanceMode::MAX)) {
+          throw py::value_error("performance mode " + std::to_string(mode) + " is out of range");
+        }
+        return runtime::threads_for_performance_mode(static_cast<runtime::PerformanceMode>(mode));
+      },
+      py::arg("mode"), "Engine threads used for an HTP performance mode value.");
   m.def("get_runtime_option", &get_runtime_option, py::arg("key"));
-  m.def("fnv1a64",
-        [](py::buffer data) {
-          py::buffer_info info = data.request();
-          return runtime::fnv1a64(static_cast<const uint8_t*>(info.ptr),
-                                  static_cast<size_t>(info.size * info.itemsize));
-        },
-        py::arg("data"), "FNV-1a 64-bit hash (the payload signature) of a bytes-like object.");
+  m.def(
+      "fnv1a64",
+      [](py::buffer data) {
+        py::buffer_info info = data.request();
+        return runtime::fnv1a64(static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size * info.itemsize));
+      },
+      py::arg("data"), "FNV-1a 64-bit hash (the payload signature) of a bytes-like object.");
   register_qnn_bindings(m);
 }

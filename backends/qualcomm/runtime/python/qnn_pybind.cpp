@@ -70,8 +70,8 @@ py::tuple library_status() {
   return py::make_tuple(true, lib->describe());
 }
 
-py::tuple compile(const py::bytes& blob_bytes, uint32_t soc_model, uint32_t vtcm_mb,
-                  uint32_t optimization_level, uint32_t tensor_version) {
+py::tuple compile(const py::bytes& blob_bytes, uint32_t soc_model, uint32_t vtcm_mb, uint32_t optimization_level,
+                  uint32_t tensor_version) {
   const Blob blob(blob_bytes);
   const auto* payload = verified(blob);
   qnn::CompileRequest request;
@@ -90,8 +90,7 @@ py::tuple compile(const py::bytes& blob_bytes, uint32_t soc_model, uint32_t vtcm
   for (size_t i = 0; i < out.graph_names.size(); ++i) {
     graphs.append(py::make_tuple(out.graph_names[i], out.tensor_ids[i]));
   }
-  return py::make_tuple(
-      py::bytes(reinterpret_cast<const char*>(out.binary.data()), out.binary.size()), graphs);
+  return py::make_tuple(py::bytes(reinterpret_cast<const char*>(out.binary.data()), out.binary.size()), graphs);
 }
 
 py::object validate(const py::bytes& blob_bytes, uint32_t graph_index, uint32_t op_index, uint32_t soc_model) {
@@ -111,16 +110,18 @@ py::list validate_all(const py::bytes& blob_bytes, uint32_t graph_index, uint32_
   const Blob blob(blob_bytes);
   const auto* payload = verified(blob);
   if (graph_index >= payload->graphs()->size()) {
-    throw py::value_error("graph_index " + std::to_string(graph_index) + " out of range (the blob "
-                          "has " + std::to_string(payload->graphs()->size()) + " graph(s))");
+    throw py::value_error("graph_index " + std::to_string(graph_index) +
+                          " out of range (the blob "
+                          "has " +
+                          std::to_string(payload->graphs()->size()) + " graph(s))");
   }
   std::vector<qnn::OpVerdict> verdicts;
   const engine::Status s = qnn::validate_ops(payload->graphs()->Get(graph_index), soc_model, verdicts);
   if (!s.ok()) raise(s);
   py::list out;
   for (size_t i = 0; i < verdicts.size(); ++i) {
-    out.append(py::make_tuple(i, verdicts[i].accepted ? py::object(py::none())
-                                                       : py::object(py::str(verdicts[i].reason))));
+    out.append(
+        py::make_tuple(i, verdicts[i].accepted ? py::object(py::none()) : py::object(py::str(verdicts[i].reason))));
   }
   return out;
 }
@@ -128,19 +129,27 @@ py::list validate_all(const py::bytes& blob_bytes, uint32_t graph_index, uint32_
 py::dtype numpy_dtype(const qnn::TensorDesc& d) {
   if (d.int64_narrowed) return py::dtype::of<int64_t>();
   switch (qnn::core(d.tensor).dtype) {
-    case qnn::kQnnFloat32: return py::dtype::of<float>();
-    case qnn::kQnnInt32: return py::dtype::of<int32_t>();
-    case qnn::kQnnUInt8: case qnn::kQnnUFixed8: return py::dtype::of<uint8_t>();
-    case qnn::kQnnBool8: return py::dtype::of<bool>();
-    case qnn::kQnnUFixed16: case qnn::kQnnUInt16: return py::dtype::of<uint16_t>();
-    default: throw py::value_error("tensor '" + d.name + "' has a data type with no numpy mapping");
+    case qnn::kQnnFloat32:
+      return py::dtype::of<float>();
+    case qnn::kQnnInt32:
+      return py::dtype::of<int32_t>();
+    case qnn::kQnnUInt8:
+    case qnn::kQnnUFixed8:
+      return py::dtype::of<uint8_t>();
+    case qnn::kQnnBool8:
+      return py::dtype::of<bool>();
+    case qnn::kQnnUFixed16:
+    case qnn::kQnnUInt16:
+      return py::dtype::of<uint16_t>();
+    default:
+      throw py::value_error("tensor '" + d.name + "' has a data type with no numpy mapping");
   }
 }
 
 // Loads the blob's QNN context and runs graph `graph_index` once. Returns the
 // outputs and, with profile_level > 0, the profile events [(name, unit, value, is_node)].
-py::tuple run(const py::bytes& blob_bytes, const std::vector<py::array>& inputs,
-              uint32_t graph_index, int profile_level) {
+py::tuple run(const py::bytes& blob_bytes, const std::vector<py::array>& inputs, uint32_t graph_index,
+              int profile_level) {
   const Blob blob(blob_bytes);
   const auto* payload = verified(blob);
   const auto* container = ::qnn_delegate::GetQnnContextBinary(blob.data());
@@ -150,17 +159,17 @@ py::tuple run(const py::bytes& blob_bytes, const std::vector<py::array>& inputs,
   if (graph_index >= ctx->num_graphs()) throw py::value_error("graph_index out of range");
   qnn::QnnGraphRunner& g = *ctx->graph(graph_index);
   if (inputs.size() != g.num_inputs()) {
-    throw py::value_error("graph '" + g.name() + "' has " + std::to_string(g.num_inputs()) +
-                          " inputs, got " + std::to_string(inputs.size()));
+    throw py::value_error("graph '" + g.name() + "' has " + std::to_string(g.num_inputs()) + " inputs, got " +
+                          std::to_string(inputs.size()));
   }
   std::vector<py::array> in_arrays;
   std::vector<void*> in_ptrs, out_ptrs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     py::array a = py::array::ensure(inputs[i], py::array::c_style);
     if (!a || size_t(a.nbytes()) != g.input_bytes(i) || !a.dtype().equal(numpy_dtype(g.input(i)))) {
-      throw py::value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" +
-                            g.input(i).name + "') needs " + std::to_string(g.input_bytes(i)) +
-                            " bytes of " + std::string(py::str(numpy_dtype(g.input(i)))));
+      throw py::value_error("graph '" + g.name() + "': input " + std::to_string(i) + " (tensor '" + g.input(i).name +
+                            "') needs " + std::to_string(g.input_bytes(i)) + " bytes of " +
+                            std::string(py::str(numpy_dtype(g.input(i)))));
     }
     in_arrays.push_back(a);
     in_ptrs.push_back(const_cast<void*>(a.data()));

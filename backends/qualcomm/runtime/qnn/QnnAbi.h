@@ -31,23 +31,42 @@ struct QnnApiVersion {
 
 // ---- data types, tensor kinds ----------------------------------------------
 enum QnnDType : int32_t {
-  kQnnInt8 = 0x0008, kQnnInt16 = 0x0016, kQnnInt32 = 0x0032, kQnnInt64 = 0x0064,
-  kQnnUInt8 = 0x0108, kQnnUInt16 = 0x0116, kQnnUInt32 = 0x0132, kQnnUInt64 = 0x0164,
-  kQnnFloat16 = 0x0216, kQnnFloat32 = 0x0232,
-  kQnnSFixed4 = 0x0304, kQnnSFixed8 = 0x0308, kQnnSFixed16 = 0x0316, kQnnSFixed32 = 0x0332,
-  kQnnUFixed4 = 0x0404, kQnnUFixed8 = 0x0408, kQnnUFixed16 = 0x0416,
+  kQnnInt8 = 0x0008,
+  kQnnInt16 = 0x0016,
+  kQnnInt32 = 0x0032,
+  kQnnInt64 = 0x0064,
+  kQnnUInt8 = 0x0108,
+  kQnnUInt16 = 0x0116,
+  kQnnUInt32 = 0x0132,
+  kQnnUInt64 = 0x0164,
+  kQnnFloat16 = 0x0216,
+  kQnnFloat32 = 0x0232,
+  kQnnSFixed4 = 0x0304,
+  kQnnSFixed8 = 0x0308,
+  kQnnSFixed16 = 0x0316,
+  kQnnSFixed32 = 0x0332,
+  kQnnUFixed4 = 0x0404,
+  kQnnUFixed8 = 0x0408,
+  kQnnUFixed16 = 0x0416,
   kQnnBool8 = 0x0508,
   kQnnDTypeUndefined = 0x7FFFFFFF,
 };
 
 enum QnnTensorKind : int32_t {
-  kQnnAppWrite = 0, kQnnAppRead = 1, kQnnAppReadWrite = 2, kQnnNative = 3, kQnnStatic = 4,
+  kQnnAppWrite = 0,
+  kQnnAppRead = 1,
+  kQnnAppReadWrite = 2,
+  kQnnNative = 3,
+  kQnnStatic = 4,
   kQnnNullTensor = 5,
 };
 
 // ---- quantization -------------------------------------------------------------
-enum QnnQuantDefinition : int32_t { kQnnQuantImplGenerated = 0, kQnnQuantDefined = 1,
-                                    kQnnQuantDefinitionUndefined = 0x7FFFFFFF };
+enum QnnQuantDefinition : int32_t {
+  kQnnQuantImplGenerated = 0,
+  kQnnQuantDefined = 1,
+  kQnnQuantDefinitionUndefined = 0x7FFFFFFF
+};
 enum QnnQuantEncodingKind : int32_t {
   kQnnEncScaleOffset = 0,
   kQnnEncAxisScaleOffset = 1,
@@ -83,11 +102,11 @@ struct QnnBwAxisScaleOffset {
 enum QnnBlockScaleStorage : int32_t { kQnnBlockScale8 = 0, kQnnBlockScale16 = 1 };
 struct QnnBlockwiseExpansion {
   int32_t axis;
-  QnnScaleOffset* per_channel;   // one per index of `axis`
+  QnnScaleOffset* per_channel;  // one per index of `axis`
   uint32_t blocks_per_axis;
   uint32_t block_scale_bitwidth;
   QnnBlockScaleStorage block_scale_storage;
-  uint8_t* block_scales;         // [channel][block]
+  uint8_t* block_scales;  // [channel][block]
 };
 
 struct QnnQuantParams {
@@ -237,11 +256,9 @@ struct HtpGraphConfig {
 };
 
 // ---- logging, profiling -------------------------------------------------------------
-enum QnnLogLevel : int32_t { kQnnLogError = 1, kQnnLogWarn = 2, kQnnLogInfo = 3,
-                             kQnnLogVerbose = 4, kQnnLogDebug = 5 };
+enum QnnLogLevel : int32_t { kQnnLogError = 1, kQnnLogWarn = 2, kQnnLogInfo = 3, kQnnLogVerbose = 4, kQnnLogDebug = 5 };
 // Called with a printf format and its va_list.
-using QnnLogCallback = void (*)(const char* fmt, QnnLogLevel level, uint64_t timestamp,
-                                va_list args);
+using QnnLogCallback = void (*)(const char* fmt, QnnLogLevel level, uint64_t timestamp, va_list args);
 
 inline constexpr uint32_t kQnnProfileBasic = 1;
 inline constexpr uint32_t kQnnProfileDetailed = 2;
@@ -271,27 +288,22 @@ struct QnnFunctionTable {
   QnnStatus (*backend_validate_op_config)(QnnHandle backend, QnnOpConfig op);
   QnnStatus (*backend_free)(QnnHandle backend);
 
-  QnnStatus (*context_create)(QnnHandle backend, QnnHandle device, const QnnConfig** config,
-                              QnnHandle* context);
+  QnnStatus (*context_create)(QnnHandle backend, QnnHandle device, const QnnConfig** config, QnnHandle* context);
   QnnFnSlot context_set_config;
   QnnStatus (*context_get_binary_size)(QnnHandle context, uint64_t* size);
-  QnnStatus (*context_get_binary)(QnnHandle context, void* buffer, uint64_t size,
-                                  uint64_t* written);
-  QnnStatus (*context_create_from_binary)(QnnHandle backend, QnnHandle device,
-                                          const QnnConfig** config, const void* binary,
-                                          uint64_t size, QnnHandle* context, QnnHandle profile);
+  QnnStatus (*context_get_binary)(QnnHandle context, void* buffer, uint64_t size, uint64_t* written);
+  QnnStatus (*context_create_from_binary)(QnnHandle backend, QnnHandle device, const QnnConfig** config,
+                                          const void* binary, uint64_t size, QnnHandle* context, QnnHandle profile);
   QnnStatus (*context_free)(QnnHandle context, QnnHandle profile);
 
-  QnnStatus (*graph_create)(QnnHandle context, const char* name, const QnnConfig** config,
-                            QnnHandle* graph);
+  QnnStatus (*graph_create)(QnnHandle context, const char* name, const QnnConfig** config, QnnHandle* graph);
   QnnFnSlot graph_create_subgraph;
   QnnFnSlot graph_set_config;
   QnnStatus (*graph_add_node)(QnnHandle graph, QnnOpConfig op);
   QnnStatus (*graph_finalize)(QnnHandle graph, QnnHandle profile, QnnHandle signal);
   QnnStatus (*graph_retrieve)(QnnHandle context, const char* name, QnnHandle* graph);
-  QnnStatus (*graph_execute)(QnnHandle graph, const QnnTensor* inputs, uint32_t num_inputs,
-                             QnnTensor* outputs, uint32_t num_outputs, QnnHandle profile,
-                             QnnHandle signal);
+  QnnStatus (*graph_execute)(QnnHandle graph, const QnnTensor* inputs, uint32_t num_inputs, QnnTensor* outputs,
+                             uint32_t num_outputs, QnnHandle profile, QnnHandle signal);
   QnnFnSlot graph_execute_async;
 
   QnnFnSlot tensor_create_context_tensor;
@@ -333,9 +345,8 @@ struct QnnFunctionTable {
   QnnFnSlot graph_release_execution_environment;
   QnnFnSlot graph_get_property;
 
-  QnnStatus (*context_validate_binary)(QnnHandle backend, QnnHandle device,
-                                       const QnnConfig** config, const void* binary,
-                                       uint64_t size);
+  QnnStatus (*context_validate_binary)(QnnHandle backend, QnnHandle device, const QnnConfig** config,
+                                       const void* binary, uint64_t size);
 };
 
 // One provider of a backend library.
@@ -366,8 +377,7 @@ static_assert(offsetof(QnnProvider, functions) == 40, "QnnProvider layout");
 static_assert(offsetof(QnnOpConfig, v1) == 8, "QnnOpConfig layout");
 static_assert(offsetof(HtpDeviceConfig, soc_model) == 8, "HTP device config: union at 8");
 static_assert(offsetof(QnnFunctionTable, device_free) == 43 * sizeof(void*), "function table order");
-static_assert(offsetof(QnnFunctionTable, context_validate_binary) == 54 * sizeof(void*),
-              "function table order");
+static_assert(offsetof(QnnFunctionTable, context_validate_binary) == 54 * sizeof(void*), "function table order");
 
 inline constexpr QnnStatus kQnnNotSupported = 1000;
 

@@ -48,9 +48,10 @@ Status make_params(const fb::Op* op, OpBuild& b, const QnnLibrary* lib, QnnHandl
       if (graph != nullptr) {
         const QnnStatus s = lib->fn().tensor_create_graph_tensor(graph, &d->tensor);
         if (s != 0) {
-          return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
-              "op '" + op->name()->str() + "' (" + op->type()->str() + "): param '" +
-              p->name()->str() + "' refused: " + qnn_error_text(s)).c_str());
+          return make_error(ErrorKind::NotSupported, "%s",
+                            with_qnn_log("op '" + op->name()->str() + "' (" + op->type()->str() + "): param '" +
+                                         p->name()->str() + "' refused: " + qnn_error_text(s))
+                                .c_str());
         }
       }
       out.kind = kQnnParamTensor;
@@ -64,32 +65,52 @@ Status make_params(const fb::Op* op, OpBuild& b, const QnnLibrary* lib, QnnHandl
     const int64_t iv = (p->int_data() && p->int_data()->size()) ? p->int_data()->Get(0) : 0;
     const float fv = (p->float_data() && p->float_data()->size()) ? p->float_data()->Get(0) : 0.f;
     switch (dtype) {
-      case kQnnFloat32: out.scalar.f32 = fv; break;
-      case kQnnBool8: case kQnnUInt8: out.scalar.u8 = uint8_t(iv); break;
-      case kQnnInt8: out.scalar.i8 = int8_t(iv); break;
-      case kQnnInt16: out.scalar.i16 = int16_t(iv); break;
-      case kQnnUInt16: out.scalar.u16 = uint16_t(iv); break;
-      case kQnnInt32: out.scalar.i32 = int32_t(iv); break;
-      case kQnnUInt32: out.scalar.u32 = uint32_t(iv); break;
-      case kQnnInt64: out.scalar.dtype = kQnnInt32; out.scalar.i32 = int32_t(iv); break;
+      case kQnnFloat32:
+        out.scalar.f32 = fv;
+        break;
+      case kQnnBool8:
+      case kQnnUInt8:
+        out.scalar.u8 = uint8_t(iv);
+        break;
+      case kQnnInt8:
+        out.scalar.i8 = int8_t(iv);
+        break;
+      case kQnnInt16:
+        out.scalar.i16 = int16_t(iv);
+        break;
+      case kQnnUInt16:
+        out.scalar.u16 = uint16_t(iv);
+        break;
+      case kQnnInt32:
+        out.scalar.i32 = int32_t(iv);
+        break;
+      case kQnnUInt32:
+        out.scalar.u32 = uint32_t(iv);
+        break;
+      case kQnnInt64:
+        out.scalar.dtype = kQnnInt32;
+        out.scalar.i32 = int32_t(iv);
+        break;
       default:
-        return make_error(ErrorKind::NotSupported, "op '%s': scalar param '%s' has data type %d",
-                          op->name()->c_str(), p->name()->c_str(), int(dtype));
+        return make_error(ErrorKind::NotSupported, "op '%s': scalar param '%s' has data type %d", op->name()->c_str(),
+                          p->name()->c_str(), int(dtype));
     }
   }
   return Status::Ok();
 }
 
-Status make_op(const fb::Op* op, const std::vector<std::unique_ptr<TensorDesc>>& tensors,
-               const QnnLibrary* lib, QnnHandle graph, OpBuild& b) {
+Status make_op(const fb::Op* op, const std::vector<std::unique_ptr<TensorDesc>>& tensors, const QnnLibrary* lib,
+               QnnHandle graph, OpBuild& b) {
   QNN_RETURN_IF_ERROR(make_params(op, b, lib, graph));
   auto pick = [&](const flatbuffers::Vector<uint32_t>* ids, std::vector<QnnTensor>& out) -> Status {
     const size_t n = ids ? ids->size() : 0;
     for (size_t i = 0; i < n; ++i) {
       const uint32_t id = ids->Get(i);
       if (id >= tensors.size() || !tensors[id]) {
-        return make_error(ErrorKind::InvalidProgram, "op '%s' refers to tensor %u, which does not "
-                          "exist", op->name()->c_str(), id);
+        return make_error(ErrorKind::InvalidProgram,
+                          "op '%s' refers to tensor %u, which does not "
+                          "exist",
+                          op->name()->c_str(), id);
       }
       out.push_back(tensors[id]->tensor);
     }
@@ -111,8 +132,7 @@ Status make_op(const fb::Op* op, const std::vector<std::unique_ptr<TensorDesc>>&
   return Status::Ok();
 }
 
-Status describe_all(const fb::Graph* g, uint32_t version,
-                    std::vector<std::unique_ptr<TensorDesc>>& tensors) {
+Status describe_all(const fb::Graph* g, uint32_t version, std::vector<std::unique_ptr<TensorDesc>>& tensors) {
   const size_t n = g->tensors() ? g->tensors()->size() : 0;
   tensors.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -130,18 +150,18 @@ Status create_device(const QnnLibrary* lib, const CompileRequest& r, Session& s)
   custom.option = kQnnConfigCustom;
   custom.custom = &soc;
   const QnnConfig* configs[] = {&custom, nullptr};
-  const QnnStatus st = lib->fn().device_create(lib->log(), r.soc_model ? configs : nullptr,
-                                               &s.device);
+  const QnnStatus st = lib->fn().device_create(lib->log(), r.soc_model ? configs : nullptr, &s.device);
   if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
-        "QNN deviceCreate for SoC model " + std::to_string(r.soc_model) + " failed: " +
-        qnn_error_text(st)).c_str());
+    return make_error(
+        ErrorKind::NotSupported, "%s",
+        with_qnn_log("QNN deviceCreate for SoC model " + std::to_string(r.soc_model) + " failed: " + qnn_error_text(st))
+            .c_str());
   }
   return Status::Ok();
 }
 
-Status create_graph(const QnnLibrary* lib, const fb::Graph* g, const CompileRequest& r,
-                    QnnHandle context, QnnHandle* graph) {
+Status create_graph(const QnnLibrary* lib, const fb::Graph* g, const CompileRequest& r, QnnHandle context,
+                    QnnHandle* graph) {
   HtpGraphConfig htp[3];
   QnnConfig wrapped[3];
   const QnnConfig* configs[4] = {nullptr, nullptr, nullptr, nullptr};
@@ -172,19 +192,19 @@ Status create_graph(const QnnLibrary* lib, const fb::Graph* g, const CompileRequ
     c.optimization.value = float(r.optimization_level);
     add(c);
   }
-  const QnnStatus st = lib->fn().graph_create(context, g->name()->c_str(), n ? configs : nullptr,
-                                              graph);
+  const QnnStatus st = lib->fn().graph_create(context, g->name()->c_str(), n ? configs : nullptr, graph);
   if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
-        "graph '" + g->name()->str() + "': QNN graphCreate failed: " + qnn_error_text(st)).c_str());
+    return make_error(
+        ErrorKind::NotSupported, "%s",
+        with_qnn_log("graph '" + g->name()->str() + "': QNN graphCreate failed: " + qnn_error_text(st)).c_str());
   }
   return Status::Ok();
 }
 
 std::string graph_prefix(const fb::Graph* g) { return "graph '" + g->name()->str() + "': "; }
 
-Status build_graph(const QnnLibrary* lib, const fb::Graph* g, const CompileRequest& r,
-                   QnnHandle context, std::vector<uint32_t>& ids) {
+Status build_graph(const QnnLibrary* lib, const fb::Graph* g, const CompileRequest& r, QnnHandle context,
+                   std::vector<uint32_t>& ids) {
   QnnHandle graph = nullptr;
   QNN_RETURN_IF_ERROR(create_graph(lib, g, r, context, &graph));
   std::vector<std::unique_ptr<TensorDesc>> tensors;
@@ -193,9 +213,9 @@ Status build_graph(const QnnLibrary* lib, const fb::Graph* g, const CompileReque
   for (size_t i = 0; i < tensors.size(); ++i) {
     const QnnStatus st = lib->fn().tensor_create_graph_tensor(graph, &tensors[i]->tensor);
     if (st != 0) {
-      return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
-          graph_prefix(g) + "tensor '" + tensors[i]->name + "' refused: " + qnn_error_text(st))
-          .c_str());
+      return make_error(
+          ErrorKind::NotSupported, "%s",
+          with_qnn_log(graph_prefix(g) + "tensor '" + tensors[i]->name + "' refused: " + qnn_error_text(st)).c_str());
     }
     ids[i] = core(tensors[i]->tensor).id;
   }
@@ -208,15 +228,16 @@ Status build_graph(const QnnLibrary* lib, const fb::Graph* g, const CompileReque
     if (!s.ok()) return make_error(s.kind, "%s%s", graph_prefix(g).c_str(), s.message.c_str());
     const QnnStatus st = lib->fn().graph_add_node(graph, ops.back()->config);
     if (st != 0) {
-      return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
-          graph_prefix(g) + "op '" + op->name()->str() + "' (" + op->type()->str() +
-          ") refused: " + qnn_error_text(st)).c_str());
+      return make_error(ErrorKind::NotSupported, "%s",
+                        with_qnn_log(graph_prefix(g) + "op '" + op->name()->str() + "' (" + op->type()->str() +
+                                     ") refused: " + qnn_error_text(st))
+                            .c_str());
     }
   }
   const QnnStatus st = lib->fn().graph_finalize(graph, nullptr, nullptr);
   if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
-        graph_prefix(g) + "QNN graphFinalize failed: " + qnn_error_text(st)).c_str());
+    return make_error(ErrorKind::NotSupported, "%s",
+                      with_qnn_log(graph_prefix(g) + "QNN graphFinalize failed: " + qnn_error_text(st)).c_str());
   }
   return Status::Ok();
 }
@@ -225,8 +246,7 @@ Status read_binary(const QnnLibrary* lib, QnnHandle context, std::vector<uint8_t
   uint64_t size = 0;
   QnnStatus st = lib->fn().context_get_binary_size(context, &size);
   if (st != 0 || size == 0) {
-    return make_error(ErrorKind::Internal, "QNN contextGetBinarySize: %s",
-                      qnn_error_text(st).c_str());
+    return make_error(ErrorKind::Internal, "QNN contextGetBinarySize: %s", qnn_error_text(st).c_str());
   }
   out.resize(size);
   uint64_t written = 0;
@@ -240,8 +260,7 @@ Status read_binary(const QnnLibrary* lib, QnnHandle context, std::vector<uint8_t
 
 // Op `op` built from `tensors` and put to backendValidateOpConfig; the error says why
 // QNN refused it (with what QNN logged) or why it could not be built.
-Status check_op(const QnnLibrary* lib, const fb::Op* op,
-                const std::vector<std::unique_ptr<TensorDesc>>& tensors) {
+Status check_op(const QnnLibrary* lib, const fb::Op* op, const std::vector<std::unique_ptr<TensorDesc>>& tensors) {
   OpBuild b;
   QNN_RETURN_IF_ERROR(make_op(op, tensors, lib, nullptr, b));
   QnnLibrary::take_messages();
@@ -253,9 +272,10 @@ Status check_op(const QnnLibrary* lib, const fb::Op* op,
     st = lib->fn().backend_validate_op_config(lib->backend(), b.config);
   }
   if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
-        "op '" + op->name()->str() + "' (" + op->type()->str() + ") refused by QNN: " +
-        qnn_error_text(st)).c_str());
+    return make_error(
+        ErrorKind::NotSupported, "%s",
+        with_qnn_log("op '" + op->name()->str() + "' (" + op->type()->str() + ") refused by QNN: " + qnn_error_text(st))
+            .c_str());
   }
   return Status::Ok();
 }
@@ -276,8 +296,7 @@ std::string undescribed_tensor(const fb::Op* op, const std::vector<std::string>&
 
 }  // namespace
 
-Status compile_context(const fb::QnnPayload* payload, const CompileRequest& request,
-                       CompiledContext& out) {
+Status compile_context(const fb::QnnPayload* payload, const CompileRequest& request, CompiledContext& out) {
   std::string why;
   const QnnLibrary* lib = QnnLibrary::get(&why);
   if (lib == nullptr) return make_error(ErrorKind::NotSupported, "%s", why.c_str());
@@ -285,8 +304,7 @@ Status compile_context(const fb::QnnPayload* payload, const CompileRequest& requ
   Session session;
   session.lib = lib;
   QNN_RETURN_IF_ERROR(create_device(lib, request, session));
-  QnnStatus st = lib->fn().context_create(lib->backend(), session.device, nullptr,
-                                          &session.context);
+  QnnStatus st = lib->fn().context_create(lib->backend(), session.device, nullptr, &session.context);
   if (st != 0) {
     return make_error(ErrorKind::Internal, "%s",
                       with_qnn_log("QNN contextCreate failed: " + qnn_error_text(st)).c_str());

@@ -14,10 +14,10 @@ namespace qnn_delegate {
 namespace qnn {
 
 struct CompileRequest {
-  uint32_t soc_model = 0;          // QcomChipset value (= QNN's SoC model number); 0 = none
-  uint32_t vtcm_mb = 0;            // 0 = library default
-  uint32_t optimization_level = 0; // HTP finalize optimization level 1..3; 0 = default
-  uint32_t tensor_version = 1;     // Qnn_Tensor_t version used to describe tensors (1 or 2)
+  uint32_t soc_model = 0;           // QcomChipset value (= QNN's SoC model number); 0 = none
+  uint32_t vtcm_mb = 0;             // 0 = library default
+  uint32_t optimization_level = 0;  // HTP finalize optimization level 1..3; 0 = default
+  uint32_t tensor_version = 1;      // Qnn_Tensor_t version used to describe tensors (1 or 2)
 };
 
 struct CompiledContext {
@@ -29,8 +29,8 @@ struct CompiledContext {
 
 // Every graph of `payload` in one QNN context. Errors name the graph, op and
 // QNN error code, plus what QNN logged.
-engine::Status compile_context(const ::qnn_delegate::QnnPayload* payload,
-                               const CompileRequest& request, CompiledContext& out);
+engine::Status compile_context(const ::qnn_delegate::QnnPayload* payload, const CompileRequest& request,
+                               CompiledContext& out);
 
 // One op of a payload graph checked by backendValidateOpConfig; the message
 // says why QNN refused it. `op_index` indexes graph->ops().
@@ -50,8 +50,7 @@ struct OpVerdict {
 // tensor which cannot be described refuses only the ops using it, named, where
 // validate_op fails every op). Returns an error only when nothing can be checked
 // (the QNN library does not load).
-engine::Status validate_ops(const ::qnn_delegate::Graph* graph, uint32_t soc_model,
-                            std::vector<OpVerdict>& out);
+engine::Status validate_ops(const ::qnn_delegate::Graph* graph, uint32_t soc_model, std::vector<OpVerdict>& out);
 
 }  // namespace qnn
 }  // namespace qnn_delegate

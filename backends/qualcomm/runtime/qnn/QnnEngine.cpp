@@ -49,31 +49,37 @@ void say_once(std::atomic<bool>& flag, const char* what, const std::string& why)
   }
 }
 
-
 bool dtype_matches(ScalarType st, const qnn::TensorDesc& d) {
   if (d.int64_narrowed) return st == ScalarType::Long;
   switch (qnn::core(d.tensor).dtype) {
-    case qnn::kQnnFloat32: return st == ScalarType::Float;
-    case qnn::kQnnInt32: return st == ScalarType::Int;
-    case qnn::kQnnBool8: return st == ScalarType::Bool;
-    case qnn::kQnnUInt8: case qnn::kQnnUFixed8: return st == ScalarType::Byte;
-    default: return false;
+    case qnn::kQnnFloat32:
+      return st == ScalarType::Float;
+    case qnn::kQnnInt32:
+      return st == ScalarType::Int;
+    case qnn::kQnnBool8:
+      return st == ScalarType::Bool;
+    case qnn::kQnnUInt8:
+    case qnn::kQnnUFixed8:
+      return st == ScalarType::Byte;
+    default:
+      return false;
   }
 }
 
-Error check_arg(const qnn::QnnGraphRunner& g, const EValue* arg, size_t index,
-                const qnn::TensorDesc& d, const char* what, void** data) {
+Error check_arg(const qnn::QnnGraphRunner& g, const EValue* arg, size_t index, const qnn::TensorDesc& d,
+                const char* what, void** data) {
   if (arg == nullptr || !arg->isTensor()) {
-    ET_LOG(Error, "QnnDelegate graph '%s' (QNN): %s %zu (tensor '%s') is not a tensor",
-           g.name().c_str(), what, index, d.name.c_str());
+    ET_LOG(Error, "QnnDelegate graph '%s' (QNN): %s %zu (tensor '%s') is not a tensor", g.name().c_str(), what, index,
+           d.name.c_str());
     return Error::InvalidArgument;
   }
   const auto& t = arg->toTensor();
   if (!dtype_matches(t.scalar_type(), d) || size_t(t.numel()) != d.numel) {
-    ET_LOG(Error, "QnnDelegate graph '%s' (QNN): %s %zu (tensor '%s') has dtype %d and %zu "
+    ET_LOG(Error,
+           "QnnDelegate graph '%s' (QNN): %s %zu (tensor '%s') has dtype %d and %zu "
            "elements, graph expects QNN data type 0x%x and %zu elements",
-           g.name().c_str(), what, index, d.name.c_str(), int(t.scalar_type()),
-           size_t(t.numel()), unsigned(qnn::core(d.tensor).dtype), d.numel);
+           g.name().c_str(), what, index, d.name.c_str(), int(t.scalar_type()), size_t(t.numel()),
+           unsigned(qnn::core(d.tensor).dtype), d.numel);
     return Error::InvalidArgument;
   }
   *data = t.mutable_data_ptr();
@@ -90,15 +96,12 @@ void log_profile(executorch::runtime::EventTracer* tracer, const qnn::QnnGraphRu
   char metadata[160];
   int n = std::snprintf(metadata, sizeof(metadata), "type=Graph;engine=qnn");
   executorch::runtime::event_tracer_log_profiling_delegate(
-      tracer, g.name().c_str(), executorch::runtime::kUnsetDelegateDebugIntId, start, end,
-      metadata, size_t(n));
+      tracer, g.name().c_str(), executorch::runtime::kUnsetDelegateDebugIntId, start, end, metadata, size_t(n));
   uint64_t cursor = start;
   for (const auto& s : samples) {
     if (!s.is_node) continue;
-    const uint64_t span =
-        total_cycles ? uint64_t(double(end - start) * double(s.value) / double(total_cycles)) : 0;
-    n = std::snprintf(metadata, sizeof(metadata), "type=QnnNode;cycles=%llu",
-                      static_cast<unsigned long long>(s.value));
+    const uint64_t span = total_cycles ? uint64_t(double(end - start) * double(s.value) / double(total_cycles)) : 0;
+    n = std::snprintf(metadata, sizeof(metadata), "type=QnnNode;cycles=%llu", static_cast<unsigned long long>(s.value));
     // "<op name>:OpId_<n> (cycles)" -> "<op name>" (the payload op's name), no allocation.
     char name[256];
     size_t cut = s.name.find_first_of(": ");
@@ -107,8 +110,7 @@ void log_profile(executorch::runtime::EventTracer* tracer, const qnn::QnnGraphRu
     std::memcpy(name, s.name.data(), cut);
     name[cut] = '\0';
     executorch::runtime::event_tracer_log_profiling_delegate(
-        tracer, name, executorch::runtime::kUnsetDelegateDebugIntId, cursor,
-        cursor + span, metadata, size_t(n));
+        tracer, name, executorch::runtime::kUnsetDelegateDebugIntId, cursor, cursor + span, metadata, size_t(n));
     cursor += span;
   }
 }
@@ -117,17 +119,29 @@ void log_profile(executorch::runtime::EventTracer* tracer, const qnn::QnnGraphRu
 
 const char* engine_choice_name(EngineChoice choice) {
   switch (choice) {
-    case EngineChoice::Qnn: return "qnn";
-    case EngineChoice::Host: return "host";
-    default: return "auto";
+    case EngineChoice::Qnn:
+      return "qnn";
+    case EngineChoice::Host:
+      return "host";
+    default:
+      return "auto";
   }
 }
 
 bool parse_engine_choice(const char* text, EngineChoice* out) {
   if (text == nullptr) return false;
-  if (!std::strcmp(text, "auto") || !std::strcmp(text, "0")) { *out = EngineChoice::Auto; return true; }
-  if (!std::strcmp(text, "qnn") || !std::strcmp(text, "1")) { *out = EngineChoice::Qnn; return true; }
-  if (!std::strcmp(text, "host") || !std::strcmp(text, "2")) { *out = EngineChoice::Host; return true; }
+  if (!std::strcmp(text, "auto") || !std::strcmp(text, "0")) {
+    *out = EngineChoice::Auto;
+    return true;
+  }
+  if (!std::strcmp(text, "qnn") || !std::strcmp(text, "1")) {
+    *out = EngineChoice::Qnn;
+    return true;
+  }
+  if (!std::strcmp(text, "host") || !std::strcmp(text, "2")) {
+    *out = EngineChoice::Host;
+    return true;
+  }
   return false;
 }
 
@@ -147,15 +161,17 @@ Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,
   QNN_RETURN_IF_ERROR(verify_context_binary(blob.data, size, &payload));
   const auto* container = ::qnn_delegate::GetQnnContextBinary(blob.data);
   if (!qnn::has_qnn_context(container)) {
-    const char* why = "the delegate has no QNN context binary (lowered without the QNN "
-                      "libraries, or QNN refused a graph at lowering)";
+    const char* why =
+        "the delegate has no QNN context binary (lowered without the QNN "
+        "libraries, or QNN refused a graph at lowering)";
     if (forced) return make_error(ErrorKind::NotSupported, "engine qnn: %s", why);
     say_once(g_said_no_binary, "no context binary", why);
     return Status::Ok();
   }
   flatbuffers::Verifier verifier(blob.data, size);
   if (!container->qnn_context()->Verify(verifier)) {
-    const Status s = make_error(ErrorKind::InvalidProgram, "QNN section of the blob failed the "
+    const Status s = make_error(ErrorKind::InvalidProgram,
+                                "QNN section of the blob failed the "
                                 "flatbuffers verifier");
     if (forced) return s;
     ET_LOG(Error, "QnnDelegate: engine auto -> host engine: %s", s.message.c_str());
@@ -181,9 +197,8 @@ Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,
   return Status::Ok();
 }
 
-Error execute_on_qnn(executorch::runtime::BackendExecutionContext& context,
-                     qnn::QnnGraphRunner& g, int profile_level, Span<EValue*> args,
-                     TensorDumper* dumper) {
+Error execute_on_qnn(executorch::runtime::BackendExecutionContext& context, qnn::QnnGraphRunner& g, int profile_level,
+                     Span<EValue*> args, TensorDumper* dumper) {
   GraphArgs bound;
   ET_CHECK_OK_OR_RETURN_ERROR(bind_graph_args(
       g.name(), " (QNN)", args, g.num_inputs(), g.num_outputs(),

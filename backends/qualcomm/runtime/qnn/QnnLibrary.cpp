@@ -84,8 +84,7 @@ Status find_library_dir(std::string& dir) {
   if (const char* env = std::getenv("QNN_SDK_ROOT"); env != nullptr && *env) {
     dir = std::string(env) + "/" + kSdkHostFolder;
     if (!is_dir(dir)) {
-      return make_error(ErrorKind::NotSupported, "QNN_SDK_ROOT=%s has no %s folder", env,
-                        kSdkHostFolder);
+      return make_error(ErrorKind::NotSupported, "QNN_SDK_ROOT=%s has no %s folder", env, kSdkHostFolder);
     }
     return Status::Ok();
   }
@@ -101,33 +100,58 @@ Status find_library_dir(std::string& dir) {
 
 const char* error_name(QnnStatus code) {
   switch (code) {
-    case 1000: return "not supported";
-    case 1002: return "memory allocation";
-    case 1003: return "system error";
-    case 1004: return "invalid argument";
-    case 1008: return "incompatible binaries";
-    case 3110: return "op validation failed";
-    case 4005: return "op package not found";
-    case 5000: return "context invalid argument";
-    case 5004: return "context binary version";
-    case 5005: return "create from binary failed";
-    case 5008: return "context binary configuration";
-    case 6000: return "graph invalid argument";
-    case 6003: return "graph does not exist";
-    case 6004: return "invalid tensor";
-    case 6005: return "invalid op config";
-    case 6020: return "graph create failed";
-    case 6021: return "graph optimization failed";
-    case 6022: return "graph finalize failed";
-    case 7004: return "unsupported tensor parameter";
-    case 14001: return "invalid device config";
+    case 1000:
+      return "not supported";
+    case 1002:
+      return "memory allocation";
+    case 1003:
+      return "system error";
+    case 1004:
+      return "invalid argument";
+    case 1008:
+      return "incompatible binaries";
+    case 3110:
+      return "op validation failed";
+    case 4005:
+      return "op package not found";
+    case 5000:
+      return "context invalid argument";
+    case 5004:
+      return "context binary version";
+    case 5005:
+      return "create from binary failed";
+    case 5008:
+      return "context binary configuration";
+    case 6000:
+      return "graph invalid argument";
+    case 6003:
+      return "graph does not exist";
+    case 6004:
+      return "invalid tensor";
+    case 6005:
+      return "invalid op config";
+    case 6020:
+      return "graph create failed";
+    case 6021:
+      return "graph optimization failed";
+    case 6022:
+      return "graph finalize failed";
+    case 7004:
+      return "unsupported tensor parameter";
+    case 14001:
+      return "invalid device config";
     // QNN system API range (30000..49999), QnnSystemContext errors: the library's own parse
     // of a context binary (e.g. in contextCreateFromBinary).
-    case 30000: return "system context: invalid handle";
-    case 30001: return "system context: invalid argument";
-    case 30002: return "system context: operation failed";
-    case 30010: return "system context: malformed context binary";
-    default: return "";
+    case 30000:
+      return "system context: invalid handle";
+    case 30001:
+      return "system context: invalid argument";
+    case 30002:
+      return "system context: operation failed";
+    case 30010:
+      return "system context: malformed context binary";
+    default:
+      return "";
   }
 }
 
@@ -150,8 +174,7 @@ std::string with_qnn_log(const std::string& text) {
 }
 
 std::string qnn_search_description() {
-  return std::string("$QNN_LIB_DIR, $QNN_SDK_ROOT/") + kSdkHostFolder + ", '" +
-         QNN_DELEGATE_DEFAULT_QNN_DIR + "'";
+  return std::string("$QNN_LIB_DIR, $QNN_SDK_ROOT/") + kSdkHostFolder + ", '" + QNN_DELEGATE_DEFAULT_QNN_DIR + "'";
 }
 
 std::string QnnLibrary::take_messages() {
@@ -168,9 +191,8 @@ QnnLibrary::ScopedQuiet::~ScopedQuiet() { t_quiet = previous_; }
 
 std::string QnnLibrary::describe() const {
   char buf[128];
-  std::snprintf(buf, sizeof(buf), "QNN core API %u.%u.%u, HTP API %u.%u.%u", version_.core.major,
-                version_.core.minor, version_.core.patch, version_.backend.major,
-                version_.backend.minor, version_.backend.patch);
+  std::snprintf(buf, sizeof(buf), "QNN core API %u.%u.%u, HTP API %u.%u.%u", version_.core.major, version_.core.minor,
+                version_.core.patch, version_.backend.major, version_.backend.minor, version_.backend.patch);
   return std::string(buf) + " (" + path_ + ")";
 }
 
@@ -190,11 +212,12 @@ Status QnnLibrary::load() {
   if (handle_ == nullptr) {
     return make_error(ErrorKind::NotSupported, "dlopen(%s) failed: %s", path_.c_str(), ::dlerror());
   }
-  auto get_providers =
-      reinterpret_cast<QnnGetProvidersFn>(::dlsym(handle_, "QnnInterface_getProviders"));
+  auto get_providers = reinterpret_cast<QnnGetProvidersFn>(::dlsym(handle_, "QnnInterface_getProviders"));
   if (get_providers == nullptr) {
-    return make_error(ErrorKind::NotSupported, "%s has no QnnInterface_getProviders: not a QNN "
-                      "backend library", path_.c_str());
+    return make_error(ErrorKind::NotSupported,
+                      "%s has no QnnInterface_getProviders: not a QNN "
+                      "backend library",
+                      path_.c_str());
   }
   const QnnProvider** providers = nullptr;
   uint32_t count = 0;
@@ -209,9 +232,9 @@ Status QnnLibrary::load() {
                       "%s: provider '%s' (backend id %u) has QNN core API %u.%u / backend API "
                       "%u.%u; qnn-delegate needs the HTP backend (id %u) with core API %u.x and "
                       "HTP API %u.x",
-                      path_.c_str(), p->name ? p->name : "?", p->backend_id, version_.core.major,
-                      version_.core.minor, version_.backend.major, version_.backend.minor,
-                      kQnnHtpBackendId, kQnnCoreApiMajor, kQnnHtpApiMajor);
+                      path_.c_str(), p->name ? p->name : "?", p->backend_id, version_.core.major, version_.core.minor,
+                      version_.backend.major, version_.backend.minor, kQnnHtpBackendId, kQnnCoreApiMajor,
+                      kQnnHtpApiMajor);
   }
   fn_ = &p->functions;
   QnnStatus s = fn_->log_create(&log_callback, kQnnLogWarn, &log_);

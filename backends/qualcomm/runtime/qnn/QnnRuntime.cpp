@@ -35,8 +35,8 @@ Status verify_section(const fb::QnnHtpContext* q) {
 
 // Writes the event tree into out[n..], reusing the elements (and their strings' storage)
 // left by earlier executes: after the first profiled execute this allocates nothing.
-void collect_tree(const QnnFunctionTable& fn, uint64_t event, int depth,
-                  std::vector<QnnProfileSample>& out, size_t& n) {
+void collect_tree(const QnnFunctionTable& fn, uint64_t event, int depth, std::vector<QnnProfileSample>& out,
+                  size_t& n) {
   QnnProfileEvent data{};
   if (fn.profile_get_event_data(event, &data) == 0) {
     if (n == out.size()) out.emplace_back();
@@ -55,8 +55,7 @@ void collect_tree(const QnnFunctionTable& fn, uint64_t event, int depth,
 }
 
 // Events of the last execute (QNN keeps the events of the latest call in the handle).
-void collect_events(const QnnFunctionTable& fn, QnnHandle profile,
-                    std::vector<QnnProfileSample>& out) {
+void collect_events(const QnnFunctionTable& fn, QnnHandle profile, std::vector<QnnProfileSample>& out) {
   const uint64_t* events = nullptr;
   uint32_t count = 0;
   size_t n = 0;
@@ -75,8 +74,7 @@ Status validate_binary(const QnnLibrary& lib, QnnHandle device, const fb::QnnHtp
   QnnStatus st;
   {
     QnnLibrary::ScopedQuiet quiet;
-    st = lib.fn().context_validate_binary(lib.backend(), device, nullptr, q->binary()->data(),
-                                          q->binary()->size());
+    st = lib.fn().context_validate_binary(lib.backend(), device, nullptr, q->binary()->data(), q->binary()->size());
   }
   if (st == kQnnNotSupported) {
     g_cannot_validate.store(true);
@@ -84,10 +82,11 @@ Status validate_binary(const QnnLibrary& lib, QnnHandle device, const fb::QnnHtp
     return Status::Ok();          // contextCreateFromBinary checks the binary anyway
   }
   if (st != 0) {
-    return make_error(ErrorKind::InvalidProgram, "%s", with_qnn_log(
-        "QNN contextValidateBinary (" + std::to_string(q->binary()->size()) +
-        " bytes, SoC model " + std::to_string(q->soc_model()) + ") refused the context binary: " +
-        qnn_error_text(st)).c_str());
+    return make_error(
+        ErrorKind::InvalidProgram, "%s",
+        with_qnn_log("QNN contextValidateBinary (" + std::to_string(q->binary()->size()) + " bytes, SoC model " +
+                     std::to_string(q->soc_model()) + ") refused the context binary: " + qnn_error_text(st))
+            .c_str());
   }
   return Status::Ok();
 }
@@ -106,8 +105,8 @@ engine::TensorInfo payload_info(const fb::Tensor* t) {
   info.nbytes = engine::storage_bytes(info.dtype, info.numel);
   // per-tensor encoding and dim order: what the tensor dumper needs to log it as its edge node
   const fb::QuantizeParams* q = t->quant();
-  if (q != nullptr && (q->encoding() == fb::QnnQuantEncoding::SCALE_OFFSET ||
-                       q->encoding() == fb::QnnQuantEncoding::BW_SCALE_OFFSET)) {
+  if (q != nullptr &&
+      (q->encoding() == fb::QnnQuantEncoding::SCALE_OFFSET || q->encoding() == fb::QnnQuantEncoding::BW_SCALE_OFFSET)) {
     info.quant.encoding = q->encoding();
     info.quant.bitwidth = q->bitwidth();
     info.quant.scale = q->scale();
@@ -122,8 +121,8 @@ engine::TensorInfo payload_info(const fb::Tensor* t) {
 }  // namespace
 
 bool has_qnn_context(const fb::QnnContextBinary* blob) {
-  return blob != nullptr && blob->qnn_context() != nullptr &&
-         blob->qnn_context()->binary() != nullptr && blob->qnn_context()->binary()->size() > 0;
+  return blob != nullptr && blob->qnn_context() != nullptr && blob->qnn_context()->binary() != nullptr &&
+         blob->qnn_context()->binary()->size() > 0;
 }
 
 size_t QnnGraphRunner::input_bytes(size_t i) const {
@@ -136,15 +135,13 @@ size_t QnnGraphRunner::output_bytes(size_t i) const {
 
 Status QnnGraphRunner::bind(const fb::Graph* g, const std::vector<uint32_t>& ids) {
   name_ = g->name()->str();
-  auto take = [&](const flatbuffers::Vector<uint32_t>* list,
-                  std::vector<std::unique_ptr<TensorDesc>>& descs, std::vector<QnnTensor>& tensors,
-                  std::vector<std::vector<int32_t>>& scratch) -> Status {
+  auto take = [&](const flatbuffers::Vector<uint32_t>* list, std::vector<std::unique_ptr<TensorDesc>>& descs,
+                  std::vector<QnnTensor>& tensors, std::vector<std::vector<int32_t>>& scratch) -> Status {
     const size_t n = list ? list->size() : 0;
     for (size_t i = 0; i < n; ++i) {
       const uint32_t index = list->Get(i);
       if (g->tensors() == nullptr || index >= g->tensors()->size() || index >= ids.size()) {
-        return make_error(ErrorKind::InvalidProgram, "graph '%s': I/O tensor %u out of range",
-                          name_.c_str(), index);
+        return make_error(ErrorKind::InvalidProgram, "graph '%s': I/O tensor %u out of range", name_.c_str(), index);
       }
       std::unique_ptr<TensorDesc> d;
       QNN_RETURN_IF_ERROR(describe_tensor(g->tensors()->Get(index), 1, d));
@@ -183,8 +180,10 @@ Status QnnGraphRunner::bind_readables(const fb::Graph* g, const std::vector<uint
     Readable& r = readables_[k++];
     QNN_RETURN_IF_ERROR(describe_tensor(t, 1, r.desc));
     if (i >= ids.size()) {
-      return make_error(ErrorKind::InvalidProgram, "graph '%s': APP_READ tensor '%s' has no QNN "
-                        "tensor id in the context binary", name_.c_str(), r.desc->name.c_str());
+      return make_error(ErrorKind::InvalidProgram,
+                        "graph '%s': APP_READ tensor '%s' has no QNN "
+                        "tensor id in the context binary",
+                        name_.c_str(), r.desc->name.c_str());
     }
     core(r.desc->tensor).id = ids[i];
     r.info = payload_info(t);
@@ -209,7 +208,8 @@ Status QnnGraphRunner::bind_bits_views(const fb::Graph* g, const std::vector<uin
     QNN_RETURN_IF_ERROR(describe_tensor(t, 1, v.desc));
     if (k < 0 || size_t(k) >= inputs_.size() || i >= ids.size() || inputs_[k]->int64_narrowed ||
         inputs_[k]->nbytes() != v.desc->nbytes() || v.desc->int64_narrowed) {
-      return make_error(ErrorKind::InvalidProgram, "graph '%s': APP_WRITE tensor '%s' is not a graph "
+      return make_error(ErrorKind::InvalidProgram,
+                        "graph '%s': APP_WRITE tensor '%s' is not a graph "
                         "input and cannot view input %d (bits_of_input: an input of its byte size)",
                         name_.c_str(), v.desc->name.c_str(), k);
     }
@@ -228,9 +228,10 @@ Status QnnGraphRunner::prepare_profile(int profile_level) {
       backend_, level == 2 ? kQnnProfileDetailed : kQnnProfileBasic, &profiles_[level]);
   if (st != 0) {
     profiles_[level] = nullptr;
-    return make_error(ErrorKind::Internal, "%s", with_qnn_log(
-        "graph '" + name_ + "': QNN profileCreate (level " + std::to_string(level) +
-        ") failed: " + qnn_error_text(st)).c_str());
+    return make_error(ErrorKind::Internal, "%s",
+                      with_qnn_log("graph '" + name_ + "': QNN profileCreate (level " + std::to_string(level) +
+                                   ") failed: " + qnn_error_text(st))
+                          .c_str());
   }
   return Status::Ok();
 }
@@ -262,12 +263,11 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
     QNN_RETURN_IF_ERROR(prepare_profile(level));
   }
   QnnHandle profile = profiles_[level];
-  const QnnStatus st = lib->fn().graph_execute(graph_, in_tensors_.data(),
-                                               uint32_t(in_tensors_.size()), out_tensors_.data(),
-                                               uint32_t(out_tensors_.size()), profile, nullptr);
+  const QnnStatus st = lib->fn().graph_execute(graph_, in_tensors_.data(), uint32_t(in_tensors_.size()),
+                                               out_tensors_.data(), uint32_t(out_tensors_.size()), profile, nullptr);
   if (st != 0) {
-    return make_error(ErrorKind::Internal, "%s", with_qnn_log(
-        "graph '" + name_ + "': QNN graphExecute failed: " + qnn_error_text(st)).c_str());
+    return make_error(ErrorKind::Internal, "%s",
+                      with_qnn_log("graph '" + name_ + "': QNN graphExecute failed: " + qnn_error_text(st)).c_str());
   }
   for (size_t i = 0; i < outputs_.size(); ++i) {
     if (!outputs_[i]->int64_narrowed) continue;
@@ -290,7 +290,8 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
 Status QnnLoadedContext::load(const fb::QnnContextBinary* blob, const fb::QnnPayload* payload,
                               std::unique_ptr<QnnLoadedContext>& out) {
   if (!has_qnn_context(blob)) {
-    return make_error(ErrorKind::NotSupported, "the delegate has no QNN context binary (lowered "
+    return make_error(ErrorKind::NotSupported,
+                      "the delegate has no QNN context binary (lowered "
                       "without the QNN libraries, or QNN refused a graph at lowering)");
   }
   const fb::QnnHtpContext* q = blob->qnn_context();
@@ -308,36 +309,35 @@ Status QnnLoadedContext::load(const fb::QnnContextBinary* blob, const fb::QnnPay
   custom.option = kQnnConfigCustom;
   custom.custom = &soc;
   const QnnConfig* configs[] = {&custom, nullptr};
-  QnnStatus st = lib->fn().device_create(lib->log(), q->soc_model() ? configs : nullptr,
-                                         &ctx->device_);
+  QnnStatus st = lib->fn().device_create(lib->log(), q->soc_model() ? configs : nullptr, &ctx->device_);
   if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s", with_qnn_log(
-        "QNN deviceCreate for SoC model " + std::to_string(q->soc_model()) + " failed: " +
-        qnn_error_text(st)).c_str());
+    return make_error(ErrorKind::NotSupported, "%s",
+                      with_qnn_log("QNN deviceCreate for SoC model " + std::to_string(q->soc_model()) +
+                                   " failed: " + qnn_error_text(st))
+                          .c_str());
   }
   QNN_RETURN_IF_ERROR(validate_binary(*lib, ctx->device_, q));
-  st = lib->fn().context_create_from_binary(lib->backend(), ctx->device_, nullptr,
-                                            q->binary()->data(), q->binary()->size(),
-                                            &ctx->context_, nullptr);
+  st = lib->fn().context_create_from_binary(lib->backend(), ctx->device_, nullptr, q->binary()->data(),
+                                            q->binary()->size(), &ctx->context_, nullptr);
   if (st != 0) {
-    return make_error(ErrorKind::InvalidProgram, "%s", with_qnn_log(
-        "QNN contextCreateFromBinary (" + std::to_string(q->binary()->size()) +
-        " bytes, SoC model " + std::to_string(q->soc_model()) + ") failed: " +
-        qnn_error_text(st)).c_str());
+    return make_error(
+        ErrorKind::InvalidProgram, "%s",
+        with_qnn_log("QNN contextCreateFromBinary (" + std::to_string(q->binary()->size()) + " bytes, SoC model " +
+                     std::to_string(q->soc_model()) + ") failed: " + qnn_error_text(st))
+            .c_str());
   }
   for (const fb::Graph* g : *payload->graphs()) {
     const fb::QnnHtpGraph* ids = find_ids(q, g->name()->str());
     if (ids == nullptr || ids->tensor_ids() == nullptr) {
-      return make_error(ErrorKind::InvalidProgram, "graph '%s' is not in the QNN context binary",
-                        g->name()->c_str());
+      return make_error(ErrorKind::InvalidProgram, "graph '%s' is not in the QNN context binary", g->name()->c_str());
     }
     std::unique_ptr<QnnGraphRunner> runner(new QnnGraphRunner());
     runner->backend_ = lib->backend();
     st = lib->fn().graph_retrieve(ctx->context_, g->name()->c_str(), &runner->graph_);
     if (st != 0) {
-      return make_error(ErrorKind::InvalidProgram, "%s", with_qnn_log(
-          "graph '" + g->name()->str() + "': QNN graphRetrieve failed: " + qnn_error_text(st))
-          .c_str());
+      return make_error(
+          ErrorKind::InvalidProgram, "%s",
+          with_qnn_log("graph '" + g->name()->str() + "': QNN graphRetrieve failed: " + qnn_error_text(st)).c_str());
     }
     const std::vector<uint32_t> id_list(ids->tensor_ids()->begin(), ids->tensor_ids()->end());
     QNN_RETURN_IF_ERROR(runner->bind(g, id_list));

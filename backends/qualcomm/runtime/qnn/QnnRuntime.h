@@ -69,8 +69,8 @@ class QnnGraphRunner {
   struct Readable {
     engine::TensorInfo info;
     std::unique_ptr<TensorDesc> desc;
-    std::vector<uint64_t> storage;     // QNN's buffer (8-byte aligned)
-    std::vector<int64_t> widened;      // INT_64 tensors: the value as int64 (QNN gives int32)
+    std::vector<uint64_t> storage;  // QNN's buffer (8-byte aligned)
+    std::vector<int64_t> widened;   // INT_64 tensors: the value as int64 (QNN gives int32)
     void* data() { return widened.empty() ? static_cast<void*>(storage.data()) : widened.data(); }
   };
 
@@ -79,8 +79,8 @@ class QnnGraphRunner {
   QnnHandle backend_ = nullptr;
   std::vector<std::unique_ptr<TensorDesc>> inputs_;
   std::vector<std::unique_ptr<TensorDesc>> outputs_;
-  std::vector<QnnTensor> in_tensors_;   // passed to graphExecute, buffers set per call: the
-                                        // inputs, then the views of their buffers (bits_views_)
+  std::vector<QnnTensor> in_tensors_;  // passed to graphExecute, buffers set per call: the
+                                       // inputs, then the views of their buffers (bits_views_)
   // APP_WRITE tensors outside the graph inputs (Tensor.bits_of_input): the caller's buffer of
   // input `input` read in the view's data type (the exact bits of a FLOAT_32 input as INT_32).
   struct BitsView {
@@ -91,10 +91,10 @@ class QnnGraphRunner {
   std::vector<QnnTensor> out_tensors_;  // graph outputs, then the readables (buffers fixed)
   std::vector<engine::TensorInfo> output_infos_;
   std::vector<Readable> readables_;
-  std::vector<std::vector<int32_t>> in_scratch_;   // int64 inputs narrowed (allocated at init)
-  std::vector<std::vector<int32_t>> out_scratch_;  // int64 outputs widened after execute
+  std::vector<std::vector<int32_t>> in_scratch_;         // int64 inputs narrowed (allocated at init)
+  std::vector<std::vector<int32_t>> out_scratch_;        // int64 outputs widened after execute
   QnnHandle profiles_[3] = {nullptr, nullptr, nullptr};  // per level (see prepare_profile)
-  std::vector<QnnProfileSample> profile_samples_;  // reused by every profiled execute
+  std::vector<QnnProfileSample> profile_samples_;        // reused by every profiled execute
 };
 
 class QnnLoadedContext {
@@ -102,8 +102,7 @@ class QnnLoadedContext {
   // Loads the blob's QNN section (verified: signature, graph names match the
   // payload). NotSupported when the library is missing, InvalidProgram when QNN
   // refuses the binary (corrupted, other SoC / API version): the message says why.
-  static engine::Status load(const ::qnn_delegate::QnnContextBinary* blob,
-                             const ::qnn_delegate::QnnPayload* payload,
+  static engine::Status load(const ::qnn_delegate::QnnContextBinary* blob, const ::qnn_delegate::QnnPayload* payload,
                              std::unique_ptr<QnnLoadedContext>& out);
   ~QnnLoadedContext();
 

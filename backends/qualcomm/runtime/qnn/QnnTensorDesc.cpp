@@ -12,14 +12,27 @@ namespace qnn {
 
 size_t qnn_element_size(QnnDType dtype) {
   switch (dtype) {
-    case kQnnInt8: case kQnnUInt8: case kQnnSFixed8: case kQnnUFixed8: case kQnnBool8:
-    case kQnnSFixed4: case kQnnUFixed4:
+    case kQnnInt8:
+    case kQnnUInt8:
+    case kQnnSFixed8:
+    case kQnnUFixed8:
+    case kQnnBool8:
+    case kQnnSFixed4:
+    case kQnnUFixed4:
       return 1;
-    case kQnnInt16: case kQnnUInt16: case kQnnFloat16: case kQnnSFixed16: case kQnnUFixed16:
+    case kQnnInt16:
+    case kQnnUInt16:
+    case kQnnFloat16:
+    case kQnnSFixed16:
+    case kQnnUFixed16:
       return 2;
-    case kQnnInt32: case kQnnUInt32: case kQnnFloat32: case kQnnSFixed32:
+    case kQnnInt32:
+    case kQnnUInt32:
+    case kQnnFloat32:
+    case kQnnSFixed32:
       return 4;
-    case kQnnInt64: case kQnnUInt64:
+    case kQnnInt64:
+    case kQnnUInt64:
       return 8;
     default:
       return 0;
@@ -30,12 +43,18 @@ namespace {
 
 QnnTensorKind kind_of(fb::QnnTensorType t) {
   switch (t) {
-    case fb::QnnTensorType::APP_WRITE: return kQnnAppWrite;
-    case fb::QnnTensorType::APP_READ: return kQnnAppRead;
-    case fb::QnnTensorType::APP_READWRITE: return kQnnAppReadWrite;
-    case fb::QnnTensorType::STATIC: return kQnnStatic;
-    case fb::QnnTensorType::NULL_TENSOR: return kQnnNullTensor;
-    default: return kQnnNative;
+    case fb::QnnTensorType::APP_WRITE:
+      return kQnnAppWrite;
+    case fb::QnnTensorType::APP_READ:
+      return kQnnAppRead;
+    case fb::QnnTensorType::APP_READWRITE:
+      return kQnnAppReadWrite;
+    case fb::QnnTensorType::STATIC:
+      return kQnnStatic;
+    case fb::QnnTensorType::NULL_TENSOR:
+      return kQnnNullTensor;
+    default:
+      return kQnnNative;
   }
 }
 
@@ -76,12 +95,10 @@ Status fill_quant(const fb::QuantizeParams* q, TensorDesc& d, bool sub_byte) {
       copy_axis(q, d);
       if (sub_byte || q->encoding() == fb::QnnQuantEncoding::BW_AXIS_SCALE_OFFSET) {
         out.encoding = kQnnEncBwAxisScaleOffset;
-        out.bw_axis_scale_offset = {bits, q->axis(), uint32_t(d.scales.size()), d.scales.data(),
-                                    d.offsets.data()};
+        out.bw_axis_scale_offset = {bits, q->axis(), uint32_t(d.scales.size()), d.scales.data(), d.offsets.data()};
       } else {
         out.encoding = kQnnEncAxisScaleOffset;
-        out.axis_scale_offset = {q->axis(), uint32_t(d.scale_offsets.size()),
-                                 d.scale_offsets.data()};
+        out.axis_scale_offset = {q->axis(), uint32_t(d.scale_offsets.size()), d.scale_offsets.data()};
       }
       return Status::Ok();
     case fb::QnnQuantEncoding::BLOCKWISE_EXPANSION: {
@@ -92,9 +109,10 @@ Status fill_quant(const fb::QuantizeParams* q, TensorDesc& d, bool sub_byte) {
       const size_t channels = d.scales.size();
       const size_t total = q->block_scales() ? q->block_scales()->size() : 0;
       if (channels == 0 || total % channels != 0 || q->block_size() == 0) {
-        return make_error(ErrorKind::InvalidProgram, "tensor '%s': LPBQ has %zu block scales for "
-                          "%zu channels (block size %u)", d.name.c_str(), total, channels,
-                          q->block_size());
+        return make_error(ErrorKind::InvalidProgram,
+                          "tensor '%s': LPBQ has %zu block scales for "
+                          "%zu channels (block size %u)",
+                          d.name.c_str(), total, channels, q->block_size());
       }
       d.block_scales.assign(q->block_scales()->begin(), q->block_scales()->end());
       out.encoding = kQnnEncAxisScaleOffset;
@@ -102,8 +120,10 @@ Status fill_quant(const fb::QuantizeParams* q, TensorDesc& d, bool sub_byte) {
       return Status::Ok();
     }
     default:
-      return make_error(ErrorKind::NotSupported, "tensor '%s': quantization encoding %d has no QNN "
-                        "counterpart", d.name.c_str(), int(q->encoding()));
+      return make_error(ErrorKind::NotSupported,
+                        "tensor '%s': quantization encoding %d has no QNN "
+                        "counterpart",
+                        d.name.c_str(), int(q->encoding()));
   }
 }
 
@@ -113,24 +133,27 @@ Status expand_block_scales(const fb::QuantizeParams* q, TensorDesc& d) {
   const int rank = int(d.dims.size());
   const int axis = q->axis(), block_axis = q->block_axis();
   if (axis < 0 || axis >= rank || block_axis < 0 || block_axis >= rank || axis == block_axis) {
-    return make_error(ErrorKind::InvalidProgram, "tensor '%s': LPBQ axis %d / block axis %d of a "
-                      "rank-%d tensor", d.name.c_str(), axis, block_axis, rank);
+    return make_error(ErrorKind::InvalidProgram,
+                      "tensor '%s': LPBQ axis %d / block axis %d of a "
+                      "rank-%d tensor",
+                      d.name.c_str(), axis, block_axis, rank);
   }
   size_t axis_stride = 1, block_stride = 1;
   for (int i = rank - 1; i > axis; --i) axis_stride *= d.dims[i];
   for (int i = rank - 1; i > block_axis; --i) block_stride *= d.dims[i];
   const size_t channels = d.dims[axis], blocks = d.block_scales.size() / channels;
   if (channels != d.scales.size() || blocks * q->block_size() != d.dims[block_axis]) {
-    return make_error(ErrorKind::InvalidProgram, "tensor '%s': LPBQ scales do not fit dims",
-                      d.name.c_str());
+    return make_error(ErrorKind::InvalidProgram, "tensor '%s': LPBQ scales do not fit dims", d.name.c_str());
   }
   for (size_t i = 0; i < d.numel; ++i) {
     const size_t c = i / axis_stride % channels;
     const size_t b = i / block_stride % d.dims[block_axis] / q->block_size();
     const int32_t v = int32_t(int8_t(d.data[i])) * int32_t(d.block_scales[c * blocks + b]);
     if (v < -128 || v > 127) {
-      return make_error(ErrorKind::InvalidProgram, "tensor '%s': LPBQ code x block scale %d does "
-                        "not fit int8", d.name.c_str(), v);
+      return make_error(ErrorKind::InvalidProgram,
+                        "tensor '%s': LPBQ code x block scale %d does "
+                        "not fit int8",
+                        d.name.c_str(), v);
     }
     d.data[i] = uint8_t(int8_t(v));
   }
@@ -138,8 +161,7 @@ Status expand_block_scales(const fb::QuantizeParams* q, TensorDesc& d) {
 }
 
 // Sub-byte signed values packed low bits first -> one sign-extended int8 per element.
-void unpack_sub_byte(const uint8_t* src, size_t src_size, uint32_t bits, size_t numel,
-                     std::vector<uint8_t>& dst) {
+void unpack_sub_byte(const uint8_t* src, size_t src_size, uint32_t bits, size_t numel, std::vector<uint8_t>& dst) {
   const uint32_t per_byte = 8 / bits;
   const uint32_t mask = (1u << bits) - 1;
   dst.assign(numel, 0);
@@ -191,8 +213,8 @@ Status describe_tensor(const fb::Tensor* t, uint32_t version, std::unique_ptr<Te
   if (dtype == kQnnSFixed4) qnn_dtype = kQnnSFixed8;
   if (dtype == kQnnUFixed4) qnn_dtype = kQnnUFixed8;
   if (qnn_element_size(qnn_dtype) == 0) {
-    return make_error(ErrorKind::NotSupported, "tensor '%s': data type %d has no QNN counterpart",
-                      d.name.c_str(), int(dtype));
+    return make_error(ErrorKind::NotSupported, "tensor '%s': data type %d has no QNN counterpart", d.name.c_str(),
+                      int(dtype));
   }
   set_header(d, version, kind_of(t->type()), qnn_dtype);
   d.int64_narrowed = dtype == kQnnInt64;
@@ -205,27 +227,28 @@ Status describe_tensor(const fb::Tensor* t, uint32_t version, std::unique_ptr<Te
       unpack_sub_byte(src, size, bits == 0 || bits > 4 ? 4 : bits, d.numel, d.data);
     } else if (d.int64_narrowed) {
       if (size < d.numel * 8) {
-        return make_error(ErrorKind::InvalidProgram, "tensor '%s': %zu data bytes for %zu int64",
-                          d.name.c_str(), size, d.numel);
+        return make_error(ErrorKind::InvalidProgram, "tensor '%s': %zu data bytes for %zu int64", d.name.c_str(), size,
+                          d.numel);
       }
       narrow_int64(src, d.numel, d.data);
     } else {
       if (size < d.nbytes()) {
-        return make_error(ErrorKind::InvalidProgram, "tensor '%s': %zu data bytes, %zu expected",
-                          d.name.c_str(), size, d.nbytes());
+        return make_error(ErrorKind::InvalidProgram, "tensor '%s': %zu data bytes, %zu expected", d.name.c_str(), size,
+                          d.nbytes());
       }
       d.data.assign(src, src + d.nbytes());
     }
     const bool lpbq = t->quant() && t->quant()->encoding() == fb::QnnQuantEncoding::BLOCKWISE_EXPANSION;
     if (lpbq && d.element_size != 1) {
-      return make_error(ErrorKind::NotSupported, "tensor '%s': LPBQ codes of %zu bytes (int8 or "
-                        "4-bit expected)", d.name.c_str(), d.element_size);
+      return make_error(ErrorKind::NotSupported,
+                        "tensor '%s': LPBQ codes of %zu bytes (int8 or "
+                        "4-bit expected)",
+                        d.name.c_str(), d.element_size);
     }
     if (lpbq) QNN_RETURN_IF_ERROR(expand_block_scales(t->quant(), d));
     core(d.tensor).buffer = {d.data.data(), uint32_t(d.data.size())};
   } else if (t->quant() && t->quant()->encoding() == fb::QnnQuantEncoding::BLOCKWISE_EXPANSION) {
-    return make_error(ErrorKind::NotSupported, "tensor '%s': LPBQ encoding on a non-static tensor",
-                      d.name.c_str());
+    return make_error(ErrorKind::NotSupported, "tensor '%s': LPBQ encoding on a non-static tensor", d.name.c_str());
   }
   return Status::Ok();
 }
@@ -233,19 +256,17 @@ Status describe_tensor(const fb::Tensor* t, uint32_t version, std::unique_ptr<Te
 namespace {
 
 bool has_weights(const std::string& type) {
-  return type == "Conv2d" || type == "DepthWiseConv2d" || type == "TransposeConv2d" ||
-         type == "Conv3d" || type == "TransposeConv3d" || type == "FullyConnected";
+  return type == "Conv2d" || type == "DepthWiseConv2d" || type == "TransposeConv2d" || type == "Conv3d" ||
+         type == "TransposeConv3d" || type == "FullyConnected";
 }
 
 // 2^(8 - bits) for a weighted op whose sub-byte weights QNN computes better as 8-bit codes
 // (engine::sub_byte_widening), else 1. The host engine takes the same decision from the
 // same tensors (QuantGemm.cpp, prepare_requant).
-int32_t widening_of(const fb::Graph* g, const fb::Op* op,
-                    const std::vector<std::unique_ptr<TensorDesc>>& tensors) {
+int32_t widening_of(const fb::Graph* g, const fb::Op* op, const std::vector<std::unique_ptr<TensorDesc>>& tensors) {
   const auto* in = op->inputs();
   const auto* out = op->outputs();
-  if (!has_weights(op->type()->str()) || in == nullptr || in->size() < 2 || out == nullptr ||
-      out->size() < 1) {
+  if (!has_weights(op->type()->str()) || in == nullptr || in->size() < 2 || out == nullptr || out->size() < 1) {
     return 1;
   }
   const auto* all = g->tensors();
@@ -257,11 +278,11 @@ int32_t widening_of(const fb::Graph* g, const fb::Op* op,
   const fb::Tensor* w = all->Get(in->Get(1));
   const fb::Tensor* y = all->Get(out->Get(0));
   const fb::QuantizeParams* wq = w->quant();
-  if (w->type() != fb::QnnTensorType::STATIC || w->data_type() != fb::QnnDataType::SFIXED_POINT_4 ||
-      wq == nullptr || (wq->encoding() != fb::QnnQuantEncoding::SCALE_OFFSET &&
-                        wq->encoding() != fb::QnnQuantEncoding::BW_SCALE_OFFSET &&
-                        wq->encoding() != fb::QnnQuantEncoding::AXIS_SCALE_OFFSET &&
-                        wq->encoding() != fb::QnnQuantEncoding::BW_AXIS_SCALE_OFFSET)) {
+  if (w->type() != fb::QnnTensorType::STATIC || w->data_type() != fb::QnnDataType::SFIXED_POINT_4 || wq == nullptr ||
+      (wq->encoding() != fb::QnnQuantEncoding::SCALE_OFFSET &&
+       wq->encoding() != fb::QnnQuantEncoding::BW_SCALE_OFFSET &&
+       wq->encoding() != fb::QnnQuantEncoding::AXIS_SCALE_OFFSET &&
+       wq->encoding() != fb::QnnQuantEncoding::BW_AXIS_SCALE_OFFSET)) {
     return 1;
   }
   const TensorDesc* wd = tensors[in->Get(1)].get();
@@ -270,8 +291,8 @@ int32_t widening_of(const fb::Graph* g, const fb::Op* op,
     if (o != 0) return 1;
   }
   if (wd->scales.empty() && wq->offset() != 0) return 1;
-  const bool u16 = x->data_type() == fb::QnnDataType::UFIXED_POINT_16 &&
-                   y->data_type() == fb::QnnDataType::UFIXED_POINT_16;
+  const bool u16 =
+      x->data_type() == fb::QnnDataType::UFIXED_POINT_16 && y->data_type() == fb::QnnDataType::UFIXED_POINT_16;
   int64_t max_bias = 0;
   if (in->size() > 2) {
     const fb::Tensor* b = all->Get(in->Get(2));
@@ -292,8 +313,8 @@ void widen_weights(TensorDesc& d, int32_t f) {
   for (auto& byte : d.data) byte = uint8_t(int8_t(int32_t(int8_t(byte)) * f));
   QnnQuantParams& q = core(d.tensor).quant;
   if (q.encoding == kQnnEncBwAxisScaleOffset || q.encoding == kQnnEncAxisScaleOffset) {
-    const uint32_t axis = q.encoding == kQnnEncBwAxisScaleOffset ? q.bw_axis_scale_offset.axis
-                                                                 : q.axis_scale_offset.axis;
+    const uint32_t axis =
+        q.encoding == kQnnEncBwAxisScaleOffset ? q.bw_axis_scale_offset.axis : q.axis_scale_offset.axis;
     for (size_t i = 0; i < d.scales.size(); ++i) {
       d.scales[i] /= float(f);
       d.scale_offsets[i] = {d.scales[i], 0};
@@ -301,8 +322,7 @@ void widen_weights(TensorDesc& d, int32_t f) {
     q.encoding = kQnnEncAxisScaleOffset;
     q.axis_scale_offset = {int32_t(axis), uint32_t(d.scale_offsets.size()), d.scale_offsets.data()};
   } else {
-    const float scale = q.encoding == kQnnEncBwScaleOffset ? q.bw_scale_offset.scale
-                                                           : q.scale_offset.scale;
+    const float scale = q.encoding == kQnnEncBwScaleOffset ? q.bw_scale_offset.scale : q.scale_offset.scale;
     q.encoding = kQnnEncScaleOffset;
     q.scale_offset = {scale / float(f), 0};
   }
@@ -341,8 +361,10 @@ void widen_sub_byte_weights(const fb::Graph* g, std::vector<std::unique_ptr<Tens
   std::set<uint32_t> done;  // tensors widened (once, however many ops use them)
   auto vote = [&](uint32_t id, int32_t f) {
     auto it = factor.find(id);
-    if (it == factor.end()) factor[id] = f;
-    else if (it->second != f) it->second = -1;
+    if (it == factor.end())
+      factor[id] = f;
+    else if (it->second != f)
+      it->second = -1;
   };
   for (size_t i = 0; i < num_ops; ++i) {
     const fb::Op* op = g->ops()->Get(i);
@@ -370,8 +392,7 @@ void widen_sub_byte_weights(const fb::Graph* g, std::vector<std::unique_ptr<Tens
   }
 }
 
-Status describe_param_tensor(const fb::Param* p, const std::string& name,
-                             std::unique_ptr<TensorDesc>& out) {
+Status describe_param_tensor(const fb::Param* p, const std::string& name, std::unique_ptr<TensorDesc>& out) {
   out.reset(new TensorDesc());
   TensorDesc& d = *out;
   d.name = name;
@@ -391,12 +412,16 @@ Status describe_param_tensor(const fb::Param* p, const std::string& name,
       continue;
     }
     const int64_t v = (p->int_data() && i < p->int_data()->size()) ? p->int_data()->Get(i) : 0;
-    if (d.element_size == 4) { const int32_t n = int32_t(v); std::memcpy(dst, &n, 4); }
-    else if (d.element_size == 2) { const int16_t n = int16_t(v); std::memcpy(dst, &n, 2); }
-    else if (d.element_size == 1) { dst[0] = uint8_t(v); }
-    else {
-      return make_error(ErrorKind::NotSupported, "param '%s': data type %d not supported",
-                        name.c_str(), int(dtype));
+    if (d.element_size == 4) {
+      const int32_t n = int32_t(v);
+      std::memcpy(dst, &n, 4);
+    } else if (d.element_size == 2) {
+      const int16_t n = int16_t(v);
+      std::memcpy(dst, &n, 2);
+    } else if (d.element_size == 1) {
+      dst[0] = uint8_t(v);
+    } else {
+      return make_error(ErrorKind::NotSupported, "param '%s': data type %d not supported", name.c_str(), int(dtype));
     }
   }
   core(d.tensor).buffer = {d.data.data(), uint32_t(d.data.size())};

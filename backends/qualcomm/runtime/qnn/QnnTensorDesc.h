@@ -35,7 +35,7 @@ struct TensorDesc {
   std::vector<float> scales;
   std::vector<int32_t> offsets;
   std::vector<uint8_t> block_scales;  // LPBQ: [channel][block], folded into `data`
-  std::vector<uint8_t> data;  // static data after conversion
+  std::vector<uint8_t> data;          // static data after conversion
   bool int64_narrowed = false;
   size_t numel = 1;
   size_t element_size = 4;  // of the QNN tensor
@@ -49,15 +49,13 @@ struct TensorDesc {
 
 // Builds `out` (a QnnTensor of `version` 1 or 2) from payload tensor `t`. Static
 // data is converted and owned by `out`.
-engine::Status describe_tensor(const ::qnn_delegate::Tensor* t, uint32_t version,
-                               std::unique_ptr<TensorDesc>& out);
+engine::Status describe_tensor(const ::qnn_delegate::Tensor* t, uint32_t version, std::unique_ptr<TensorDesc>& out);
 
 // Sub-byte weights of weighted ops with uint16 activations (and their int32 biases) as the
 // same values in 8-bit codes (engine::sub_byte_widening): QNN 2.51 computes them with 16x
 // (4-bit) less accumulator precision otherwise. `tensors` are describe_tensor's of `g`
 // (null entries are skipped).
-void widen_sub_byte_weights(const ::qnn_delegate::Graph* g,
-                            std::vector<std::unique_ptr<TensorDesc>>& tensors);
+void widen_sub_byte_weights(const ::qnn_delegate::Graph* g, std::vector<std::unique_ptr<TensorDesc>>& tensors);
 
 // A STATIC tensor for a TENSOR op param.
 engine::Status describe_param_tensor(const ::qnn_delegate::Param* p, const std::string& name,

@@ -29,8 +29,7 @@ namespace {
 
 // Builds the graph once and executes it per input set, each time with the
 // caller's input buffers and new output buffers (tests buffer rebinding).
-py::list execute_many(const py::bytes& blob, const std::vector<std::vector<py::array>>& input_sets,
-                      int graph_index) {
+py::list execute_many(const py::bytes& blob, const std::vector<std::vector<py::array>>& input_sets, int graph_index) {
   const std::unique_ptr<engine::GraphExecutor> g = pyengine::build_graph(std::string(blob), graph_index);
   py::list results;
   for (const auto& inputs : input_sets) results.append(pyengine::execute_once(*g, inputs));
@@ -39,8 +38,7 @@ py::list execute_many(const py::bytes& blob, const std::vector<std::vector<py::a
 
 // (op name, op type, kernel path) of every op of a payload graph built on the host engine
 // (Kernel::path: the code path each kernel picked at init, e.g. "avx2/lanes8").
-std::vector<std::tuple<std::string, std::string, std::string>> kernel_paths(const py::bytes& blob,
-                                                                            int graph_index) {
+std::vector<std::tuple<std::string, std::string, std::string>> kernel_paths(const py::bytes& blob, int graph_index) {
   const std::unique_ptr<engine::GraphExecutor> g = pyengine::build_graph(std::string(blob), graph_index);
   std::vector<std::tuple<std::string, std::string, std::string>> out;
   for (size_t i = 0; i < g->num_ops(); ++i) out.emplace_back(g->op_name(i), g->op_type(i), g->op_path(i));
@@ -69,7 +67,7 @@ py::tuple init_destroy_twice(const py::bytes& blob) {
   executorch::runtime::DelegateHandle* handles[2] = {nullptr, nullptr};
   for (auto& handle : handles) {
     executorch::runtime::FreeableBuffer buffer(data.data(), data.size(),
-                                              executorch::runtime::FreeableBuffer::FreeFn(nullptr));
+                                               executorch::runtime::FreeableBuffer::FreeFn(nullptr));
     auto result = backend.init(ctx, &buffer, {});
     if (!result.ok()) pyengine::throw_value_error("init failed with error " + std::to_string(int(result.error())));
     handle = *result;
@@ -94,10 +92,12 @@ PYBIND11_MODULE(_qnn_test_hooks, m) {
   m.def("kernel_features", &kernel_features, "Which SIMD paths the host engine's kernels can pick here.");
   m.def("init_destroy_twice", &init_destroy_twice, py::arg("blob"),
         "Lifecycle check: two handles of one blob, the first destroyed twice; live contexts per step.");
-  m.def("live_context_count", [] { return runtime::ContextCache::instance().live_contexts(); },
-        "Loaded (cached, shared) contexts alive in this process.");
-  m.def("live_qnn_context_count", [] { return runtime::ContextCache::instance().live_qnn_contexts(); },
-        "Loaded contexts that run on the QNN engine.");
+  m.def(
+      "live_context_count", [] { return runtime::ContextCache::instance().live_contexts(); },
+      "Loaded (cached, shared) contexts alive in this process.");
+  m.def(
+      "live_qnn_context_count", [] { return runtime::ContextCache::instance().live_qnn_contexts(); },
+      "Loaded contexts that run on the QNN engine.");
   m.def("live_handle_count", &runtime::live_handle_count, "Delegate handles alive in this process.");
   m.def("engine_bytes_in_use", &engine::TrackingAllocator::process_bytes_in_use,
         "Bytes currently held by all engine allocators of the process.");

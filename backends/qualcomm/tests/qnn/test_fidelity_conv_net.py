@@ -17,7 +17,6 @@ After: QNN within 2-4 steps of the reference (HTP's own 16-bit arithmetic), QNN 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F

@@ -303,9 +303,10 @@ def test_activation_fused_into_weighted_op_bit_exact_with_qnn(activation, mid_ki
             for c, e in zip(codes, encs)
         ]
         host = ext.run_payload(fused(True).done().blob(), floats)
-        as_codes = lambda y, e: (np.rint(np.asarray(y, np.float64) / np.float32(e["scale"])) - e["offset"]).astype(
-            np.int64
-        )
+
+        def as_codes(y, e):
+            return (np.rint(np.asarray(y, np.float64) / np.float32(e["scale"])) - e["offset"]).astype(np.int64)
+
         tally.add(np.asarray(qnn[-1]).astype(np.int64), as_codes(host[-1], act_enc))
     assert tally.total >= 1000, "too few cases with outputs of both signs"
     assert tally.worst <= 1

@@ -23,15 +23,13 @@ struct ConvIds {
 
 // Reads params and checks x / w / b dims (not dtypes); checks the output dims
 // and that its dtype is `out_dtype`. `depthwise` fixes w dim 2 to 1.
-Status conv_geometry(const OpView& v, bool depthwise, DType out_dtype, ConvGeometry& g,
-                     ConvIds& ids);
+Status conv_geometry(const OpView& v, bool depthwise, DType out_dtype, ConvGeometry& g, ConvIds& ids);
 
 // im2col of output pixels p0..p0+np for group `grp`: row r holds the (ky, kx, ci)
 // patch of pixel p0+r (row stride `k`); taps outside the input read `pad`
 // (0 for float, the input zero point for quantized inputs).
 template <typename T>
-void im2col_rows(const ConvGeometry& g, size_t k, const T* x, size_t p0, size_t np, size_t grp,
-                 T pad, T* cols) {
+void im2col_rows(const ConvGeometry& g, size_t k, const T* x, size_t p0, size_t np, size_t grp, T pad, T* cols) {
   const size_t cin_g = g.cin_g();
   for (size_t r = 0; r < np; ++r) {
     const size_t p = p0 + r;
@@ -52,5 +50,5 @@ void im2col_rows(const ConvGeometry& g, size_t k, const T* x, size_t p0, size_t 
   }
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

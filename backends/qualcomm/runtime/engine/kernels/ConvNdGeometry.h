@@ -86,5 +86,5 @@ void for_each_tap(const NdGeometry& g, bool transposed, const NdPixel& p, F f) {
   }
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

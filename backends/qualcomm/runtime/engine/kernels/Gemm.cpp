@@ -43,7 +43,7 @@ void pack_panels(GemmPath path, size_t K, size_t N, float* dst, At at) {
   }
 }
 
-} // namespace
+}  // namespace
 
 void pack_b_kn(GemmPath p, const float* b, size_t K, size_t N, size_t ldb, float* dst) {
   pack_panels(p, K, N, dst, [b, ldb](size_t k, size_t n) { return b[k * ldb + n]; });
@@ -88,10 +88,10 @@ void run_tiles(void* ctx, size_t begin, size_t end) {
   c.tiles(*c.job, begin, end);
 }
 
-} // namespace
+}  // namespace
 
-void gemm_packed(GemmPath path, const float* A, size_t lda, const float* Bp, const float* bias, float* C,
-                 size_t ldc, size_t M, size_t N, size_t K, const GemmEpilogue& ep) {
+void gemm_packed(GemmPath path, const float* A, size_t lda, const float* Bp, const float* bias, float* C, size_t ldc,
+                 size_t M, size_t N, size_t K, const GemmEpilogue& ep) {
   const size_t nr = gemm_nr(path);
   const size_t panels = (N + nr - 1) / nr;
   const PackedGemmJob job{A, lda, Bp, bias, C, ldc, M, N, K, nr, panels, ep};
@@ -127,10 +127,10 @@ void run_rowmajor_rows(void* ctx, size_t begin, size_t end) {
   }
 }
 
-} // namespace
+}  // namespace
 
-void gemm_rowmajor(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc,
-                   size_t M, size_t N, size_t K) {
+void gemm_rowmajor(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, size_t M, size_t N,
+                   size_t K) {
   RowMajorGemmJob job{A, lda, B, ldb, C, ldc, N, K};
   if (M * N * K < kMinParallelMacs) {
     run_rowmajor_rows(&job, 0, M);
@@ -139,5 +139,5 @@ void gemm_rowmajor(const float* A, size_t lda, const float* B, size_t ldb, float
   ThreadPool::instance().parallel_for(M, &run_rowmajor_rows, &job);
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -8,8 +8,8 @@
 
 #include <cstddef>
 
-#include "backends/qualcomm/runtime/engine/Tensor.h"
 #include "backends/qualcomm/runtime/engine/Simd.h"
+#include "backends/qualcomm/runtime/engine/Tensor.h"
 
 namespace qnn_delegate {
 namespace engine {
@@ -40,13 +40,13 @@ struct GemmEpilogue {
 };
 
 // C[m * ldc + n] = ep(sum_k A[m * lda + k] * B[k][n] + (bias ? bias[n] : 0)), Bp packed for path p.
-void gemm_packed(GemmPath p, const float* A, size_t lda, const float* Bp, const float* bias, float* C,
-                 size_t ldc, size_t M, size_t N, size_t K, const GemmEpilogue& ep = GemmEpilogue());
+void gemm_packed(GemmPath p, const float* A, size_t lda, const float* Bp, const float* bias, float* C, size_t ldc,
+                 size_t M, size_t N, size_t K, const GemmEpilogue& ep = GemmEpilogue());
 
 // Unpacked GEMM for dynamic operands (MatMul): B given as b[k * ldb + n], each output
 // fma-accumulated over k from 0 as above. C must not alias A or B. Overwrites C.
-void gemm_rowmajor(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc,
-                   size_t M, size_t N, size_t K);
+void gemm_rowmajor(const float* A, size_t lda, const float* B, size_t ldb, float* C, size_t ldc, size_t M, size_t N,
+                   size_t K);
 
 // ---- internal: the tiles of one gemm_packed call (Gemm.cpp, GemmAvx2.cpp, GemmAvx512.cpp) ----
 struct PackedGemmJob {
@@ -65,5 +65,5 @@ void gemm_tiles_plain(const PackedGemmJob& j, size_t begin, size_t end);
 void gemm_tiles_avx2(const PackedGemmJob& j, size_t begin, size_t end);
 void gemm_tiles_avx512(const PackedGemmJob& j, size_t begin, size_t end);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -22,7 +22,7 @@ constexpr size_t kLanes = 8, kMR = 6;
 inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
 inline V round_half(V v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
 #include "backends/qualcomm/runtime/engine/kernels/GemmTiles.inc"
-} // namespace avx2
+}  // namespace avx2
 #pragma GCC pop_options
 
 #pragma GCC push_options
@@ -41,22 +41,22 @@ inline V round_half(V v) {  // F16C on each half (GCC 12's _mm512_cvtps_ph warns
   return v;
 }
 #include "backends/qualcomm/runtime/engine/kernels/GemmTiles.inc"
-} // namespace avx512
+}  // namespace avx512
 #pragma GCC pop_options
 
-} // namespace
+}  // namespace
 
 void gemm_tiles_avx2(const PackedGemmJob& j, size_t begin, size_t end) { avx2::run_tiles_any(j, begin, end); }
 void gemm_tiles_avx512(const PackedGemmJob& j, size_t begin, size_t end) { avx512::run_tiles_any(j, begin, end); }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate
 
 #else  // no SIMD path on this architecture (gemm_path() is always Plain)
 namespace qnn_delegate {
 namespace engine {
 void gemm_tiles_avx2(const PackedGemmJob& j, size_t begin, size_t end) { gemm_tiles_plain(j, begin, end); }
 void gemm_tiles_avx512(const PackedGemmJob& j, size_t begin, size_t end) { gemm_tiles_plain(j, begin, end); }
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate
 #endif

@@ -45,11 +45,11 @@ QNN_FMA_CLONES void fma_axpy(float a, const float* x, float* y, size_t n) {
 Status byte_element_size(const OpView& view, const TensorInfo& t, size_t& out) {
   out = element_size(t.dtype);
   if (out == 0) {
-    return view.fail(ErrorKind::NotSupported, "tensor '%s' has sub-byte data type %s",
-                     t.name.c_str(), dtype_name(t.dtype));
+    return view.fail(ErrorKind::NotSupported, "tensor '%s' has sub-byte data type %s", t.name.c_str(),
+                     dtype_name(t.dtype));
   }
   return Status::Ok();
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

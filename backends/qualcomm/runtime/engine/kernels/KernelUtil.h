@@ -46,8 +46,8 @@ inline bool next_index(Index& idx, const Dims& dims) {
 // input is full-size or a scalar, else a walk of all but the innermost axis (`outer`),
 // whose loop uses strides 0 or 1. `sa` / `sb` from broadcast_strides; no allocation.
 template <typename T, typename F>
-void apply_broadcast(const T* a, const T* b, T* out, size_t numel, size_t a_numel, size_t b_numel,
-                     const Dims& dims, const Index& sa, const Index& sb, const Dims& outer, F f) {
+void apply_broadcast(const T* a, const T* b, T* out, size_t numel, size_t a_numel, size_t b_numel, const Dims& dims,
+                     const Index& sa, const Index& sb, const Dims& outer, F f) {
   if (a_numel == numel && b_numel == numel) {
     for (size_t i = 0; i < numel; ++i) out[i] = f(a[i], b[i]);
     return;
@@ -100,5 +100,5 @@ void fma_axpy(float a, const float* x, float* y, size_t n);
 // Element size of a byte-addressable tensor (fails for packed 4-bit types).
 Status byte_element_size(const OpView& view, const TensorInfo& t, size_t& out);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -16,8 +16,8 @@ struct MatMulShape {
   uint32_t a, b, out;
   size_t M, N, K;
   bool ta, tb;
-  Dims batch;            // broadcast batch dims
-  Index sa{}, sb{};      // batch strides in matrices (0 = broadcast)
+  Dims batch;        // broadcast batch dims
+  Index sa{}, sb{};  // batch strides in matrices (0 = broadcast)
   size_t batches;
 };
 
@@ -25,5 +25,5 @@ struct MatMulShape {
 Status fc_shape(const OpView& v, DType out_dtype, FcShape& s);
 Status matmul_shape(const OpView& v, DType out_dtype, MatMulShape& s);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

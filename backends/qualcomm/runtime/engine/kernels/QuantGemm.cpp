@@ -7,8 +7,8 @@ namespace engine {
 
 bool integer_weights_supported(const TensorInfo& w, int out_axis, int k_axis) {
   const QuantInfo& q = w.quant;
-  const bool signed_weight = w.dtype == DType::SFIXED_POINT_8 || w.dtype == DType::SFIXED_POINT_4 ||
-                             w.dtype == DType::SFIXED_POINT_16;
+  const bool signed_weight =
+      w.dtype == DType::SFIXED_POINT_8 || w.dtype == DType::SFIXED_POINT_4 || w.dtype == DType::SFIXED_POINT_16;
   if (w.kind != TensorKind::STATIC || !signed_weight || !is_symmetric(w)) return false;
   if (q.per_tensor()) return true;
   if (q.per_channel()) return q.axis == out_axis;
@@ -26,10 +26,10 @@ void fill_weights(const int32_t* values, size_t numel, size_t N, size_t K, bool 
   }
 }
 
-} // namespace
+}  // namespace
 
-Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_last,
-                        TrackingAllocator* alloc, QWeights& out) {
+Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_last, TrackingAllocator* alloc,
+                        QWeights& out) {
   out.N = N;
   out.K = N ? w.numel / N : 0;
   // Integer values with LPBQ block scales folded in (init-time temporary).
@@ -45,14 +45,12 @@ Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_l
     hi = std::max(hi, vals[i]);
   }
   if (lo < -32768 || hi > 32767) {
-    return v.fail(ErrorKind::NotSupported, "weight '%s' values with block scales exceed int16",
-                  w.name.c_str());
+    return v.fail(ErrorKind::NotSupported, "weight '%s' values with block scales exceed int16", w.name.c_str());
   }
   out.wide = lo < -128 || hi > 127;
   out.data = Buffer(alloc, w.numel * (out.wide ? 2 : 1));
   if (!out.data.valid()) {
-    return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate packed weight '%s'",
-                  w.name.c_str());
+    return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate packed weight '%s'", w.name.c_str());
   }
   if (out.wide) {
     fill_weights(vals, w.numel, N, out.K, n_last, out.data.as<int16_t>());
@@ -90,10 +88,10 @@ void weight_sums(const W* w, size_t N, size_t K, std::vector<int64_t>& out) {
     for (size_t k = 0; k < K; ++k) out[n] += w[n * K + k];
 }
 
-} // namespace
+}  // namespace
 
-int32_t sub_byte_widening_of(const TensorInfo& x, const TensorInfo& w_info, const QWeights& w,
-                             const TensorInfo& b, const TensorInfo& out) {
+int32_t sub_byte_widening_of(const TensorInfo& x, const TensorInfo& w_info, const QWeights& w, const TensorInfo& b,
+                             const TensorInfo& out) {
   if (w_info.dtype != DType::SFIXED_POINT_4 || w_info.quant.blockwise() || w.wide) return 1;
   int64_t max_bias = 0;
   if (b.dtype == DType::SFIXED_POINT_32) {
@@ -103,8 +101,8 @@ int32_t sub_byte_widening_of(const TensorInfo& x, const TensorInfo& w_info, cons
   return sub_byte_widening(w_info.quant.bitwidth, a16, max_bias);
 }
 
-void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, QWeights& w,
-                     const TensorInfo& b, const TensorInfo& out, Requant& rq) {
+void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, QWeights& w, const TensorInfo& b,
+                     const TensorInfo& out, Requant& rq) {
   const float in_scale = x.quant.scale, out_scale = out.quant.scale;
   // 16-bit activations with sub-byte weights: the 8-bit codes q * f QNN is given (HtpRequant.h)
   const int32_t widen = sub_byte_widening_of(x, w_info, w, b, out);
@@ -124,8 +122,7 @@ void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, QWeights& w,
   }
   // LPBQ weights count as 8-bit per-channel weights k * q (folded in w): QNN 2.51 computes an
   // LPBQ FullyConnected / 1x1 Conv2d exactly as that per-channel conv (measured: equal outputs).
-  const bool w8 = (w_info.dtype == DType::SFIXED_POINT_8 || w_info.quant.blockwise() || widen > 1) &&
-                  !w.wide;
+  const bool w8 = (w_info.dtype == DType::SFIXED_POINT_8 || w_info.quant.blockwise() || widen > 1) && !w.wide;
   const bool a8 = x.dtype == DType::UFIXED_POINT_8 && out.dtype == DType::UFIXED_POINT_8;
   const bool a16 = x.dtype == DType::UFIXED_POINT_16 && out.dtype == DType::UFIXED_POINT_16;
   rq.htp = w8 && (a8 || a16);
@@ -135,8 +132,7 @@ void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, QWeights& w,
       const float w_scale = float(w.scale[n]);
       const double m = double(in_scale) * double(w_scale) / double(out_scale);
       if (a16) {
-        rq.hr[n] = htp_requant16_of(m, bias_real(b, n), in_scale, w_scale, -int64_t(rq.in_offset),
-                                    rq.wsum[n]);
+        rq.hr[n] = htp_requant16_of(m, bias_real(b, n), in_scale, w_scale, -int64_t(rq.in_offset), rq.wsum[n]);
       } else {
         rq.hr[n] = htp_requant_of(m);
         rq.hr[n].pre = htp_bias_acc(bias_real(b, n), in_scale, w_scale);
@@ -152,5 +148,5 @@ void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, QWeights& w,
   }
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

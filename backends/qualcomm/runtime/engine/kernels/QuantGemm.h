@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "backends/qualcomm/runtime/engine/HtpRequant.h"
-#include "backends/qualcomm/runtime/engine/ThreadPool.h"
 #include "backends/qualcomm/runtime/engine/Quant.h"
+#include "backends/qualcomm/runtime/engine/ThreadPool.h"
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
 namespace qnn_delegate {
@@ -64,15 +64,15 @@ bool integer_weights_supported(const TensorInfo& w, int out_axis, int k_axis);
 
 // Reorders w into [N][K]. `n_last`: element i is (k = i / N, n = i % N) (HWIO);
 // otherwise (n = i / K, k = i % K) ([N, K]).
-Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_last,
-                        TrackingAllocator* alloc, QWeights& out);
+Status prepare_qweights(const OpView& v, const TensorInfo& w, size_t N, bool n_last, TrackingAllocator* alloc,
+                        QWeights& out);
 
 // Multipliers / bias terms / weight sums for x (*) w + b -> out (HTP arithmetic
 // when x and out are both uint8 or both uint16 and w is an 8-bit per-tensor /
 // per-channel weight). Sub-byte weights next to uint16 activations are first widened
 // in `w` to the 8-bit codes QNN is given (sub_byte_widening, HtpRequant.h).
-void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, QWeights& w,
-                     const TensorInfo& b, const TensorInfo& out, Requant& rq);
+void prepare_requant(const TensorInfo& x, const TensorInfo& w_info, QWeights& w, const TensorInfo& b,
+                     const TensorInfo& out, Requant& rq);
 
 template <typename A, typename W, typename Acc>
 inline Acc dot_product(const A* a, const W* w, size_t K) {
@@ -83,8 +83,8 @@ inline Acc dot_product(const A* a, const W* w, size_t K) {
 
 // out[m * ldo + j] for rows m < M and weight rows n0 + j, j < nn.
 template <typename A, typename W, typename Acc, typename O>
-void qgemm(const A* a, size_t lda, const W* w, size_t K, size_t n0, size_t nn, size_t M,
-           const Requant& rq, O* out, size_t ldo) {
+void qgemm(const A* a, size_t lda, const W* w, size_t K, size_t n0, size_t nn, size_t M, const Requant& rq, O* out,
+           size_t ldo) {
   constexpr size_t kRows = 4;
   for (size_t m0 = 0; m0 < M; m0 += kRows) {
     const size_t mr = M - m0 < kRows ? M - m0 : kRows;
@@ -110,8 +110,8 @@ void pack_vnni(const int8_t* w, size_t K, size_t n0, size_t nn, int8_t* dst);
 // Same contract as qgemm<uint8_t, int8_t, int32_t, O> on packed weights `wp`
 // (the panels of rows n0 .. n0+nn).
 template <typename O>
-void qgemm_vnni(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t n0, size_t nn,
-                size_t M, const Requant& rq, O* out, size_t ldo);
+void qgemm_vnni(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t n0, size_t nn, size_t M,
+                const Requant& rq, O* out, size_t ldo);
 
 // VNNI-packed copy of QWeights rows, one block of panels per group of `nn` rows;
 // empty when the path does not apply (not u8 x s8, or no VNNI).
@@ -158,8 +158,8 @@ struct VecRequant8 {
 };
 // Channels n = g * nn + j of rq go to index g * nn_pad + j; fold[n] (may be null) is
 // added to pre; max_abs_acc bounds the accumulator.
-void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_pad,
-                        const int64_t* fold, int64_t max_abs_acc, VecRequant8& out);
+void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_pad, const int64_t* fold,
+                        int64_t max_abs_acc, VecRequant8& out);
 // out[j] = requantized acc[j] for j < cnt, channel i0 + j (AVX2; acc readable up to a
 // multiple of 8, the VecRequant8 arrays too).
 void requant_u8_row(const VecRequant8& v, const int32_t* acc, size_t i0, size_t cnt, uint8_t* out);
@@ -179,8 +179,8 @@ struct VecRequantW {
   int32_t out_offset = 0, qmin = 0, qmax = 255;
 };
 // Channels as build_vec_requant8; max_hi bounds |hi - hi0| (the shifted partial sums).
-void build_vec_requant_wide(const Requant& rq, size_t groups, size_t nn, size_t nn_pad,
-                            const int64_t* fold, int64_t max_hi, VecRequantW& out);
+void build_vec_requant_wide(const Requant& rq, size_t groups, size_t nn, size_t nn_pad, const int64_t* fold,
+                            int64_t max_hi, VecRequantW& out);
 // out[j] = requantized acc[j] (one int32 partial per channel) for j < cnt, channel i0 + j.
 template <typename O>
 void requant_wide_row(const VecRequantW& v, const int32_t* acc, size_t i0, size_t cnt, O* out);
@@ -197,8 +197,8 @@ void pack_dw_avx2(const int8_t* tap_w, size_t taps, size_t C, int16_t* dst);
 // acc[c] = sum over taps t with px[t] != nullptr of (px[t][c] + in_offset) * w[t][c], c < C
 // (equal to the plain loop's int32 sums); corr: uint16 only (else nullptr).
 template <typename A>
-void dw_pixel_avx2(const A* const* px, size_t taps, size_t C, const int16_t* wp, const int8_t* tap_w,
-                   int32_t in_offset, const int32_t* corr, int32_t* acc);
+void dw_pixel_avx2(const A* const* px, size_t taps, size_t C, const int16_t* wp, const int8_t* tap_w, int32_t in_offset,
+                   const int32_t* corr, int32_t* acc);
 
 // AVX2 weights: per group, panels of 8 channels x kp / 2 k pairs x (8 x 2) int16,
 // channels padded to 16, k to kp (even).
@@ -214,14 +214,13 @@ struct Avx2Weights {
 size_t avx2_kp(size_t K);
 size_t avx2_abuf_elems(size_t K);  // int16 scratch qgemm_avx2 needs
 // false (out empty) when the packed copy cannot be allocated.
-bool prepare_avx2(const QWeights& w, const Requant& rq, size_t groups, bool a16,
-                  TrackingAllocator* alloc, Avx2Weights& out);
+bool prepare_avx2(const QWeights& w, const Requant& rq, size_t groups, bool a16, TrackingAllocator* alloc,
+                  Avx2Weights& out);
 // Rows m < M of a times the channels j0 .. j0+nn (j0 a multiple of 16) of group `grp`
 // (absolute channel n0 + j) -> out[m * ldo + j - j0].
 template <typename A, typename O>
-void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t K, size_t n0,
-                size_t j0, size_t nn, size_t M, const Requant& rq, O* out, size_t ldo,
-                int16_t* abuf);
+void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t K, size_t n0, size_t j0, size_t nn,
+                size_t M, const Requant& rq, O* out, size_t ldo, int16_t* abuf);
 
 // Work slots of the integer kernels: the pool's threads (fixed at init, sizes scratch).
 inline size_t qgemm_slots() { return ThreadPool::instance().max_threads(); }
@@ -288,16 +287,15 @@ class QGemmCore {
     const size_t n0 = grp * cg_;
     if constexpr (std::is_same<W, int8_t>::value) {
       if (path_ == QGemmPath::Avx2) {
-        qgemm_avx2<A, O>(a, lda, avx2_, grp, w_.K, n0, j0, nn, M, rq_, out, ldo,
-                         static_cast<int16_t*>(slot_scratch));
+        qgemm_avx2<A, O>(a, lda, avx2_, grp, w_.K, n0, j0, nn, M, rq_, out, ldo, static_cast<int16_t*>(slot_scratch));
         return;
       }
     }
     if constexpr (std::is_same<A, uint8_t>::value && std::is_same<W, int8_t>::value) {
       if (path_ == QGemmPath::Vnni) {
         const size_t panel_bytes = ((w_.K + 3) / 4) * kVnniNR * 4;
-        qgemm_vnni<O>(a, lda, vnni_.data.as<int8_t>() + grp * vnni_.group_bytes + (j0 / kVnniNR) * panel_bytes,
-                      w_.K, n0 + j0, nn, M, rq_, out, ldo);
+        qgemm_vnni<O>(a, lda, vnni_.data.as<int8_t>() + grp * vnni_.group_bytes + (j0 / kVnniNR) * panel_bytes, w_.K,
+                      n0 + j0, nn, M, rq_, out, ldo);
         return;
       }
     }
@@ -306,8 +304,7 @@ class QGemmCore {
 
   // All channels of group grp for rows m < M, split over the slots (by rows when there
   // are enough, else by blocks of 16 channels); scratch holds slots() * slot_bytes().
-  void gemm_parallel(const A* a, size_t lda, size_t grp, size_t M, O* out, size_t ldo,
-                     char* scratch) const {
+  void gemm_parallel(const A* a, size_t lda, size_t grp, size_t M, O* out, size_t ldo, char* scratch) const {
     const size_t S = slots_, sb = slot_bytes(), cg = cg_;
     const bool serial = M * cg * w_.K < kMinParallelQMacs;
     auto run = [&](size_t s) {
@@ -356,5 +353,5 @@ KernelPtr make_integer_kernel(bool x16, bool w16, bool out16, Args&&... args) {
   return out16 ? make(uint16_t(), int16_t(), uint16_t()) : make(uint16_t(), int16_t(), uint8_t());
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -20,10 +20,10 @@ namespace qnn_delegate {
 namespace engine {
 
 namespace {
-constexpr size_t kPanel = 8;        // output channels per panel (one ymm of int32)
-constexpr size_t kTileN = 16;       // two panels per micro tile
-constexpr size_t kBlock16 = 256;    // k per int32 partial sum with 16-bit activations
-} // namespace
+constexpr size_t kPanel = 8;      // output channels per panel (one ymm of int32)
+constexpr size_t kTileN = 16;     // two panels per micro tile
+constexpr size_t kBlock16 = 256;  // k per int32 partial sum with 16-bit activations
+}  // namespace
 
 QGemmPath qgemm_path(bool a8_w8) {
   const SimdLevel level = simd_level();
@@ -35,8 +35,8 @@ QGemmPath qgemm_path(bool a8_w8) {
 // nondecreasing in u = (acc + pre) >> s; with M < 2^16, clamping u to +-ulim,
 // ulim = ceil((qmax + |out_offset| + 4) 2^15 / M), leaves the clamped output as it is
 // and keeps (2u + 1) M + 2^15 below 2^26.
-void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_pad,
-                        const int64_t* fold, int64_t max_abs_acc, VecRequant8& out) {
+void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_pad, const int64_t* fold,
+                        int64_t max_abs_acc, VecRequant8& out) {
   out.ok = false;
   if (!rq.htp || rq.qmax > 255 || rq.qmin < 0) return;
   const size_t total = groups * nn_pad + 8;
@@ -66,8 +66,8 @@ void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_p
 // vlim = ceil(R 2^f / M) + 1 (capped at INT32_MAX: then |y| <= 2^31 M / 2^f < R anyway);
 // with f <= 32, |v| M + 2^(f-1) stays below 2^62 and the low 32 bits of the logical
 // shift are those of the arithmetic one.
-void build_vec_requant_wide(const Requant& rq, size_t groups, size_t nn, size_t nn_pad,
-                            const int64_t* fold, int64_t max_hi, VecRequantW& out) {
+void build_vec_requant_wide(const Requant& rq, size_t groups, size_t nn, size_t nn_pad, const int64_t* fold,
+                            int64_t max_hi, VecRequantW& out) {
   out.ok = false;
   if (!rq.htp || rq.hr.empty() || rq.qmin < 0 || rq.qmax > 65535) return;
   out.s = rq.hr[0].shift;
@@ -85,8 +85,8 @@ void build_vec_requant_wide(const Requant& rq, size_t groups, size_t nn, size_t 
       const size_t n = g * nn + j, i = g * nn_pad + j;
       const HtpRequant& h = rq.hr[n];
       const int64_t c = h.pre + (fold ? fold[n] : 0);
-      if (h.half != 0 || h.shift != out.s || h.mult <= 0 || h.mult >= (int64_t(1) << 31) ||
-          h.frac < 1 || h.frac > 32 || std::abs(c) >= (int64_t(1) << 60)) {
+      if (h.half != 0 || h.shift != out.s || h.mult <= 0 || h.mult >= (int64_t(1) << 31) || h.frac < 1 || h.frac > 32 ||
+          std::abs(c) >= (int64_t(1) << 60)) {
         return;
       }
       const int64_t hi0 = (c >> out.s) + h.post;
@@ -105,8 +105,8 @@ size_t avx2_kp(size_t K) { return (K + 1) & ~size_t(1); }
 
 size_t avx2_abuf_elems(size_t K) { return kAvx2RowTile * avx2_kp(K); }
 
-bool prepare_avx2(const QWeights& w, const Requant& rq, size_t groups, bool a16,
-                  TrackingAllocator* alloc, Avx2Weights& out) {
+bool prepare_avx2(const QWeights& w, const Requant& rq, size_t groups, bool a16, TrackingAllocator* alloc,
+                  Avx2Weights& out) {
   const size_t nn = w.N / groups, kp = avx2_kp(w.K);
   const size_t nn_pad = (nn + kTileN - 1) / kTileN * kTileN;
   out.kp = kp;
@@ -130,7 +130,9 @@ bool prepare_avx2(const QWeights& w, const Requant& rq, size_t groups, bool a16,
   for (size_t n = 0; n < w.N; ++n) out.fold[n] = (int64_t(rq.in_offset) + shift) * rq.wsum[n];
   if (!a16) build_vec_requant8(rq, groups, nn, nn_pad, out.fold.data(), int64_t(w.K) * 255 * 128, out.vec);
   // uint16: |partial| <= 256 k x 2^22 per block, hi grows by <= K 2^14 + one per block.
-  if (a16) build_vec_requant_wide(rq, groups, nn, nn_pad, out.fold.data(), int64_t(w.K) * 16384 + int64_t(w.K) / 256 + 2, out.vec16);
+  if (a16)
+    build_vec_requant_wide(rq, groups, nn, nn_pad, out.fold.data(), int64_t(w.K) * 16384 + int64_t(w.K) / 256 + 2,
+                           out.vec16);
   return true;
 }
 
@@ -140,9 +142,9 @@ namespace {
 // acc[r][0..15] += rows r < MR of `a` (int16, stride lda) x the two panels at wp,
 // over pairs [q0, q1).
 template <int MR>
-__attribute__((target("avx2"))) inline void tile_pairs(const int16_t* a, size_t lda,
-                                                       const int16_t* wp, size_t panel_stride,
-                                                       size_t q0, size_t q1, __m256i (&acc)[4][2]) {
+__attribute__((target("avx2"))) inline void tile_pairs(const int16_t* a, size_t lda, const int16_t* wp,
+                                                       size_t panel_stride, size_t q0, size_t q1,
+                                                       __m256i (&acc)[4][2]) {
   for (size_t q = q0; q < q1; ++q) {
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + q * 16));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + panel_stride + q * 16));
@@ -158,9 +160,8 @@ __attribute__((target("avx2"))) inline void tile_pairs(const int16_t* a, size_t 
 
 // MR rows x 16 channels (n0 + [0, cnt)) with the full K; requantized into out.
 template <int MR, typename O>
-__attribute__((target("avx2"))) void tile(const int16_t* a, size_t lda, const int16_t* wp,
-                                          size_t kp, bool a16, size_t n0, size_t cnt,
-                                          const Requant& rq, const int64_t* fold, O* out,
+__attribute__((target("avx2"))) void tile(const int16_t* a, size_t lda, const int16_t* wp, size_t kp, bool a16,
+                                          size_t n0, size_t cnt, const Requant& rq, const int64_t* fold, O* out,
                                           size_t ldo) {
   const size_t pairs = kp / 2, step = a16 ? kBlock16 / 2 : pairs;
   const size_t panel_stride = kp * kPanel;
@@ -193,15 +194,15 @@ __attribute__((target("avx2"))) inline __m256i requant8(__m256i acc, const VecRe
   __m256i u = _mm256_srav_epi32(_mm256_add_epi32(acc, ld8(v.pre, i)), ld8(v.shift, i));
   u = _mm256_min_epi32(_mm256_max_epi32(u, _mm256_sub_epi32(_mm256_setzero_si256(), lim)), lim);
   const __m256i t = _mm256_add_epi32(_mm256_add_epi32(u, u), ld8(v.half, i));
-  __m256i y = _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(t, ld8(v.mult, i)), _mm256_set1_epi32(1 << 15)), 16);
+  __m256i y =
+      _mm256_srai_epi32(_mm256_add_epi32(_mm256_mullo_epi32(t, ld8(v.mult, i)), _mm256_set1_epi32(1 << 15)), 16);
   y = _mm256_sub_epi32(y, _mm256_set1_epi32(v.out_offset));
   return _mm256_min_epi32(_mm256_max_epi32(y, _mm256_set1_epi32(v.qmin)), _mm256_set1_epi32(v.qmax));
 }
 
 // 8 lanes of VecRequantW requantization (hi, lo as described there): int32 results.
 
-__attribute__((target("avx2"))) inline __m256i requant_wide(__m256i hi, __m256i lo, const VecRequantW& v,
-                                                            size_t i) {
+__attribute__((target("avx2"))) inline __m256i requant_wide(__m256i hi, __m256i lo, const VecRequantW& v, size_t i) {
   const __m256i lim = ld8(v.vlim, i);
   __m256i x = _mm256_add_epi32(hi, _mm256_sra_epi32(lo, _mm_cvtsi32_si128(v.s)));
   x = _mm256_min_epi32(_mm256_max_epi32(x, _mm256_sub_epi32(_mm256_setzero_si256(), lim)), lim);
@@ -234,9 +235,8 @@ __attribute__((target("avx2"))) inline void store_u16x16(__m256i lo, __m256i hi,
 // uint16 activations and output (HTP's 16-bit arithmetic), all k blocks: each block's
 // int32 partial goes into hi (>> 8) and lo (& 255), no int64 widening.
 template <int MR>
-__attribute__((target("avx2"))) void tile_u16(const int16_t* a, size_t lda, const int16_t* wp,
-                                              size_t kp, size_t i0, size_t cnt, const VecRequantW& v,
-                                              uint16_t* out, size_t ldo) {
+__attribute__((target("avx2"))) void tile_u16(const int16_t* a, size_t lda, const int16_t* wp, size_t kp, size_t i0,
+                                              size_t cnt, const VecRequantW& v, uint16_t* out, size_t ldo) {
   const size_t pairs = kp / 2, step = kBlock16 / 2, panel_stride = kp * kPanel;
   const __m128i sh = _mm_cvtsi32_si128(v.s);
   const __m256i mask = _mm256_set1_epi32((1 << v.s) - 1);
@@ -263,8 +263,8 @@ __attribute__((target("avx2"))) void tile_u16(const int16_t* a, size_t lda, cons
 }
 
 template <typename O>
-__attribute__((target("avx2"))) void requant_wide_row_avx2(const VecRequantW& v, const int32_t* acc,
-                                                           size_t i0, size_t cnt, O* out) {
+__attribute__((target("avx2"))) void requant_wide_row_avx2(const VecRequantW& v, const int32_t* acc, size_t i0,
+                                                           size_t cnt, O* out) {
   const __m128i sh = _mm_cvtsi32_si128(v.s);
   const __m256i mask = _mm256_set1_epi32((1 << v.s) - 1);
   for (size_t j = 0; j < cnt; j += 8) {
@@ -286,9 +286,8 @@ __attribute__((target("avx2"))) void requant_wide_row_avx2(const VecRequantW& v,
 
 // uint8 activations and output, one k block, vectorized requantization.
 template <int MR>
-__attribute__((target("avx2"))) void tile_u8(const int16_t* a, size_t lda, const int16_t* wp,
-                                             size_t kp, size_t i0, size_t cnt, const VecRequant8& v,
-                                             uint8_t* out, size_t ldo) {
+__attribute__((target("avx2"))) void tile_u8(const int16_t* a, size_t lda, const int16_t* wp, size_t kp, size_t i0,
+                                             size_t cnt, const VecRequant8& v, uint8_t* out, size_t ldo) {
   __m256i acc[4][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   tile_pairs<MR>(a, lda, wp, kp * kPanel, 0, kp / 2, acc);
@@ -306,8 +305,8 @@ __attribute__((target("avx2"))) void tile_u8(const int16_t* a, size_t lda, const
   }
 }
 
-__attribute__((target("avx2"))) void requant_u8_row_avx2(const VecRequant8& v, const int32_t* acc,
-                                                         size_t i0, size_t cnt, uint8_t* out) {
+__attribute__((target("avx2"))) void requant_u8_row_avx2(const VecRequant8& v, const int32_t* acc, size_t i0,
+                                                         size_t cnt, uint8_t* out) {
   for (size_t j = 0; j < cnt; j += 8) {
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + j));
     const __m256i y = requant8(a, v, i0 + j);
@@ -339,12 +338,11 @@ void to_int16(const A* a, size_t lda, size_t rows, size_t K, size_t kp, int16_t*
 }
 #endif
 
-} // namespace
+}  // namespace
 
 template <typename A, typename O>
-void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t K, size_t n0,
-                size_t j0, size_t nn, size_t M, const Requant& rq, O* out, size_t ldo,
-                int16_t* abuf) {
+void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t K, size_t n0, size_t j0, size_t nn,
+                size_t M, const Requant& rq, O* out, size_t ldo, int16_t* abuf) {
 #ifdef QNN_X86
   const size_t kp = w.kp;
   const bool a16 = sizeof(A) == 2;
@@ -375,7 +373,8 @@ void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t
           const int16_t* wp = wg + (j / kPanel) * kp * kPanel;
           O* o = out + m0 * ldo + (j - j0);
           size_t r = 0;
-          for (; r + 4 <= rows; r += 4) tile_u16<4>(abuf + r * kp, kp, wp, kp, base + j, cnt, w.vec16, o + r * ldo, ldo);
+          for (; r + 4 <= rows; r += 4)
+            tile_u16<4>(abuf + r * kp, kp, wp, kp, base + j, cnt, w.vec16, o + r * ldo, ldo);
           for (; r < rows; ++r) tile_u16<1>(abuf + r * kp, kp, wp, kp, base + j, cnt, w.vec16, o + r * ldo, ldo);
         }
         continue;
@@ -395,8 +394,19 @@ void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t
     }
   }
 #else
-  (void)a; (void)lda; (void)w; (void)grp; (void)K; (void)n0; (void)j0; (void)nn; (void)M; (void)rq;
-  (void)out; (void)ldo; (void)abuf;
+  (void)a;
+  (void)lda;
+  (void)w;
+  (void)grp;
+  (void)K;
+  (void)n0;
+  (void)j0;
+  (void)nn;
+  (void)M;
+  (void)rq;
+  (void)out;
+  (void)ldo;
+  (void)abuf;
 #endif
 }
 
@@ -404,7 +414,11 @@ void requant_u8_row(const VecRequant8& v, const int32_t* acc, size_t i0, size_t 
 #ifdef QNN_X86
   requant_u8_row_avx2(v, acc, i0, cnt, out);
 #else
-  (void)v; (void)acc; (void)i0; (void)cnt; (void)out;
+  (void)v;
+  (void)acc;
+  (void)i0;
+  (void)cnt;
+  (void)out;
 #endif
 }
 
@@ -436,9 +450,8 @@ __attribute__((target("avx2"))) inline __m256i dw_load16(const uint16_t* p, __m2
 }
 
 template <typename A>
-__attribute__((target("avx2"))) void dw_pixel_avx2_impl(const A* const* px, size_t taps, size_t C,
-                                                        const int16_t* wp, const int8_t* tap_w,
-                                                        int32_t in_offset, const int32_t* corr,
+__attribute__((target("avx2"))) void dw_pixel_avx2_impl(const A* const* px, size_t taps, size_t C, const int16_t* wp,
+                                                        const int8_t* tap_w, int32_t in_offset, const int32_t* corr,
                                                         int32_t* acc) {
   const size_t pairs = (taps + 1) / 2, C16 = C & ~size_t(15);
   const __m256i add = _mm256_set1_epi16(int16_t(sizeof(A) == 1 ? in_offset : 0));
@@ -475,41 +488,52 @@ __attribute__((target("avx2"))) void dw_pixel_avx2_impl(const A* const* px, size
   }
 }
 #endif
-} // namespace
+}  // namespace
 
 template <typename A>
-void dw_pixel_avx2(const A* const* px, size_t taps, size_t C, const int16_t* wp, const int8_t* tap_w,
-                   int32_t in_offset, const int32_t* corr, int32_t* acc) {
+void dw_pixel_avx2(const A* const* px, size_t taps, size_t C, const int16_t* wp, const int8_t* tap_w, int32_t in_offset,
+                   const int32_t* corr, int32_t* acc) {
 #ifdef QNN_X86
   dw_pixel_avx2_impl<A>(px, taps, C, wp, tap_w, in_offset, corr, acc);
 #else
-  (void)px; (void)taps; (void)C; (void)wp; (void)tap_w; (void)in_offset; (void)corr; (void)acc;
+  (void)px;
+  (void)taps;
+  (void)C;
+  (void)wp;
+  (void)tap_w;
+  (void)in_offset;
+  (void)corr;
+  (void)acc;
 #endif
 }
-template void dw_pixel_avx2<uint8_t>(const uint8_t* const*, size_t, size_t, const int16_t*, const int8_t*,
-                                     int32_t, const int32_t*, int32_t*);
-template void dw_pixel_avx2<uint16_t>(const uint16_t* const*, size_t, size_t, const int16_t*, const int8_t*,
-                                      int32_t, const int32_t*, int32_t*);
+template void dw_pixel_avx2<uint8_t>(const uint8_t* const*, size_t, size_t, const int16_t*, const int8_t*, int32_t,
+                                     const int32_t*, int32_t*);
+template void dw_pixel_avx2<uint16_t>(const uint16_t* const*, size_t, size_t, const int16_t*, const int8_t*, int32_t,
+                                      const int32_t*, int32_t*);
 
 template <typename O>
 void requant_wide_row(const VecRequantW& v, const int32_t* acc, size_t i0, size_t cnt, O* out) {
 #ifdef QNN_X86
   requant_wide_row_avx2<O>(v, acc, i0, cnt, out);
 #else
-  (void)v; (void)acc; (void)i0; (void)cnt; (void)out;
+  (void)v;
+  (void)acc;
+  (void)i0;
+  (void)cnt;
+  (void)out;
 #endif
 }
 template void requant_wide_row<uint8_t>(const VecRequantW&, const int32_t*, size_t, size_t, uint8_t*);
 template void requant_wide_row<uint16_t>(const VecRequantW&, const int32_t*, size_t, size_t, uint16_t*);
 
-#define QNN_AVX2_INSTANCE(A, O)                                                                   \
-  template void qgemm_avx2<A, O>(const A*, size_t, const Avx2Weights&, size_t, size_t, size_t,  \
-                                 size_t, size_t, size_t, const Requant&, O*, size_t, int16_t*);
+#define QNN_AVX2_INSTANCE(A, O)                                                                                        \
+  template void qgemm_avx2<A, O>(const A*, size_t, const Avx2Weights&, size_t, size_t, size_t, size_t, size_t, size_t, \
+                                 const Requant&, O*, size_t, int16_t*);
 QNN_AVX2_INSTANCE(uint8_t, uint8_t)
 QNN_AVX2_INSTANCE(uint8_t, uint16_t)
 QNN_AVX2_INSTANCE(uint16_t, uint8_t)
 QNN_AVX2_INSTANCE(uint16_t, uint16_t)
 #undef QNN_AVX2_INSTANCE
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

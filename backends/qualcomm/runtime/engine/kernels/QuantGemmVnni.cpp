@@ -13,9 +13,7 @@
 namespace qnn_delegate {
 namespace engine {
 
-size_t vnni_packed_bytes(size_t K, size_t nn) {
-  return ((nn + kVnniNR - 1) / kVnniNR) * ((K + 3) / 4) * kVnniNR * 4;
-}
+size_t vnni_packed_bytes(size_t K, size_t nn) { return ((nn + kVnniNR - 1) / kVnniNR) * ((K + 3) / 4) * kVnniNR * 4; }
 
 void pack_vnni(const int8_t* w, size_t K, size_t n0, size_t nn, int8_t* dst) {
   const size_t k4 = (K + 3) / 4, panels = (nn + kVnniNR - 1) / kVnniNR;
@@ -45,8 +43,8 @@ inline int32_t load4(const uint8_t* p, size_t avail) {
 
 // MR rows of a x one 16-column panel.
 template <int MR, typename O>
-QNN_TARGET_VNNI void vnni_tile(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t n0,
-                               size_t cnt, const Requant& rq, O* out, size_t ldo) {
+QNN_TARGET_VNNI void vnni_tile(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t n0, size_t cnt,
+                               const Requant& rq, O* out, size_t ldo) {
   __m512i acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
   const size_t full = K / 4, k4 = (K + 3) / 4;
@@ -73,13 +71,13 @@ QNN_TARGET_VNNI void vnni_tile(const uint8_t* a, size_t lda, const int8_t* wp, s
 }
 #endif
 
-} // namespace
+}  // namespace
 
 bool vnni_available() { return cpu_has_avx512_vnni(); }
 
 template <typename O>
-void qgemm_vnni(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t n0, size_t nn,
-                size_t M, const Requant& rq, O* out, size_t ldo) {
+void qgemm_vnni(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t n0, size_t nn, size_t M,
+                const Requant& rq, O* out, size_t ldo) {
 #ifdef QNN_X86
   const size_t panel_bytes = ((K + 3) / 4) * kVnniNR * 4;
   const size_t panels = (nn + kVnniNR - 1) / kVnniNR;
@@ -87,24 +85,33 @@ void qgemm_vnni(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t
   for (; m + 4 <= M; m += 4)
     for (size_t p = 0; p < panels; ++p) {
       const size_t cnt = std::min(kVnniNR, nn - p * kVnniNR);
-      vnni_tile<4, O>(a + m * lda, lda, wp + p * panel_bytes, K, n0 + p * kVnniNR, cnt, rq,
-                      out + m * ldo + p * kVnniNR, ldo);
+      vnni_tile<4, O>(a + m * lda, lda, wp + p * panel_bytes, K, n0 + p * kVnniNR, cnt, rq, out + m * ldo + p * kVnniNR,
+                      ldo);
     }
   for (; m < M; ++m)
     for (size_t p = 0; p < panels; ++p) {
       const size_t cnt = std::min(kVnniNR, nn - p * kVnniNR);
-      vnni_tile<1, O>(a + m * lda, lda, wp + p * panel_bytes, K, n0 + p * kVnniNR, cnt, rq,
-                      out + m * ldo + p * kVnniNR, ldo);
+      vnni_tile<1, O>(a + m * lda, lda, wp + p * panel_bytes, K, n0 + p * kVnniNR, cnt, rq, out + m * ldo + p * kVnniNR,
+                      ldo);
     }
 #else
-  (void)a; (void)lda; (void)wp; (void)K; (void)n0; (void)nn; (void)M; (void)rq; (void)out; (void)ldo;
+  (void)a;
+  (void)lda;
+  (void)wp;
+  (void)K;
+  (void)n0;
+  (void)nn;
+  (void)M;
+  (void)rq;
+  (void)out;
+  (void)ldo;
 #endif
 }
 
-template void qgemm_vnni<uint8_t>(const uint8_t*, size_t, const int8_t*, size_t, size_t, size_t,
-                                  size_t, const Requant&, uint8_t*, size_t);
-template void qgemm_vnni<uint16_t>(const uint8_t*, size_t, const int8_t*, size_t, size_t, size_t,
-                                   size_t, const Requant&, uint16_t*, size_t);
+template void qgemm_vnni<uint8_t>(const uint8_t*, size_t, const int8_t*, size_t, size_t, size_t, size_t, const Requant&,
+                                  uint8_t*, size_t);
+template void qgemm_vnni<uint16_t>(const uint8_t*, size_t, const int8_t*, size_t, size_t, size_t, size_t,
+                                   const Requant&, uint16_t*, size_t);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

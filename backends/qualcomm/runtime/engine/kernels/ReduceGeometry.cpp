@@ -16,8 +16,8 @@ Status reduce_geometry(const OpView& v, const TensorInfo& x, bool reject_empty, 
                     static_cast<long long>(a), x.name.c_str(), dims_to_string(x.dims).c_str());
     }
     if (reject_empty && x.dims[a] == 0) {
-      return v.fail(ErrorKind::InvalidProgram, "reduced axis %lld of input '%s' %s is empty",
-                    static_cast<long long>(a), x.name.c_str(), dims_to_string(x.dims).c_str());
+      return v.fail(ErrorKind::InvalidProgram, "reduced axis %lld of input '%s' %s is empty", static_cast<long long>(a),
+                    x.name.c_str(), dims_to_string(x.dims).c_str());
     }
     g.reduced[a] = true;
   }
@@ -39,5 +39,5 @@ Status reduce_geometry(const OpView& v, const TensorInfo& x, bool reject_empty, 
   return Status::Ok();
 }
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -11,13 +11,13 @@ namespace qnn_delegate {
 namespace engine {
 
 struct ReduceGeometry {
-  Dims in_dims;                // the input's
-  Dims out_dims;               // reduced axes dropped, or 1 with keep_dims
-  std::vector<bool> reduced;   // per input axis
-  Index out_strides{};         // per input axis: the output's stride, 0 on reduced axes
-  size_t count = 1;            // input elements per output element
+  Dims in_dims;               // the input's
+  Dims out_dims;              // reduced axes dropped, or 1 with keep_dims
+  std::vector<bool> reduced;  // per input axis
+  Index out_strides{};        // per input axis: the output's stride, 0 on reduced axes
+  size_t count = 1;           // input elements per output element
   size_t out_numel = 1;
-  Dims outer;                  // all input axes but the innermost
+  Dims outer;  // all input axes but the innermost
 
   // f(i, o, n, stride): the input elements i .. i + n - 1 (a run of the innermost axis) go to
   // outputs o, o + stride, .., in input order. No allocation.
@@ -42,5 +42,5 @@ struct ReduceGeometry {
 // "keep_dims" of op v on input x. reject_empty: an empty reduced axis is InvalidProgram too.
 Status reduce_geometry(const OpView& v, const TensorInfo& x, bool reject_empty, ReduceGeometry& g);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -55,7 +55,9 @@ class CastKernel final : public Kernel {
 
  private:
   template <typename T>
-  static auto load(T v) { return v; }
+  static auto load(T v) {
+    return v;
+  }
   static uint8_t load(Bool8 v) { return v.v; }
   uint32_t in_, out_;
   size_t n_;
@@ -66,11 +68,16 @@ Status emplace_for_dst(const OpView& v, DType dst, KernelPtr& out) {
   const uint32_t in = v.inputs[0]->id, o = v.outputs[0]->id;
   const size_t n = v.inputs[0]->numel;
   switch (dst) {
-    case DType::FLOAT_32: return emplace_kernel<CastKernel<float, S>>(out, in, o, n);
-    case DType::INT_32: return emplace_kernel<CastKernel<int32_t, S>>(out, in, o, n);
-    case DType::INT_64: return emplace_kernel<CastKernel<int64_t, S>>(out, in, o, n);
-    case DType::UINT_8: return emplace_kernel<CastKernel<uint8_t, S>>(out, in, o, n);
-    case DType::BOOL_8: return emplace_kernel<CastKernel<Bool8, S>>(out, in, o, n);
+    case DType::FLOAT_32:
+      return emplace_kernel<CastKernel<float, S>>(out, in, o, n);
+    case DType::INT_32:
+      return emplace_kernel<CastKernel<int32_t, S>>(out, in, o, n);
+    case DType::INT_64:
+      return emplace_kernel<CastKernel<int64_t, S>>(out, in, o, n);
+    case DType::UINT_8:
+      return emplace_kernel<CastKernel<uint8_t, S>>(out, in, o, n);
+    case DType::BOOL_8:
+      return emplace_kernel<CastKernel<Bool8, S>>(out, in, o, n);
     default:
       return v.fail(ErrorKind::NotSupported, "cast to %s is not supported", dtype_name(dst));
   }
@@ -82,11 +89,16 @@ Status create_cast(const OpView& v, KernelEnv&, KernelPtr& out) {
   const DType dst = v.outputs[0]->dtype;
   QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, dst));
   switch (x.dtype) {
-    case DType::FLOAT_32: return emplace_for_dst<float>(v, dst, out);
-    case DType::INT_32: return emplace_for_dst<int32_t>(v, dst, out);
-    case DType::INT_64: return emplace_for_dst<int64_t>(v, dst, out);
-    case DType::UINT_8: return emplace_for_dst<uint8_t>(v, dst, out);
-    case DType::BOOL_8: return emplace_for_dst<Bool8>(v, dst, out);
+    case DType::FLOAT_32:
+      return emplace_for_dst<float>(v, dst, out);
+    case DType::INT_32:
+      return emplace_for_dst<int32_t>(v, dst, out);
+    case DType::INT_64:
+      return emplace_for_dst<int64_t>(v, dst, out);
+    case DType::UINT_8:
+      return emplace_for_dst<uint8_t>(v, dst, out);
+    case DType::BOOL_8:
+      return emplace_for_dst<Bool8>(v, dst, out);
     default:
       return v.fail(ErrorKind::NotSupported, "cast from %s is not supported", dtype_name(x.dtype));
   }
@@ -95,8 +107,7 @@ Status create_cast(const OpView& v, KernelEnv&, KernelPtr& out) {
 // uint16 real values rounded to the nearest integer, halves to even, as int32.
 class RoundedCastKernel final : public Kernel {
  public:
-  RoundedCastKernel(uint32_t in, uint32_t out, size_t n, const QuantParams& p)
-      : in_(in), out_(out), n_(n), p_(p) {}
+  RoundedCastKernel(uint32_t in, uint32_t out, size_t n, const QuantParams& p) : in_(in), out_(out), n_(n), p_(p) {}
   Status run(const RunContext& c) const override {
     const uint16_t* x = c.at<const uint16_t>(in_);
     int32_t* y = c.at<int32_t>(out_);
@@ -127,10 +138,10 @@ Status create_quant_cast(const OpView& v, KernelEnv&, KernelPtr& out) {
   return Status::Ok();
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, Cast, &create_cast);
 QNN_REGISTER_KERNEL(Quant, Cast, &create_quant_cast);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/qualcomm/runtime/engine/DataType.h"
+#include "backends/qualcomm/runtime/engine/ThreadPool.h"
 #include "backends/qualcomm/runtime/engine/kernels/ConvGeometry.h"
 #include "backends/qualcomm/runtime/engine/kernels/Gemm.h"
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
-#include "backends/qualcomm/runtime/engine/DataType.h"
-#include "backends/qualcomm/runtime/engine/ThreadPool.h"
 
 #ifdef QNN_X86
 #include <immintrin.h>
@@ -24,8 +24,7 @@ constexpr size_t kIm2colTile = 64;  // output pixels per im2col tile
 
 // ---- reference ------------------------------------------------------------
 // mult: output channels per input channel for depthwise (0 = grouped conv).
-void conv_reference(const ConvGeometry& g, size_t mult, const float* x, const float* w,
-                    const float* b, float* out) {
+void conv_reference(const ConvGeometry& g, size_t mult, const float* x, const float* w, const float* b, float* out) {
   const size_t cin_g = mult ? 1 : g.cin_g();
   const size_t cout_g = mult ? mult : g.cout_g();
   for (size_t n = 0; n < g.n; ++n)
@@ -55,8 +54,7 @@ class ConvReferenceKernel final : public Kernel {
       : g_(g), ids_(ids), mult_(mult), act_(act) {}
   Status run(const RunContext& c) const override {
     float* out = c.at<float>(ids_.out);
-    conv_reference(g_, mult_, c.at<const float>(ids_.x), c.at<const float>(ids_.w),
-                   c.at<const float>(ids_.b), out);
+    conv_reference(g_, mult_, c.at<const float>(ids_.x), c.at<const float>(ids_.w), c.at<const float>(ids_.b), out);
     if (act_.kind != FloatActivation::None) {
       for (size_t i = 0, n = g_.n * g_.oh * g_.ow * g_.cout; i < n; ++i) out[i] = act_.apply(out[i]);
     }
@@ -77,8 +75,7 @@ class ConvGemmKernel final : public Kernel {
                  const GemmEpilogue& ep)
       : g_(g), ids_(ids), path_(gemm_path()), ep_(ep) {
     k_ = g.kh * g.kw * g.cin_g();
-    pointwise_ = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.group == 1 &&
-                 g.pt + g.pb + g.pl + g.pr == 0;
+    pointwise_ = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.group == 1 && g.pt + g.pb + g.pl + g.pr == 0;
     group_floats_ = packed_b_floats(path_, k_, g.cout_g());
     packed_ = Buffer(a, group_floats_ * g.group * sizeof(float));
     if (!packed_.valid()) return;
@@ -164,7 +161,10 @@ constexpr size_t kDwMaxTapsF = 64;
 class DepthwiseKernel final : public Kernel {
  public:
   DepthwiseKernel(const ConvGeometry& g, const ConvIds& ids, FloatActivation act, bool round_half)
-      : g_(g), ids_(ids), act_(act), round_(round_half),
+      : g_(g),
+        ids_(ids),
+        act_(act),
+        round_(round_half),
         blocked_(g.kh * g.kw <= kDwMaxTapsF && simd_level() >= SimdLevel::Avx2) {}
   const char* path() const override { return blocked_ ? "blocked" : "plain"; }
   bool rounds_fp16_outputs() const override { return round_; }
@@ -212,8 +212,7 @@ class DepthwiseKernel final : public Kernel {
     return x + ((n * g_.h + iy) * g_.w + ix) * g_.cin;
   }
 
-  void pixel_plain(const float* x, const float* w, const float* b, size_t n, size_t oy, size_t ox,
-                   float* o) const {
+  void pixel_plain(const float* x, const float* w, const float* b, size_t n, size_t oy, size_t ox, float* o) const {
     const size_t C = g_.cout;
     std::memcpy(o, b, C * sizeof(float));
     for (size_t ky = 0; ky < g_.kh; ++ky)
@@ -230,8 +229,8 @@ class DepthwiseKernel final : public Kernel {
   }
 
 #ifdef QNN_X86
-  QNN_TARGET_AVX2 void pixel_blocked(const float* x, const float* w, const float* b, size_t n, size_t oy,
-                                     size_t ox, float* o) const {
+  QNN_TARGET_AVX2 void pixel_blocked(const float* x, const float* w, const float* b, size_t n, size_t oy, size_t ox,
+                                     float* o) const {
     const size_t C = g_.cout;
     const float* px[kDwMaxTapsF];
     const float* pw[kDwMaxTapsF];
@@ -262,7 +261,8 @@ class DepthwiseKernel final : public Kernel {
     }
     for (; c0 + 8 <= C; c0 += 8) {
       __m256 acc = _mm256_loadu_ps(b + c0);
-      for (size_t t = 0; t < taps; ++t) acc = _mm256_fmadd_ps(_mm256_loadu_ps(px[t] + c0), _mm256_loadu_ps(pw[t] + c0), acc);
+      for (size_t t = 0; t < taps; ++t)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(px[t] + c0), _mm256_loadu_ps(pw[t] + c0), acc);
       _mm256_storeu_ps(o + c0, finish(acc));
     }
     for (size_t ch = c0; ch < C; ++ch) {
@@ -286,8 +286,7 @@ class DepthwiseKernel final : public Kernel {
     return round_ ? _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)) : v;
   }
 #else
-  void pixel_blocked(const float* x, const float* w, const float* b, size_t n, size_t oy, size_t ox,
-                     float* o) const {
+  void pixel_blocked(const float* x, const float* w, const float* b, size_t n, size_t oy, size_t ox, float* o) const {
     pixel_plain(x, w, b, n, oy, ox, o);
   }
 #endif
@@ -334,10 +333,10 @@ Status create_depthwise(const OpView& v, KernelEnv& env, KernelPtr& out) {
   return emplace_kernel<DepthwiseKernel>(out, g, ids, act, env.round_fp16_outputs);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, Conv2d, &create_conv2d);
 QNN_REGISTER_KERNEL(Float, DepthWiseConv2d, &create_depthwise);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

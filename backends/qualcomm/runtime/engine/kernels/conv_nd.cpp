@@ -45,7 +45,7 @@ Status read_nd_params(const OpView& v, size_t s, bool transposed, NdGeometry& g)
   return Status::Ok();
 }
 
-} // namespace
+}  // namespace
 
 Status nd_geometry(const OpView& v, size_t s, bool transposed, DType out_dtype, NdGeometry& g, NdIds& ids) {
   QNN_RETURN_IF_ERROR(v.expect_arity(3, 3, 1));
@@ -67,12 +67,12 @@ Status nd_geometry(const OpView& v, size_t s, bool transposed, DType out_dtype, 
   const size_t expected_w_in = transposed ? g.cin : g.cin / g.group;
   if (g.cin % g.group != 0 || g.cout % g.group != 0 || w_in != expected_w_in || g.taps() == 0) {
     return v.fail(ErrorKind::InvalidProgram, "weight '%s' dims %s do not fit input '%s' %s with group %zu",
-                  w.name.c_str(), dims_to_string(w.dims).c_str(), x.name.c_str(),
-                  dims_to_string(x.dims).c_str(), g.group);
+                  w.name.c_str(), dims_to_string(w.dims).c_str(), x.name.c_str(), dims_to_string(x.dims).c_str(),
+                  g.group);
   }
   if (b.numel != g.cout) {
-    return v.fail(ErrorKind::InvalidProgram, "bias '%s' has %zu elements, expected Cout = %zu",
-                  b.name.c_str(), b.numel, g.cout);
+    return v.fail(ErrorKind::InvalidProgram, "bias '%s' has %zu elements, expected Cout = %zu", b.name.c_str(), b.numel,
+                  g.cout);
   }
   for (size_t i = first; i < kMaxSpatial; ++i) {
     const size_t eff = (g.k[i] - 1) * g.dilation[i] + 1;
@@ -98,7 +98,6 @@ Status nd_geometry(const OpView& v, size_t s, bool transposed, DType out_dtype, 
   ids = {x.id, w.id, b.id, v.outputs[0]->id};
   return Status::Ok();
 }
-
 
 namespace {
 
@@ -129,8 +128,7 @@ class ConvNdKernel final : public Kernel {
 
  private:
   // o[co] += sum over the group's input channels of px[ci] * w(ci, co).
-  void accumulate(const float* px, const float* tap, size_t cin_g, size_t cout_g, size_t w_out,
-                  float* o) const {
+  void accumulate(const float* px, const float* tap, size_t cin_g, size_t cout_g, size_t w_out, float* o) const {
     for (size_t grp = 0; grp < g_.group; ++grp) {
       const float* xg = px + grp * cin_g;
       for (size_t ci = 0; ci < cin_g; ++ci) {
@@ -156,11 +154,11 @@ Status create_conv_nd(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_kernel<ConvNdKernel<kTransposed>>(out, g, ids);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, Conv3d, (&create_conv_nd<3, false>));
 QNN_REGISTER_KERNEL(Float, TransposeConv2d, (&create_conv_nd<2, true>));
 QNN_REGISTER_KERNEL(Float, TransposeConv3d, (&create_conv_nd<3, true>));
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

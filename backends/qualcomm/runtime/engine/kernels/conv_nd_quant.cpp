@@ -27,8 +27,7 @@ struct QConvNdSetup {
 template <typename A, typename W, typename Acc, typename O>
 class QConvNdKernel final : public Kernel {
  public:
-  explicit QConvNdKernel(QConvNdSetup& s)
-      : g_(s.g), ids_(s.ids), rq_(std::move(s.rq)), transposed_(s.transposed) {
+  explicit QConvNdKernel(QConvNdSetup& s) : g_(s.g), ids_(s.ids), rq_(std::move(s.rq)), transposed_(s.transposed) {
     const QWeights& w = *s.w;
     k_ = w.K;
     taps_ = Buffer(s.alloc, w.N * w.K * sizeof(W));
@@ -48,8 +47,7 @@ class QConvNdKernel final : public Kernel {
     const NdGeometry& g = g_;
     for_each_output_pixel(g, [&](const NdPixel& p) {
       std::fill(acc, acc + g.cout, Acc(0));
-      for_each_tap(g, transposed_, p,
-                   [&](size_t in_pixel, size_t tap) { accumulate(x + in_pixel * g.cin, tap, acc); });
+      for_each_tap(g, transposed_, p, [&](size_t in_pixel, size_t tap) { accumulate(x + in_pixel * g.cin, tap, acc); });
       O* o = out + p.index * g.cout;
       for (size_t co = 0; co < g.cout; ++co) o[co] = rq_.apply<O>(acc[co], co);
     });
@@ -143,11 +141,11 @@ Status create_qconv_nd(const OpView& v, KernelEnv& env, KernelPtr& out) {
   return Status::Ok();
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Quant, Conv3d, (&create_qconv_nd<3, false>));
 QNN_REGISTER_KERNEL(Quant, TransposeConv2d, (&create_qconv_nd<2, true>));
 QNN_REGISTER_KERNEL(Quant, TransposeConv3d, (&create_qconv_nd<3, true>));
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -28,8 +28,8 @@ class QConvGemmKernel final : public Kernel {
  public:
   explicit QConvGemmKernel(QConvSetup& s) : g_(s.g), ids_(s.ids) {
     k_ = g_.kh * g_.kw * g_.cin_g();
-    pointwise_ = g_.kh == 1 && g_.kw == 1 && g_.sh == 1 && g_.sw == 1 && g_.group == 1 &&
-                 g_.pt + g_.pb + g_.pl + g_.pr == 0;
+    pointwise_ =
+        g_.kh == 1 && g_.kw == 1 && g_.sh == 1 && g_.sw == 1 && g_.group == 1 && g_.pt + g_.pb + g_.pl + g_.pr == 0;
     zero_point_ = A(-s.rq.in_offset);
     core_.init(std::move(*s.w), std::move(s.rq), g_.group, s.alloc);
   }
@@ -66,9 +66,7 @@ class QConvGemmKernel final : public Kernel {
   }
 
  private:
-  size_t slot_bytes() const {
-    return core_.slot_bytes() + (pointwise_ ? 0 : align64(kQIm2colTile * k_ * sizeof(A)));
-  }
+  size_t slot_bytes() const { return core_.slot_bytes() + (pointwise_ ? 0 : align64(kQIm2colTile * k_ * sizeof(A))); }
 
   ConvGeometry g_;
   ConvIds ids_;
@@ -82,8 +80,7 @@ class QConvGemmKernel final : public Kernel {
 template <typename A, typename W, typename Acc, typename O>
 class QDepthwiseKernel final : public Kernel {
  public:
-  explicit QDepthwiseKernel(QConvSetup& s)
-      : g_(s.g), ids_(s.ids), w_(std::move(*s.w)), rq_(std::move(s.rq)) {
+  explicit QDepthwiseKernel(QConvSetup& s) : g_(s.g), ids_(s.ids), w_(std::move(*s.w)), rq_(std::move(s.rq)) {
     mult_ = g_.cout / g_.cin;
     // Tap-major copy [KH*KW][Cout] so the channel loop is contiguous.
     const size_t taps = g_.kh * g_.kw;
@@ -118,7 +115,7 @@ class QDepthwiseKernel final : public Kernel {
           }
         }
       }
-    }    // What run_row / requant_row run: tap pairs when packed, lanes when the sums are int32.
+    }  // What run_row / requant_row run: tap pairs when packed, lanes when the sums are int32.
     const bool taps_avx2 = acc32_ && dwp_.size() != 0 && dwp_.valid();
     const char* requant = !acc32_ ? "scalar" : (vec_.ok ? "lanes8" : (vecw_.ok ? "lanes64" : "scalar"));
     path_ = std::string(taps_avx2 ? "avx2" : "plain") + "/" + requant;
@@ -222,9 +219,9 @@ class QDepthwiseKernel final : public Kernel {
   Requant rq_;
   size_t mult_ = 1, slots_ = 1;
   Buffer taps_;
-  VecRequant8 vec_;  // uint8 in and out on AVX2
-  VecRequantW vecw_;  // otherwise (uint16, strided uint8) on AVX2 when the sums are int32
-  Buffer dwp_;        // AVX2 tap pairs (pack_dw_avx2), channel multiplier 1
+  VecRequant8 vec_;            // uint8 in and out on AVX2
+  VecRequantW vecw_;           // otherwise (uint16, strided uint8) on AVX2 when the sums are int32
+  Buffer dwp_;                 // AVX2 tap pairs (pack_dw_avx2), channel multiplier 1
   std::vector<int32_t> corr_;  // uint16 x: (zero point - 32768) * wsum per channel
   bool acc32_ = false;
   std::string path_;  // Kernel::path
@@ -232,8 +229,7 @@ class QDepthwiseKernel final : public Kernel {
 
 // HTP's strided uint8 depthwise kernel requantizes without the pre-shift
 // (htp_requant_unshifted_of); the bias term (pre) stays.
-void use_strided_depthwise_requant(const TensorInfo& x, const QWeights& w, const TensorInfo& y,
-                                   Requant& rq) {
+void use_strided_depthwise_requant(const TensorInfo& x, const QWeights& w, const TensorInfo& y, Requant& rq) {
   if (!rq.htp || x.dtype != DType::UFIXED_POINT_8 || y.dtype != DType::UFIXED_POINT_8) return;
   for (size_t n = 0; n < rq.hr.size(); ++n) {
     const double m = double(x.quant.scale) * double(float(w.scale[n])) / double(y.quant.scale);
@@ -265,8 +261,7 @@ Status create_qconv(const OpView& v, KernelEnv& env, bool depthwise, KernelPtr& 
   if (depthwise && (s.g.sh > 1 || s.g.sw > 1)) use_strided_depthwise_requant(x, qw, y, s.rq);
   s.w = &qw;
   s.alloc = env.allocator;
-  out = make_integer_kernel<K>(x.dtype == DType::UFIXED_POINT_16, qw.wide,
-                               y.dtype == DType::UFIXED_POINT_16, s);
+  out = make_integer_kernel<K>(x.dtype == DType::UFIXED_POINT_16, qw.wide, y.dtype == DType::UFIXED_POINT_16, s);
   if (!out) return v.fail(ErrorKind::Internal, "no integer kernel for these types");
   return Status::Ok();
 }
@@ -279,10 +274,10 @@ Status create_qdepthwise(const OpView& v, KernelEnv& env, KernelPtr& out) {
   return create_qconv<QDepthwiseKernel>(v, env, true, out);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Quant, Conv2d, &create_qconv2d);
 QNN_REGISTER_KERNEL(Quant, DepthWiseConv2d, &create_qdepthwise);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -81,9 +81,9 @@ Status create_cumsum(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_kernel<CumsumKernel<float>>(out, x.id, y, s);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, CumulativeSum, &create_cumsum);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

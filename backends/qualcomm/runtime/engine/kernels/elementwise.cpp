@@ -15,8 +15,8 @@ namespace {
 // ---- binary ---------------------------------------------------------------
 // Integer division by -1 wraps (two's complement) instead of overflowing (UB).
 template <typename T>
-using Wide = typename std::conditional<std::is_integral<T>::value, std::make_unsigned<T>,
-                                       std::common_type<T>>::type::type;
+using Wide =
+    typename std::conditional<std::is_integral<T>::value, std::make_unsigned<T>, std::common_type<T>>::type::type;
 // Integer add/sub/mul as QNN 2.51's HTP computes them (measured on SM8650, tests/ops/test_integer_arithmetic.py):
 // in int32, saturated to [-2^31, 2^31 - 1] on overflow (torch wraps). An INT_64 tensor runs as
 // INT_32 on QNN (narrowed by wrapping): the same on the low 32 bits of each operand, sign-extended.
@@ -26,21 +26,30 @@ T int32_saturated(T a, T b, F f) {
   return T(std::min<int64_t>(std::max<int64_t>(r, INT32_MIN), INT32_MAX));
 }
 struct AddOp {
-  template <typename T> static T apply(T a, T b) {
-    if constexpr (std::is_integral<T>::value) return int32_saturated(a, b, [](int64_t x, int64_t y) { return x + y; });
-    else return a + b;
+  template <typename T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral<T>::value)
+      return int32_saturated(a, b, [](int64_t x, int64_t y) { return x + y; });
+    else
+      return a + b;
   }
 };
 struct SubOp {
-  template <typename T> static T apply(T a, T b) {
-    if constexpr (std::is_integral<T>::value) return int32_saturated(a, b, [](int64_t x, int64_t y) { return x - y; });
-    else return a - b;
+  template <typename T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral<T>::value)
+      return int32_saturated(a, b, [](int64_t x, int64_t y) { return x - y; });
+    else
+      return a - b;
   }
 };
 struct MulOp {
-  template <typename T> static T apply(T a, T b) {
-    if constexpr (std::is_integral<T>::value) return int32_saturated(a, b, [](int64_t x, int64_t y) { return x * y; });
-    else return a * b;
+  template <typename T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral<T>::value)
+      return int32_saturated(a, b, [](int64_t x, int64_t y) { return x * y; });
+    else
+      return a * b;
   }
 };
 struct DivOp {
@@ -58,11 +67,14 @@ struct DivOp {
 // Float only (see kFloatOnly): pow(base, exponent), as std::pow.
 struct PowOp {
   static constexpr bool kFloatOnly = true;
-  template <typename T> static T apply(T a, T b) { return T(std::pow(a, b)); }
+  template <typename T>
+  static T apply(T a, T b) {
+    return T(std::pow(a, b));
+  }
 };
 
-// floor_divide / remainder as PyTorch computes them (fmod: a composition, builders/op_division.py). Integers: a zero divisor gives 0
-// (torch raises; no UB here), b == -1 wraps instead of overflowing.
+// floor_divide / remainder as PyTorch computes them (fmod: a composition, builders/op_division.py). Integers: a zero
+// divisor gives 0 (torch raises; no UB here), b == -1 wraps instead of overflowing.
 struct FloorDivOp {
   template <typename T>
   static T apply(T a, T b) {
@@ -102,16 +114,25 @@ struct ModOp {
 };
 // maximum / minimum propagate NaN (as torch.maximum / minimum).
 struct MaxOp {
-  template <typename T> static T apply(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
+  template <typename T>
+  static T apply(T a, T b) {
+    return a != a ? a : (b != b ? b : (a < b ? b : a));
+  }
 };
 struct MinOp {
-  template <typename T> static T apply(T a, T b) { return a != a ? a : (b != b ? b : (b < a ? b : a)); }
+  template <typename T>
+  static T apply(T a, T b) {
+    return a != a ? a : (b != b ? b : (b < a ? b : a));
+  }
 };
 
 // Prelu(x, slope): x where x >= 0, else x * slope (slope broadcast to x).
 struct PreluOp {
   static constexpr bool kFloatOnly = true;
-  template <typename T> static T apply(T a, T b) { return a >= T(0) ? a : a * b; }
+  template <typename T>
+  static T apply(T a, T b) {
+    return a >= T(0) ? a : a * b;
+  }
 };
 
 // Ops without a `kFloatOnly = true` member accept FLOAT_32, INT_32 and INT_64.
@@ -124,8 +145,13 @@ template <typename Op, typename T>
 class BinaryKernel final : public Kernel {
  public:
   BinaryKernel(const OpView& v, const Dims& out_dims)
-      : a_(v.inputs[0]->id), b_(v.inputs[1]->id), out_(v.outputs[0]->id), dims_(out_dims),
-        numel_(product(out_dims)), a_numel_(v.inputs[0]->numel), b_numel_(v.inputs[1]->numel),
+      : a_(v.inputs[0]->id),
+        b_(v.inputs[1]->id),
+        out_(v.outputs[0]->id),
+        dims_(out_dims),
+        numel_(product(out_dims)),
+        a_numel_(v.inputs[0]->numel),
+        b_numel_(v.inputs[1]->numel),
         sa_(broadcast_strides(v.inputs[0]->dims, out_dims)),
         sb_(broadcast_strides(v.inputs[1]->dims, out_dims)) {
     if (!dims_.empty()) outer_.assign(dims_.begin(), dims_.end() - 1);
@@ -154,23 +180,25 @@ Status create_binary(const OpView& v, KernelEnv&, KernelPtr& out) {
   const TensorInfo& a = *v.inputs[0];
   const TensorInfo& b = *v.inputs[1];
   if (a.dtype != b.dtype) {
-    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' (%s) and '%s' (%s) differ in data type",
-                  a.name.c_str(), dtype_name(a.dtype), b.name.c_str(), dtype_name(b.dtype));
+    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' (%s) and '%s' (%s) differ in data type", a.name.c_str(),
+                  dtype_name(a.dtype), b.name.c_str(), dtype_name(b.dtype));
   }
   Dims out_dims;
   if (!broadcast_dims(a.dims, b.dims, out_dims)) {
-    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' %s and '%s' %s do not broadcast",
-                  a.name.c_str(), dims_to_string(a.dims).c_str(), b.name.c_str(),
-                  dims_to_string(b.dims).c_str());
+    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' %s and '%s' %s do not broadcast", a.name.c_str(),
+                  dims_to_string(a.dims).c_str(), b.name.c_str(), dims_to_string(b.dims).c_str());
   }
   QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, a.dtype));
   if (IsFloatOnly<Op>::value && a.dtype != DType::FLOAT_32) {
     return v.fail(ErrorKind::NotSupported, "data type %s is not supported (FLOAT_32)", dtype_name(a.dtype));
   }
   switch (a.dtype) {
-    case DType::FLOAT_32: return emplace_kernel<BinaryKernel<Op, float>>(out, v, out_dims);
-    case DType::INT_32: return emplace_kernel<BinaryKernel<Op, int32_t>>(out, v, out_dims);
-    case DType::INT_64: return emplace_kernel<BinaryKernel<Op, int64_t>>(out, v, out_dims);
+    case DType::FLOAT_32:
+      return emplace_kernel<BinaryKernel<Op, float>>(out, v, out_dims);
+    case DType::INT_32:
+      return emplace_kernel<BinaryKernel<Op, int32_t>>(out, v, out_dims);
+    case DType::INT_64:
+      return emplace_kernel<BinaryKernel<Op, int64_t>>(out, v, out_dims);
     default:
       return v.fail(ErrorKind::NotSupported, "data type %s is not supported (FLOAT_32, INT_32, INT_64)",
                     dtype_name(a.dtype));
@@ -185,18 +213,22 @@ struct UnaryParams {
   float beta = 0.f;
 };
 
-struct ReluFn { static float apply(float x, const UnaryParams&) { return x > 0.f ? x : 0.f; } };
+struct ReluFn {
+  static float apply(float x, const UnaryParams&) { return x > 0.f ? x : 0.f; }
+};
 struct ReluMinMaxFn {
   static float apply(float x, const UnaryParams& p) {
     return x < p.min_value ? p.min_value : (x > p.max_value ? p.max_value : x);
   }
 };
-struct SigmoidFn { static float apply(float x, const UnaryParams&) { return 1.f / (1.f + std::exp(-x)); } };
-struct TanhFn { static float apply(float x, const UnaryParams&) { return std::tanh(x); } };
+struct SigmoidFn {
+  static float apply(float x, const UnaryParams&) { return 1.f / (1.f + std::exp(-x)); }
+};
+struct TanhFn {
+  static float apply(float x, const UnaryParams&) { return std::tanh(x); }
+};
 struct GeluFn {
-  static float apply(float x, const UnaryParams&) {
-    return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
-  }
+  static float apply(float x, const UnaryParams&) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); }
 };
 struct HardSwishFn {
   static float apply(float x, const UnaryParams&) {
@@ -205,10 +237,18 @@ struct HardSwishFn {
   }
 };
 
-struct RsqrtFn { static float apply(float x, const UnaryParams&) { return 1.f / std::sqrt(x); } };
-struct SqrtFn { static float apply(float x, const UnaryParams&) { return std::sqrt(x); } };
-struct NegFn { static float apply(float x, const UnaryParams&) { return -x; } };
-struct AbsFn { static float apply(float x, const UnaryParams&) { return std::fabs(x); } };
+struct RsqrtFn {
+  static float apply(float x, const UnaryParams&) { return 1.f / std::sqrt(x); }
+};
+struct SqrtFn {
+  static float apply(float x, const UnaryParams&) { return std::sqrt(x); }
+};
+struct NegFn {
+  static float apply(float x, const UnaryParams&) { return -x; }
+};
+struct AbsFn {
+  static float apply(float x, const UnaryParams&) { return std::fabs(x); }
+};
 struct EluFn {
   static float apply(float x, const UnaryParams& p) { return x > 0.f ? x : p.alpha * std::expm1(x); }
 };
@@ -220,16 +260,34 @@ struct HardSigmoidFn {
     return y != y ? y : (y < 0.f ? 0.f : (y > 1.f ? 1.f : y));
   }
 };
-struct ExpFn { static float apply(float x, const UnaryParams&) { return std::exp(x); } };
-struct LogFn { static float apply(float x, const UnaryParams&) { return std::log(x); } };
-struct SinFn { static float apply(float x, const UnaryParams&) { return std::sin(x); } };
-struct CosFn { static float apply(float x, const UnaryParams&) { return std::cos(x); } };
-struct AsinFn { static float apply(float x, const UnaryParams&) { return std::asin(x); } };
-struct AtanFn { static float apply(float x, const UnaryParams&) { return std::atan(x); } };
-struct CeilFn { static float apply(float x, const UnaryParams&) { return std::ceil(x); } };
-struct FloorFn { static float apply(float x, const UnaryParams&) { return std::floor(x); } };
+struct ExpFn {
+  static float apply(float x, const UnaryParams&) { return std::exp(x); }
+};
+struct LogFn {
+  static float apply(float x, const UnaryParams&) { return std::log(x); }
+};
+struct SinFn {
+  static float apply(float x, const UnaryParams&) { return std::sin(x); }
+};
+struct CosFn {
+  static float apply(float x, const UnaryParams&) { return std::cos(x); }
+};
+struct AsinFn {
+  static float apply(float x, const UnaryParams&) { return std::asin(x); }
+};
+struct AtanFn {
+  static float apply(float x, const UnaryParams&) { return std::atan(x); }
+};
+struct CeilFn {
+  static float apply(float x, const UnaryParams&) { return std::ceil(x); }
+};
+struct FloorFn {
+  static float apply(float x, const UnaryParams&) { return std::floor(x); }
+};
 // Half to even, as torch.round (the default rounding mode of nearbyint).
-struct RoundFn { static float apply(float x, const UnaryParams&) { return std::nearbyint(x); } };
+struct RoundFn {
+  static float apply(float x, const UnaryParams&) { return std::nearbyint(x); }
+};
 // As torch.sign: 0 for zeros of either sign and for NaN.
 struct SignFn {
   static float apply(float x, const UnaryParams&) { return x > 0.f ? 1.f : (x < 0.f ? -1.f : 0.f); }
@@ -239,8 +297,7 @@ template <typename Fn>
 class UnaryKernel final : public Kernel {
  public:
   UnaryKernel(const OpView& v, UnaryParams p, bool round_half)
-      : in_(v.inputs[0]->id), out_(v.outputs[0]->id), numel_(v.inputs[0]->numel), p_(p),
-        round_(round_half) {}
+      : in_(v.inputs[0]->id), out_(v.outputs[0]->id), numel_(v.inputs[0]->numel), p_(p), round_(round_half) {}
   bool rounds_fp16_outputs() const override { return round_; }
 
   Status run(const RunContext& ctx) const override {
@@ -278,8 +335,7 @@ Status create_unary(const OpView& v, KernelEnv& env, KernelPtr& out) {
     QNN_RETURN_IF_ERROR(params.scalar_float("min_value", p.min_value));
     QNN_RETURN_IF_ERROR(params.scalar_float("max_value", p.max_value));
     if (!(p.min_value <= p.max_value)) {
-      return v.fail(ErrorKind::InvalidProgram, "min_value %g > max_value %g", p.min_value,
-                    p.max_value);
+      return v.fail(ErrorKind::InvalidProgram, "min_value %g > max_value %g", p.min_value, p.max_value);
     }
   }
   if (std::is_same<Fn, EluFn>::value) {
@@ -300,7 +356,7 @@ Status create_unary(const OpView& v, KernelEnv& env, KernelPtr& out) {
   return emplace_kernel<UnaryKernel<Fn>>(out, v, p, env.round_fp16_outputs);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, ElementWiseAdd, &create_binary<AddOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseSubtract, &create_binary<SubOp>);
@@ -335,5 +391,5 @@ QNN_REGISTER_KERNEL(Float, ElementWiseSign, &create_unary<SignFn>);
 QNN_REGISTER_KERNEL(Float, Elu, &create_unary<EluFn>);
 QNN_REGISTER_KERNEL(Float, ElementWiseNeuron, &create_unary<HardSigmoidFn>);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -36,8 +36,8 @@ struct AddSubParams {
 };
 
 // false when the encodings need a shift HTP's scheme does not cover (then decline).
-bool addsub_params(const QuantParams& a, const QuantParams& b, const QuantParams& o, bool subtract,
-                   bool eight_bit, AddSubParams& p) {
+bool addsub_params(const QuantParams& a, const QuantParams& b, const QuantParams& o, bool subtract, bool eight_bit,
+                   AddSubParams& p) {
   const double ia = double(a.scale) / double(o.scale);
   const double ib = (subtract ? -1.0 : 1.0) * double(b.scale) / double(o.scale);
   if (!std::isfinite(ia) || !std::isfinite(ib)) return false;
@@ -68,10 +68,16 @@ template <typename T>
 class QuantAddSubKernel final : public Kernel {
  public:
   QuantAddSubKernel(const OpView& v, const Dims& out_dims, const AddSubParams& p)
-      : a_(v.inputs[0]->id), b_(v.inputs[1]->id), out_(v.outputs[0]->id), dims_(out_dims),
-        numel_(product(out_dims)), a_numel_(v.inputs[0]->numel), b_numel_(v.inputs[1]->numel),
+      : a_(v.inputs[0]->id),
+        b_(v.inputs[1]->id),
+        out_(v.outputs[0]->id),
+        dims_(out_dims),
+        numel_(product(out_dims)),
+        a_numel_(v.inputs[0]->numel),
+        b_numel_(v.inputs[1]->numel),
         sa_(broadcast_strides(v.inputs[0]->dims, out_dims)),
-        sb_(broadcast_strides(v.inputs[1]->dims, out_dims)), p_(p) {
+        sb_(broadcast_strides(v.inputs[1]->dims, out_dims)),
+        p_(p) {
     if (!dims_.empty()) outer_.assign(dims_.begin(), dims_.end() - 1);
     if constexpr (sizeof(T) == 1) {  // 8-bit: |ka * q + C| < 2^31, two 256-entry tables
       for (int q = 0; q < 256; ++q) {
@@ -131,10 +137,10 @@ Status create_quant_addsub(const OpView& v, KernelEnv& env, KernelPtr& out) {
   return emplace_kernel<QuantAddSubKernel<uint16_t>>(out, v, out_dims, p);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Quant, ElementWiseAdd, &create_quant_addsub<false>);
 QNN_REGISTER_KERNEL(Quant, ElementWiseSubtract, &create_quant_addsub<true>);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -11,9 +11,15 @@ template <typename Idx>
 class GatherKernel final : public Kernel {
  public:
   GatherKernel(const OpView& v, size_t outer, size_t axis_dim, size_t num_idx, size_t row_bytes)
-      : table_(v.inputs[0]->id), indices_(v.inputs[1]->id), out_(v.outputs[0]->id),
-        outer_(outer), axis_dim_(axis_dim), num_idx_(num_idx), row_bytes_(row_bytes),
-        op_name_(v.name), index_name_(v.inputs[1]->name) {}
+      : table_(v.inputs[0]->id),
+        indices_(v.inputs[1]->id),
+        out_(v.outputs[0]->id),
+        outer_(outer),
+        axis_dim_(axis_dim),
+        num_idx_(num_idx),
+        row_bytes_(row_bytes),
+        op_name_(v.name),
+        index_name_(v.inputs[1]->name) {}
   Status run(const RunContext& c) const override {
     const char* table = c.at<const char>(table_);
     const Idx* idx = c.at<const Idx>(indices_);
@@ -71,9 +77,9 @@ Status create_gather(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_kernel<GatherKernel<int64_t>>(out, v, outer, table.dims[axis], indices.numel, row_bytes);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, Gather, &create_gather);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -115,20 +115,26 @@ Status create_grid_sample(const OpView& v, KernelEnv&, KernelPtr& out) {
     QNN_RETURN_IF_ERROR(v.expect_float(*t));
   }
   if (grid.dims[0] != x.dims[0] || grid.dims[3] != 2) {
-    return v.fail(ErrorKind::InvalidProgram, "grid '%s' %s must be [N, OH, OW, 2] for input '%s' %s",
-                  grid.name.c_str(), dims_to_string(grid.dims).c_str(), x.name.c_str(),
-                  dims_to_string(x.dims).c_str());
+    return v.fail(ErrorKind::InvalidProgram, "grid '%s' %s must be [N, OH, OW, 2] for input '%s' %s", grid.name.c_str(),
+                  dims_to_string(grid.dims).c_str(), x.name.c_str(), dims_to_string(x.dims).c_str());
   }
   QNN_RETURN_IF_ERROR(v.expect_output(0, {x.dims[0], grid.dims[1], grid.dims[2], x.dims[3]}, x.dtype));
-  GridGeometry g{size_t(x.dims[0]), size_t(x.dims[1]), size_t(x.dims[2]), size_t(x.dims[3]),
-                 size_t(grid.dims[1]), size_t(grid.dims[2]), false, SampleMode::kBilinear, PaddingMode::kZeros};
+  GridGeometry g{size_t(x.dims[0]),
+                 size_t(x.dims[1]),
+                 size_t(x.dims[2]),
+                 size_t(x.dims[3]),
+                 size_t(grid.dims[1]),
+                 size_t(grid.dims[2]),
+                 false,
+                 SampleMode::kBilinear,
+                 PaddingMode::kZeros};
   QNN_RETURN_IF_ERROR(read_modes(v, g));
   return emplace_kernel<GridSampleKernel>(out, x.id, grid.id, y.id, g);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, GridSample, &create_grid_sample);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

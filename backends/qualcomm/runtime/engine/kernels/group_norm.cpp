@@ -15,8 +15,8 @@ namespace {
 // ---- GroupNorm / InstanceNorm -------------------------------------------------------------
 class GroupNormKernel final : public Kernel {
  public:
-  GroupNormKernel(uint32_t x, uint32_t gamma, int64_t beta, uint32_t out, size_t n, size_t pixels,
-                  size_t c, size_t groups, float eps)
+  GroupNormKernel(uint32_t x, uint32_t gamma, int64_t beta, uint32_t out, size_t n, size_t pixels, size_t c,
+                  size_t groups, float eps)
       : x_(x), g_(gamma), b_(beta), out_(out), n_(n), pixels_(pixels), c_(c), groups_(groups), eps_(eps) {}
   Status run(const RunContext& ctx) const override {
     const float* x = ctx.at<const float>(x_);
@@ -44,8 +44,7 @@ class GroupNormKernel final : public Kernel {
         const float m = float(mean);
         const float inv = float(1.0 / std::sqrt(var + double(eps_)));
         for (size_t p = 0; p < pixels_; ++p) {
-          normalize_row(xi + p * c_ + c0, yi + p * c_ + c0, per_group, m, inv, gamma + c0,
-                        beta ? beta + c0 : nullptr);
+          normalize_row(xi + p * c_ + c0, yi + p * c_ + c0, per_group, m, inv, gamma + c0, beta ? beta + c0 : nullptr);
         }
       }
     }
@@ -77,8 +76,8 @@ Status make_group_norm(const OpView& v, size_t groups, float eps, KernelPtr& out
   QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, DType::FLOAT_32));
   const size_t n = size_t(x.dims[0]);
   const size_t pixels = (n && c) ? x.numel / (n * c) : 0;
-  return emplace_kernel<GroupNormKernel>(out, x.id, gamma.id, beta ? int64_t(beta->id) : int64_t(-1),
-                                         v.outputs[0]->id, n, pixels, c, groups, eps);
+  return emplace_kernel<GroupNormKernel>(out, x.id, gamma.id, beta ? int64_t(beta->id) : int64_t(-1), v.outputs[0]->id,
+                                         n, pixels, c, groups, eps);
 }
 
 Status create_group_norm(const OpView& v, KernelEnv&, KernelPtr& out) {
@@ -140,19 +139,18 @@ Status create_batchnorm(const OpView& v, KernelEnv&, KernelPtr& out) {
   for (const TensorInfo* t : {&x, &scale, &offset}) QNN_RETURN_IF_ERROR(v.expect_float(*t));
   const size_t c = x.rank() ? x.dims.back() : 1;
   if (scale.numel != c || offset.numel != c) {
-    return v.fail(ErrorKind::InvalidProgram, "scale '%s' / offset '%s' must have C = %zu elements",
-                  scale.name.c_str(), offset.name.c_str(), c);
+    return v.fail(ErrorKind::InvalidProgram, "scale '%s' / offset '%s' must have C = %zu elements", scale.name.c_str(),
+                  offset.name.c_str(), c);
   }
   QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, DType::FLOAT_32));
-  return emplace_kernel<BatchnormKernel>(out, x.id, scale.id, offset.id, v.outputs[0]->id,
-                                         c ? x.numel / c : 0, c);
+  return emplace_kernel<BatchnormKernel>(out, x.id, scale.id, offset.id, v.outputs[0]->id, c ? x.numel / c : 0, c);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, GroupNorm, &create_group_norm);
 QNN_REGISTER_KERNEL(Float, InstanceNorm, &create_instance_norm);
 QNN_REGISTER_KERNEL(Float, Batchnorm, &create_batchnorm);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -45,8 +45,8 @@ Status create_split(const OpView& v, KernelEnv&, KernelPtr& out) {
                   x.name.c_str(), dims_to_string(x.dims).c_str());
   }
   std::vector<int64_t> starts;
-  QNN_RETURN_IF_ERROR(ParamReader(v).tensor_int("split_index", DType::UINT_32,
-                                                {uint32_t(v.outputs.size() - 1)}, starts));
+  QNN_RETURN_IF_ERROR(
+      ParamReader(v).tensor_int("split_index", DType::UINT_32, {uint32_t(v.outputs.size() - 1)}, starts));
   starts.insert(starts.begin(), 0);
   starts.push_back(int64_t(x.dims[axis]));
   size_t es = 0;
@@ -57,8 +57,8 @@ Status create_split(const OpView& v, KernelEnv&, KernelPtr& out) {
   for (size_t i = 0; i < v.outputs.size(); ++i) {
     if (starts[i + 1] <= starts[i]) {
       return v.fail(ErrorKind::InvalidProgram,
-                    "'split_index' must be strictly increasing inside (0, %u) (axis %lld of '%s' %s)",
-                    x.dims[axis], (long long)axis, x.name.c_str(), dims_to_string(x.dims).c_str());
+                    "'split_index' must be strictly increasing inside (0, %u) (axis %lld of '%s' %s)", x.dims[axis],
+                    (long long)axis, x.name.c_str(), dims_to_string(x.dims).c_str());
     }
     Dims dims = x.dims;
     dims[axis] = uint32_t(starts[i + 1] - starts[i]);
@@ -74,9 +74,17 @@ template <typename Idx>
 class ScatterNdKernel final : public Kernel {
  public:
   ScatterNdKernel(const OpView& v, size_t depth, size_t count, size_t slice_bytes, const Index& strides)
-      : data_(v.inputs[0]->id), indices_(v.inputs[1]->id), updates_(v.inputs[2]->id),
-        out_(v.outputs[0]->id), data_bytes_(v.inputs[0]->nbytes), depth_(depth), count_(count),
-        slice_bytes_(slice_bytes), strides_(strides), dims_(v.inputs[0]->dims), op_name_(v.name),
+      : data_(v.inputs[0]->id),
+        indices_(v.inputs[1]->id),
+        updates_(v.inputs[2]->id),
+        out_(v.outputs[0]->id),
+        data_bytes_(v.inputs[0]->nbytes),
+        depth_(depth),
+        count_(count),
+        slice_bytes_(slice_bytes),
+        strides_(strides),
+        dims_(v.inputs[0]->dims),
+        op_name_(v.name),
         index_name_(v.inputs[1]->name) {}
   Status run(const RunContext& c) const override {
     const Idx* idx = c.at<const Idx>(indices_);
@@ -126,8 +134,8 @@ Status check_scatter_nd_shapes(const OpView& v, size_t& depth, size_t& count) {
   expected.insert(expected.end(), data.dims.begin() + depth, data.dims.end());
   if (updates.dims != expected || updates.dtype != data.dtype) {
     return v.fail(ErrorKind::InvalidProgram, "updates '%s' %s %s: expected %s %s", updates.name.c_str(),
-                  dims_to_string(updates.dims).c_str(), dtype_name(updates.dtype),
-                  dims_to_string(expected).c_str(), dtype_name(data.dtype));
+                  dims_to_string(updates.dims).c_str(), dtype_name(updates.dtype), dims_to_string(expected).c_str(),
+                  dtype_name(data.dtype));
   }
   return v.expect_output(0, data.dims, data.dtype);
 }
@@ -139,8 +147,7 @@ Status create_scatter_nd(const OpView& v, KernelEnv&, KernelPtr& out) {
     int64_t reduction = 0;
     QNN_RETURN_IF_ERROR(params.scalar_int("reduction", DType::UINT_32, reduction));
     if (reduction != 0) {
-      return v.fail(ErrorKind::NotSupported, "reduction %lld is not supported (only 0 = none)",
-                    (long long)reduction);
+      return v.fail(ErrorKind::NotSupported, "reduction %lld is not supported (only 0 = none)", (long long)reduction);
     }
   }
   size_t depth = 0, count = 0;
@@ -166,9 +173,14 @@ template <typename T, typename Idx>
 class GatherElementsKernel final : public Kernel {
  public:
   GatherElementsKernel(const OpView& v, size_t axis)
-      : x_(v.inputs[0]->id), indices_(v.inputs[1]->id), out_(v.outputs[0]->id), axis_(axis),
-        x_dims_(v.inputs[0]->dims), idx_dims_(v.inputs[1]->dims),
-        x_strides_(contiguous_strides(v.inputs[0]->dims)), op_name_(v.name),
+      : x_(v.inputs[0]->id),
+        indices_(v.inputs[1]->id),
+        out_(v.outputs[0]->id),
+        axis_(axis),
+        x_dims_(v.inputs[0]->dims),
+        idx_dims_(v.inputs[1]->dims),
+        x_strides_(contiguous_strides(v.inputs[0]->dims)),
+        op_name_(v.name),
         index_name_(v.inputs[1]->name) {}
   Status run(const RunContext& c) const override {
     const T* x = c.at<const T>(x_);
@@ -203,10 +215,14 @@ class GatherElementsKernel final : public Kernel {
 template <typename Idx>
 Status emplace_gather_elements(const OpView& v, size_t es, size_t axis, KernelPtr& out) {
   switch (es) {
-    case 1: return emplace_kernel<GatherElementsKernel<uint8_t, Idx>>(out, v, axis);
-    case 2: return emplace_kernel<GatherElementsKernel<uint16_t, Idx>>(out, v, axis);
-    case 4: return emplace_kernel<GatherElementsKernel<uint32_t, Idx>>(out, v, axis);
-    default: return emplace_kernel<GatherElementsKernel<uint64_t, Idx>>(out, v, axis);
+    case 1:
+      return emplace_kernel<GatherElementsKernel<uint8_t, Idx>>(out, v, axis);
+    case 2:
+      return emplace_kernel<GatherElementsKernel<uint16_t, Idx>>(out, v, axis);
+    case 4:
+      return emplace_kernel<GatherElementsKernel<uint32_t, Idx>>(out, v, axis);
+    default:
+      return emplace_kernel<GatherElementsKernel<uint64_t, Idx>>(out, v, axis);
   }
 }
 
@@ -227,9 +243,11 @@ Status create_gather_elements(const OpView& v, KernelEnv&, KernelPtr& out) {
   bool fits = indices.rank() == x.rank();
   for (size_t d = 0; fits && d < x.rank(); ++d) fits = d == size_t(axis) || indices.dims[d] <= x.dims[d];
   if (!fits) {
-    return v.fail(ErrorKind::InvalidProgram, "indices '%s' %s do not fit input '%s' %s (same rank, dims <= "
-                  "the input's off the axis)", indices.name.c_str(), dims_to_string(indices.dims).c_str(),
-                  x.name.c_str(), dims_to_string(x.dims).c_str());
+    return v.fail(ErrorKind::InvalidProgram,
+                  "indices '%s' %s do not fit input '%s' %s (same rank, dims <= "
+                  "the input's off the axis)",
+                  indices.name.c_str(), dims_to_string(indices.dims).c_str(), x.name.c_str(),
+                  dims_to_string(x.dims).c_str());
   }
   QNN_RETURN_IF_ERROR(v.expect_output(0, indices.dims, x.dtype));
   size_t es = 0;
@@ -238,11 +256,11 @@ Status create_gather_elements(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_gather_elements<int64_t>(v, es, size_t(axis), out);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, Split, &create_split);
 QNN_REGISTER_KERNEL(Float, ScatterNd, &create_scatter_nd);
 QNN_REGISTER_KERNEL(Float, GatherElements, &create_gather_elements);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

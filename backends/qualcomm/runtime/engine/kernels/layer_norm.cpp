@@ -36,8 +36,8 @@ Status last_axes(const OpView& v, const TensorInfo& x, float& eps, size_t& cols)
   }
   for (size_t i = 0; i < k; ++i) {
     if (size_t(axes[i]) != x.rank() - k + i) {
-      return v.fail(ErrorKind::NotSupported, "'axes' must be the last %zu axes of input '%s' %s",
-                    k, x.name.c_str(), dims_to_string(x.dims).c_str());
+      return v.fail(ErrorKind::NotSupported, "'axes' must be the last %zu axes of input '%s' %s", k, x.name.c_str(),
+                    dims_to_string(x.dims).c_str());
     }
   }
   cols = product(x.dims, x.rank() - k);
@@ -50,8 +50,7 @@ Status last_axes(const OpView& v, const TensorInfo& x, float& eps, size_t& cols)
 template <bool kRms>
 class LastAxesNormKernel final : public Kernel {
  public:
-  LastAxesNormKernel(uint32_t x, uint32_t gamma, uint32_t beta, uint32_t out, size_t rows, size_t cols,
-                     float eps)
+  LastAxesNormKernel(uint32_t x, uint32_t gamma, uint32_t beta, uint32_t out, size_t rows, size_t cols, float eps)
       : x_(x), g_(gamma), b_(beta), out_(out), rows_(rows), cols_(cols), eps_(eps) {}
   Status run(const RunContext& c) const override {
     const float* x = c.at<const float>(x_);
@@ -98,9 +97,9 @@ Status create_last_axes_norm(const OpView& v, KernelEnv&, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(last_axes(v, x, eps, cols));
   if (gamma.numel != cols || beta.numel != cols) {
     return v.fail(ErrorKind::InvalidProgram,
-                  "gamma '%s' %s / beta '%s' %s must match the normalized dims of input '%s' %s",
-                  gamma.name.c_str(), dims_to_string(gamma.dims).c_str(), beta.name.c_str(),
-                  dims_to_string(beta.dims).c_str(), x.name.c_str(), dims_to_string(x.dims).c_str());
+                  "gamma '%s' %s / beta '%s' %s must match the normalized dims of input '%s' %s", gamma.name.c_str(),
+                  dims_to_string(gamma.dims).c_str(), beta.name.c_str(), dims_to_string(beta.dims).c_str(),
+                  x.name.c_str(), dims_to_string(x.dims).c_str());
   }
   QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, DType::FLOAT_32));
   return emplace_kernel<LastAxesNormKernel<kRms>>(out, x.id, gamma.id, beta.id, v.outputs[0]->id,
@@ -152,14 +151,17 @@ class QuantLayerNormKernel final : public Kernel {
     pout_ = quant_params_of(*v.outputs[0]);
     table_ = Buffer(env.allocator, 2 * cols * sizeof(double));
     if (!table_.valid()) {
-      return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate %zu bytes for gamma / beta",
-                    table_.size());
+      return v.fail(ErrorKind::MemoryAllocationFailed, "cannot allocate %zu bytes for gamma / beta", table_.size());
     }
     std::vector<float> g(cols), b(cols);
-    if (gamma.is_quantized()) dequantize_static(gamma, g.data());
-    else std::memcpy(g.data(), gamma.static_data, cols * sizeof(float));
-    if (beta.is_quantized()) dequantize_static(beta, b.data());
-    else std::memcpy(b.data(), beta.static_data, cols * sizeof(float));
+    if (gamma.is_quantized())
+      dequantize_static(gamma, g.data());
+    else
+      std::memcpy(g.data(), gamma.static_data, cols * sizeof(float));
+    if (beta.is_quantized())
+      dequantize_static(beta, b.data());
+    else
+      std::memcpy(b.data(), beta.static_data, cols * sizeof(float));
     double* gs = table_.as<double>();
     double* bs = gs + cols;
     for (size_t i = 0; i < cols; ++i) {
@@ -174,8 +176,7 @@ class QuantLayerNormKernel final : public Kernel {
     Q* y = c.at<Q>(out_);
     const double* gs = table_.as<double>();
     for (size_t r = 0; r < rows_; ++r) {
-      quant_layer_norm_row<Q>(x + r * cols_, y + r * cols_, cols_, pin_, eps_, gs, gs + cols_, pout_.qmin,
-                              pout_.qmax);
+      quant_layer_norm_row<Q>(x + r * cols_, y + r * cols_, cols_, pin_, eps_, gs, gs + cols_, pout_.qmin, pout_.qmax);
     }
     return Status::Ok();
   }
@@ -189,7 +190,7 @@ class QuantLayerNormKernel final : public Kernel {
   Buffer table_;  // gamma / out_scale, then round(beta / out_scale) - out_offset (double each)
 };
 
-} // namespace
+}  // namespace
 
 // Quantized LayerNorm as QNN computes it: x and output per-tensor uint8 or uint16 activations
 // of one data type, STATIC gamma and beta (quantized or float), the last axes normalized.
@@ -201,8 +202,8 @@ Status create_layer_norm_quant(const OpView& v, KernelEnv& env, KernelPtr& out) 
   const TensorInfo& gamma = *v.inputs[1];
   const TensorInfo& beta = *v.inputs[2];
   const bool u8 = x.dtype == DType::UFIXED_POINT_8, u16 = x.dtype == DType::UFIXED_POINT_16;
-  if (!(u8 || u16) || y.dtype != x.dtype || y.dims != x.dims || !is_quant_activation(x) ||
-      !is_quant_activation(y) || gamma.kind != TensorKind::STATIC || beta.kind != TensorKind::STATIC) {
+  if (!(u8 || u16) || y.dtype != x.dtype || y.dims != x.dims || !is_quant_activation(x) || !is_quant_activation(y) ||
+      gamma.kind != TensorKind::STATIC || beta.kind != TensorKind::STATIC) {
     return Status::Ok();
   }
   for (const TensorInfo* t : {&gamma, &beta}) {
@@ -228,5 +229,5 @@ Status create_layer_norm_quant(const OpView& v, KernelEnv& env, KernelPtr& out) 
 QNN_REGISTER_KERNEL(Float, LayerNorm, &create_last_axes_norm<false>);
 QNN_REGISTER_KERNEL(Float, RmsNorm, &create_last_axes_norm<true>);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -11,8 +11,8 @@ namespace engine {
 namespace {
 
 // C[m,n] = sum_k A[m*sam + k*sak] * B[k*sbk + n*sbn]
-void gemm_strided(const float* A, size_t sam, size_t sak, const float* B, size_t sbk, size_t sbn,
-                  float* C, size_t M, size_t N, size_t K) {
+void gemm_strided(const float* A, size_t sam, size_t sak, const float* B, size_t sbk, size_t sbn, float* C, size_t M,
+                  size_t N, size_t K) {
   for (size_t m = 0; m < M; ++m)
     for (size_t n = 0; n < N; ++n) {
       float acc = 0.f;
@@ -54,8 +54,8 @@ class FcPackedKernel final : public Kernel {
   size_t owned_bytes() const override { return packed_.size(); }
   bool rounds_fp16_outputs() const override { return ep_.round_half; }
   Status run(const RunContext& c) const override {
-    gemm_packed(path_, c.at<const float>(s_.x), s_.K, packed_.as<float>(), c.at<const float>(s_.b),
-                c.at<float>(s_.out), s_.N, s_.M, s_.N, s_.K, ep_);
+    gemm_packed(path_, c.at<const float>(s_.x), s_.K, packed_.as<float>(), c.at<const float>(s_.b), c.at<float>(s_.out),
+                s_.N, s_.M, s_.N, s_.K, ep_);
     return Status::Ok();
   }
 
@@ -133,10 +133,10 @@ Status create_matmul(const OpView& v, KernelEnv& env, KernelPtr& out) {
   return emplace_kernel<MatMulKernel>(out, s, env.reference_only);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, FullyConnected, &create_fully_connected);
 QNN_REGISTER_KERNEL(Float, MatMul, &create_matmul);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -24,8 +24,7 @@ class QFcKernel final : public Kernel {
   size_t scratch_bytes() const override { return core_.slots() * core_.slot_bytes(); }
   const char* path() const override { return core_.path_name(); }
   Status run(const RunContext& c) const override {
-    core_.gemm_parallel(c.at<const A>(s_.x), s_.K, 0, s_.M, c.at<O>(s_.out), s_.N,
-                        static_cast<char*>(c.scratch));
+    core_.gemm_parallel(c.at<const A>(s_.x), s_.K, 0, s_.M, c.at<O>(s_.out), s_.N, static_cast<char*>(c.scratch));
     return Status::Ok();
   }
 
@@ -41,8 +40,7 @@ Status create_qfc(const OpView& v, KernelEnv& env, KernelPtr& out) {
   const TensorInfo& b = *v.inputs[2];
   const TensorInfo& y = *v.outputs[0];
   const bool bias_ok = b.kind == TensorKind::STATIC && (b.is_quantized() || b.is_float());
-  if (!is_quant_activation(x) || !is_quant_activation(y) || !bias_ok ||
-      !integer_weights_supported(w, 0, 1)) {
+  if (!is_quant_activation(x) || !is_quant_activation(y) || !bias_ok || !integer_weights_supported(w, 0, 1)) {
     return Status::Ok();  // declined: float kernel on dequantized tensors
   }
   QFcSetup s;
@@ -52,8 +50,8 @@ Status create_qfc(const OpView& v, KernelEnv& env, KernelPtr& out) {
   prepare_requant(x, w, qw, b, y, s.rq);
   s.w = &qw;
   s.alloc = env.allocator;
-  out = make_integer_kernel<QFcKernel>(x.dtype == DType::UFIXED_POINT_16, qw.wide,
-                                       y.dtype == DType::UFIXED_POINT_16, s);
+  out =
+      make_integer_kernel<QFcKernel>(x.dtype == DType::UFIXED_POINT_16, qw.wide, y.dtype == DType::UFIXED_POINT_16, s);
   return Status::Ok();
 }
 
@@ -104,9 +102,7 @@ class QMatMulKernel final : public Kernel {
 
  private:
   // B as double [K][N], kRows rows of A as double [kRows][K], N sums.
-  size_t slot_bytes() const {
-    return align64((q_.s.K * q_.s.N + kRows * q_.s.K + q_.s.N) * sizeof(double));
-  }
+  size_t slot_bytes() const { return align64((q_.s.K * q_.s.N + kRows * q_.s.K + q_.s.N) * sizeof(double)); }
 
   static constexpr size_t kRows = 4;  // rows of A per register tile
   typedef double VecD __attribute__((vector_size(32)));
@@ -196,8 +192,7 @@ Status create_qmatmul(const OpView& v, KernelEnv&, KernelPtr& out) {
   s.off_a = a.quant.offset;
   s.off_b = b.quant.offset;
   const double m = double(a.quant.scale) * double(b.quant.scale) / double(y.quant.scale);
-  s.rq.htp = a.dtype == DType::UFIXED_POINT_8 && b.dtype == DType::UFIXED_POINT_8 &&
-             y.dtype == DType::UFIXED_POINT_8;
+  s.rq.htp = a.dtype == DType::UFIXED_POINT_8 && b.dtype == DType::UFIXED_POINT_8 && y.dtype == DType::UFIXED_POINT_8;
   if (s.rq.htp) {
     s.rq.hr = {htp_requant_of(m)};
   } else {
@@ -217,17 +212,21 @@ Status create_qmatmul(const OpView& v, KernelEnv&, KernelPtr& out) {
     using Acc = typename std::conditional<sizeof(A) == 1 && sizeof(B) == 1, int32_t, int64_t>::type;
     return KernelPtr(new QMatMulKernel<A, B, Acc, O>(s));
   };
-  if (!a16 && !b16) out = y16 ? make(uint8_t(), uint8_t(), uint16_t()) : make(uint8_t(), uint8_t(), uint8_t());
-  else if (!a16) out = y16 ? make(uint8_t(), uint16_t(), uint16_t()) : make(uint8_t(), uint16_t(), uint8_t());
-  else if (!b16) out = y16 ? make(uint16_t(), uint8_t(), uint16_t()) : make(uint16_t(), uint8_t(), uint8_t());
-  else out = y16 ? make(uint16_t(), uint16_t(), uint16_t()) : make(uint16_t(), uint16_t(), uint8_t());
+  if (!a16 && !b16)
+    out = y16 ? make(uint8_t(), uint8_t(), uint16_t()) : make(uint8_t(), uint8_t(), uint8_t());
+  else if (!a16)
+    out = y16 ? make(uint8_t(), uint16_t(), uint16_t()) : make(uint8_t(), uint16_t(), uint8_t());
+  else if (!b16)
+    out = y16 ? make(uint16_t(), uint8_t(), uint16_t()) : make(uint16_t(), uint8_t(), uint8_t());
+  else
+    out = y16 ? make(uint16_t(), uint16_t(), uint16_t()) : make(uint16_t(), uint16_t(), uint8_t());
   return Status::Ok();
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Quant, FullyConnected, &create_qfc);
 QNN_REGISTER_KERNEL(Quant, MatMul, &create_qmatmul);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -19,16 +19,61 @@ namespace qnn_delegate {
 namespace engine {
 namespace {
 
-struct EqualOp { template <typename T> static bool apply(T a, T b) { return a == b; } };
-struct NotEqualOp { template <typename T> static bool apply(T a, T b) { return a != b; } };
-struct LessOp { template <typename T> static bool apply(T a, T b) { return a < b; } };
-struct LessEqualOp { template <typename T> static bool apply(T a, T b) { return a <= b; } };
-struct GreaterOp { template <typename T> static bool apply(T a, T b) { return a > b; } };
-struct GreaterEqualOp { template <typename T> static bool apply(T a, T b) { return a >= b; } };
+struct EqualOp {
+  template <typename T>
+  static bool apply(T a, T b) {
+    return a == b;
+  }
+};
+struct NotEqualOp {
+  template <typename T>
+  static bool apply(T a, T b) {
+    return a != b;
+  }
+};
+struct LessOp {
+  template <typename T>
+  static bool apply(T a, T b) {
+    return a < b;
+  }
+};
+struct LessEqualOp {
+  template <typename T>
+  static bool apply(T a, T b) {
+    return a <= b;
+  }
+};
+struct GreaterOp {
+  template <typename T>
+  static bool apply(T a, T b) {
+    return a > b;
+  }
+};
+struct GreaterEqualOp {
+  template <typename T>
+  static bool apply(T a, T b) {
+    return a >= b;
+  }
+};
 // Logical ops read any nonzero byte as true and write 0 / 1.
-struct AndOp { template <typename T> static bool apply(T a, T b) { return a != 0 && b != 0; } };
-struct OrOp { template <typename T> static bool apply(T a, T b) { return a != 0 || b != 0; } };
-struct XorOp { template <typename T> static bool apply(T a, T b) { return (a != 0) != (b != 0); } };
+struct AndOp {
+  template <typename T>
+  static bool apply(T a, T b) {
+    return a != 0 && b != 0;
+  }
+};
+struct OrOp {
+  template <typename T>
+  static bool apply(T a, T b) {
+    return a != 0 || b != 0;
+  }
+};
+struct XorOp {
+  template <typename T>
+  static bool apply(T a, T b) {
+    return (a != 0) != (b != 0);
+  }
+};
 
 // Broadcast walk shared by the kernels below: `dims` is the output's, strides per input.
 class Broadcast {
@@ -79,9 +124,8 @@ Status broadcast_output(const OpView& v, const std::vector<const TensorInfo*>& i
   for (size_t i = 1; i < inputs.size(); ++i) {
     Dims next;
     if (!broadcast_dims(out, inputs[i]->dims, next)) {
-      return v.fail(ErrorKind::InvalidProgram, "input '%s' %s does not broadcast with %s",
-                    inputs[i]->name.c_str(), dims_to_string(inputs[i]->dims).c_str(),
-                    dims_to_string(out).c_str());
+      return v.fail(ErrorKind::InvalidProgram, "input '%s' %s does not broadcast with %s", inputs[i]->name.c_str(),
+                    dims_to_string(inputs[i]->dims).c_str(), dims_to_string(out).c_str());
     }
     out = next;
   }
@@ -96,8 +140,7 @@ template <typename Op, typename T>
 class PredicateKernel final : public Kernel {
  public:
   PredicateKernel(const OpView& v, const Dims& out_dims)
-      : a_(v.inputs[0]->id), b_(v.inputs[1]->id), out_(v.outputs[0]->id),
-        walk_(out_dims, {v.inputs[0], v.inputs[1]}) {}
+      : a_(v.inputs[0]->id), b_(v.inputs[1]->id), out_(v.outputs[0]->id), walk_(out_dims, {v.inputs[0], v.inputs[1]}) {}
 
   Status run(const RunContext& ctx) const override {
     const T* a = ctx.at<const T>(a_);
@@ -117,8 +160,8 @@ Status check_two_same_dtype(const OpView& v, Dims& out_dims) {
   const TensorInfo& a = *v.inputs[0];
   const TensorInfo& b = *v.inputs[1];
   if (a.dtype != b.dtype) {
-    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' (%s) and '%s' (%s) differ in data type",
-                  a.name.c_str(), dtype_name(a.dtype), b.name.c_str(), dtype_name(b.dtype));
+    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' (%s) and '%s' (%s) differ in data type", a.name.c_str(),
+                  dtype_name(a.dtype), b.name.c_str(), dtype_name(b.dtype));
   }
   QNN_RETURN_IF_ERROR(broadcast_output(v, {&a, &b}, out_dims));
   return v.expect_output(0, out_dims, DType::BOOL_8);
@@ -129,10 +172,14 @@ Status create_compare(const OpView& v, KernelEnv&, KernelPtr& out) {
   Dims out_dims;
   QNN_RETURN_IF_ERROR(check_two_same_dtype(v, out_dims));
   switch (v.inputs[0]->dtype) {
-    case DType::FLOAT_32: return emplace_kernel<PredicateKernel<Op, float>>(out, v, out_dims);
-    case DType::INT_32: return emplace_kernel<PredicateKernel<Op, int32_t>>(out, v, out_dims);
-    case DType::INT_64: return emplace_kernel<PredicateKernel<Op, int64_t>>(out, v, out_dims);
-    case DType::BOOL_8: return emplace_kernel<PredicateKernel<Op, uint8_t>>(out, v, out_dims);
+    case DType::FLOAT_32:
+      return emplace_kernel<PredicateKernel<Op, float>>(out, v, out_dims);
+    case DType::INT_32:
+      return emplace_kernel<PredicateKernel<Op, int32_t>>(out, v, out_dims);
+    case DType::INT_64:
+      return emplace_kernel<PredicateKernel<Op, int64_t>>(out, v, out_dims);
+    case DType::BOOL_8:
+      return emplace_kernel<PredicateKernel<Op, uint8_t>>(out, v, out_dims);
     default:
       return v.fail(ErrorKind::NotSupported, "data type %s is not supported (FLOAT_32, INT_32, INT_64, BOOL_8)",
                     dtype_name(v.inputs[0]->dtype));
@@ -179,7 +226,10 @@ template <typename T>
 class SelectKernel final : public Kernel {
  public:
   SelectKernel(const OpView& v, const Dims& out_dims)
-      : c_(v.inputs[0]->id), a_(v.inputs[1]->id), b_(v.inputs[2]->id), out_(v.outputs[0]->id),
+      : c_(v.inputs[0]->id),
+        a_(v.inputs[1]->id),
+        b_(v.inputs[2]->id),
+        out_(v.outputs[0]->id),
         walk_(out_dims, {v.inputs[0], v.inputs[1], v.inputs[2]}) {}
 
   Status run(const RunContext& ctx) const override {
@@ -205,17 +255,21 @@ Status create_select(const OpView& v, KernelEnv&, KernelPtr& out) {
     return v.fail(ErrorKind::InvalidProgram, "condition '%s' is %s (BOOL_8)", c.name.c_str(), dtype_name(c.dtype));
   }
   if (a.dtype != b.dtype) {
-    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' (%s) and '%s' (%s) differ in data type",
-                  a.name.c_str(), dtype_name(a.dtype), b.name.c_str(), dtype_name(b.dtype));
+    return v.fail(ErrorKind::InvalidProgram, "inputs '%s' (%s) and '%s' (%s) differ in data type", a.name.c_str(),
+                  dtype_name(a.dtype), b.name.c_str(), dtype_name(b.dtype));
   }
   Dims out_dims;
   QNN_RETURN_IF_ERROR(broadcast_output(v, {&c, &a, &b}, out_dims));
   QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, a.dtype));
   switch (a.dtype) {
-    case DType::FLOAT_32: return emplace_kernel<SelectKernel<float>>(out, v, out_dims);
-    case DType::INT_32: return emplace_kernel<SelectKernel<int32_t>>(out, v, out_dims);
-    case DType::INT_64: return emplace_kernel<SelectKernel<int64_t>>(out, v, out_dims);
-    case DType::BOOL_8: return emplace_kernel<SelectKernel<uint8_t>>(out, v, out_dims);
+    case DType::FLOAT_32:
+      return emplace_kernel<SelectKernel<float>>(out, v, out_dims);
+    case DType::INT_32:
+      return emplace_kernel<SelectKernel<int32_t>>(out, v, out_dims);
+    case DType::INT_64:
+      return emplace_kernel<SelectKernel<int64_t>>(out, v, out_dims);
+    case DType::BOOL_8:
+      return emplace_kernel<SelectKernel<uint8_t>>(out, v, out_dims);
     default:
       return v.fail(ErrorKind::NotSupported, "data type %s is not supported (FLOAT_32, INT_32, INT_64, BOOL_8)",
                     dtype_name(a.dtype));
@@ -230,8 +284,7 @@ struct IsNanFn {
 template <typename Fn>
 class ClassifyKernel final : public Kernel {
  public:
-  explicit ClassifyKernel(const OpView& v)
-      : in_(v.inputs[0]->id), out_(v.outputs[0]->id), numel_(v.inputs[0]->numel) {}
+  explicit ClassifyKernel(const OpView& v) : in_(v.inputs[0]->id), out_(v.outputs[0]->id), numel_(v.inputs[0]->numel) {}
 
   Status run(const RunContext& ctx) const override {
     const float* in = ctx.at<const float>(in_);
@@ -253,7 +306,7 @@ Status create_classify(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_kernel<ClassifyKernel<Fn>>(out, v);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, ElementWiseEqual, &create_compare<EqualOp>);
 QNN_REGISTER_KERNEL(Float, ElementWiseNotEqual, &create_compare<NotEqualOp>);
@@ -268,5 +321,5 @@ QNN_REGISTER_KERNEL(Float, ElementWiseNot, &create_not);
 QNN_REGISTER_KERNEL(Float, ElementWiseSelect, &create_select);
 QNN_REGISTER_KERNEL(Float, IsNan, &create_classify<IsNanFn>);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

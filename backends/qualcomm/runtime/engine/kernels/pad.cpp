@@ -18,19 +18,26 @@ long source_index(long o, long before, long n, int64_t scheme) {
   long i = o - before;
   if (i >= 0 && i < n) return i;
   switch (scheme) {
-    case kConstant: return -1;
-    case kEdge: return i < 0 ? 0 : n - 1;
-    case kReflect: return i < 0 ? -i : 2 * (n - 1) - i;
-    default: return i < 0 ? -i - 1 : 2 * n - 1 - i;  // symmetric
+    case kConstant:
+      return -1;
+    case kEdge:
+      return i < 0 ? 0 : n - 1;
+    case kReflect:
+      return i < 0 ? -i : 2 * (n - 1) - i;
+    default:
+      return i < 0 ? -i - 1 : 2 * n - 1 - i;  // symmetric
   }
 }
 
 class PadKernel final : public Kernel {
  public:
-  PadKernel(uint32_t in, uint32_t out, Dims in_dims, Dims out_dims, std::vector<std::vector<long>> maps,
-            float value)
-      : in_(in), out_(out), in_dims_(std::move(in_dims)), out_dims_(std::move(out_dims)),
-        maps_(std::move(maps)), value_(value) {
+  PadKernel(uint32_t in, uint32_t out, Dims in_dims, Dims out_dims, std::vector<std::vector<long>> maps, float value)
+      : in_(in),
+        out_(out),
+        in_dims_(std::move(in_dims)),
+        out_dims_(std::move(out_dims)),
+        maps_(std::move(maps)),
+        value_(value) {
     in_strides_.assign(in_dims_.size(), 1);
     for (size_t a = in_dims_.size(); a-- > 1;) in_strides_[a - 1] = in_strides_[a] * in_dims_[a];
   }
@@ -93,8 +100,9 @@ Status create_pad(const OpView& v, KernelEnv&, KernelPtr& out) {
     const long n = long(x.dims[a]), before = long(pad[2 * a]), after = long(pad[2 * a + 1]);
     const long limit = scheme == kReflect ? n - 1 : n;  // a mirror reaches at most the far edge
     if (scheme != kConstant && (n == 0 || before > limit || after > limit)) {
-      return v.fail(ErrorKind::InvalidProgram, "padding %ld+%ld of axis %u of '%s' %s exceeds what scheme %lld can mirror",
-                    before, after, a, x.name.c_str(), dims_to_string(x.dims).c_str(), static_cast<long long>(scheme));
+      return v.fail(ErrorKind::InvalidProgram,
+                    "padding %ld+%ld of axis %u of '%s' %s exceeds what scheme %lld can mirror", before, after, a,
+                    x.name.c_str(), dims_to_string(x.dims).c_str(), static_cast<long long>(scheme));
     }
     out_dims[a] = uint32_t(n + before + after);
     for (long o = 0; o < long(out_dims[a]); ++o) maps[a].push_back(source_index(o, before, n, scheme));
@@ -103,9 +111,9 @@ Status create_pad(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_kernel<PadKernel>(out, x.id, v.outputs[0]->id, x.dims, out_dims, std::move(maps), value);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, Pad, &create_pad);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -13,7 +13,7 @@ constexpr int kMaxSpatial = 3;
 
 struct PoolGeometry {
   size_t n = 1, c = 1;
-  size_t in[kMaxSpatial] = {1, 1, 1};     // d, h, w
+  size_t in[kMaxSpatial] = {1, 1, 1};  // d, h, w
   size_t out[kMaxSpatial] = {1, 1, 1};
   size_t k[kMaxSpatial] = {1, 1, 1};
   size_t s[kMaxSpatial] = {1, 1, 1};
@@ -43,7 +43,9 @@ class PoolKernel final : public Kernel {
   }
 
  private:
-  struct Pos { size_t d, h, w; };
+  struct Pos {
+    size_t d, h, w;
+  };
 
   void window(const float* x, size_t n, Pos o, float* y) const {
     const size_t C = g_.c;
@@ -91,8 +93,9 @@ Status read_window(const OpView& v, const TensorInfo& x, size_t spatial, PoolGeo
     g.before[a] = size_t(pad[2 * i]);
     g.after[a] = size_t(pad[2 * i + 1]);
     if (g.k[a] == 0 || g.s[a] == 0 || g.in[a] + g.before[a] + g.after[a] < g.k[a]) {
-      return v.fail(ErrorKind::InvalidProgram, "filter %zu / stride %zu / padding %zu+%zu do not fit axis %zu of '%s' %s",
-                    g.k[a], g.s[a], g.before[a], g.after[a], i + 1, x.name.c_str(), dims_to_string(x.dims).c_str());
+      return v.fail(ErrorKind::InvalidProgram,
+                    "filter %zu / stride %zu / padding %zu+%zu do not fit axis %zu of '%s' %s", g.k[a], g.s[a],
+                    g.before[a], g.after[a], i + 1, x.name.c_str(), dims_to_string(x.dims).c_str());
     }
     g.out[a] = (g.in[a] + g.before[a] + g.after[a] - g.k[a]) / g.s[a] + 1;
   }
@@ -118,11 +121,11 @@ Status create_pool(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_kernel<PoolKernel<kMax>>(out, g, x.id, v.outputs[0]->id);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, PoolAvg2d, (&create_pool<false, 2>));
 QNN_REGISTER_KERNEL(Float, PoolMax2d, (&create_pool<true, 2>));
 QNN_REGISTER_KERNEL(Float, PoolAvg3d, (&create_pool<false, 3>));
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -77,8 +77,8 @@ class ConvertKernel final : public Kernel {
 Status expect_activation(const OpView& v, const TensorInfo& t) {
   if (!is_quant_activation(t)) {
     return v.fail(ErrorKind::InvalidProgram,
-                  "tensor '%s' has data type %s (%s); expected UFIXED_POINT_8/16 with SCALE_OFFSET",
-                  t.name.c_str(), dtype_name(t.dtype), encoding_name(t.quant.encoding));
+                  "tensor '%s' has data type %s (%s); expected UFIXED_POINT_8/16 with SCALE_OFFSET", t.name.c_str(),
+                  dtype_name(t.dtype), encoding_name(t.quant.encoding));
   }
   return Status::Ok();
 }
@@ -128,11 +128,11 @@ Status create_convert(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_kernel<ConvertKernel<uint8_t, uint8_t>>(out, io);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Quant, Quantize, &create_quantize);
 QNN_REGISTER_KERNEL(Quant, Dequantize, &create_dequantize);
 QNN_REGISTER_KERNEL(Quant, Convert, &create_convert);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -125,26 +125,28 @@ Status create_arg_extreme(const OpView& v, KernelEnv&, KernelPtr& out) {
   int64_t axis = 0;
   QNN_RETURN_IF_ERROR(read_axis(v, x, split, axis));
   if (split.n == 0) {
-    return v.fail(ErrorKind::InvalidProgram, "axis %lld of input '%s' %s is empty",
-                  static_cast<long long>(axis), x.name.c_str(), dims_to_string(x.dims).c_str());
+    return v.fail(ErrorKind::InvalidProgram, "axis %lld of input '%s' %s is empty", static_cast<long long>(axis),
+                  x.name.c_str(), dims_to_string(x.dims).c_str());
   }
   bool keep_dims = false;
   QNN_RETURN_IF_ERROR(ParamReader(v).optional_bool("keep_dims", keep_dims));
   Dims out_dims;
   for (size_t d = 0; d < x.rank(); ++d) {
-    if (d != size_t(axis)) out_dims.push_back(x.dims[d]);
-    else if (keep_dims) out_dims.push_back(1);
+    if (d != size_t(axis))
+      out_dims.push_back(x.dims[d]);
+    else if (keep_dims)
+      out_dims.push_back(1);
   }
   QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, DType::INT_32));
   return emplace_kernel<ArgExtremeKernel<kMax>>(out, x.id, v.outputs[0]->id, split);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, ReduceMax, &create_extreme<MaxOf>);
 QNN_REGISTER_KERNEL(Float, ReduceMin, &create_extreme<MinOf>);
 QNN_REGISTER_KERNEL(Float, Argmax, &create_arg_extreme<true>);
 QNN_REGISTER_KERNEL(Float, Argmin, &create_arg_extreme<false>);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -81,7 +81,7 @@ Status create_quant_mean(const OpView& v, KernelEnv& env, KernelPtr& out) {
     return Status::Ok();
   }
   ReduceGeometry g;
-  if (!reduce_geometry(v, x, false, g).ok()) return Status::Ok();  // the float path reports it
+  if (!reduce_geometry(v, x, false, g).ok()) return Status::Ok();     // the float path reports it
   if (x.rank() == 0 || g.reduced[x.rank() - 1]) return Status::Ok();  // depth-axis means: not HTP's formula
   if (g.count == 0) return Status::Ok();
   QNN_RETURN_IF_ERROR(v.expect_output(0, g.out_dims, y.dtype));
@@ -92,9 +92,9 @@ Status create_quant_mean(const OpView& v, KernelEnv& env, KernelPtr& out) {
   return emplace_kernel<QuantMeanKernel<uint16_t>>(out, x.id, y.id, g, p);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Quant, ReduceMean, &create_quant_mean);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -43,10 +43,10 @@ Status create_reduce(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_kernel<ReduceKernel>(out, x.id, v.outputs[0]->id, g, scale);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, ReduceMean, &create_reduce<true>);
 QNN_REGISTER_KERNEL(Float, ReduceSum, &create_reduce<false>);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

@@ -20,8 +20,7 @@ template <typename T>
 class OffsetCopyKernel final : public Kernel {
  public:
   OffsetCopyKernel(uint32_t in, uint32_t out, size_t batches, size_t in_batch, Buffer table, size_t per_batch)
-      : in_(in), out_(out), batches_(batches), in_batch_(in_batch), table_(std::move(table)),
-        per_batch_(per_batch) {}
+      : in_(in), out_(out), batches_(batches), in_batch_(in_batch), table_(std::move(table)), per_batch_(per_batch) {}
   Status run(const RunContext& c) const override {
     const T* x = c.at<const T>(in_);
     T* y = c.at<T>(out_);
@@ -56,8 +55,8 @@ Status make_offset_copy(const OpView& v, KernelEnv& env, size_t batches, const v
   const TensorInfo& x = *v.inputs[0];
   const TensorInfo& y = *v.outputs[0];
   if (x.dtype != y.dtype) {
-    return v.fail(ErrorKind::InvalidProgram, "output '%s' must have the data type of input '%s'",
-                  y.name.c_str(), x.name.c_str());
+    return v.fail(ErrorKind::InvalidProgram, "output '%s' must have the data type of input '%s'", y.name.c_str(),
+                  x.name.c_str());
   }
   size_t elem = 0;
   QNN_RETURN_IF_ERROR(byte_element_size(v, x, elem));
@@ -72,11 +71,16 @@ Status make_offset_copy(const OpView& v, KernelEnv& env, size_t batches, const v
   uint32_t* t = table.as<uint32_t>();
   for (size_t o = 0; o < per_batch; ++o) t[o] = uint32_t(source(ctx, o));
   switch (elem) {
-    case 1: return copy_kernel<uint8_t>(x, y, batches, in_batch, std::move(table), per_batch, out);
-    case 2: return copy_kernel<uint16_t>(x, y, batches, in_batch, std::move(table), per_batch, out);
-    case 4: return copy_kernel<uint32_t>(x, y, batches, in_batch, std::move(table), per_batch, out);
-    case 8: return copy_kernel<uint64_t>(x, y, batches, in_batch, std::move(table), per_batch, out);
-    default: return v.fail(ErrorKind::NotSupported, "element size %zu is not supported", elem);
+    case 1:
+      return copy_kernel<uint8_t>(x, y, batches, in_batch, std::move(table), per_batch, out);
+    case 2:
+      return copy_kernel<uint16_t>(x, y, batches, in_batch, std::move(table), per_batch, out);
+    case 4:
+      return copy_kernel<uint32_t>(x, y, batches, in_batch, std::move(table), per_batch, out);
+    case 8:
+      return copy_kernel<uint64_t>(x, y, batches, in_batch, std::move(table), per_batch, out);
+    default:
+      return v.fail(ErrorKind::NotSupported, "element size %zu is not supported", elem);
   }
 }
 
@@ -92,11 +96,11 @@ Status nhwc_image(const OpView& v, Image& im) {
   QNN_RETURN_IF_ERROR(v.expect_rank(x, 4));
   QNN_RETURN_IF_ERROR(v.expect_rank(y, 4));
   if (x.dims[0] != y.dims[0]) {
-    return v.fail(ErrorKind::InvalidProgram, "output '%s' %s and input '%s' %s differ in batch",
-                  y.name.c_str(), dims_to_string(y.dims).c_str(), x.name.c_str(), dims_to_string(x.dims).c_str());
+    return v.fail(ErrorKind::InvalidProgram, "output '%s' %s and input '%s' %s differ in batch", y.name.c_str(),
+                  dims_to_string(y.dims).c_str(), x.name.c_str(), dims_to_string(x.dims).c_str());
   }
-  im = {size_t(x.dims[1]), size_t(x.dims[2]), size_t(x.dims[3]), size_t(y.dims[1]), size_t(y.dims[2]),
-        size_t(y.dims[3])};
+  im = {size_t(x.dims[1]), size_t(x.dims[2]), size_t(x.dims[3]),
+        size_t(y.dims[1]), size_t(y.dims[2]), size_t(y.dims[3])};
   return Status::Ok();
 }
 
@@ -354,8 +358,8 @@ Status make_interpolate(const OpView& v, KernelEnv& env, size_t taps, bool align
   Taps rows, cols;
   QNN_RETURN_IF_ERROR(axis_taps(v, env, im.ih, im.oh, taps, align, half, coeff, rows));
   QNN_RETURN_IF_ERROR(axis_taps(v, env, im.iw, im.ow, taps, align, half, coeff, cols));
-  return emplace_kernel<InterpolateKernel>(out, x.id, v.outputs[0]->id, size_t(x.dims[0]), im, taps,
-                                           std::move(rows), std::move(cols));
+  return emplace_kernel<InterpolateKernel>(out, x.id, v.outputs[0]->id, size_t(x.dims[0]), im, taps, std::move(rows),
+                                           std::move(cols));
 }
 
 Status create_resize_bilinear(const OpView& v, KernelEnv& env, KernelPtr& out) {
@@ -384,7 +388,7 @@ Status create_resize(const OpView& v, KernelEnv& env, KernelPtr& out) {
   return make_interpolate(v, env, 4, transformation == 2, transformation != 2, coeff, out);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, ResizeNearestNeighbor, &create_resize_nearest);
 QNN_REGISTER_KERNEL(Float, ResizeBilinear, &create_resize_bilinear);
@@ -393,5 +397,5 @@ QNN_REGISTER_KERNEL(Float, DepthToSpace, &create_depth_to_space);
 QNN_REGISTER_KERNEL(Float, SpaceToDepth, &create_space_to_depth);
 QNN_REGISTER_KERNEL(Float, ChannelShuffle, &create_channel_shuffle);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

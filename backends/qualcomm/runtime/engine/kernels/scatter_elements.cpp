@@ -16,9 +16,17 @@ template <typename Idx>
 class ScatterElementsKernel final : public Kernel {
  public:
   ScatterElementsKernel(const OpView& v, size_t axis, Reduction reduction)
-      : data_(v.inputs[0]->id), indices_(v.inputs[1]->id), updates_(v.inputs[2]->id), out_(v.outputs[0]->id),
-        axis_(axis), reduction_(reduction), data_dims_(v.inputs[0]->dims), idx_dims_(v.inputs[1]->dims),
-        strides_(contiguous_strides(v.inputs[0]->dims)), nbytes_(v.inputs[0]->nbytes), op_name_(v.name),
+      : data_(v.inputs[0]->id),
+        indices_(v.inputs[1]->id),
+        updates_(v.inputs[2]->id),
+        out_(v.outputs[0]->id),
+        axis_(axis),
+        reduction_(reduction),
+        data_dims_(v.inputs[0]->dims),
+        idx_dims_(v.inputs[1]->dims),
+        strides_(contiguous_strides(v.inputs[0]->dims)),
+        nbytes_(v.inputs[0]->nbytes),
+        op_name_(v.name),
         index_name_(v.inputs[1]->name) {}
   Status run(const RunContext& c) const override {
     const Idx* idx = c.at<const Idx>(indices_);
@@ -41,9 +49,15 @@ class ScatterElementsKernel final : public Kernel {
       size_t off = 0;
       for (size_t d = 0; d < idx_dims_.size(); ++d) off += (d == axis_ ? size_t(idx[i]) : at[d]) * strides_[d];
       switch (reduction_) {
-        case Reduction::kNone: y[off] = updates[i]; break;
-        case Reduction::kAdd: y[off] += updates[i]; break;
-        case Reduction::kMul: y[off] *= updates[i]; break;
+        case Reduction::kNone:
+          y[off] = updates[i];
+          break;
+        case Reduction::kAdd:
+          y[off] += updates[i];
+          break;
+        case Reduction::kMul:
+          y[off] *= updates[i];
+          break;
       }
       next_index(at, idx_dims_);
     }
@@ -102,9 +116,9 @@ Status create_scatter_elements(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_kernel<ScatterElementsKernel<int64_t>>(out, v, size_t(axis), r);
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, ScatterElements, &create_scatter_elements);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

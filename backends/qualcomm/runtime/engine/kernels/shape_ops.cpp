@@ -27,9 +27,9 @@ Status create_reshape(const OpView& v, KernelEnv&, KernelPtr& out) {
   const TensorInfo& x = *v.inputs[0];
   const TensorInfo& y = *v.outputs[0];
   if (x.numel != y.numel || x.dtype != y.dtype) {
-    return v.fail(ErrorKind::InvalidProgram, "output '%s' %s %s does not match input '%s' %s %s",
-                  y.name.c_str(), dims_to_string(y.dims).c_str(), dtype_name(y.dtype),
-                  x.name.c_str(), dims_to_string(x.dims).c_str(), dtype_name(x.dtype));
+    return v.fail(ErrorKind::InvalidProgram, "output '%s' %s %s does not match input '%s' %s %s", y.name.c_str(),
+                  dims_to_string(y.dims).c_str(), dtype_name(y.dtype), x.name.c_str(), dims_to_string(x.dims).c_str(),
+                  dtype_name(x.dtype));
   }
   return emplace_kernel<CopyKernel>(out, x.id, y.id, x.nbytes);
 }
@@ -39,8 +39,7 @@ Status create_reshape(const OpView& v, KernelEnv&, KernelPtr& out) {
 template <typename T, bool kTile>
 class MappedCopyKernel final : public Kernel {
  public:
-  MappedCopyKernel(uint32_t in, uint32_t out, const Dims& out_dims, const Dims& in_dims,
-                   size_t base, const Index& step)
+  MappedCopyKernel(uint32_t in, uint32_t out, const Dims& out_dims, const Dims& in_dims, size_t base, const Index& step)
       : in_(in), out_(out), out_dims_(out_dims), in_dims_(in_dims), base_(base), step_(step) {
     if (!out_dims_.empty()) outer_.assign(out_dims_.begin(), out_dims_.end() - 1);
   }
@@ -82,17 +81,20 @@ class MappedCopyKernel final : public Kernel {
 };
 
 template <bool kTile>
-Status emplace_mapped(const OpView& v, KernelPtr& out, const Dims& out_dims, size_t base,
-                      const Index& step) {
+Status emplace_mapped(const OpView& v, KernelPtr& out, const Dims& out_dims, size_t base, const Index& step) {
   const TensorInfo& x = *v.inputs[0];
   const uint32_t in = x.id, o = v.outputs[0]->id;
   size_t es = 0;
   QNN_RETURN_IF_ERROR(byte_element_size(v, x, es));
   switch (es) {
-    case 1: return emplace_kernel<MappedCopyKernel<uint8_t, kTile>>(out, in, o, out_dims, x.dims, base, step);
-    case 2: return emplace_kernel<MappedCopyKernel<uint16_t, kTile>>(out, in, o, out_dims, x.dims, base, step);
-    case 4: return emplace_kernel<MappedCopyKernel<uint32_t, kTile>>(out, in, o, out_dims, x.dims, base, step);
-    default: return emplace_kernel<MappedCopyKernel<uint64_t, kTile>>(out, in, o, out_dims, x.dims, base, step);
+    case 1:
+      return emplace_kernel<MappedCopyKernel<uint8_t, kTile>>(out, in, o, out_dims, x.dims, base, step);
+    case 2:
+      return emplace_kernel<MappedCopyKernel<uint16_t, kTile>>(out, in, o, out_dims, x.dims, base, step);
+    case 4:
+      return emplace_kernel<MappedCopyKernel<uint32_t, kTile>>(out, in, o, out_dims, x.dims, base, step);
+    default:
+      return emplace_kernel<MappedCopyKernel<uint64_t, kTile>>(out, in, o, out_dims, x.dims, base, step);
   }
 }
 
@@ -132,8 +134,7 @@ Status create_strided_slice(const OpView& v, KernelEnv&, KernelPtr& out) {
       return v.fail(ErrorKind::InvalidProgram,
                     "range (%lld, %lld, %lld) of axis %zu is invalid for input '%s' %s "
                     "(need 0 <= begin <= end <= dim, stride >= 1)",
-                    (long long)b, (long long)e, (long long)s, d, x.name.c_str(),
-                    dims_to_string(x.dims).c_str());
+                    (long long)b, (long long)e, (long long)s, d, x.name.c_str(), dims_to_string(x.dims).c_str());
     }
     out_dims.push_back(uint32_t((e - b + s - 1) / s));
     base += size_t(b) * in_strides[d];
@@ -187,8 +188,8 @@ Status create_concat(const OpView& v, KernelEnv&, KernelPtr& out) {
   int64_t axis = 0;
   QNN_RETURN_IF_ERROR(ParamReader(v).scalar_int("axis", DType::UINT_32, axis));
   if (size_t(axis) >= x0.rank()) {
-    return v.fail(ErrorKind::InvalidProgram, "axis %lld out of range for input '%s' %s",
-                  (long long)axis, x0.name.c_str(), dims_to_string(x0.dims).c_str());
+    return v.fail(ErrorKind::InvalidProgram, "axis %lld out of range for input '%s' %s", (long long)axis,
+                  x0.name.c_str(), dims_to_string(x0.dims).c_str());
   }
   size_t es = 0;
   QNN_RETURN_IF_ERROR(byte_element_size(v, x0, es));
@@ -202,9 +203,8 @@ Status create_concat(const OpView& v, KernelEnv&, KernelPtr& out) {
     for (size_t d = 0; same && d < x0.rank(); ++d) same = d == size_t(axis) || t->dims[d] == x0.dims[d];
     if (!same) {
       return v.fail(ErrorKind::InvalidProgram, "input '%s' %s %s does not concat with '%s' %s %s on axis %lld",
-                    t->name.c_str(), dims_to_string(t->dims).c_str(), dtype_name(t->dtype),
-                    x0.name.c_str(), dims_to_string(x0.dims).c_str(), dtype_name(x0.dtype),
-                    (long long)axis);
+                    t->name.c_str(), dims_to_string(t->dims).c_str(), dtype_name(t->dtype), x0.name.c_str(),
+                    dims_to_string(x0.dims).c_str(), dtype_name(x0.dtype), (long long)axis);
     }
     out_dims[axis] += t->dims[axis];
     ids.push_back(t->id);
@@ -214,7 +214,7 @@ Status create_concat(const OpView& v, KernelEnv&, KernelPtr& out) {
   return emplace_kernel<ConcatKernel>(out, ids, chunks, v.outputs[0]->id, product(x0.dims, 0, axis));
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, Reshape, &create_reshape);
 QNN_REGISTER_KERNEL(Float, Transpose, &create_transpose);
@@ -222,5 +222,5 @@ QNN_REGISTER_KERNEL(Float, StridedSlice, &create_strided_slice);
 QNN_REGISTER_KERNEL(Float, Tile, &create_tile);
 QNN_REGISTER_KERNEL(Float, Concat, &create_concat);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

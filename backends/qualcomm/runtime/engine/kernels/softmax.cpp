@@ -57,8 +57,8 @@ QNN_TARGET_AVX2 inline __m128 expf4(__m128 x) {
 QNN_TARGET_AVX2 inline __m256 expf8(__m256 x) {
   const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
   const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-0x1.9fe368p6f), _CMP_LT_OQ);
-  const __m256i slow = _mm256_andnot_si256(_mm256_castps_si256(under),
-                                           _mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a)));
+  const __m256i slow =
+      _mm256_andnot_si256(_mm256_castps_si256(under), _mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a)));
   if (_mm256_movemask_epi8(slow) != 0) {
     alignas(32) float v[8];
     _mm256_store_ps(v, x);
@@ -113,8 +113,8 @@ const char* softmax_path(bool vec_exp) { return vec_exp ? "avx2/exp-lanes" : "pl
 // One lane: px[a * inner] -> py[a * inner], a < axis (vec_exp: softmax_vec_exp(), inner 1).
 // Not inlined, so that the float kernel and the quantized one (QuantSoftmaxKernel) run the
 // same instructions.
-__attribute__((noinline)) void softmax_lane(const float* px, float* py, size_t axis, size_t inner,
-                                            float beta, bool vec_exp) {
+__attribute__((noinline)) void softmax_lane(const float* px, float* py, size_t axis, size_t inner, float beta,
+                                            bool vec_exp) {
   float mx = -INFINITY;
   for (size_t a = 0; a < axis; ++a) mx = std::max(mx, beta * px[a * inner]);
   float sum = 0.f;
@@ -147,8 +147,8 @@ Status softmax_shape(const OpView& v, const TensorInfo& x, SoftmaxShape& s) {
   QNN_RETURN_IF_ERROR(params.scalar_int("axis", DType::UINT_32, axis));
   QNN_RETURN_IF_ERROR(params.optional_float("beta", s.beta));
   if (axis < 0 || size_t(axis) >= x.rank()) {
-    return v.fail(ErrorKind::InvalidProgram, "axis %lld out of range for input '%s' %s",
-                  static_cast<long long>(axis), x.name.c_str(), dims_to_string(x.dims).c_str());
+    return v.fail(ErrorKind::InvalidProgram, "axis %lld out of range for input '%s' %s", static_cast<long long>(axis),
+                  x.name.c_str(), dims_to_string(x.dims).c_str());
   }
   s.pos = size_t(axis);
   s.outer = product(x.dims, 0, s.pos);
@@ -173,7 +173,12 @@ Status create_float(const OpView& v, KernelPtr& out) {
 class SoftmaxKernel final : public Kernel {
  public:
   SoftmaxKernel(uint32_t in, uint32_t out, size_t outer, size_t axis, size_t inner, float beta)
-      : in_(in), out_(out), outer_(outer), axis_(axis), inner_(inner), beta_(beta),
+      : in_(in),
+        out_(out),
+        outer_(outer),
+        axis_(axis),
+        inner_(inner),
+        beta_(beta),
         vec_exp_(inner == 1 && softmax_vec_exp()) {}
   const char* path() const override { return softmax_path(vec_exp_); }
   Status run(const RunContext& c) const override {
@@ -202,10 +207,16 @@ Status create_softmax(const OpView& v, KernelEnv&, KernelPtr& out) { return crea
 template <typename Q>
 class QuantSoftmaxKernel final : public Kernel {
  public:
-  QuantSoftmaxKernel(uint32_t in, uint32_t out, size_t rows, size_t axis, float beta, QuantParams pin,
-                     QuantParams pout)
-      : in_(in), out_(out), rows_(rows), axis_(axis), beta_(beta), pin_(pin), pout_(pout),
-        slots_(ThreadPool::instance().max_threads()), vec_exp_(softmax_vec_exp()) {}
+  QuantSoftmaxKernel(uint32_t in, uint32_t out, size_t rows, size_t axis, float beta, QuantParams pin, QuantParams pout)
+      : in_(in),
+        out_(out),
+        rows_(rows),
+        axis_(axis),
+        beta_(beta),
+        pin_(pin),
+        pout_(pout),
+        slots_(ThreadPool::instance().max_threads()),
+        vec_exp_(softmax_vec_exp()) {}
   const char* path() const override { return softmax_path(vec_exp_); }
 
   Status run(const RunContext& c) const override {
@@ -281,7 +292,7 @@ Status create_log_softmax(const OpView& v, KernelEnv&, KernelPtr& out) {
   return create_float<LogSoftmaxKernel>(v, out);
 }
 
-} // namespace
+}  // namespace
 
 // Quantized Softmax over the last axis, x and output per-tensor activations of one data type
 // (uint8 / uint16) and dims; `out` stays empty otherwise (the dispatcher then wraps the float
@@ -291,22 +302,22 @@ Status create_softmax_quant(const OpView& v, KernelEnv&, KernelPtr& out) {
   const TensorInfo& x = *v.inputs[0];
   const TensorInfo& y = *v.outputs[0];
   const bool u8 = x.dtype == DType::UFIXED_POINT_8, u16 = x.dtype == DType::UFIXED_POINT_16;
-  if (!(u8 || u16) || y.dtype != x.dtype || y.dims != x.dims || !is_quant_activation(x) ||
-      !is_quant_activation(y) || x.rank() == 0 || x.numel == 0) {
+  if (!(u8 || u16) || y.dtype != x.dtype || y.dims != x.dims || !is_quant_activation(x) || !is_quant_activation(y) ||
+      x.rank() == 0 || x.numel == 0) {
     return Status::Ok();
   }
   SoftmaxShape s;
   if (!softmax_shape(v, x, s).ok() || s.pos + 1 != x.rank()) return Status::Ok();
   if (u8) {
-    return emplace_kernel<QuantSoftmaxKernel<uint8_t>>(out, x.id, y.id, s.outer, s.axis, s.beta,
-                                                       quant_params_of(x), quant_params_of(y));
+    return emplace_kernel<QuantSoftmaxKernel<uint8_t>>(out, x.id, y.id, s.outer, s.axis, s.beta, quant_params_of(x),
+                                                       quant_params_of(y));
   }
-  return emplace_kernel<QuantSoftmaxKernel<uint16_t>>(out, x.id, y.id, s.outer, s.axis, s.beta,
-                                                      quant_params_of(x), quant_params_of(y));
+  return emplace_kernel<QuantSoftmaxKernel<uint16_t>>(out, x.id, y.id, s.outer, s.axis, s.beta, quant_params_of(x),
+                                                      quant_params_of(y));
 }
 
 QNN_REGISTER_KERNEL(Float, Softmax, &create_softmax);
 QNN_REGISTER_KERNEL(Float, LogSoftmax, &create_log_softmax);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

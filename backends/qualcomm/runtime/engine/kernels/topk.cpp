@@ -37,8 +37,7 @@ class TopKKernel final : public Kernel {
     for (size_t r = 0; r < rows_; ++r) {
       const T* row = x + r * n_;
       std::iota(order, order + n_, 0);
-      std::partial_sort(order, order + k_, order + n_,
-                        [row](int32_t a, int32_t b) { return ranks_before(row, a, b); });
+      std::partial_sort(order, order + k_, order + n_, [row](int32_t a, int32_t b) { return ranks_before(row, a, b); });
       for (size_t j = 0; j < k_; ++j) {
         values[r * k_ + j] = row[order[j]];
         indices[r * k_ + j] = order[j];
@@ -71,16 +70,16 @@ Status create_topk(const OpView& v, KernelEnv&, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(v.expect_output(0, out_dims, int32 ? DType::INT_32 : DType::FLOAT_32));
   QNN_RETURN_IF_ERROR(v.expect_output(1, out_dims, DType::INT_32));
   if (int32) {
-    return emplace_kernel<TopKKernel<int32_t>>(out, x.id, v.outputs[0]->id, v.outputs[1]->id,
-                                               product(x.dims) / n, n, size_t(k));
+    return emplace_kernel<TopKKernel<int32_t>>(out, x.id, v.outputs[0]->id, v.outputs[1]->id, product(x.dims) / n, n,
+                                               size_t(k));
   }
-  return emplace_kernel<TopKKernel<float>>(out, x.id, v.outputs[0]->id, v.outputs[1]->id,
-                                           product(x.dims) / n, n, size_t(k));
+  return emplace_kernel<TopKKernel<float>>(out, x.id, v.outputs[0]->id, v.outputs[1]->id, product(x.dims) / n, n,
+                                           size_t(k));
 }
 
-} // namespace
+}  // namespace
 
 QNN_REGISTER_KERNEL(Float, TopK, &create_topk);
 
-} // namespace engine
-} // namespace qnn_delegate
+}  // namespace engine
+}  // namespace qnn_delegate

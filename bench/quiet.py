@@ -1,0 +1,109 @@
+"""Load sampling for benches: how much CPU other processes used while a bench timed.
+
+On a 2-core machine any other load distorts a ratio against XNNPACK by 2x or more (its
+spinning thread pool loses far more under oversubscription than our engine does), so a ratio
+taken under load is not evidence. Every bench wraps its timed rounds in `LoadMonitor` and
+refuses to print ratios when other processes used more than `--max-other-cores` cores.
+
+Other processes' CPU time = busy time of all cores (from /proc/stat) minus this process's
+own CPU time (from /proc/self/stat, all its threads), over the same wall-clock interval.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import dataclass
+
+# Other processes may use this many cores on average while a bench times (0.2 cores: a shell,
+# an editor; a compiler or a test run uses 1-2).
+DEFAULT_MAX_OTHER_CORES = 0.2
+
+
+def _busy_ticks() -> int:
+    """Busy clock ticks of all cores since boot (user + nice + system + irq + softirq + steal)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return user + nice + system + irq + softirq + steal
+
+
+def _own_ticks() -> int:
+    """CPU clock ticks of this process (all threads: user + system), children excluded."""
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of proc(5))
+
+
+@dataclass
+class LoadReport:
+    seconds: float
+    own_cores: float  # cores this process used on average
+    other_cores: float  # cores all other processes used on average
+    max_other_cores: float
+
+    @property
+    def quiet(self) -> bool:
+        return self.other_cores <= self.max_other_cores
+
+    def describe(self) -> str:
+        verdict = "quiet" if self.quiet else f"LOADED (limit {self.max_other_cores:.2f})"
+        return (
+            f"load while timing: other processes {self.other_cores:.2f} cores, this bench "
+            f"{self.own_cores:.2f} cores, over {self.seconds:.1f} s on {os.cpu_count()} cores: {verdict}"
+        )
+
+
+class LoadMonitor:
+    """Context manager measuring the CPU others used during the `with` block."""
+
+    def __init__(self, max_other_cores: float = DEFAULT_MAX_OTHER_CORES) -> None:
+        self.max_other_cores = max_other_cores
+        self.report: LoadReport | None = None
+
+    def __enter__(self) -> "LoadMonitor":
+        self._t0 = time.perf_counter()
+        self._busy0, self._own0 = _busy_ticks(), _own_ticks()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        seconds = max(time.perf_counter() - self._t0, 1e-9)
+        hz = os.sysconf("SC_CLK_TCK")
+        busy, own = _busy_ticks() - self._busy0, _own_ticks() - self._own0
+        self.report = LoadReport(
+            seconds=seconds,
+            own_cores=own / hz / seconds,
+            other_cores=max(busy - own, 0) / hz / seconds,
+            max_other_cores=self.max_other_cores,
+        )
+
+
+def cpu_description() -> str:
+    """The machine a figure was measured on: CPU model, core count and the SIMD flags that matter."""
+    model, flags = platform.processor() or "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model in ("", "unknown CPU", platform.machine()):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    wanted = ["avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni"]
+    have = [f for f in wanted if f in flags]
+    return f"{model}, {os.cpu_count()} cores, flags: {' '.join(have) or 'none of ' + ' '.join(wanted)}"
+
+
+def refuse_if_loaded(report: LoadReport, allow_loaded: bool = False) -> bool:
+    """Prints the load; returns True when the bench's ratios may be printed."""
+    print(report.describe())
+    if report.quiet:
+        return True
+    if allow_loaded:
+        print("ratios below were taken under load (--allow-loaded): NOT evidence, do not quote them")
+        return True
+    print("refusing to print ratios: other processes used the cores (rerun on a quiet machine)")
+    return False
