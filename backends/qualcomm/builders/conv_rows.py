@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
@@ -66,5 +67,5 @@ def append_bias_rows(
         dims = list(current.dims)
         dims[dim] += unset[i]
         nxt = target if i == axes[-1] else gb.like(target, f"{node.name}_rows{i}", dims)
-        gb.add_op(node, "Concat", [current, block], [nxt], [uint32_scalar("axis", dim)], suffix=f"bias_rows{i}")
+        gb.add_op(node, QnnOpType.Concat, [current, block], [nxt], [uint32_scalar("axis", dim)], suffix=f"bias_rows{i}")
         current = nxt

@@ -10,7 +10,7 @@ import torch
 from executorch.backends.transforms.utils import get_param_tensor, is_param_node
 from torch.export import ExportedProgram
 
-from backends.qualcomm.builders.qnn_op_types import QNN_OP_TYPES, QNN_QUANT_OP_TYPES
+from backends.qualcomm.builders.qnn_op_types import QNN_OP_TYPES, QNN_QUANT_OP_TYPES, QnnOpType
 from backends.qualcomm.builders.quant_encoding import QuantAttrs, qnn_quant_dtype, quant_params, stored_data
 from backends.qualcomm.serialization.qnn_graph import (
     DataType,
@@ -307,7 +307,9 @@ class GraphBuilder:
         if not order:
             return tensor
         logical = self.like(tensor, f"{node.name}_{suffix}", permute_dims(tensor.dims, inverse_perm(order)))
-        self.add_op(node, "Transpose", [tensor], [logical], [uint32_tensor("perm", inverse_perm(order))], suffix=suffix)
+        self.add_op(
+            node, QnnOpType.Transpose, [tensor], [logical], [uint32_tensor("perm", inverse_perm(order))], suffix=suffix
+        )
         return logical
 
     def is_graph_input(self, node: object) -> bool:
@@ -366,9 +368,9 @@ class GraphBuilder:
         dims = permute_dims(base.dims, perm)
         out = self.like(base, f"{node.name}_{layout}", dims)
         if moves_only_unit_dims(base.dims, perm):
-            self.add_op(node, "Reshape", [base], [out], suffix=f"to_{layout}")
+            self.add_op(node, QnnOpType.Reshape, [base], [out], suffix=f"to_{layout}")
         else:
-            self.add_op(node, "Transpose", [base], [out], [uint32_tensor("perm", perm)], suffix=f"to_{layout}")
+            self.add_op(node, QnnOpType.Transpose, [base], [out], [uint32_tensor("perm", perm)], suffix=f"to_{layout}")
         return out
 
     # ---- ops ------------------------------------------------------------------
@@ -405,7 +407,7 @@ class GraphBuilder:
             tensor = self._output_in_dim_order(node, order)
             if tensor.type != TensorType.NATIVE:
                 copy = self.like(tensor, f"{node.name}_output")
-                self.add_op(node, "Reshape", [tensor], [copy], suffix="output")
+                self.add_op(node, QnnOpType.Reshape, [tensor], [copy], suffix="output")
                 tensor = copy
             tensor.type = TensorType.APP_READ
             tensor.dim_order = list(order)
@@ -418,5 +420,7 @@ class GraphBuilder:
         if not order:
             return tensor
         stored = self.like(tensor, f"{node.name}_dim_order", [tensor.dims[d] for d in order])
-        self.add_op(node, "Transpose", [tensor], [stored], [uint32_tensor("perm", list(order))], suffix="dim_order")
+        self.add_op(
+            node, QnnOpType.Transpose, [tensor], [stored], [uint32_tensor("perm", list(order))], suffix="dim_order"
+        )
         return stored

@@ -20,13 +20,8 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
-from backends.qualcomm.builders.registry import (
-    NodeBuilder,
-    SUPPORTED,
-    SupportResult,
-    register_builder,
-    tensor_vals,
-)
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
+from backends.qualcomm.builders.registry import SUPPORTED, NodeBuilder, SupportResult, register_builder, tensor_vals
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, bool_scalar, float_scalar, uint32_scalar, uint32_tensor
 
 _aten = exir_ops.edge.aten
@@ -85,7 +80,7 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
         scores = gb.native_tensor(f"{node.name}_scores", scores_dims)
         gb.add_op(
             node,
-            "MatMul",
+            QnnOpType.MatMul,
             [q, k],
             [scores],
             [bool_scalar("transpose_in0", False), bool_scalar("transpose_in1", True)],
@@ -95,7 +90,7 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
         scaled = gb.native_tensor(f"{node.name}_scaled", scores_dims)
         gb.add_op(
             node,
-            "ElementWiseMultiply",
+            QnnOpType.ElementWiseMultiply,
             [scores, gb.static_tensor(f"{node.name}_scale", np.array([scale], np.float32))],
             [scaled],
             suffix="scale",
@@ -103,19 +98,23 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
         bias, keep = self._mask_bias(node, gb, args, q.dims[-2], k.dims[-2])
         if bias is not None:
             masked = gb.native_tensor(f"{node.name}_masked", scores_dims)
-            gb.add_op(node, "ElementWiseAdd", [scaled, bias], [masked], suffix="mask")
+            gb.add_op(node, QnnOpType.ElementWiseAdd, [scaled, bias], [masked], suffix="mask")
             scaled = masked
         probs = gb.native_tensor(f"{node.name}_probs", scores_dims)
         gb.add_op(
-            node, "Softmax", [scaled], [probs], [uint32_scalar("axis", len(scores_dims) - 1), float_scalar("beta", 1.0)]
+            node,
+            QnnOpType.Softmax,
+            [scaled],
+            [probs],
+            [uint32_scalar("axis", len(scores_dims) - 1), float_scalar("beta", 1.0)],
         )
         if keep is not None:
             kept = gb.native_tensor(f"{node.name}_probs_kept", scores_dims)
-            gb.add_op(node, "ElementWiseMultiply", [probs, keep], [kept], suffix="zero_masked_rows")
+            gb.add_op(node, QnnOpType.ElementWiseMultiply, [probs, keep], [kept], suffix="zero_masked_rows")
             probs = kept
         gb.add_op(
             node,
-            "MatMul",
+            QnnOpType.MatMul,
             [probs, v],
             [gb.define_output(node)],
             [bool_scalar("transpose_in0", False), bool_scalar("transpose_in1", False)],
@@ -129,12 +128,14 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
             return x
         lead, (s, e) = list(x.dims[:-3]), x.dims[-2:]
         split = gb.like(x, f"{node.name}_{which}_heads", lead + [hkv, 1, s, e])
-        gb.add_op(node, "Reshape", [x], [split], suffix=f"{which}_split_heads")
+        gb.add_op(node, QnnOpType.Reshape, [x], [split], suffix=f"{which}_split_heads")
         tiled = gb.like(x, f"{node.name}_{which}_tiled", lead + [hkv, heads // hkv, s, e])
         multiples = [1] * len(lead) + [1, heads // hkv, 1, 1]
-        gb.add_op(node, "Tile", [split], [tiled], [uint32_tensor("multiples", multiples)], suffix=f"{which}_repeat")
+        gb.add_op(
+            node, QnnOpType.Tile, [split], [tiled], [uint32_tensor("multiples", multiples)], suffix=f"{which}_repeat"
+        )
         out = gb.like(x, f"{node.name}_{which}_repeated", lead + [heads, s, e])
-        gb.add_op(node, "Reshape", [tiled], [out], suffix=f"{which}_merge_heads")
+        gb.add_op(node, QnnOpType.Reshape, [tiled], [out], suffix=f"{which}_merge_heads")
         return out
 
     def _mask_bias(
@@ -151,11 +152,11 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
         if tensor_vals(mask)[0].dtype == torch.float32:
             return m, None
         keep = gb.native_tensor(f"{node.name}_keep", m.dims)
-        gb.add_op(node, "Cast", [m], [keep], suffix="mask_to_float")
+        gb.add_op(node, QnnOpType.Cast, [m], [keep], suffix="mask_to_float")
         shifted = gb.native_tensor(f"{node.name}_keep_minus_one", m.dims)
         gb.add_op(
             node,
-            "ElementWiseSubtract",
+            QnnOpType.ElementWiseSubtract,
             [keep, gb.static_tensor(f"{node.name}_one", np.ones([1], np.float32))],
             [shifted],
             suffix="mask_shift",
@@ -163,7 +164,7 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
         bias = gb.native_tensor(f"{node.name}_mask_bias", m.dims)
         gb.add_op(
             node,
-            "ElementWiseMultiply",
+            QnnOpType.ElementWiseMultiply,
             [shifted, gb.static_tensor(f"{node.name}_big", np.array([-MASKED_BIAS], np.float32))],
             [bias],
             suffix="mask_scale",

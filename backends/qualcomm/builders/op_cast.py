@@ -14,13 +14,8 @@ import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.op_shape import dim_order_ops, edge_ops, is_contiguous_dim_order
-from backends.qualcomm.builders.registry import (
-    NodeBuilder,
-    SupportResult,
-    SUPPORTED,
-    register_builder,
-    tensor_vals,
-)
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
+from backends.qualcomm.builders.registry import SUPPORTED, NodeBuilder, SupportResult, register_builder, tensor_vals
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor
 
 CAST_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool, torch.uint8)
@@ -48,18 +43,18 @@ class CastBuilder(NodeBuilder):
         # stored as [1] while the node's meta says []).
         out = gb.define_output(node, dims=x.dims)
         if source == target:
-            gb.add_op(node, "Reshape", [x], [out])
+            gb.add_op(node, QnnOpType.Reshape, [x], [out])
         elif x.data_type == DataType.UINT_8 and target.is_floating_point:
-            gb.add_op(node, "Cast", [cast_uint8_to_int32(node, gb, x)], [out])
+            gb.add_op(node, QnnOpType.Cast, [cast_uint8_to_int32(node, gb, x)], [out])
         elif target == torch.bool and source.is_floating_point and x.quant is None:
             zero = gb.static_tensor(f"{node.name}_zero", np.zeros([1], np.float32))
-            gb.add_op(node, "ElementWiseNotEqual", [x, zero], [out])
+            gb.add_op(node, QnnOpType.ElementWiseNotEqual, [x, zero], [out])
         else:
-            gb.add_op(node, "Cast", [x], [out])
+            gb.add_op(node, QnnOpType.Cast, [x], [out])
 
 
 def cast_uint8_to_int32(node: torch.fx.Node, gb: GraphBuilder, x: QnnTensor) -> QnnTensor:
     """x (UINT_8) as INT_32: the exact first half of uint8 -> float on QNN."""
     wide = gb.native_tensor(f"{node.name}_int32", x.dims, DataType.INT_32)
-    gb.add_op(node, "Cast", [x], [wide], suffix="int32")
+    gb.add_op(node, QnnOpType.Cast, [x], [wide], suffix="int32")
     return wide

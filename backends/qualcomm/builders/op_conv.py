@@ -10,22 +10,23 @@ import numpy as np
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
+from backends.qualcomm.builders.conv_rows import append_bias_rows
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
+from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs, is_dequantize, lpbq_as_per_channel
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
     register_builder,
     tensor_vals,
 )
-from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs, is_dequantize, lpbq_as_per_channel
 from backends.qualcomm.builders.utils import int_list, is_constant, is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
-from backends.qualcomm.builders.conv_rows import append_bias_rows
 from backends.qualcomm.utils.constants import (
     LAYOUT_CHANNEL_FIRST,
     LAYOUT_CHANNEL_LAST,
@@ -33,7 +34,12 @@ from backends.qualcomm.utils.constants import (
     QCOM_QUANT_ATTRS,
 )
 
-_QNN_TYPES = {(2, False): "Conv2d", (2, True): "TransposeConv2d", (3, False): "Conv3d", (3, True): "TransposeConv3d"}
+_QNN_TYPES = {
+    (2, False): QnnOpType.Conv2d,
+    (2, True): QnnOpType.TransposeConv2d,
+    (3, False): QnnOpType.Conv3d,
+    (3, True): QnnOpType.TransposeConv3d,
+}
 
 
 def weight_perm(rank: int, transposed: bool) -> tuple:
@@ -243,7 +249,7 @@ class ConvolutionBuilder(NodeBuilder):
         if len(source.dims) != len(shape):
             source = reshape(gb, node, source, shape, "weight_view")
         out = gb.like(source, f"{weight.name}_hwio", [shape[p] for p in perm])
-        gb.add_op(node, "Transpose", [source], [out], [uint32_tensor("perm", perm)], suffix="weight")
+        gb.add_op(node, QnnOpType.Transpose, [source], [out], [uint32_tensor("perm", perm)], suffix="weight")
         return out
 
     def _bias(
@@ -284,7 +290,7 @@ class ConvolutionBuilder(NodeBuilder):
         if unit_height(node):  # [N, L, C] -> [N, 1, L, C]
             x = reshape(gb, node, x, [x.dims[0], 1] + list(x.dims[1:]), "unit_height")
         inputs = [x, weight, self._bias(gb, node, args.get("bias"), cout, x, weight)]
-        qnn_type = "DepthWiseConv2d" if depthwise else _QNN_TYPES[(spatial_dims(node), is_transposed(node))]
+        qnn_type = QnnOpType.DepthWiseConv2d if depthwise else _QNN_TYPES[(spatial_dims(node), is_transposed(node))]
         out = gb.define_output(node)
         target = (
             out if not unit_height(node) else gb.like(out, f"{node.name}_2d", [out.dims[0], 1] + list(out.dims[1:]))
@@ -303,4 +309,4 @@ class ConvolutionBuilder(NodeBuilder):
         if any(unset):
             append_bias_rows(gb, node, written, inputs[2], unset, target)
         if unit_height(node):
-            gb.add_op(node, "Reshape", [target], [out], suffix="drop_unit_height")
+            gb.add_op(node, QnnOpType.Reshape, [target], [out], suffix="drop_unit_height")

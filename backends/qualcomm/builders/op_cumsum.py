@@ -13,9 +13,10 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape, qnn_dtype
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
-    NodeBuilder,
     SUPPORTED,
+    NodeBuilder,
     SupportResult,
     check_static_shapes,
     first_failure,
@@ -71,14 +72,14 @@ def _source(gb: GraphBuilder, node: torch.fx.Node) -> QnnTensor:
     if source == out:
         return x
     cast = gb.native_tensor(f"{node.name}_cast", x.dims, qnn_dtype(out, node))
-    gb.add_op(node, "Cast", [x], [cast], suffix="cast")
+    gb.add_op(node, QnnOpType.Cast, [x], [cast], suffix="cast")
     return cast
 
 
 @register_builder
 class CumsumBuilder(NodeBuilder):
     targets = [_aten.cumsum.default]
-    quant_annotations = table_quant_annotations(["CumulativeSum"])
+    quant_annotations = table_quant_annotations([QnnOpType.CumulativeSum])
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return first_failure(lambda: _check_cumsum(node), lambda: check_static_shapes(node))
@@ -88,8 +89,8 @@ class CumsumBuilder(NodeBuilder):
         axis = normalize_axis(int(node.args[1]), len(x.dims))
         params = [uint32_scalar("axis", axis), bool_scalar("exclusive", False), bool_scalar("reverse", False)]
         if not is_quantized(node):
-            gb.add_op(node, "CumulativeSum", [x], [gb.define_output(node, dims=x.dims)], params)
+            gb.add_op(node, QnnOpType.CumulativeSum, [x], [gb.define_output(node, dims=x.dims)], params)
             return
         total = gb.native_tensor(f"{node.name}_float", x.dims, DataType.FLOAT_32)
-        gb.add_op(node, "CumulativeSum", [x], [total], params)
-        gb.add_op(node, "Quantize", [total], [gb.define_output(node, dims=x.dims)], suffix="quantize")
+        gb.add_op(node, QnnOpType.CumulativeSum, [x], [total], params)
+        gb.add_op(node, QnnOpType.Quantize, [total], [gb.define_output(node, dims=x.dims)], suffix="quantize")

@@ -15,11 +15,12 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders import op_division as division
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -36,28 +37,34 @@ _aten = exir_ops.edge.aten
 
 # edge op -> (QNN type, whether the op takes `alpha`)
 BINARY_OPS = {
-    _aten.add.Tensor: ("ElementWiseAdd", True),
-    _aten.add.Scalar: ("ElementWiseAdd", True),
-    _aten.sub.Tensor: ("ElementWiseSubtract", True),
-    _aten.sub.Scalar: ("ElementWiseSubtract", True),
-    _aten.mul.Tensor: ("ElementWiseMultiply", False),
-    _aten.mul.Scalar: ("ElementWiseMultiply", False),
-    _aten.div.Tensor: ("ElementWiseDivide", False),
-    _aten.div.Scalar: ("ElementWiseDivide", False),
-    _aten.pow.Tensor_Scalar: ("ElementWisePower", False),
-    _aten.pow.Tensor_Tensor: ("ElementWisePower", False),
-    _aten.pow.Scalar: ("ElementWisePower", False),
-    _aten.div.Tensor_mode: ("ElementWiseFloorDiv", False),  # rounding_mode None: ElementWiseDivide
-    _aten.remainder.Tensor: ("ElementWiseMod", False),
-    _aten.remainder.Scalar: ("ElementWiseMod", False),
-    _aten.maximum.default: ("ElementWiseMaximum", False),
-    _aten.minimum.default: ("ElementWiseMinimum", False),
+    _aten.add.Tensor: (QnnOpType.ElementWiseAdd, True),
+    _aten.add.Scalar: (QnnOpType.ElementWiseAdd, True),
+    _aten.sub.Tensor: (QnnOpType.ElementWiseSubtract, True),
+    _aten.sub.Scalar: (QnnOpType.ElementWiseSubtract, True),
+    _aten.mul.Tensor: (QnnOpType.ElementWiseMultiply, False),
+    _aten.mul.Scalar: (QnnOpType.ElementWiseMultiply, False),
+    _aten.div.Tensor: (QnnOpType.ElementWiseDivide, False),
+    _aten.div.Scalar: (QnnOpType.ElementWiseDivide, False),
+    _aten.pow.Tensor_Scalar: (QnnOpType.ElementWisePower, False),
+    _aten.pow.Tensor_Tensor: (QnnOpType.ElementWisePower, False),
+    _aten.pow.Scalar: (QnnOpType.ElementWisePower, False),
+    _aten.div.Tensor_mode: (QnnOpType.ElementWiseFloorDiv, False),  # rounding_mode None: ElementWiseDivide
+    _aten.remainder.Tensor: (QnnOpType.ElementWiseMod, False),
+    _aten.remainder.Scalar: (QnnOpType.ElementWiseMod, False),
+    _aten.maximum.default: (QnnOpType.ElementWiseMaximum, False),
+    _aten.minimum.default: (QnnOpType.ElementWiseMinimum, False),
 }
 
 
 # QNN types whose builder rows also take int32 / int64 tensors (the kernels compute in the
 # tensors' integer type; a number operand must then be an integer).
-INTEGER_OPS = ("ElementWiseFloorDiv", "ElementWiseMod", "ElementWiseAdd", "ElementWiseSubtract", "ElementWiseMultiply")
+INTEGER_OPS = (
+    QnnOpType.ElementWiseFloorDiv,
+    QnnOpType.ElementWiseMod,
+    QnnOpType.ElementWiseAdd,
+    QnnOpType.ElementWiseSubtract,
+    QnnOpType.ElementWiseMultiply,
+)
 # fmod: always a composition (QNN 2.51 HTP has no ElementWiseFmod: 3110 'OpValidator not found').
 FMOD_OPS = (_aten.fmod.Tensor, _aten.fmod.Scalar)
 _INT_DTYPES = {torch.int32: np.int32, torch.int64: np.int64}
@@ -69,7 +76,7 @@ def qnn_binary_type(node: torch.fx.Node) -> str:
     if node.target in FMOD_OPS:
         return "fmod"
     if node.target == _aten.div.Tensor_mode and node.kwargs.get("rounding_mode") is None:
-        return "ElementWiseDivide"
+        return QnnOpType.ElementWiseDivide
     return BINARY_OPS[node.target][0]
 
 
@@ -109,7 +116,9 @@ def composed(node: torch.fx.Node, int_dtype: Optional[torch.dtype]) -> bool:
     floor_divide (HTP's fp16 ElementWiseFloorDiv gives one less at an exact integer quotient:
     3 // 1.5 = 1)."""
     qnn_type = qnn_binary_type(node)
-    return qnn_type in ("fmod", "ElementWiseFloorDiv") or (qnn_type == "ElementWiseMod" and int_dtype is None)
+    return qnn_type in ("fmod", QnnOpType.ElementWiseFloorDiv) or (
+        qnn_type == QnnOpType.ElementWiseMod and int_dtype is None
+    )
 
 
 def _check_qnn_refusals(node: torch.fx.Node) -> SupportResult:
@@ -179,7 +188,7 @@ class BinaryElementwiseBuilder(NodeBuilder):
             if int_dtype is None
             else scalar_tensor(gb, f"{node.name}_alpha", int(alpha), dtype=_INT_DTYPES[int_dtype])
         )
-        gb.add_op(node, "ElementWiseMultiply", [tb, alpha_t], [scaled], suffix="alpha")
+        gb.add_op(node, QnnOpType.ElementWiseMultiply, [tb, alpha_t], [scaled], suffix="alpha")
         return scaled
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
@@ -203,8 +212,8 @@ class BinaryElementwiseBuilder(NodeBuilder):
             _compose(gb, node, int_dtype, ta, tb, out)
             return
         qnn_type, _ = BINARY_OPS[node.target]
-        if qnn_binary_type(node) == "ElementWiseDivide":  # div.Tensor_mode, rounding_mode None
-            qnn_type = "ElementWiseDivide"
+        if qnn_binary_type(node) == QnnOpType.ElementWiseDivide:  # div.Tensor_mode, rounding_mode None
+            qnn_type = QnnOpType.ElementWiseDivide
         gb.add_op(node, qnn_type, [ta, tb], [out])
 
 
@@ -216,7 +225,7 @@ def _compose(
     tb: QnnTensor,
     out: QnnTensor,
 ) -> None:
-    if int_dtype is None and qnn_binary_type(node) == "ElementWiseFloorDiv":
+    if int_dtype is None and qnn_binary_type(node) == QnnOpType.ElementWiseFloorDiv:
         division.float_floor_divide(gb, node, ta, tb, out)
     elif int_dtype is None:
         division.float_remainder(gb, node, ta, tb, out, truncate=node.target in FMOD_OPS)
@@ -281,7 +290,7 @@ def tiled_to(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, dims, nam
         return tensor
     multiples = [o // d for d, o in zip(tensor.dims, dims)]
     tiled = gb.like(tensor, f"{node.name}_{name}_tiled", list(dims))
-    gb.add_op(node, "Tile", [tensor], [tiled], [uint32_tensor("multiples", multiples)], suffix=f"{name}_tile")
+    gb.add_op(node, QnnOpType.Tile, [tensor], [tiled], [uint32_tensor("multiples", multiples)], suffix=f"{name}_tile")
     return tiled
 
 
@@ -293,5 +302,5 @@ def as_rank0(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, name: str
     if tensor.type == TensorType.STATIC:
         return gb.add_tensor(f"{tensor.name}_rank0", TensorType.STATIC, tensor.data_type, [], tensor.data, tensor.quant)
     out = gb.like(tensor, f"{node.name}_{name}_rank0", [])
-    gb.add_op(node, "Reshape", [tensor], [out], suffix=f"{name}_rank0")
+    gb.add_op(node, QnnOpType.Reshape, [tensor], [out], suffix=f"{name}_rank0")
     return out

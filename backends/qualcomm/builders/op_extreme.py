@@ -23,11 +23,12 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_reduce import keep_dims, reduce_axes
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -37,35 +38,29 @@ from backends.qualcomm.builders.registry import (
     tensor_vals,
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, one_element_dims, reshape, stored_axis
-from backends.qualcomm.serialization.qnn_graph import (
-    DataType,
-    QnnTensor,
-    bool_scalar,
-    uint32_scalar,
-    uint32_tensor,
-)
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, bool_scalar, uint32_scalar, uint32_tensor
 from backends.qualcomm.utils.constants import NCHW_TO_NHWC
 
 _aten = exir_ops.edge.aten
 
 # edge op -> (values op, indices op)
 EXTREME_OPS = {
-    _aten.amax.default: ("ReduceMax", "Argmax"),
-    _aten.max.dim: ("ReduceMax", "Argmax"),
-    _aten.any.dim: ("ReduceMax", "Argmax"),
-    _aten.any.dims: ("ReduceMax", "Argmax"),
-    _aten.amin.default: ("ReduceMin", "Argmin"),
-    _aten.min.dim: ("ReduceMin", "Argmin"),
-    _aten.all.dim: ("ReduceMin", "Argmin"),
-    _aten.all.dims: ("ReduceMin", "Argmin"),
-    _aten.any.default: ("ReduceMax", "Argmax"),
-    _aten.all.default: ("ReduceMin", "Argmin"),
-    _aten.max.default: ("ReduceMax", "Argmax"),
-    _aten.min.default: ("ReduceMin", "Argmin"),
+    _aten.amax.default: (QnnOpType.ReduceMax, QnnOpType.Argmax),
+    _aten.max.dim: (QnnOpType.ReduceMax, QnnOpType.Argmax),
+    _aten.any.dim: (QnnOpType.ReduceMax, QnnOpType.Argmax),
+    _aten.any.dims: (QnnOpType.ReduceMax, QnnOpType.Argmax),
+    _aten.amin.default: (QnnOpType.ReduceMin, QnnOpType.Argmin),
+    _aten.min.dim: (QnnOpType.ReduceMin, QnnOpType.Argmin),
+    _aten.all.dim: (QnnOpType.ReduceMin, QnnOpType.Argmin),
+    _aten.all.dims: (QnnOpType.ReduceMin, QnnOpType.Argmin),
+    _aten.any.default: (QnnOpType.ReduceMax, QnnOpType.Argmax),
+    _aten.all.default: (QnnOpType.ReduceMin, QnnOpType.Argmin),
+    _aten.max.default: (QnnOpType.ReduceMax, QnnOpType.Argmax),
+    _aten.min.default: (QnnOpType.ReduceMin, QnnOpType.Argmin),
 }
 BOOL_OPS = (_aten.any.dim, _aten.any.dims, _aten.all.dim, _aten.all.dims, _aten.any.default, _aten.all.default)
 TUPLE_OPS = (_aten.max.dim, _aten.min.dim)
-ARG_OPS = {_aten.argmax.default: "Argmax", _aten.argmin.default: "Argmin"}
+ARG_OPS = {_aten.argmax.default: QnnOpType.Argmax, _aten.argmin.default: QnnOpType.Argmin}
 
 
 def _input_dtype(node: torch.fx.Node) -> Optional[torch.dtype]:
@@ -97,7 +92,7 @@ def _indices_users(node: torch.fx.Node):
 def _int64_indices(gb: GraphBuilder, node: torch.fx.Node, indices: QnnTensor) -> QnnTensor:
     """The INT_64 indices PyTorch returns: a Cast of Argmax / Argmin's INT_32 output."""
     indices64 = gb.native_tensor(f"{node.name}_indices", indices.dims, DataType.INT_64)
-    gb.add_op(node, "Cast", [indices], [indices64], suffix="indices_int64")
+    gb.add_op(node, QnnOpType.Cast, [indices], [indices64], suffix="indices_int64")
     return indices64
 
 
@@ -106,10 +101,10 @@ def _bool_reduce(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, out: QnnTe
     datatypes'; FLOAT_16 / FLOAT_32 / fixed point only): Cast to FLOAT_32, reduce, Cast back."""
     op_type, _ = EXTREME_OPS[node.target]
     x_float = gb.native_tensor(f"{node.name}_in_float", x.dims, DataType.FLOAT_32)
-    gb.add_op(node, "Cast", [x], [x_float], suffix="to_float")
+    gb.add_op(node, QnnOpType.Cast, [x], [x_float], suffix="to_float")
     y_float = gb.native_tensor(f"{node.name}_float", out.dims, DataType.FLOAT_32)
     gb.add_op(node, op_type, [x_float], [y_float], params)
-    gb.add_op(node, "Cast", [y_float], [out], suffix="to_bool")
+    gb.add_op(node, QnnOpType.Cast, [y_float], [out], suffix="to_bool")
 
 
 @register_builder

@@ -17,10 +17,11 @@ import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_shape import edge_ops
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -30,12 +31,7 @@ from backends.qualcomm.builders.registry import (
     register_builder,
 )
 from backends.qualcomm.builders.utils import normalize_axis, reshape, slice_axis
-from backends.qualcomm.serialization.qnn_graph import (
-    QnnTensor,
-    int32_scalar,
-    uint32_scalar,
-    uint32_tensor,
-)
+from backends.qualcomm.serialization.qnn_graph import QnnTensor, int32_scalar, uint32_scalar, uint32_tensor
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -96,7 +92,7 @@ class IndexGatherBuilder(NodeBuilder):
         if 0 < axis < len(x.dims) - 1 and gb.constant_data(index) is None:
             _gather_middle_axis(gb, node, x, indices, axis)
             return
-        gb.add_op(node, "Gather", [x, indices], [gb.define_output(node)], [int32_scalar("axis", axis)])
+        gb.add_op(node, QnnOpType.Gather, [x, indices], [gb.define_output(node)], [int32_scalar("axis", axis)])
 
 
 def _gather_middle_axis(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, indices: QnnTensor, axis: int) -> None:
@@ -107,17 +103,22 @@ def _gather_middle_axis(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, ind
     rank, index_rank = len(x.dims), len(indices.dims)
     front = [axis] + [d for d in range(rank) if d != axis]
     moved = gb.like(x, f"{node.name}_axis_first", [x.dims[d] for d in front])
-    gb.add_op(node, "Transpose", [x], [moved], [uint32_tensor("perm", front)], suffix="axis_first")
+    gb.add_op(node, QnnOpType.Transpose, [x], [moved], [uint32_tensor("perm", front)], suffix="axis_first")
     rest = [x.dims[d] for d in range(rank) if d != axis]
     gathered = gb.like(x, f"{node.name}_gathered", list(indices.dims) + rest)
-    gb.add_op(node, "Gather", [moved, indices], [gathered], [int32_scalar("axis", 0)], suffix="gather")
+    gb.add_op(node, QnnOpType.Gather, [moved, indices], [gathered], [int32_scalar("axis", 0)], suffix="gather")
     back = (
         [index_rank + j for j in range(axis)]
         + list(range(index_rank))
         + [index_rank + j for j in range(axis, rank - 1)]
     )
     gb.add_op(
-        node, "Transpose", [gathered], [gb.define_output(node)], [uint32_tensor("perm", back)], suffix="axis_back"
+        node,
+        QnnOpType.Transpose,
+        [gathered],
+        [gb.define_output(node)],
+        [uint32_tensor("perm", back)],
+        suffix="axis_back",
     )
 
 
@@ -144,7 +145,7 @@ class GatherElementsBuilder(NodeBuilder):
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x, indices = gb.tensor(node.args[0]), gb.tensor(node.args[2])
         axis = normalize_axis(node.args[1], len(x.dims))
-        gb.add_op(node, "GatherElements", [x, indices], [gb.define_output(node)], [uint32_scalar("axis", axis)])
+        gb.add_op(node, QnnOpType.GatherElements, [x, indices], [gb.define_output(node)], [uint32_scalar("axis", axis)])
 
 
 # ---- flip -> Gather with reversed static indices ---------------------------------------------
@@ -166,14 +167,14 @@ class FlipBuilder(NodeBuilder):
         x = gb.tensor(node.args[0])
         dims = _flip_dims(node)
         if not dims:
-            gb.add_op(node, "Reshape", [x], [gb.define_output(node)])
+            gb.add_op(node, QnnOpType.Reshape, [x], [gb.define_output(node)])
             return
         for k, d in enumerate(dims):
             reversed_index = gb.static_tensor(
                 f"{node.name}_reversed_{d}", np.arange(x.dims[d] - 1, -1, -1, dtype=np.int32)
             )
             out = _output_of(gb, node, k == len(dims) - 1, x, x.dims, f"flip_{d}")
-            gb.add_op(node, "Gather", [x, reversed_index], [out], [int32_scalar("axis", d)], suffix=f"flip_{d}")
+            gb.add_op(node, QnnOpType.Gather, [x, reversed_index], [out], [int32_scalar("axis", d)], suffix=f"flip_{d}")
             x = out
 
 
@@ -192,9 +193,9 @@ class RepeatBuilder(NodeBuilder):
         if len(x.dims) < len(repeats):
             x = reshape(gb, node, x, [1] * (len(repeats) - len(x.dims)) + list(x.dims), "rank")
         if all(r == 1 for r in repeats):
-            gb.add_op(node, "Reshape", [x], [gb.define_output(node)])
+            gb.add_op(node, QnnOpType.Reshape, [x], [gb.define_output(node)])
             return
-        gb.add_op(node, "Tile", [x], [gb.define_output(node)], [uint32_tensor("multiples", repeats)])
+        gb.add_op(node, QnnOpType.Tile, [x], [gb.define_output(node)], [uint32_tensor("multiples", repeats)])
 
 
 # ---- roll -> StridedSlice x2 + Concat per dim ---------------------------------------------------
@@ -236,14 +237,14 @@ class RollBuilder(NodeBuilder):
         x = gb.tensor(node.args[0])
         steps = roll_steps(node)
         if not steps:
-            gb.add_op(node, "Reshape", [x], [gb.define_output(node)])
+            gb.add_op(node, QnnOpType.Reshape, [x], [gb.define_output(node)])
             return
         for k, (d, s) in enumerate(steps):
             n = x.dims[d]
             tail = slice_axis(gb, node, x, d, n - s, n, f"tail_{d}")
             head = slice_axis(gb, node, x, d, 0, n - s, f"head_{d}")
             out = _output_of(gb, node, k == len(steps) - 1, x, x.dims, f"roll_{d}")
-            gb.add_op(node, "Concat", [tail, head], [out], [uint32_scalar("axis", d)], suffix=f"roll_{d}")
+            gb.add_op(node, QnnOpType.Concat, [tail, head], [out], [uint32_scalar("axis", d)], suffix=f"roll_{d}")
             x = out
 
 
@@ -301,6 +302,6 @@ class SliceScatterBuilder(NodeBuilder):
         if end < x.dims[dim]:
             parts.append(slice_axis(gb, node, x, dim, end, x.dims[dim], "after"))
         if len(parts) == 1:
-            gb.add_op(node, "Reshape", parts, [gb.define_output(node)])
+            gb.add_op(node, QnnOpType.Reshape, parts, [gb.define_output(node)])
             return
-        gb.add_op(node, "Concat", parts, [gb.define_output(node)], [uint32_scalar("axis", dim)])
+        gb.add_op(node, QnnOpType.Concat, parts, [gb.define_output(node)], [uint32_scalar("axis", dim)])

@@ -24,12 +24,13 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape, node_layout
 from backends.qualcomm.builders.op_conv import zero_bias_attrs
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.quant_encoding import QuantAttrs
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -107,7 +108,7 @@ class Im2ColBuilder(NodeBuilder):
             padded = gb.like(x, f"{node.name}_padded", dims)
             gb.add_op(
                 node,
-                "Pad",
+                QnnOpType.Pad,
                 [x],
                 [padded],
                 [
@@ -123,8 +124,8 @@ class Im2ColBuilder(NodeBuilder):
         positions = im2col_positions(node, channel_last)
         indices = gb.static_tensor(f"{node.name}_positions", positions)
         gathered = gb.like(flat, f"{node.name}_gathered", [n, positions.size])
-        gb.add_op(node, "Gather", [flat, indices], [gathered], [int32_scalar("axis", 1)])
-        gb.add_op(node, "Reshape", [gathered], [gb.define_output(node)], suffix="shape")
+        gb.add_op(node, QnnOpType.Gather, [flat, indices], [gathered], [int32_scalar("axis", 1)])
+        gb.add_op(node, QnnOpType.Reshape, [gathered], [gb.define_output(node)], suffix="shape")
 
 
 # ---- col2im ------------------------------------------------------------------------------------
@@ -215,16 +216,16 @@ class Col2ImBuilder(NodeBuilder):
         ]
         out = gb.define_output(node)
         if not any(unreached):
-            gb.add_op(node, "TransposeConv2d", [x, weight, bias], [out], params)
+            gb.add_op(node, QnnOpType.TransposeConv2d, [x, weight, bias], [out], params)
             return
         # A zero Pad after the conv, not its output_padding: QNN's quantized TransposeConv2d wrote
         # non-zero values into output_padding rows (up to 106 steps).
         (uh, uw) = unreached
         reached = gb.like(out, f"{node.name}_reached", [n, out.dims[1] - uh, out.dims[2] - uw, channels])
-        gb.add_op(node, "TransposeConv2d", [x, weight, bias], [reached], params)
+        gb.add_op(node, QnnOpType.TransposeConv2d, [x, weight, bias], [reached], params)
         gb.add_op(
             node,
-            "Pad",
+            QnnOpType.Pad,
             [reached],
             [out],
             [

@@ -9,11 +9,12 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_data_io,
@@ -45,7 +46,7 @@ class ConcatBuilder(NodeBuilder):
         inputs = [gb.tensor(t, layout) for t in node.args[0]]
         dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
         axis = stored_axis(dim, len(logical_shape(node)), layout)
-        gb.add_op(node, "Concat", inputs, [gb.define_output(node)], [uint32_scalar("axis", axis)])
+        gb.add_op(node, QnnOpType.Concat, inputs, [gb.define_output(node)], [uint32_scalar("axis", axis)])
 
 
 def slice_range(size: int, start, end, step: int) -> List[int]:
@@ -88,7 +89,11 @@ class SliceBuilder(NodeBuilder):
         ranges = _full_ranges(x.dims)
         ranges[stored_axis(dim, rank, layout)] = slice_range(size, args[2], args[3], step)
         gb.add_op(
-            node, "StridedSlice", [x], [gb.define_output(node)], [int32_tensor("ranges", ranges, [len(ranges), 3])]
+            node,
+            QnnOpType.StridedSlice,
+            [x],
+            [gb.define_output(node)],
+            [int32_tensor("ranges", ranges, [len(ranges), 3])],
         )
 
 
@@ -111,9 +116,14 @@ class SelectBuilder(NodeBuilder):
         sliced_dims[dim] = 1
         sliced = gb.like(x, f"{node.name}_slice", sliced_dims)
         gb.add_op(
-            node, "StridedSlice", [x], [sliced], [int32_tensor("ranges", ranges, [len(ranges), 3])], suffix="slice"
+            node,
+            QnnOpType.StridedSlice,
+            [x],
+            [sliced],
+            [int32_tensor("ranges", ranges, [len(ranges), 3])],
+            suffix="slice",
         )
-        gb.add_op(node, "Reshape", [sliced], [gb.define_output(node)])
+        gb.add_op(node, QnnOpType.Reshape, [sliced], [gb.define_output(node)])
 
 
 @register_builder
@@ -132,4 +142,4 @@ class EmbeddingBuilder(NodeBuilder):
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         table, indices = gb.tensor(node.args[0]), gb.tensor(node.args[1])
-        gb.add_op(node, "Gather", [table, indices], [gb.define_output(node)], [int32_scalar("axis", 0)])
+        gb.add_op(node, QnnOpType.Gather, [table, indices], [gb.define_output(node)], [int32_scalar("axis", 0)])

@@ -24,9 +24,11 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders import op_bitwise as bitwise
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_elementwise import as_rank0
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
+from backends.qualcomm.builders.quant_encoding import is_dequantize
 from backends.qualcomm.builders.registry import (
-    NodeBuilder,
     SUPPORTED,
+    NodeBuilder,
     SupportResult,
     node_val,
     register_builder,
@@ -34,7 +36,6 @@ from backends.qualcomm.builders.registry import (
     tensor_vals,
 )
 from backends.qualcomm.builders.utils import is_constant, reshape, scalar_tensor
-from backends.qualcomm.builders.quant_encoding import is_dequantize
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
@@ -42,29 +43,29 @@ _aten = exir_ops.edge.aten
 
 # edge op -> QNN comparison
 COMPARE_OPS = {
-    _aten.eq.Tensor: "ElementWiseEqual",
-    _aten.eq.Scalar: "ElementWiseEqual",
-    _aten.ne.Tensor: "ElementWiseNotEqual",
-    _aten.ne.Scalar: "ElementWiseNotEqual",
-    _aten.lt.Tensor: "ElementWiseLess",
-    _aten.lt.Scalar: "ElementWiseLess",
-    _aten.le.Tensor: "ElementWiseLessEqual",
-    _aten.le.Scalar: "ElementWiseLessEqual",
-    _aten.gt.Tensor: "ElementWiseGreater",
-    _aten.gt.Scalar: "ElementWiseGreater",
-    _aten.ge.Tensor: "ElementWiseGreaterEqual",
-    _aten.ge.Scalar: "ElementWiseGreaterEqual",
+    _aten.eq.Tensor: QnnOpType.ElementWiseEqual,
+    _aten.eq.Scalar: QnnOpType.ElementWiseEqual,
+    _aten.ne.Tensor: QnnOpType.ElementWiseNotEqual,
+    _aten.ne.Scalar: QnnOpType.ElementWiseNotEqual,
+    _aten.lt.Tensor: QnnOpType.ElementWiseLess,
+    _aten.lt.Scalar: QnnOpType.ElementWiseLess,
+    _aten.le.Tensor: QnnOpType.ElementWiseLessEqual,
+    _aten.le.Scalar: QnnOpType.ElementWiseLessEqual,
+    _aten.gt.Tensor: QnnOpType.ElementWiseGreater,
+    _aten.gt.Scalar: QnnOpType.ElementWiseGreater,
+    _aten.ge.Tensor: QnnOpType.ElementWiseGreaterEqual,
+    _aten.ge.Scalar: QnnOpType.ElementWiseGreaterEqual,
 }
 # edge op -> QNN logic op on BOOL_8 tensors
 LOGIC_OPS = {
-    _aten.logical_and.default: "ElementWiseAnd",
-    _aten.bitwise_and.Tensor: "ElementWiseAnd",
-    _aten.logical_or.default: "ElementWiseOr",
-    _aten.bitwise_or.Tensor: "ElementWiseOr",
-    _aten.logical_xor.default: "ElementWiseXor",
-    _aten.bitwise_xor.Tensor: "ElementWiseXor",
-    _aten.logical_not.default: "ElementWiseNot",
-    _aten.bitwise_not.default: "ElementWiseNot",
+    _aten.logical_and.default: QnnOpType.ElementWiseAnd,
+    _aten.bitwise_and.Tensor: QnnOpType.ElementWiseAnd,
+    _aten.logical_or.default: QnnOpType.ElementWiseOr,
+    _aten.bitwise_or.Tensor: QnnOpType.ElementWiseOr,
+    _aten.logical_xor.default: QnnOpType.ElementWiseXor,
+    _aten.bitwise_xor.Tensor: QnnOpType.ElementWiseXor,
+    _aten.logical_not.default: QnnOpType.ElementWiseNot,
+    _aten.bitwise_not.default: QnnOpType.ElementWiseNot,
 }
 # edge op -> (condition, then, else) argument positions, or None for masked_fill's own order
 SELECT_OPS = {
@@ -208,7 +209,7 @@ class LogicBuilder(NodeBuilder):
             return bitwise.check_integer_bitwise(node)
         if node.target in bitwise.SCALAR_OPS:
             return False, f"a number next to a bool tensor is not supported ({node.args[1]!r})"
-        arity = 1 if LOGIC_OPS[node.target] == "ElementWiseNot" else 2
+        arity = 1 if LOGIC_OPS[node.target] == QnnOpType.ElementWiseNot else 2
         if _is_value_not(node):
             return _output_dtype_is(node, (torch.bool,))
         if _is_integer_not(node):
@@ -224,11 +225,16 @@ class LogicBuilder(NodeBuilder):
         if bitwise.is_integer_bitwise(node):
             bitwise.emit_integer_bitwise(gb, node)
             return
-        arity = 1 if LOGIC_OPS[node.target] == "ElementWiseNot" else 2
+        arity = 1 if LOGIC_OPS[node.target] == QnnOpType.ElementWiseNot else 2
         operands = [gb.tensor(a) for a in node.args[:arity]]
         if _is_integer_not(node):  # ~x = -1 - x
             minus_one = number_operand(gb, node, -1, node.args[0], "minus_one")
-            gb.add_op(node, "ElementWiseSubtract", _rank0(gb, node, [minus_one, operands[0]]), [gb.define_output(node)])
+            gb.add_op(
+                node,
+                QnnOpType.ElementWiseSubtract,
+                _rank0(gb, node, [minus_one, operands[0]]),
+                [gb.define_output(node)],
+            )
             return
         if _is_value_not(node):  # logical_not of numbers: x == 0
             operands.append(number_operand(gb, node, 0, node.args[0], "zero"))
@@ -236,7 +242,7 @@ class LogicBuilder(NodeBuilder):
             out = gb.define_output(node, dims=[1])
         else:
             operands, out = _rank0(gb, node, operands), gb.define_output(node)
-        gb.add_op(node, "ElementWiseEqual" if _is_value_not(node) else LOGIC_OPS[node.target], operands, [out])
+        gb.add_op(node, QnnOpType.ElementWiseEqual if _is_value_not(node) else LOGIC_OPS[node.target], operands, [out])
 
 
 def _is_value_not(node: torch.fx.Node) -> bool:
@@ -267,7 +273,7 @@ def one_element_operands(node: torch.fx.Node, operands: List[QnnTensor]) -> bool
 
 
 # edge op -> QNN classification op (FLOAT_32 -> BOOL_8)
-CLASSIFY_OPS = {_aten.isnan.default: "IsNan"}
+CLASSIFY_OPS = {_aten.isnan.default: QnnOpType.IsNan}
 ISINF = _aten.isinf.default
 # IEEE float32 bit patterns as int32: +inf, -inf (0xff800000); NaNs lie above +inf and between
 # -inf and 0 (sign bit set, exponent all ones, mantissa not 0).
@@ -276,8 +282,8 @@ POS_INF_BITS, NEG_INF_BITS = 0x7F800000, -0x800000
 BIT_TESTS = {
     "pos_inf": ("ElementWiseEqual", POS_INF_BITS),
     "neg_inf": ("ElementWiseEqual", NEG_INF_BITS),
-    "pos_nan": ("ElementWiseGreater", POS_INF_BITS),
-    "signed": ("ElementWiseLess", 0),
+    "pos_nan": (QnnOpType.ElementWiseGreater, POS_INF_BITS),
+    "signed": (QnnOpType.ElementWiseLess, 0),
     "above_neg_inf": ("ElementWiseGreater", NEG_INF_BITS),
 }
 
@@ -322,12 +328,12 @@ class ClassifyBuilder(NodeBuilder):
         bits = gb.input_bits(x)
         if node.target == ISINF:
             positive, negative = (_bits_test(gb, node, bits, name) for name in ("pos_inf", "neg_inf"))
-            gb.add_op(node, "ElementWiseOr", [positive, negative], [out])
+            gb.add_op(node, QnnOpType.ElementWiseOr, [positive, negative], [out])
             return
         positive, signed, above = (_bits_test(gb, node, bits, name) for name in ("pos_nan", "signed", "above_neg_inf"))
         negative = gb.native_tensor(f"{node.name}_neg_nan", out.dims, DataType.BOOL_8)
-        gb.add_op(node, "ElementWiseAnd", [signed, above], [negative], suffix="neg_nan")
-        gb.add_op(node, "ElementWiseOr", [positive, negative], [out])
+        gb.add_op(node, QnnOpType.ElementWiseAnd, [signed, above], [negative], suffix="neg_nan")
+        gb.add_op(node, QnnOpType.ElementWiseOr, [positive, negative], [out])
 
 
 def is_user_input(node: torch.fx.Node) -> bool:
@@ -351,7 +357,7 @@ class WhereBuilder(NodeBuilder):
     # Export keeps number branches (where.ScalarOther, masked_fill.Scalar); ExecuTorch would
     # make them scalar_tensor nodes.
     keep_whole = [op for op in SELECT_OPS if op != _aten.where.self]
-    quant_annotations = table_quant_annotations(["ElementWiseSelect"])
+    quant_annotations = table_quant_annotations([QnnOpType.ElementWiseSelect])
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         if select_positions(node)[0] is None:
@@ -393,7 +399,7 @@ class WhereBuilder(NodeBuilder):
         above = gb.native_tensor(f"{node.name}_above", gb.tensor(x).dims, DataType.BOOL_8)
         gb.add_op(
             node,
-            "ElementWiseGreater",
+            QnnOpType.ElementWiseGreater,
             [gb.tensor(x), number_operand(gb, node, node.args[1], x, "threshold")],
             [above],
             suffix="above",
@@ -408,7 +414,7 @@ class WhereBuilder(NodeBuilder):
         operands = [self._condition(gb, node, c), self._branch(gb, node, x, "then"), self._branch(gb, node, y, "else")]
         rank = len(out.dims)
         operands = [padded_rank(gb, node, t, rank, name) for t, name in zip(operands, ("condition", "then", "else"))]
-        gb.add_op(node, "ElementWiseSelect", _rank0(gb, node, operands), [out])
+        gb.add_op(node, QnnOpType.ElementWiseSelect, _rank0(gb, node, operands), [out])
 
     def _branch(self, gb: GraphBuilder, node: torch.fx.Node, arg: Operand, name: str) -> QnnTensor:
         if isinstance(arg, torch.fx.Node):

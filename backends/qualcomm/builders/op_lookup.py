@@ -28,16 +28,10 @@ import numpy as np
 import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.quant_encoding import QuantAttrs, quant_params
-from backends.qualcomm.serialization.qnn_graph import (
-    DataType,
-    QnnTensor,
-    QuantEncoding,
-    QuantParams,
-    int32_scalar,
-)
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, QuantEncoding, QuantParams, int32_scalar
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
-
 
 _TABLE_DTYPES = {8: DataType.UFIXED_POINT_8, 16: DataType.UFIXED_POINT_16}
 
@@ -110,7 +104,7 @@ def emit_lookup(
     table = np.concatenate([np.full(pad, codes[0], codes.dtype), codes])
     gb.add_op(
         node,
-        "Gather",
+        QnnOpType.Gather,
         [gb.quantized_static(f"{node.name}_table", table, pout), index],
         [out],
         [int32_scalar("axis", 0)],
@@ -130,7 +124,7 @@ def code_index(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, label: str =
     name = f"{node.name}{label}"
     if x.data_type == DataType.UFIXED_POINT_8:
         index = gb.native_tensor(f"{name}_codes", x.dims, DataType.INT_32)
-        gb.add_op(node, "Cast", [x], [index], suffix=f"{label.lstrip('_')}codes")
+        gb.add_op(node, QnnOpType.Cast, [x], [index], suffix=f"{label.lstrip('_')}codes")
         return index, 0
     return _uint16_index(gb, node, x, name)
 
@@ -142,24 +136,24 @@ def _uint16_index(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, name: str
     scale, offset = np.float32(x.quant.scale), int(x.quant.offset)
     high_offset = -((-offset) // 256)  # ceil(offset / 256): r in [-255, 255]
     high = _encoded(gb, f"{name}_high", x, 8, float(scale * np.float32(256)), high_offset)
-    gb.add_op(node, "Convert", [x], [high], suffix="high")
+    gb.add_op(node, QnnOpType.Convert, [x], [high], suffix="high")
     high16 = _encoded(gb, f"{name}_high16", x, 16, float(scale), 256 * high_offset)
-    gb.add_op(node, "Convert", [high], [high16], suffix="high16")
+    gb.add_op(node, QnnOpType.Convert, [high], [high16], suffix="high16")
     rest = _encoded(gb, f"{name}_rest", x, 16, float(scale), -(1 << 15))
-    gb.add_op(node, "ElementWiseSubtract", [x, high16], [rest], suffix="rest")
+    gb.add_op(node, QnnOpType.ElementWiseSubtract, [x, high16], [rest], suffix="rest")
     low = _encoded(gb, f"{name}_low", x, 8, float(scale), -255)
     top = _encoded(gb, f"{name}_top", x, 8, float(scale), 0)
-    gb.add_op(node, "Convert", [rest], [low], suffix="low")
-    gb.add_op(node, "Convert", [rest], [top], suffix="top")
+    gb.add_op(node, QnnOpType.Convert, [rest], [low], suffix="low")
+    gb.add_op(node, QnnOpType.Convert, [rest], [top], suffix="top")
     ints = []
     for label, piece in (("high", high), ("low", low), ("top", top)):
         ints.append(gb.native_tensor(f"{name}_{label}_codes", x.dims, DataType.INT_32))
-        gb.add_op(node, "Cast", [piece], [ints[-1]], suffix=f"{label}_codes")
+        gb.add_op(node, QnnOpType.Cast, [piece], [ints[-1]], suffix=f"{label}_codes")
     factor = gb.static_tensor(f"{name}_256", np.array([256], np.int32))
     scaled = gb.native_tensor(f"{name}_high_scaled", x.dims, DataType.INT_32)
-    gb.add_op(node, "ElementWiseMultiply", [ints[0], factor], [scaled], suffix="high_scaled")
+    gb.add_op(node, QnnOpType.ElementWiseMultiply, [ints[0], factor], [scaled], suffix="high_scaled")
     partial = gb.native_tensor(f"{name}_partial", x.dims, DataType.INT_32)
-    gb.add_op(node, "ElementWiseAdd", [scaled, ints[1]], [partial], suffix="partial")
+    gb.add_op(node, QnnOpType.ElementWiseAdd, [scaled, ints[1]], [partial], suffix="partial")
     index = gb.native_tensor(f"{name}_index", x.dims, DataType.INT_32)
-    gb.add_op(node, "ElementWiseAdd", [partial, ints[2]], [index], suffix="index")
+    gb.add_op(node, QnnOpType.ElementWiseAdd, [partial, ints[2]], [index], suffix="index")
     return index, 255 - (256 * high_offset - offset)

@@ -8,10 +8,11 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_conv import zero_bias_attrs
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -50,14 +51,14 @@ class LinearBuilder(NodeBuilder):
             b = gb.static_tensor(f"{node.name}_bias", np.zeros([w.dims[0]], dtype=np.float32))
         out = gb.define_output(node)
         if len(x.dims) <= 2:
-            gb.add_op(node, "FullyConnected", [x, w, b], [out])
+            gb.add_op(node, QnnOpType.FullyConnected, [x, w, b], [out])
             return
         # QNN's FullyConnected takes keep_dims=false only (backendValidateOpConfig refuses
         # true): a [M, N] result, then a Reshape to the node's leading dims.
         rows = int(np.prod(x.dims[:-1]))
         flat = gb.like(out, f"{node.name}_2d", [rows, out.dims[-1]])
-        gb.add_op(node, "FullyConnected", [x, w, b], [flat])
-        gb.add_op(node, "Reshape", [flat], [out], suffix="restore_dims")
+        gb.add_op(node, QnnOpType.FullyConnected, [x, w, b], [flat])
+        gb.add_op(node, QnnOpType.Reshape, [flat], [out], suffix="restore_dims")
 
 
 _MATMUL_OPS = [_aten.matmul.default, _aten.bmm.default, _aten.mm.default, _aten.addmm.default]
@@ -90,8 +91,8 @@ class MatMulBuilder(NodeBuilder):
         a, b = (gb.tensor(x) for x in self._operands(node))
         params = [bool_scalar("transpose_in0", False), bool_scalar("transpose_in1", False)]
         if node.target != _aten.addmm.default:
-            gb.add_op(node, "MatMul", [a, b], [gb.define_output(node)], params)
+            gb.add_op(node, QnnOpType.MatMul, [a, b], [gb.define_output(node)], params)
             return
         product = gb.native_tensor(f"{node.name}_mm", logical_shape(node))
-        gb.add_op(node, "MatMul", [a, b], [product], params, suffix="mm")
-        gb.add_op(node, "ElementWiseAdd", [product, gb.tensor(node.args[0])], [gb.define_output(node)])
+        gb.add_op(node, QnnOpType.MatMul, [a, b], [product], params, suffix="mm")
+        gb.add_op(node, QnnOpType.ElementWiseAdd, [product, gb.tensor(node.args[0])], [gb.define_output(node)])

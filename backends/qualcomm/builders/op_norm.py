@@ -11,26 +11,21 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
+from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs, is_dequantize, is_quantize
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
     first_failure,
     register_builder,
 )
-from backends.qualcomm.builders.quant_encoding import ZERO_INT32_ATTRS, QuantAttrs, is_dequantize, is_quantize
 from backends.qualcomm.builders.utils import is_constant, is_quantized, reshape, view_as, view_back
-from backends.qualcomm.serialization.qnn_graph import (
-    QnnTensor,
-    bool_scalar,
-    float_scalar,
-    uint32_scalar,
-    uint32_tensor,
-)
+from backends.qualcomm.serialization.qnn_graph import QnnTensor, bool_scalar, float_scalar, uint32_scalar, uint32_tensor
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, QCOM_QUANT_ATTRS
 from backends.qualcomm.utils.errors import QnnLoweringError
 
@@ -117,7 +112,7 @@ class LayerNormBuilder(NodeBuilder):
             affine_input(gb, node, bias, [size], 0, "beta"),
         ]
         params = [float_scalar("epsilon", eps), uint32_tensor("axes", [len(x.dims) - 1])]
-        gb.add_op(node, "LayerNorm", inputs, [out_flat], params)
+        gb.add_op(node, QnnOpType.LayerNorm, inputs, [out_flat], params)
         view_back(gb, node, out_flat, out)
 
 
@@ -157,7 +152,7 @@ class BatchNormBuilder(NodeBuilder):
             gb.static_tensor(f"{node.name}_scale", scale.astype(np.float32)),
             gb.static_tensor(f"{node.name}_offset", offset.astype(np.float32)),
         ]
-        gb.add_op(node, "Batchnorm", inputs, [out])
+        gb.add_op(node, QnnOpType.Batchnorm, inputs, [out])
         view_back(gb, node, out, node_out)
 
 
@@ -220,7 +215,7 @@ class GroupNormBuilder(NodeBuilder):
         ]
         params = [float_scalar("epsilon", eps), uint32_scalar("group", group)]
         x4, out4, out = view_as(gb, node, gb.tensor(x_node, LAYOUT_CHANNEL_LAST), _per_image_dims(shape))
-        gb.add_op(node, "GroupNorm", [x4] + affine, [out4], params)
+        gb.add_op(node, QnnOpType.GroupNorm, [x4] + affine, [out4], params)
         view_back(gb, node, out4, out)
 
 
@@ -283,7 +278,7 @@ class InstanceNormBuilder(NodeBuilder):
             dims4 = [1, dims4[0] * dims4[1], dims4[2], dims4[3]]
         layout = LAYOUT_CHANNEL_LAST if len(shape) in self.channel_last_ranks else LAYOUT_CHANNEL_FIRST
         x4, out4, out = view_as(gb, node, gb.tensor(x_node, layout), dims4)
-        gb.add_op(node, "InstanceNorm", [x4] + affine, [out4], _instance_norm_params(eps))
+        gb.add_op(node, QnnOpType.InstanceNorm, [x4] + affine, [out4], _instance_norm_params(eps))
         view_back(gb, node, out4, out)
 
 
@@ -311,5 +306,5 @@ class RmsNormBuilder(NodeBuilder):
             affine_input(gb, node, None, [size], 0, "beta"),
         ]
         params = [float_scalar("epsilon", float(eps)), uint32_tensor("axes", [len(x.dims) - 1])]
-        gb.add_op(node, "RmsNorm", inputs, [out_flat], params)
+        gb.add_op(node, QnnOpType.RmsNorm, inputs, [out_flat], params)
         view_back(gb, node, out_flat, out)

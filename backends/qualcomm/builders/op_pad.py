@@ -11,17 +11,18 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape, node_layout
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
+from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
     register_builder,
 )
-from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.serialization.qnn_graph import float_scalar, uint32_scalar, uint32_tensor
 from backends.qualcomm.utils.constants import (
     CHANNEL_LAST_RANKS,
@@ -162,4 +163,4 @@ class PadBuilder(NodeBuilder):
         params = [uint32_scalar("scheme", SCHEMES[mode]), uint32_tensor("pad_amount", pads, [len(pads), 2])]
         if mode == "constant":
             params.append(float_scalar("pad_constant_value", pad_value(node)))
-        gb.add_op(node, "Pad", [x], [gb.define_output(node)], params)
+        gb.add_op(node, QnnOpType.Pad, [x], [gb.define_output(node)], params)

@@ -16,11 +16,12 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -63,11 +64,11 @@ def spatial_of(node: torch.fx.Node) -> int:
 
 # QNN op of each (kind, spatial dims): 1-D pools run as 2-D ones on a unit height.
 POOL_TYPES = {
-    ("Max", 1): "PoolMax2d",
-    ("Max", 2): "PoolMax2d",
-    ("Avg", 1): "PoolAvg2d",
-    ("Avg", 2): "PoolAvg2d",
-    ("Avg", 3): "PoolAvg3d",
+    ("Max", 1): QnnOpType.PoolMax2d,
+    ("Max", 2): QnnOpType.PoolMax2d,
+    ("Avg", 1): QnnOpType.PoolAvg2d,
+    ("Avg", 2): QnnOpType.PoolAvg2d,
+    ("Avg", 3): QnnOpType.PoolAvg3d,
 }
 
 
@@ -180,7 +181,7 @@ def add_max_pool3d(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, window: 
     pooled = gb.like(out, f"{node.name}_hw", [n * d, h_out, w_out, c])
     gb.add_op(
         node,
-        "PoolMax2d",
+        QnnOpType.PoolMax2d,
         [planes],
         [pooled],
         Window(window.kernel[1:], window.stride[1:], window.pads[1:]).params(),
@@ -190,13 +191,13 @@ def add_max_pool3d(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, window: 
     depth = gb.like(out, f"{node.name}_d", [n, d_out, h_out * w_out, c])
     gb.add_op(
         node,
-        "PoolMax2d",
+        QnnOpType.PoolMax2d,
         [columns],
         [depth],
         Window([window.kernel[0], 1], [window.stride[0], 1], [window.pads[0], [0, 0]]).params(),
         suffix="depth",
     )
-    gb.add_op(node, "Reshape", [depth], [out], suffix="view_back")
+    gb.add_op(node, QnnOpType.Reshape, [depth], [out], suffix="view_back")
 
 
 def to_qnn_view(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, spatial: int) -> QnnTensor:
@@ -221,7 +222,7 @@ def add_pool(
     written = gb.like(out, f"{node.name}_2d", [out.dims[0], 1] + list(out.dims[1:])) if spatial == 1 else out
     gb.add_op(node, POOL_TYPES[(kind, spatial)], [x], [written], params)
     if spatial == 1:
-        gb.add_op(node, "Reshape", [written], [out], suffix="drop_unit_height")
+        gb.add_op(node, QnnOpType.Reshape, [written], [out], suffix="drop_unit_height")
 
 
 class _PoolBuilder(NodeBuilder):
@@ -314,4 +315,4 @@ class AvgPoolBuilder(_PoolBuilder):
         gb.add_op(node, POOL_TYPES[("Avg", spatial)], [x], [mean], params)
         attrs = node.meta.get(QCOM_QUANT_ATTRS)
         scale = scalar_tensor(gb, f"{node.name}_divisor", factor, quantized=is_quantized(node), like=attrs)
-        gb.add_op(node, "ElementWiseMultiply", [mean, scale], [out], suffix="divisor")
+        gb.add_op(node, QnnOpType.ElementWiseMultiply, [mean, scale], [out], suffix="divisor")

@@ -23,11 +23,12 @@ from backends.qualcomm.builders.op_pool import (
     to_qnn_view,
     unit_height,
 )
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -47,7 +48,7 @@ _SPATIAL = {
     _aten.adaptive_max_pool2d.default: ("Max", 2),
     _aten.adaptive_max_pool3d.default: ("Max", 3),
 }
-_REDUCE = {"Avg": "ReduceMean", "Max": "ReduceMax"}
+_REDUCE = {"Avg": QnnOpType.ReduceMean, "Max": QnnOpType.ReduceMax}
 # Most windows cut by slices (summed over the axes): beyond that the graph grows too large.
 MAX_SLICED_WINDOWS = 32
 
@@ -180,7 +181,7 @@ class AdaptivePoolBuilder(NodeBuilder):
             piece = gb.like(x, f"{node.name}_a{axis}_w{j}", dims)
             gb.add_op(
                 node,
-                "StridedSlice",
+                QnnOpType.StridedSlice,
                 [x],
                 [piece],
                 [int32_tensor("ranges", ranges, [len(dims), 3])],
@@ -200,5 +201,5 @@ class AdaptivePoolBuilder(NodeBuilder):
         dims = list(x.dims)
         dims[axis] = len(spans)
         result = out if out is not None else gb.like(x, f"{node.name}_a{axis}", dims)
-        gb.add_op(node, "Concat", parts, [result], [uint32_scalar("axis", axis)], suffix=f"a{axis}_concat")
+        gb.add_op(node, QnnOpType.Concat, parts, [result], [uint32_scalar("axis", axis)], suffix=f"a{axis}_concat")
         return result

@@ -23,10 +23,11 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -70,7 +71,7 @@ def _check_prod(node: torch.fx.Node) -> SupportResult:
 
 def _multiply(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, suffix: str) -> QnnTensor:
     out = gb.like(a, f"{node.name}_{suffix}")
-    gb.add_op(node, "ElementWiseMultiply", [a, b], [out], suffix=suffix)
+    gb.add_op(node, QnnOpType.ElementWiseMultiply, [a, b], [out], suffix=suffix)
     return out
 
 
@@ -116,8 +117,8 @@ class ProdBuilder(NodeBuilder):
             quantized = (
                 out if list(product.dims) == list(out.dims) else gb.like(out, f"{node.name}_quantized", product.dims)
             )
-            gb.add_op(node, "Quantize", [product], [quantized], suffix="quantize")
+            gb.add_op(node, QnnOpType.Quantize, [product], [quantized], suffix="quantize")
             if quantized is out:
                 return
             product = quantized
-        gb.add_op(node, "Reshape", [product], [out], suffix="out")
+        gb.add_op(node, QnnOpType.Reshape, [product], [out], suffix="out")

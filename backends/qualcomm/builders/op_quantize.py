@@ -7,12 +7,13 @@ import numpy as np
 import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, io_dim_order, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.quant_encoding import DEQUANTIZE_OPS, QUANTIZE_OPS
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     SupportResult,
-    SUPPORTED,
     register_builder,
     tensor_vals,
 )
@@ -37,7 +38,7 @@ class QuantizeBuilder(NodeBuilder):
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x_node = node.args[0]
         x = gb.tensor(x_node, input_layout(node))
-        op_type = "Convert" if x.quant is not None or is_quantized(x_node) else "Quantize"
+        op_type = QnnOpType.Convert if x.quant is not None or is_quantized(x_node) else QnnOpType.Quantize
         gb.add_op(node, op_type, [x], [gb.define_output(node, dims=_rank0_dims(node, x))])
 
 
@@ -67,7 +68,9 @@ class DequantizeBuilder(NodeBuilder):
             gb.bind(node, dequantized_constant(node, gb))
             return
         x = gb.tensor(node.args[0], input_layout(node))
-        gb.add_op(node, "Dequantize", [x], [gb.define_output(node, dims=_rank0_dims(node, x), dtype=torch.float32)])
+        gb.add_op(
+            node, QnnOpType.Dequantize, [x], [gb.define_output(node, dims=_rank0_dims(node, x), dtype=torch.float32)]
+        )
 
 
 def _only_channel_first_outputs(node: torch.fx.Node) -> bool:

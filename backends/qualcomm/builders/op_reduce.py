@@ -11,11 +11,12 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -26,7 +27,7 @@ from backends.qualcomm.serialization.qnn_graph import bool_scalar, uint32_tensor
 from backends.qualcomm.utils.constants import NCHW_TO_NHWC
 
 _aten = exir_ops.edge.aten
-REDUCE_OPS = {_aten.mean.dim: "ReduceMean", _aten.sum.dim_IntList: "ReduceSum"}
+REDUCE_OPS = {_aten.mean.dim: QnnOpType.ReduceMean, _aten.sum.dim_IntList: QnnOpType.ReduceSum}
 
 
 def reduce_axes(node: torch.fx.Node) -> List[int]:

@@ -11,11 +11,12 @@ import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_shape import edge_ops
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_data_io,
@@ -24,15 +25,8 @@ from backends.qualcomm.builders.registry import (
     register_builder,
 )
 from backends.qualcomm.builders.utils import view_as, view_back
-from backends.qualcomm.serialization.qnn_graph import (
-    QnnTensor,
-    bool_scalar,
-    float_scalar,
-    uint32_scalar,
-    uint32_tensor,
-)
+from backends.qualcomm.serialization.qnn_graph import QnnTensor, bool_scalar, float_scalar, uint32_scalar, uint32_tensor
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST
-
 
 _NEAREST = edge_ops(
     "upsample_nearest2d.vec", "upsample_nearest2d.default", "upsample_nearest1d.vec", "upsample_nearest1d.default"
@@ -164,10 +158,10 @@ class ResizeBuilder(NodeBuilder):
         x4, out4, out = _nhwc(gb, node)
         if _kind(node) == "nearest":
             params = [bool_scalar("align_corners", False), bool_scalar("half_pixel_centers", False)]
-            gb.add_op(node, "ResizeNearestNeighbor", [x4], [out4], params)
+            gb.add_op(node, QnnOpType.ResizeNearestNeighbor, [x4], [out4], params)
         elif _kind(node) == "bilinear":
             params = [bool_scalar("align_corners", corners), bool_scalar("half_pixel_centers", not corners)]
-            gb.add_op(node, "ResizeBilinear", [x4], [out4], params)
+            gb.add_op(node, QnnOpType.ResizeBilinear, [x4], [out4], params)
         else:
             params = [
                 bool_scalar("exclude_outside", False),
@@ -175,7 +169,7 @@ class ResizeBuilder(NodeBuilder):
                 uint32_scalar("interpolation_mode", _CUBIC),
                 float_scalar("cubic_coeff", _TORCH_CUBIC_COEFF),
             ]
-            gb.add_op(node, "Resize", [x4], [out4], params)
+            gb.add_op(node, QnnOpType.Resize, [x4], [out4], params)
         view_back(gb, node, out4, out)
 
 
@@ -208,10 +202,10 @@ class ShuffleBuilder(NodeBuilder):
         factor = int(node.args[1])
         if _kind(node) == "channel_shuffle":
             params = [uint32_scalar("num_groups", factor), uint32_scalar("axis", len(x.dims) - 1)]
-            gb.add_op(node, "ChannelShuffle", [x], [out], params)
+            gb.add_op(node, QnnOpType.ChannelShuffle, [x], [out], params)
             return
         params = [uint32_tensor("block_size", [factor, factor]), uint32_scalar("mode", _CRD)]
         if _kind(node) == "pixel_shuffle":
-            gb.add_op(node, "DepthToSpace", [x], [out], params)
+            gb.add_op(node, QnnOpType.DepthToSpace, [x], [out], params)
         else:
-            gb.add_op(node, "SpaceToDepth", [x], [out], params)
+            gb.add_op(node, QnnOpType.SpaceToDepth, [x], [out], params)

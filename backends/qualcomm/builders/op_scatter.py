@@ -28,10 +28,11 @@ from backends.qualcomm.builders.graph_builder import (
 )
 from backends.qualcomm.builders.op_constant import quantized_codes
 from backends.qualcomm.builders.op_shape import edge_ops
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_static_shapes,
@@ -109,14 +110,14 @@ def _axis_first(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, perm: List[
     if moves_only_unit_dims(x.dims, perm):
         return reshape(gb, node, x, dims, suffix)
     out = gb.like(x, f"{node.name}_{suffix}", dims)
-    gb.add_op(node, "Transpose", [x], [out], [uint32_tensor("perm", perm)], suffix=suffix)
+    gb.add_op(node, QnnOpType.Transpose, [x], [out], [uint32_tensor("perm", perm)], suffix=suffix)
     return out
 
 
 @register_builder
 class IndexPutBuilder(NodeBuilder):
     targets = edge_ops("index_put.default")
-    quant_annotations = table_quant_annotations(["ScatterNd"])
+    quant_annotations = table_quant_annotations([QnnOpType.ScatterNd])
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return first_failure(
@@ -141,16 +142,16 @@ class IndexPutBuilder(NodeBuilder):
         values_t = _axis_first(gb, node, values, perm, "values_t")
         params = [uint32_scalar("reduction", 0)]
         if data_t is data:
-            gb.add_op(node, "ScatterNd", [data_t, positions, values_t], [gb.define_output(node)], params)
+            gb.add_op(node, QnnOpType.ScatterNd, [data_t, positions, values_t], [gb.define_output(node)], params)
             return
         scattered = gb.like(data_t, f"{node.name}_scattered")
-        gb.add_op(node, "ScatterNd", [data_t, positions, values_t], [scattered], params)
+        gb.add_op(node, QnnOpType.ScatterNd, [data_t, positions, values_t], [scattered], params)
         back = inverse_perm(perm)
         output = gb.define_output(node)
         if moves_only_unit_dims(scattered.dims, back):
-            gb.add_op(node, "Reshape", [scattered], [output], suffix="back")
+            gb.add_op(node, QnnOpType.Reshape, [scattered], [output], suffix="back")
         else:
-            gb.add_op(node, "Transpose", [scattered], [output], [uint32_tensor("perm", back)], suffix="back")
+            gb.add_op(node, QnnOpType.Transpose, [scattered], [output], [uint32_tensor("perm", back)], suffix="back")
 
 
 # ---- scatter / scatter_add / scatter_reduce -> ScatterElements ---------------------------------
@@ -208,7 +209,7 @@ class ScatterElementsBuilder(NodeBuilder):
         axis = len(data.dims) + int(node.args[1]) if int(node.args[1]) < 0 else int(node.args[1])
         gb.add_op(
             node,
-            "ScatterElements",
+            QnnOpType.ScatterElements,
             [data, indices, updates],
             [gb.define_output(node)],
             [uint32_scalar("axis", axis), uint32_scalar("reduction", _scatter_reduction(node))],

@@ -9,11 +9,12 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_data_io,
@@ -76,7 +77,7 @@ class ReshapeBuilder(NodeBuilder):
         return check_data_io(node, skip_inputs=(1,))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        gb.add_op(node, "Reshape", [gb.tensor(node.args[0])], [gb.define_output(node)])
+        gb.add_op(node, QnnOpType.Reshape, [gb.tensor(node.args[0])], [gb.define_output(node)])
 
 
 def is_contiguous_dim_order(node: torch.fx.Node) -> bool:
@@ -109,7 +110,7 @@ class IdentityBuilder(NodeBuilder):
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x = gb.tensor(node.args[0], input_layout(node))
-        gb.add_op(node, "Reshape", [x], [gb.define_output(node)])
+        gb.add_op(node, QnnOpType.Reshape, [x], [gb.define_output(node)])
 
 
 def permutation(node: torch.fx.Node) -> List[int]:
@@ -136,9 +137,9 @@ class TransposeBuilder(NodeBuilder):
         x = gb.tensor(node.args[0])
         perm = permutation(node)
         if len(perm) < 2:
-            gb.add_op(node, "Reshape", [x], [gb.define_output(node)])
+            gb.add_op(node, QnnOpType.Reshape, [x], [gb.define_output(node)])
             return
-        gb.add_op(node, "Transpose", [x], [gb.define_output(node)], [uint32_tensor("perm", perm)])
+        gb.add_op(node, QnnOpType.Transpose, [x], [gb.define_output(node)], [uint32_tensor("perm", perm)])
 
 
 @register_builder
@@ -165,6 +166,6 @@ class ExpandBuilder(NodeBuilder):
             x = reshape(gb, node, x, in_shape, "rank")
         multiples = [o // i for i, o in zip(in_shape, out_shape)]
         if all(m == 1 for m in multiples):
-            gb.add_op(node, "Reshape", [x], [gb.define_output(node)])
+            gb.add_op(node, QnnOpType.Reshape, [x], [gb.define_output(node)])
             return
-        gb.add_op(node, "Tile", [x], [gb.define_output(node)], [uint32_tensor("multiples", multiples)])
+        gb.add_op(node, QnnOpType.Tile, [x], [gb.define_output(node)], [uint32_tensor("multiples", multiples)])

@@ -7,11 +7,12 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, inverse_perm, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -46,7 +47,7 @@ class SoftmaxBuilder(NodeBuilder):
         x = gb.tensor(node.args[0], layout)
         axis = stored_axis(node.args[1], len(logical_shape(node)), layout)
         out = gb.define_output(node)
-        qnn_type = "LogSoftmax" if node.target == _aten._log_softmax.default else "Softmax"
+        qnn_type = QnnOpType.LogSoftmax if node.target == _aten._log_softmax.default else QnnOpType.Softmax
         last = len(x.dims) - 1
         if axis == last:
             gb.add_op(node, qnn_type, [x], [out], [uint32_scalar("axis", axis), float_scalar("beta", 1.0)])
@@ -54,7 +55,9 @@ class SoftmaxBuilder(NodeBuilder):
         # HTP's Softmax takes the last axis only (error 3110 otherwise): move `axis` last and back
         perm = [d for d in range(len(x.dims)) if d != axis] + [axis]
         moved = gb.like(x, f"{node.name}_axis_last", [x.dims[d] for d in perm])
-        gb.add_op(node, "Transpose", [x], [moved], [uint32_tensor("perm", perm)], suffix="axis_last")
+        gb.add_op(node, QnnOpType.Transpose, [x], [moved], [uint32_tensor("perm", perm)], suffix="axis_last")
         result = gb.like(out, f"{node.name}_last", moved.dims)
         gb.add_op(node, qnn_type, [moved], [result], [uint32_scalar("axis", last), float_scalar("beta", 1.0)])
-        gb.add_op(node, "Transpose", [result], [out], [uint32_tensor("perm", inverse_perm(perm))], suffix="axis_back")
+        gb.add_op(
+            node, QnnOpType.Transpose, [result], [out], [uint32_tensor("perm", inverse_perm(perm))], suffix="axis_back"
+        )

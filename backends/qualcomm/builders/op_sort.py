@@ -25,11 +25,12 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_lookup import code_index
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.quant_encoding import is_dequantize
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     NodeBuilder,
     SupportResult,
-    SUPPORTED,
     first_failure,
     node_val,
     register_builder,
@@ -93,7 +94,7 @@ def _check_axis(node: torch.fx.Node) -> SupportResult:
 
 def _negated(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, what: str) -> QnnTensor:
     out = gb.native_tensor(f"{node.name}_{what}", x.dims, DataType.FLOAT_32)
-    gb.add_op(node, "ElementWiseNeg", [x], [out], suffix=what)
+    gb.add_op(node, QnnOpType.ElementWiseNeg, [x], [out], suffix=what)
     return out
 
 
@@ -106,7 +107,7 @@ def _sort_codes(gb: GraphBuilder, node: torch.fx.Node, q: QnnTensor, indices: Qn
     scaled = int32("codes_scaled")
     gb.add_op(
         node,
-        "ElementWiseMultiply",
+        QnnOpType.ElementWiseMultiply,
         [codes, gb.static_tensor(f"{node.name}_n", np.array([n], np.int32))],
         [scaled],
         suffix="codes_scaled",
@@ -114,13 +115,20 @@ def _sort_codes(gb: GraphBuilder, node: torch.fx.Node, q: QnnTensor, indices: Qn
     ramp = gb.static_tensor(f"{node.name}_ramp", (n - 1 - np.arange(n)).astype(np.int32))
     keys = int32("keys")
     if sort_args(node)[1]:
-        gb.add_op(node, "ElementWiseAdd", [scaled, ramp], [keys], suffix="keys")
+        gb.add_op(node, QnnOpType.ElementWiseAdd, [scaled, ramp], [keys], suffix="keys")
     else:
-        gb.add_op(node, "ElementWiseSubtract", [ramp, scaled], [keys], suffix="keys")
-    gb.add_op(node, "TopK", [keys], [int32("sorted_keys"), indices], [k])
+        gb.add_op(node, QnnOpType.ElementWiseSubtract, [ramp, scaled], [keys], suffix="keys")
+    gb.add_op(node, QnnOpType.TopK, [keys], [int32("sorted_keys"), indices], [k])
     values = gb.like(q, f"{node.name}_codes_sorted")
-    gb.add_op(node, "GatherElements", [q, indices], [values], [uint32_scalar("axis", len(q.dims) - 1)], suffix="values")
-    gb.add_op(node, "Dequantize", [values], [gb.define_output(node, dtype=torch.float32)], suffix="dequantize")
+    gb.add_op(
+        node,
+        QnnOpType.GatherElements,
+        [q, indices],
+        [values],
+        [uint32_scalar("axis", len(q.dims) - 1)],
+        suffix="values",
+    )
+    gb.add_op(node, QnnOpType.Dequantize, [values], [gb.define_output(node, dtype=torch.float32)], suffix="dequantize")
 
 
 @register_builder
@@ -139,14 +147,16 @@ class SortBuilder(NodeBuilder):
         if source is not None and gb.tensor(source).data_type in (DataType.UFIXED_POINT_8, DataType.UFIXED_POINT_16):
             _sort_codes(gb, node, gb.tensor(source), indices, k)
         elif sort_args(node)[1]:
-            gb.add_op(node, "TopK", [x], [gb.define_output(node, dtype=torch.float32), indices], [k])
+            gb.add_op(node, QnnOpType.TopK, [x], [gb.define_output(node, dtype=torch.float32), indices], [k])
         else:
             top = gb.native_tensor(f"{node.name}_negated_sorted", x.dims, DataType.FLOAT_32)
-            gb.add_op(node, "TopK", [_negated(gb, node, x, "negated")], [top, indices], [k])
-            gb.add_op(node, "ElementWiseNeg", [top], [gb.define_output(node, dtype=torch.float32)], suffix="values")
+            gb.add_op(node, QnnOpType.TopK, [_negated(gb, node, x, "negated")], [top, indices], [k])
+            gb.add_op(
+                node, QnnOpType.ElementWiseNeg, [top], [gb.define_output(node, dtype=torch.float32)], suffix="values"
+            )
         users = [u for u in node.users if u.target is operator.getitem and u.args[1] == 1]
         if users:
             indices64 = gb.native_tensor(f"{node.name}_indices", x.dims, DataType.INT_64)
-            gb.add_op(node, "Cast", [indices], [indices64], suffix="indices")
+            gb.add_op(node, QnnOpType.Cast, [indices], [indices64], suffix="indices")
             for user in users:
                 gb.bind(user, indices64)

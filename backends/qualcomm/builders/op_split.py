@@ -14,10 +14,11 @@ import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_shape import edge_ops
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -64,7 +65,7 @@ def _check_sizes(node: torch.fx.Node) -> SupportResult:
 @register_builder
 class SplitBuilder(NodeBuilder):
     targets = _SPLIT_OPS
-    quant_annotations = table_quant_annotations(["Split"])
+    quant_annotations = table_quant_annotations([QnnOpType.Split])
 
     def output_count(self, node: torch.fx.Node) -> int:
         """Number of outputs of `node` (getitem indices below it are valid)."""
@@ -81,11 +82,15 @@ class SplitBuilder(NodeBuilder):
         sizes = split_sizes(node)
         outputs = self._output_tensors(node, gb, x)
         if len(sizes) == 1:
-            gb.add_op(node, "Reshape", [x], outputs)
+            gb.add_op(node, QnnOpType.Reshape, [x], outputs)
             return
         starts = np.cumsum(sizes[:-1]).astype(np.uint32).tolist()
         gb.add_op(
-            node, "Split", [x], outputs, [uint32_scalar("axis", _split_dim(node)), uint32_tensor("split_index", starts)]
+            node,
+            QnnOpType.Split,
+            [x],
+            outputs,
+            [uint32_scalar("axis", _split_dim(node)), uint32_tensor("split_index", starts)],
         )
 
     @staticmethod
@@ -135,6 +140,6 @@ class StackBuilder(NodeBuilder):
             dims.insert(dim, 1)
             parts.append(reshape(gb, node, x, dims, f"unsqueeze_{i}"))
         if len(parts) == 1:
-            gb.add_op(node, "Reshape", parts, [output])
+            gb.add_op(node, QnnOpType.Reshape, parts, [output])
             return
-        gb.add_op(node, "Concat", parts, [output], [uint32_scalar("axis", dim)])
+        gb.add_op(node, QnnOpType.Concat, parts, [output], [uint32_scalar("axis", dim)])

@@ -11,10 +11,11 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     NodeBuilder,
     SupportResult,
-    SUPPORTED,
     first_failure,
     node_val,
     register_builder,
@@ -57,9 +58,9 @@ class TopKBuilder(NodeBuilder):
         x = gb.tensor(node.args[0])
         values = gb.define_output(node, dtype=torch.float32)
         indices = gb.native_tensor(f"{node.name}_indices_int32", values.dims, DataType.INT_32)
-        gb.add_op(node, "TopK", [x], [values, indices], [uint32_scalar("k", int(node.args[1]))])
+        gb.add_op(node, QnnOpType.TopK, [x], [values, indices], [uint32_scalar("k", int(node.args[1]))])
         for user in node.users:
             if user.target is operator.getitem and user.args[1] == 1:
                 indices64 = gb.native_tensor(f"{node.name}_indices", values.dims, DataType.INT_64)
-                gb.add_op(node, "Cast", [indices], [indices64], suffix="indices")
+                gb.add_op(node, QnnOpType.Cast, [indices], [indices64], suffix="indices")
                 gb.bind(user, indices64)

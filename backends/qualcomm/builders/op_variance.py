@@ -14,10 +14,11 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_float_io,
@@ -77,21 +78,21 @@ class VarianceBuilder(NodeBuilder):
         mean = self._float(gb, node, "mean", kept_dims)
         gb.add_op(
             node,
-            "ReduceMean",
+            QnnOpType.ReduceMean,
             [x],
             [mean],
             [uint32_tensor("axes", axes), bool_scalar("keep_dims", True)],
             suffix="mean",
         )
         centered = self._float(gb, node, "centered", x.dims)
-        gb.add_op(node, "ElementWiseSubtract", [x, mean], [centered], suffix="center")
+        gb.add_op(node, QnnOpType.ElementWiseSubtract, [x, mean], [centered], suffix="center")
         squared = self._float(gb, node, "squared", x.dims)
-        gb.add_op(node, "ElementWiseMultiply", [centered, centered], [squared], suffix="square")
+        gb.add_op(node, QnnOpType.ElementWiseMultiply, [centered, centered], [squared], suffix="square")
         out_dims = kept_dims if keep else [n for d, n in enumerate(x.dims) if d not in axes]
         total = self._float(gb, node, "sum", out_dims)
         gb.add_op(
             node,
-            "ReduceSum",
+            QnnOpType.ReduceSum,
             [squared],
             [total],
             [uint32_tensor("axes", axes), bool_scalar("keep_dims", keep)],
@@ -101,11 +102,11 @@ class VarianceBuilder(NodeBuilder):
             f"{node.name}_inv_count", np.array([1.0 / (reduced_count(node) - correction(node))], dtype=np.float32)
         )
         if not is_quantized(node):
-            gb.add_op(node, "ElementWiseMultiply", [total, divisor], [gb.define_output(node, dims=out_dims)])
+            gb.add_op(node, QnnOpType.ElementWiseMultiply, [total, divisor], [gb.define_output(node, dims=out_dims)])
             return
         var = self._float(gb, node, "float", out_dims)
-        gb.add_op(node, "ElementWiseMultiply", [total, divisor], [var], suffix="scale")
-        gb.add_op(node, "Quantize", [var], [gb.define_output(node, dims=out_dims)], suffix="quantize")
+        gb.add_op(node, QnnOpType.ElementWiseMultiply, [total, divisor], [var], suffix="scale")
+        gb.add_op(node, QnnOpType.Quantize, [var], [gb.define_output(node, dims=out_dims)], suffix="quantize")
 
     @staticmethod
     def _float(gb: GraphBuilder, node: torch.fx.Node, what: str, dims) -> QnnTensor:

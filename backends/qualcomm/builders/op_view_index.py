@@ -20,10 +20,11 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_logic import padded_rank
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    SUPPORTED,
     NodeBuilder,
     QuantFamily,
-    SUPPORTED,
     SupportResult,
     aten_ops,
     check_static_shapes,
@@ -103,8 +104,8 @@ class PositionGatherBuilder(NodeBuilder):
         positions = flat_positions(node).contiguous().numpy().astype(np.int32).reshape(-1)
         indices = gb.static_tensor(f"{node.name}_positions", positions)
         gathered = gb.like(flat, f"{node.name}_gathered", [positions.size])
-        gb.add_op(node, "Gather", [flat, indices], [gathered], [int32_scalar("axis", 0)])
-        gb.add_op(node, "Reshape", [gathered], [gb.define_output(node)], suffix="shape")
+        gb.add_op(node, QnnOpType.Gather, [flat, indices], [gathered], [int32_scalar("axis", 0)])
+        gb.add_op(node, QnnOpType.Reshape, [gathered], [gb.define_output(node)], suffix="shape")
 
 
 # ---- triu / tril -> Select(constant mask, x, 0) ------------------------------------------------
@@ -138,7 +139,7 @@ class TriangleBuilder(NodeBuilder):
         x = gb.tensor(node.args[0])
         mask = gb.static_tensor(f"{node.name}_mask", triangle_mask(node))
         zero = padded_rank(gb, node, _zero(gb, node), len(x.dims), "zero")
-        gb.add_op(node, "ElementWiseSelect", [mask, x, zero], [gb.define_output(node)])
+        gb.add_op(node, QnnOpType.ElementWiseSelect, [mask, x, zero], [gb.define_output(node)])
 
 
 def _zero(gb: GraphBuilder, node: torch.fx.Node) -> QnnTensor:

@@ -14,6 +14,8 @@ from backends.qualcomm.builders.graph_builder import (
     node_layout,
     permute_dims,
 )
+from backends.qualcomm.builders.qnn_op_types import QnnOpType
+from backends.qualcomm.builders.quant_encoding import QuantAttrs, exact_scalar_attrs
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, int32_tensor, uint32_tensor
 from backends.qualcomm.utils.constants import (
     CHANNEL_LAST_RANKS,
@@ -24,8 +26,6 @@ from backends.qualcomm.utils.constants import (
     QCOM_QUANT_ATTRS,
     channel_last_perm,
 )
-from backends.qualcomm.builders.qnn_op_types import QnnOpType
-from backends.qualcomm.builders.quant_encoding import QuantAttrs, exact_scalar_attrs
 
 
 def input_layout(node: torch.fx.Node) -> str:
@@ -96,12 +96,14 @@ def operand(gb: GraphBuilder, node: torch.fx.Node, arg: object, layout: str, out
     stored = permute_dims(shape_n, perm)
     if moves_only_unit_dims(shape_n, perm):
         out = gb.like(source, f"{arg.name}_rank{out_rank}_channel_last", stored)
-        gb.add_op(node, "Reshape", [source], [out], suffix=f"{name}_reshape")
+        gb.add_op(node, QnnOpType.Reshape, [source], [out], suffix=f"{name}_reshape")
         return out
     ranked = gb.like(source, f"{arg.name}_rank{out_rank}", shape_n)
-    gb.add_op(node, "Reshape", [source], [ranked], suffix=f"{name}_reshape")
+    gb.add_op(node, QnnOpType.Reshape, [source], [ranked], suffix=f"{name}_reshape")
     out = gb.like(source, f"{arg.name}_rank{out_rank}_channel_last", stored)
-    gb.add_op(node, "Transpose", [ranked], [out], [uint32_tensor("perm", list(perm))], suffix=f"{name}_transpose")
+    gb.add_op(
+        node, QnnOpType.Transpose, [ranked], [out], [uint32_tensor("perm", list(perm))], suffix=f"{name}_transpose"
+    )
     return out
 
 
@@ -130,12 +132,12 @@ def dequantized(gb: GraphBuilder, node: torch.fx.Node, tensor: QnnTensor, name: 
     ElementWiseMaximum(t, t) first (exact, and QNN keeps it)."""
     if tensor.quant is None:
         return tensor
-    if _written_by(gb, tensor) == "Quantize":
+    if _written_by(gb, tensor) == QnnOpType.Quantize:
         kept = gb.like(tensor, f"{node.name}_{name}_rounded")
-        gb.add_op(node, "ElementWiseMaximum", [tensor, tensor], [kept], suffix=f"rounded_{name}")
+        gb.add_op(node, QnnOpType.ElementWiseMaximum, [tensor, tensor], [kept], suffix=f"rounded_{name}")
         tensor = kept
     result = gb.native_tensor(f"{node.name}_{name}_float", tensor.dims)
-    gb.add_op(node, "Dequantize", [tensor], [result], suffix=f"dequantize_{name}")
+    gb.add_op(node, QnnOpType.Dequantize, [tensor], [result], suffix=f"dequantize_{name}")
     return result
 
 
@@ -146,7 +148,7 @@ def _written_by(gb: GraphBuilder, tensor: QnnTensor) -> Optional[str]:
 
 def reshape(gb: GraphBuilder, node: torch.fx.Node, source: QnnTensor, dims: Sequence[int], suffix: str) -> QnnTensor:
     out = gb.like(source, f"{node.name}_{suffix}", dims)
-    gb.add_op(node, "Reshape", [source], [out], suffix=suffix)
+    gb.add_op(node, QnnOpType.Reshape, [source], [out], suffix=suffix)
     return out
 
 
@@ -182,4 +184,4 @@ def view_as(
 def view_back(gb: GraphBuilder, node: torch.fx.Node, out_view: QnnTensor, out: QnnTensor) -> None:
     """Reshape the op's output into the node's output (nothing when they are one)."""
     if out_view is not out:
-        gb.add_op(node, "Reshape", [out_view], [out], suffix="view_back")
+        gb.add_op(node, QnnOpType.Reshape, [out_view], [out], suffix="view_back")

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from backends.qualcomm.builders.qnn_op_types import LUT_OP_TYPES
+from backends.qualcomm.builders.qnn_op_types import LUT_OP_TYPES, QnnOpType
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnGraph, QnnOp, QnnTensor, TensorType
 
 logger = logging.getLogger("backends.qualcomm")
@@ -39,14 +39,14 @@ def _unary_codes(graph: QnnGraph, x_id: int, y_id: int) -> bool:
 def _silu_gate(graph: QnnGraph, op: QnnOp) -> Optional[QnnOp]:
     """For silu as built here (x -> Sigmoid -> FLOAT_32 gate; ElementWiseMultiply(x, gate)), the
     Sigmoid op of the Multiply `op`; else None. x * sigmoid(x) is a function of x's code."""
-    if op.type != "ElementWiseMultiply" or len(op.inputs) != 2 or len(op.outputs) != 1:
+    if op.type != QnnOpType.ElementWiseMultiply or len(op.inputs) != 2 or len(op.outputs) != 1:
         return None
     x, gate = op.inputs
     if graph.tensors[gate].data_type != DataType.FLOAT_32 or not _unary_codes(graph, x, op.outputs[0]):
         return None
     for producer in graph.ops:
         if producer.outputs == [gate]:
-            return producer if producer.type == "Sigmoid" and producer.inputs == [x] else None
+            return producer if producer.type == QnnOpType.Sigmoid and producer.inputs == [x] else None
     return None
 
 
@@ -54,14 +54,14 @@ def _silu_gate(graph: QnnGraph, op: QnnOp) -> Optional[QnnOp]:
 # after a Multiply matches the engine's exact requantization of the Multiply's codes on every
 # element, while the Relu's table measured alone is 1 step off on ~3% of codes); they get a
 # table only when their input is the graph's Quantize or a graph input.
-FUSED_CLAMPS = frozenset({"Relu", "ReluMinMax"})
+FUSED_CLAMPS = frozenset({"Relu", QnnOpType.ReluMinMax})
 
 
 def _fused_into_producer(graph: QnnGraph, op: QnnOp) -> bool:
     if op.type not in FUSED_CLAMPS:
         return False
     producer = next((o for o in graph.ops if op.inputs[0] in o.outputs), None)
-    return producer is not None and producer.type != "Quantize"
+    return producer is not None and producer.type != QnnOpType.Quantize
 
 
 def table_ops(graph: QnnGraph) -> List[int]:
