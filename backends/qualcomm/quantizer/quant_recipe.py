@@ -112,19 +112,9 @@ class QuantRecipe:
         priority: int = 1,
         extra_kwargs: Optional[dict] = None,
     ) -> "QuantRecipe":
-        self._strategies.append(
-            QuantizationStrategy(
-                quant_dtype,
-                is_qat,
-                granularity,
-                act_observer,
-                act_symmetric,
-                dict(extra_kwargs or {}),
-                note,
-                priority,
-                targets=set(targets),
-            )
-        )
+        """Nodes whose target is one of `targets` get this quantization."""
+        args = (quant_dtype, is_qat, granularity, act_observer, act_symmetric, dict(extra_kwargs or {}), note, priority)
+        self._strategies.append(QuantizationStrategy(*args, targets=set(targets)))
         return self
 
     def add_regex(
@@ -139,19 +129,10 @@ class QuantRecipe:
         priority: int = 1,
         extra_kwargs: Optional[dict] = None,
     ) -> "QuantRecipe":
-        self._strategies.append(
-            QuantizationStrategy(
-                quant_dtype,
-                is_qat,
-                granularity,
-                act_observer,
-                act_symmetric,
-                dict(extra_kwargs or {}),
-                note,
-                priority,
-                patterns=set(regex),
-            )
-        )
+        """Nodes whose name (or module path) matches one of the `regex` patterns get this
+        quantization."""
+        args = (quant_dtype, is_qat, granularity, act_observer, act_symmetric, dict(extra_kwargs or {}), note, priority)
+        self._strategies.append(QuantizationStrategy(*args, patterns=set(regex)))
         return self
 
     def initialize_default_strategy_ops(self, supported_ops: Iterable[object]) -> None:

@@ -64,10 +64,8 @@ def _activation_encoding(node: torch.fx.Node):
     return scale, zero_point, quant_max
 
 
-def _is_uncalibrated(node: torch.fx.Node) -> bool:
-    encoding = _activation_encoding(node) if is_quantize(node) else None
-    if encoding is None:
-        return False
+def _is_default_encoding(encoding) -> bool:
+    """torchao's encoding before calibration: scale 1.0, zero point 0 (or the midpoint)."""
     scale, zero_point, quant_max = encoding
     midpoint = (int(quant_max) + 1) // 2 if isinstance(quant_max, int) else None
     return scale == 1.0 and zero_point in (0, midpoint)
@@ -78,15 +76,14 @@ def check_calibrated(graph: torch.fx.Graph) -> None:
     one of them -> QnnLoweringError (the model was never calibrated: its outputs would be zeros);
     some -> a warning naming them (a branch calibration never reached, or data that really spans
     [0, 255])."""
-    activations = [n for n in graph.nodes if _activation_encoding(n) is not None and is_quantize(n)]
-    defaults = [n.name for n in activations if _is_uncalibrated(n)]
+    quantizes = (n for n in graph.nodes if is_quantize(n))
+    encodings = {n: e for n in quantizes if (e := _activation_encoding(n)) is not None}
+    defaults = {n.name: e for n, e in encodings.items() if _is_default_encoding(e)}
     if not defaults:
         return
-    zero_points = (
-        "0" if all(_activation_encoding(n)[1] == 0 for n in activations if n.name in defaults) else "0 or the midpoint"
-    )
-    message = UNCALIBRATED_MESSAGE.format(count=len(defaults), zero_points=zero_points, names=_listed(defaults))
-    if len(defaults) == len(activations):
+    zero_points = "0" if all(e[1] == 0 for e in defaults.values()) else "0 or the midpoint"
+    message = UNCALIBRATED_MESSAGE.format(count=len(defaults), zero_points=zero_points, names=_listed(list(defaults)))
+    if len(defaults) == len(encodings):
         raise QnnLoweringError(f"the model was quantized without calibration: {message}")
     logger.warning(
         "QnnPartitioner: %s (A tensor whose calibration data really spans [0, 255] has that "
