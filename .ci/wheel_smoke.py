@@ -1,12 +1,15 @@
 """The product as a user gets it: run from outside the source tree against an installed
 qnn-delegate wheel. Quantizes a tiny model with QnnQuantizer (8a8w), lowers it with
 to_edge_transform_and_lower + QnnPartitioner, runs it with executorch.runtime and compares it
-with eager PyTorch; also checks that the wheel holds no test code."""
+with eager PyTorch; also checks that the wheel holds no test code. Then runs README.md's
+runnable snippet as written (its path is the first argument), in the current folder."""
 
 from __future__ import annotations
 
 import importlib.util
 import pathlib
+import re
+import subprocess
 import sys
 
 import torch
@@ -54,5 +57,20 @@ def main() -> int:
     return 0
 
 
+README_SNIPPET = re.compile(r"<!-- runnable: readme -->\n```python\n(.*?)^```", re.S | re.M)
+
+
+def run_readme_snippet(readme: pathlib.Path) -> int:
+    """README's snippet, as written, by this interpreter: it must exit 0 and print its figure."""
+    snippet = README_SNIPPET.search(readme.read_text()).group(1)
+    pathlib.Path("readme_snippet.py").write_text(snippet)
+    done = subprocess.run([sys.executable, "readme_snippet.py"], capture_output=True, text=True)
+    print(done.stdout, end="")
+    if done.returncode != 0 or "max |delegate - QDQ model|:" not in done.stdout:
+        print(done.stderr[-4000:], file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main() or (run_readme_snippet(pathlib.Path(sys.argv[1])) if len(sys.argv) > 1 else 0))

@@ -10,43 +10,19 @@ they cover every node (else it stays delegated and runs on the host engine only)
 
 from __future__ import annotations
 
-import functools
 from typing import Dict, List, Set
 
 import torch
-from executorch.exir.operator.convert import to_out_variant
 from torch.export import ExportedProgram
 from torch.fx.passes.infra.partitioner import Partition
 
 from backends.qualcomm._passes.fold_constant_subgraphs import mutated_buffer_inputs
+from backends.qualcomm.partitioner.cpu_kernels import has_cpu_kernel
 
 CONSTANT_ONLY_REASON = (
     "computes constants only (no runtime input reaches it): QNN refuses a graph without inputs, so it "
     "runs on ExecuTorch's CPU kernels; to_edge_transform_and_lower_to_qnn folds it into constants"
 )
-
-
-@functools.lru_cache(maxsize=1)
-def _cpu_operator_names() -> frozenset:
-    try:
-        from executorch.extension.pybindings.portable_lib import _get_operator_names
-    except ImportError:
-        return frozenset()
-    return frozenset(_get_operator_names())
-
-
-def has_cpu_kernel(node: torch.fx.Node) -> bool:
-    """ExecuTorch's CPU kernels (those this process registered) implement the node's op."""
-    op = getattr(node.target, "_op", node.target)
-    if not isinstance(op, torch._ops.OpOverload):
-        return False
-    try:
-        out_op, _ = to_out_variant(op)
-    except Exception:  # noqa: BLE001 - no out variant: no kernel
-        return False
-    schema = out_op._schema
-    name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
-    return name in _cpu_operator_names()
 
 
 def _constant_inputs(ep: ExportedProgram) -> Set[torch.fx.Node]:

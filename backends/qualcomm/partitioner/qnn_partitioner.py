@@ -20,6 +20,7 @@ from backends.qualcomm._passes.mark_constants import mark_constants
 from backends.qualcomm.builders.quant_encoding import is_dequantize, is_quantize
 from backends.qualcomm.builders.registry import get_builder, ops_to_not_decompose
 from backends.qualcomm.partitioner.constant_partitions import CONSTANT_ONLY_REASON, constant_only_partitions
+from backends.qualcomm.partitioner.cpu_kernels import check_cpu_kernels
 from backends.qualcomm.partitioner.op_names import node_op_keys, resolve_skip_ops
 from backends.qualcomm.partitioner.qnn_validation import PartitionValidator, ValidationReport
 from backends.qualcomm.partitioner.quant_boundaries import keep_quantize_with_consumers
@@ -162,7 +163,10 @@ class QnnPartitioner(Partitioner):
     """Tags the nodes our builders support. Never raises for unsupported nodes (they stay on
     the CPU; `rejected_nodes` and `summary` say why). A bad argument raises at construction:
     a skip_node_op_set entry that names no op gives ValueError. Arguments follow upstream's
-    QnnPartitioner; mutable buffers always stay outside the delegate (skip_mutable_buffer)."""
+    QnnPartitioner; mutable buffers always stay outside the delegate (skip_mutable_buffer).
+    `require_cpu_kernels` (ours, default True): a node left on the CPU for which ExecuTorch has no
+    kernel raises QnnLoweringError (the program would not load); False leaves that to a runtime
+    that registers more kernels."""
 
     def __init__(
         self,
@@ -170,10 +174,12 @@ class QnnPartitioner(Partitioner):
         skip_node_id_set: Optional[Set[str]] = None,
         skip_node_op_set: Optional[Set[object]] = None,
         skip_mutable_buffer: bool = False,
+        require_cpu_kernels: bool = True,
     ):
         super().__init__()
         # Upstream's argument: mutable buffers are never delegated here (as with True).
         self.skip_mutable_buffer = bool(skip_mutable_buffer)
+        self.require_cpu_kernels = bool(require_cpu_kernels)
         self.compiler_specs = check_compile_specs(compiler_specs)
         if any(spec.key == QCOM_COMPILE_SPEC_KEY for spec in self.compiler_specs):
             options_from_compile_specs(self.compiler_specs)  # unreadable: ValueError now, not at lowering
@@ -257,6 +263,11 @@ class QnnPartitioner(Partitioner):
         tag_constant_data(exported_program)
         self.rejected_nodes = dict(support.rejected_nodes)
         self._report(exported_program, support)
+        if self.require_cpu_kernels:
+            delegated = {
+                n: n.meta["delegation_tag"] for n in exported_program.graph.nodes if n.meta.get("delegation_tag")
+            }
+            check_cpu_kernels(exported_program.graph, delegated, self.rejected_nodes)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=partition_tags)
 
     def transform_for_pre_decomposition(self, ep: ExportedProgram) -> ExportedProgram:
