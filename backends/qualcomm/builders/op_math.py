@@ -9,7 +9,8 @@ expm1 above):
 tan = Sin / Cos; sinh / cosh = (e -/+ 1 / e) / 2 with e = Exp(x);
 asinh = sign(x) * Log(|x| + Sqrt(x^2 + 1)); acosh = Log(x + Sqrt((x - 1)(x + 1)));
 atanh = Log((1 + x) / (1 - x)) / 2; acos = pi / 2 - Atan(x * Rsqrt((1 - x)(1 + x)));
-atan2(y, x) = Atan(y / x) + (x < 0 ? (y >= 0 ? pi : -pi) : 0) (atan2(0, 0) is NaN here, torch 0).
+atan2(y, x) = x == 0 ? sign(y) pi / 2 : Atan(y / x) + (x < 0 ? (y >= 0 ? pi : -pi) : 0) (no division by
+zero: atan2(0, 0) = 0 as torch).
 fp16 overflows x^2 for |x| > 256 (asinh / acosh give inf there).
 
 Quantized graphs: clamp's intermediate takes the output's encoding (values above it saturate,
@@ -142,8 +143,12 @@ def _acos(c: _Chain) -> None:
 
 
 def _atan2(c: _Chain) -> None:
+    """Atan(y / x) plus the quadrant's offset off the y axis; on it (x == 0) sign(y) pi / 2, so
+    that no division by zero happens (atan2(0, 0) = 0 as torch; HTP's fp16 Atan never sees inf)."""
     y, x = c.inputs
-    base = c.op(QnnOpType.ElementWiseAtan, c.op(QnnOpType.ElementWiseDivide, y, x))
+    on_y_axis = c.op(QnnOpType.ElementWiseEqual, x, c.const(0.0), boolean=True)
+    divisor = c.op(QnnOpType.ElementWiseSelect, on_y_axis, c.const(1.0), x)
+    base = c.op(QnnOpType.ElementWiseAtan, c.op(QnnOpType.ElementWiseDivide, y, divisor))
     turn = c.op(
         QnnOpType.ElementWiseSelect,
         c.op(QnnOpType.ElementWiseGreaterEqual, y, c.const(0.0), boolean=True),
@@ -152,7 +157,9 @@ def _atan2(c: _Chain) -> None:
     )
     negative = c.op(QnnOpType.ElementWiseLess, x, c.const(0.0), boolean=True)
     offset = c.op(QnnOpType.ElementWiseSelect, negative, turn, c.const(0.0))
-    c.last(QnnOpType.ElementWiseAdd, base, offset)
+    off_axis = c.op(QnnOpType.ElementWiseAdd, base, offset)
+    on_axis = c.op(QnnOpType.ElementWiseMultiply, c.op(QnnOpType.ElementWiseSign, y), c.const(math.pi / 2))
+    c.last(QnnOpType.ElementWiseSelect, on_y_axis, on_axis, off_axis)
 
 
 def _scaled_log(factor: float) -> Callable[[_Chain], None]:

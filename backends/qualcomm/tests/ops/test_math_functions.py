@@ -171,20 +171,36 @@ class EdgeValues(torch.nn.Module):
 def test_host_engine_nan_inf_zero_edges():
     """Zero divisors (NaN / inf as torch), NaN / inf operands, signed zeros of floor_divide /
     trunc; host engine only, equal to eager bit for bit (atan2 / pow: fp16 tolerance, NaN where
-    eager has NaN).
-    Exception: atan2(0, 0) is NaN here (y / x), torch gives 0 (ops.toml)."""
+    eager has NaN; atan2 on the y axis, (0, 0) included, as torch: no division by zero)."""
     nan, inf = float("nan"), float("inf")
     x = torch.tensor([5.5, -5.5, 5.5, -5.5, 1.0, 0.0, -0.0, nan, inf, -inf, 3.0, -0.5, 2.0, 0.0])
     y = torch.tensor([2.0, 2.0, -2.0, -2.0, 0.0, 0.0, 3.0, 1.0, 2.0, 2.0, inf, 1.0, -inf, -1.0])
     tester = QnnTester(EdgeValues(), (x, y)).lower().check_fully_delegated().to_executorch().run()
     for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
-        if i == 3:  # atan2: NaN at (0, 0) where torch gives 0
-            both_zero = (x == 0).numpy() & (y == 0).numpy()
-            assert np.isnan(out[both_zero]).all()
-            out, ref = out[~both_zero], ref[~both_zero]
+        if i == 3:  # atan2 on the y axis: 0 at (0, 0), +-pi / 2 elsewhere, as torch
+            on_axis = (y == 0).numpy()
+            assert on_axis.sum() == 2 and not np.isnan(out[on_axis]).any()
+            np.testing.assert_allclose(out[on_axis], ref[on_axis], rtol=0, atol=1e-3)
         if i >= 3:  # atan2, pow: fp16 arithmetic; NaN / inf where eager has them
             np.testing.assert_allclose(out, ref, rtol=2e-3, atol=2e-3, equal_nan=True, err_msg=f"output {i}")
             continue
         np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
         if out.dtype != np.bool_:
             assert np.array_equal(np.signbit(out), np.signbit(ref)), f"output {i} sign"
+
+
+class Atan2(torch.nn.Module):
+    def forward(self, y, x):
+        return torch.atan2(y, x)
+
+
+def test_atan2_on_the_axes_on_both_engines(qnn_binary):
+    """Upstream's atan2 inputs (every quadrant, both axes, (0, 0)): eager's values on the host
+    engine and on QNN (the float chain selects sign(y) pi / 2 where x == 0: no 0 / 0, no inf)."""
+    y = torch.tensor([1.0, 1.0, -1.0, -1.0, 1.0, -1.0, 0.0, 0.0, 2.5])
+    x = torch.tensor([1.0, -1.0, -1.0, 1.0, 0.0, 0.0, 0.0, -3.0, 0.5])
+    tester = lower_to_one_delegate(Atan2(), (y, x), None)
+    out = tester.outputs[0]
+    assert not np.isnan(out).any() and not np.isinf(out).any()
+    np.testing.assert_allclose(out, torch.atan2(y, x).numpy(), rtol=0, atol=2e-3)
+    print(check_on_qnn(tester, (y, x), None))
