@@ -111,7 +111,42 @@ WEIGHT_VARIANTS = {
     "recipe, layers 0-1 8-bit": [(r"lm_head|down_proj|layers\.[01]\.", 8, 0), (".", 4, 32)],
     "recipe, v_proj + o_proj 8-bit": [("lm_head|down_proj|v_proj|o_proj", 8, 0), (".", 4, 32)],
     "recipe, gate_proj + up_proj 8-bit (attention 4-bit)": [("lm_head|mlp", 8, 0), (".", 4, 32)],
+    # the cause: the GGUF weights already lie on Q4_1's grid (per block of 32: 16 levels, asymmetric)
+    "Q4_1's own grid (asymmetric 4-bit, float scale + min per block 32), head + down_proj 8-bit": [
+        ("lm_head|down_proj", 8, 0),
+        (".", 4, 32, "asym"),
+    ],
+    "symmetric 4-bit, float scale per block 32 (LPBQ without its 4-bit block scales), head + down 8-bit": [
+        ("lm_head|down_proj", 8, 0),
+        (".", 4, 32, "sym_float"),
+    ],
+    "MSE scales, v_proj 8-bit": [("lm_head|down_proj|v_proj", 8, 0), (".", 4, 32, "mse")],
+    "MSE scales, v_proj + up_proj 8-bit": [("lm_head|down_proj|v_proj|up_proj", 8, 0), (".", 4, 32, "mse")],
+    "MSE scales, layers 24-29 8-bit": [(r"lm_head|down_proj|layers\.(2[4-9])\.", 8, 0), (".", 4, 32, "mse")],
+    "MSE scales, v_proj + layers 24-29 8-bit": [
+        (r"lm_head|down_proj|v_proj|layers\.(2[4-9])\.", 8, 0),
+        (".", 4, 32, "mse"),
+    ],
+    "MSE scales, block 16": [("lm_head|down_proj", 8, 0), (".", 4, 16, "mse")],
+    "MSE scales, block 64": [("lm_head|down_proj", 8, 0), (".", 4, 64, "mse")],
 }
+
+
+def _grid_quantize(weight, block: int, kind: str):
+    """Analysis only (no recipe has these): per block of `block` input channels, 4-bit codes with
+    a float scale, asymmetric (scale and minimum: Q4_1's grid) or symmetric."""
+    import torch
+
+    w = weight.detach().float()
+    blocks = w.reshape(w.shape[0], -1, block)
+    if kind == "asym":
+        low, high = blocks.amin(-1, keepdim=True), blocks.amax(-1, keepdim=True)
+        scale = ((high - low) / 15).clamp(min=2**-24)
+        q = torch.clamp(torch.round((blocks - low) / scale), 0, 15) * scale + low
+    else:
+        scale = (blocks.abs().amax(-1, keepdim=True) / 7.5).clamp(min=2**-24)
+        q = torch.clamp(torch.round(blocks / scale), -8, 7) * scale
+    return q.reshape(w.shape)
 
 
 def _quantize_variant(model, steps) -> None:
@@ -129,7 +164,11 @@ def _quantize_variant(model, steps) -> None:
             for n, m in model.named_modules()
             if isinstance(m, torch.nn.Linear) and n not in quantized and re.search(pattern, n)
         ]
-        if names:
+        if names and search in (["asym"], ["sym_float"]):
+            for n, m in model.named_modules():
+                if n in names:
+                    m.weight = torch.nn.Parameter(_grid_quantize(m.weight, block, search[0]), requires_grad=False)
+        elif names:
             exact = "^(?:" + "|".join(re.escape(n) for n in names) + ")$"
             fake_quantize_linears(model, exact, bits, block, search == ["mse"])
         quantized.update(names)
@@ -145,6 +184,8 @@ def _layer_group_variants(n_layers: int, group: int) -> dict:
 
 
 def cmd_weights(args) -> None:
+    import re
+
     from backends.qualcomm.llm.evaluate import hf_perplexity
 
     import torch
@@ -154,7 +195,7 @@ def cmd_weights(args) -> None:
     variants = dict(WEIGHT_VARIANTS)
     variants.update(_layer_group_variants(model.config.num_hidden_layers, 6))
     if args.only:
-        variants = {k: v for k, v in variants.items() if args.only in k}
+        variants = {k: v for k, v in variants.items() if re.search(args.only, k)}
     originals = {n: m.weight for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     for name, steps in variants.items():
         for n, m in model.named_modules():
@@ -229,15 +270,88 @@ def cmd_export(args) -> None:
     if not args.evaluate:
         return
     program = PteProgram(path, "host")
-    report(args.artifact, f"host engine {args.recipe} {_options(args)}", evaluate_program(program, tokenizer, args.artifact))
-    if args.recipe != "fp16":
+    report(
+        args.artifact,
+        f"host engine {args.recipe} {_options(args)}",
+        evaluate_program(program, tokenizer, args.artifact),
+    )
+    if args.recipe != "fp16" and args.evaluate == "both":
         qdq = ModuleProgram(result.modules, result.shape)
         report(args.artifact, f"QDQ {args.recipe} {_options(args)}", evaluate_program(qdq, tokenizer, args.artifact))
 
 
+def cmd_debug(args) -> None:
+    """The decode method alone (16a4w_block, --context-len, calibrated like the tables), lowered with
+    every intermediate dumped, run on the host engine on a real decode input (the QDQ reference's
+    cache after a prefill of the evaluation text); our debugger compares each op with the QDQ edge
+    graph, isolated (each op's reference from the delegate's own inputs) and whole-graph."""
+    import numpy as np
+    import torch
+
+    from backends.qualcomm import (
+        QcomChipset,
+        generate_htp_compiler_spec,
+        generate_qnn_executorch_compiler_spec,
+        set_runtime_option,
+        to_edge_transform_and_lower_to_qnn,
+    )
+    from backends.qualcomm.debugger import QNNIntermediateDebugger, SQNRComparator
+    from backends.qualcomm.llm.export import quantize_static_modules, static_modules
+    from backends.qualcomm.llm.generate import KvCache, ModuleProgram, prefill
+    from backends.qualcomm.llm.static_decoder import causal_mask
+    from backends.qualcomm.utils.qnn_context import AOT_ENV
+
+    os.environ[AOT_ENV] = "0"
+    set_runtime_option("qnn_runtime_engine", "host")
+    model, tokenizer = load_smollm2()
+    context = args.context_len
+    modules = static_modules(model, context, args.ar_len)
+    calibration = calibration_sequences(tokenizer, args.calibration_samples, min(args.calibration_len, context))
+    converted = quantize_static_modules(
+        modules, "16a4w_block", calibration, args.block_size, 8, tuple(args.layers_8bit), args.block_scale_search
+    )
+    shape = modules["prefill"].shape
+    ids = evaluation_windows(tokenizer)[0]
+    position = context - 8
+    cache = KvCache(shape)
+    prefill(ModuleProgram(converted, shape), cache, ids[:position])
+    sample = tuple(
+        [
+            torch.tensor([[ids[position]]], dtype=torch.int32),
+            torch.tensor([[position]], dtype=torch.int32),
+            torch.from_numpy(causal_mask(position, 1, 1, context)),
+        ]
+        + [t.clone() for t in cache.inputs(1)]
+    )
+    specs = generate_qnn_executorch_compiler_spec(
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=False), dump_intermediate_outputs=True
+    )
+    edge = to_edge_transform_and_lower_to_qnn(converted["decode"], sample, specs, generate_etrecord=True)
+    debugger = QNNIntermediateDebugger(sample)
+    out = str(args.artifact / "debug_decode")
+    pte = debugger.save(edge, out)
+    etdump, buffer = debugger.run(pte, out)
+    with torch.no_grad():
+        reference = converted["decode"](*sample)[0][0, -1].numpy()
+    from executorch.runtime import Runtime
+
+    host = Runtime.get().load_program(pte).load_method("forward").execute(list(sample))[0][0, -1].numpy()
+    print(
+        f"decode at position {position}: host vs QDQ logits max diff {np.abs(host - reference).max():.3f} "
+        f"(logits up to {np.abs(reference).max():.1f}), argmax {int(host.argmax())} vs {int(reference.argmax())}"
+    )
+    for isolate in (True, False):
+        report = debugger.compare(etdump, buffer, SQNRComparator(threshold=args.sqnr_threshold), isolate=isolate)
+        report.write_csv(f"{out}/report_{'isolated' if isolate else 'whole'}.csv")
+        print(f"isolate={isolate}: {report.summary()}")
+        worst = sorted((r for r in report.compared if r.value is not None), key=lambda r: r.value)[:12]
+        for r in worst:
+            print(f"  {r.value:7.2f} dB  {r.node} ({r.target}) scale {r.scale}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["float", "weights", "qdq", "export"])
+    parser.add_argument("command", choices=["float", "weights", "qdq", "export", "debug"])
     parser.add_argument("--artifact", type=Path, default=Path("artifacts/smollm2"))
     parser.add_argument("--recipe", default="16a4w_block", choices=["fp16", "16a8w", "16a4w_block"])
     parser.add_argument("--context-len", type=int, default=512)
@@ -248,11 +362,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--block-scale-search", default="max", choices=["max", "mse"])
     parser.add_argument("--calibration-samples", type=int, default=4)
     parser.add_argument("--calibration-len", type=int, default=128)
-    parser.add_argument("--evaluate", action="store_true", help="export: also evaluate on the host engine and QDQ")
-    parser.add_argument("--only", help="weights: only the variants whose name contains this")
+    parser.add_argument(
+        "--evaluate",
+        choices=["host", "both"],
+        help="export: then evaluate on the host engine (both: and the QDQ reference)",
+    )
+    parser.add_argument("--sqnr-threshold", type=float, default=30.0, help="debug: SQNR (dB) an op must reach")
+    parser.add_argument("--only", help="weights: only the variants whose name matches this regex")
     args = parser.parse_args(argv)
     args.artifact.mkdir(parents=True, exist_ok=True)
-    {"float": cmd_float, "weights": cmd_weights, "qdq": cmd_qdq, "export": cmd_export}[args.command](args)
+    commands = {"float": cmd_float, "weights": cmd_weights, "qdq": cmd_qdq, "export": cmd_export, "debug": cmd_debug}
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

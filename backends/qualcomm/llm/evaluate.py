@@ -132,9 +132,7 @@ def argmax_agreement(logits: Sequence[np.ndarray], references: Sequence[Sequence
     return Agreement(equal, total, prefixes)
 
 
-def token_agreement(
-    program, prompts: Sequence[Sequence[int]], references: Sequence[Sequence[int]]
-) -> Agreement:
+def token_agreement(program, prompts: Sequence[Sequence[int]], references: Sequence[Sequence[int]]) -> Agreement:
     """Teacher-forced: each prompt by prefill, then its reference tokens one decode call each;
     the argmax at every reference position compared with the reference token."""
     from backends.qualcomm.llm.generate import teacher_forced
@@ -148,7 +146,9 @@ def token_agreement(
 
 
 # ---- weight-only analysis: which weights lose the accuracy -------------------------------------------
-def fake_quantize_weight(weight: torch.Tensor, bits: int, block_size: int = 0, mse_search: bool = False) -> torch.Tensor:
+def fake_quantize_weight(
+    weight: torch.Tensor, bits: int, block_size: int = 0, mse_search: bool = False
+) -> torch.Tensor:
     """The weight as the QDQ reference sees it: `bits` 4 with block_size > 0 is LPBQ (4-bit
     symmetric codes, per block an integer multiple 1..15 of a per-channel scale: the recipe's
     LpbqObserver numerics, `mse_search` picking each block's multiple by squared error), else
