@@ -22,6 +22,7 @@ bench/quiet.py's LoadMonitor; ratios are printed only when no other process used
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -245,6 +246,8 @@ def xnnpack_pte(model, mode: str, context_len: int, artifact: Path) -> Path:
     if mode == "8da4w":
         argv += ["-qmode", "8da4w", "-G", "32"]
     export_llama(LlmConfig.from_args(build_args_parser().parse_args(argv)))
+    if not path.exists() and Path(name).exists():  # export_llama writes a name ending in .pte to the cwd
+        Path(name).replace(path)
     return path
 
 
@@ -316,6 +319,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bandwidth = read_bandwidth_gb_s()
     results: List[BackendResult] = []
     for name, path in paths.items():
+        gc.collect()  # the previous backend's program released before the baseline
         before = rss_mb()
         if name.startswith("xnn_"):
             from executorch.runtime import Runtime
