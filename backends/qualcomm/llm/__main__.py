@@ -4,7 +4,8 @@
     python -m backends.qualcomm.llm generate --pte model.pte --prompt "Hello" --tokenizer FOLDER
 
 `export` loads FOLDER with transformers (config + weights, float32). Calibration text: --calibration-
-text FILE, else English prose from Python's standard library (pydoc_data.topics), tokenized with
+text FILE, else English prose from Python's standard library (the calibration half of
+pydoc_data.topics, evaluate.pydoc_texts: the accuracy tables evaluate on the other), tokenized with
 the folder's tokenizer; without a tokenizer, random token ids (with a warning: fine for a smoke
 test, not for accuracy). `generate` takes --prompt-ids "1,2,3" or --prompt TEXT with --tokenizer
 FOLDER, streams the tokens (decoded when there is a tokenizer) and prints the statistics.
@@ -42,9 +43,9 @@ def calibration_ids(tokenizer, vocab_size: int, samples: int, length: int, text_
         with open(text_file, encoding="utf-8") as f:
             text = f.read()
     else:
-        from pydoc_data.topics import topics
+        from backends.qualcomm.llm.evaluate import pydoc_texts
 
-        text = "\n".join(topics[k] for k in sorted(topics))
+        text = pydoc_texts()[0]  # the calibration half: the accuracy tables evaluate on the other
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if len(ids) < length:
         raise SystemExit(f"calibration text has {len(ids)} tokens, fewer than --calibration-len {length}")

@@ -41,6 +41,8 @@ from backends.qualcomm.llm.static_decoder import DecoderShape, StaticDecoder
 
 RECIPES = ("fp16", "16a8w", "16a4w_block")
 METHODS = ("prefill", "decode")
+# 16a4w_block's 16a8w overrides (regexes on the linear's module path; upstream's choice).
+DEFAULT_8BIT_LAYERS = ("lm_head", "down_proj")
 
 
 @dataclass
@@ -103,9 +105,12 @@ def _eos_and_bos(hf_model) -> tuple:
 
 
 # ---- quantization -------------------------------------------------------------------------------
-def make_quantizer(recipe: str, block_size: int = 32, kv_bits: Optional[int] = 8):
+def make_quantizer(
+    recipe: str, block_size: int = 32, kv_bits: Optional[int] = 8, layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS
+):
     """QnnQuantizer for a quantized recipe (QuantRecipe with a MinMax activation observer: the
-    union of everything calibration showed, as upstream's LLM recipes do)."""
+    union of everything calibration showed, as upstream's LLM recipes do). `layers_8bit`:
+    16a4w_block's linears (regexes on their module path) kept 16a8w per channel."""
     from torchao.quantization.pt2e import MinMaxObserver
 
     from backends.qualcomm.quantizer import QnnQuantizer, QuantDtype, QuantGranularity, QuantRecipe
@@ -121,15 +126,16 @@ def make_quantizer(recipe: str, block_size: int = 32, kv_bits: Optional[int] = 8
             note="16a4w LPBQ",
             extra_kwargs={"block_size": (1, int(block_size))},
         )
-        plan.add_regex(
-            {r"lm_head", r"down_proj"},
-            QuantDtype.use_16a8w,
-            False,
-            MinMaxObserver,
-            QuantGranularity.PER_CHANNEL,
-            note="16a8w head / down projection",
-            priority=2,
-        )
+        if layers_8bit:
+            plan.add_regex(
+                set(layers_8bit),
+                QuantDtype.use_16a8w,
+                False,
+                MinMaxObserver,
+                QuantGranularity.PER_CHANNEL,
+                note="16a8w overrides (head, down projection)",
+                priority=2,
+            )
         if kv_bits == 8:
             plan.custom_quant_annotations.append(annotate_kv_cache_8bit)
     else:
@@ -254,12 +260,17 @@ def quantize_static_modules(
     calibration: Sequence[Sequence[int]],
     block_size: int = 32,
     kv_bits: Optional[int] = 8,
+    layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS,
+    block_scale_search: str = "max",
 ) -> Dict[str, GraphModule]:
     """PT2E prepare of both methods, calibration through the generation loop, cache encodings
-    unified, convert. Returns {method: converted GraphModule}."""
+    unified, convert. Returns {method: converted GraphModule}. `block_scale_search`: "max" (LPBQ
+    block scales from each block's max |w|) or "mse" (the integer block scale with the least
+    squared error per block; LpbqObserver.mse_search)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from backends.qualcomm.llm.generate import ModuleProgram, teacher_forced
+    from backends.qualcomm.quantizer.observers import LpbqObserver
 
     if not calibration:
         raise ValueError(f"recipe {recipe}: calibration needs at least one token sequence")
@@ -267,7 +278,12 @@ def quantize_static_modules(
     for name, module in modules.items():
         inputs = module.example_inputs(module.shape.ar_len)
         exported = torch.export.export(module, inputs, strict=False).module()
-        prepared[name] = prepare_pt2e(exported, make_quantizer(recipe, block_size, kv_bits))
+        prepared[name] = prepare_pt2e(exported, make_quantizer(recipe, block_size, kv_bits, layers_8bit))
+        if block_scale_search not in ("max", "mse"):
+            raise ValueError(f"block_scale_search must be 'max' or 'mse', got {block_scale_search!r}")
+        for observer in prepared[name].modules():
+            if isinstance(observer, LpbqObserver):
+                observer.mse_search = block_scale_search == "mse"
     program = ModuleProgram(prepared, modules["prefill"].shape)
     with torch.no_grad():
         for ids in calibration:
@@ -298,12 +314,15 @@ def export_static_llm(
     convert_linear_to_conv2d: bool = False,
     weight_sharing: bool = True,
     verbose: bool = True,
+    layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS,
+    block_scale_search: str = "max",
 ) -> ExportResult:
     """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
     `prefill` (ar_len tokens) and `decode` (1 token) methods sharing weights in one QNN context.
     `calibration`: token sequences for the quantized recipes. `kv_bits`: 8 (16a4w_block's 8-bit
     cache) or None (16-bit like every activation). `weight_sharing=False`: one context per method
-    (for comparison). Prints the export time and peak RSS."""
+    (for comparison). `layers_8bit`, `block_scale_search`: 16a4w_block's 16a8w linears and LPBQ
+    block-scale choice (quantize_static_modules). Prints the export time and peak RSS."""
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
 
     if recipe not in RECIPES:
@@ -320,7 +339,13 @@ def export_static_llm(
     if recipe != "fp16":
         t = time.perf_counter()
         lowered_modules = quantize_static_modules(
-            modules, recipe, calibration or [], block_size, kv_bits if recipe == "16a4w_block" else None
+            modules,
+            recipe,
+            calibration or [],
+            block_size,
+            kv_bits if recipe == "16a4w_block" else None,
+            layers_8bit,
+            block_scale_search,
         )
         stages["quantize"] = time.perf_counter() - t
     t = time.perf_counter()

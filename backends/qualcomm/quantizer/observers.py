@@ -46,6 +46,29 @@ def lpbq_scales(
     return channel.to(torch.float32), ints.to(torch.int32)
 
 
+def lpbq_mse_block_ints(
+    weight: torch.Tensor, block_size: Tuple[int, ...], channel: torch.Tensor, qmin: int, qmax: int, levels: int
+) -> torch.Tensor:
+    """Integer block scales [C, num_blocks] that minimize each block's squared quantization error
+    for the given per-channel scale (every k in 1..levels tried), instead of the max-abs ones of
+    lpbq_scales (which round up: a block with a small range gets a scale up to one channel step
+    too coarse). A 2-D weight [C, Cin] blocked along dim 1."""
+    if weight.dim() != 2 or lpbq_channel_axis(block_size) != 0:
+        raise ValueError("lpbq_mse_block_ints: a 2-D weight blocked along its input channels")
+    cout, cin = weight.shape
+    bs = int(block_size[1])
+    blocks = weight.detach().float().reshape(cout, cin // bs, bs)
+    best_err = torch.full(blocks.shape[:2], float("inf"))
+    best = torch.ones(blocks.shape[:2], dtype=torch.int32)
+    for k in range(1, levels + 1):
+        scale = (channel[:, None] * k)[..., None]
+        err = ((torch.clamp(torch.round(blocks / scale), qmin, qmax) * scale - blocks) ** 2).sum(dim=-1)
+        better = err < best_err
+        best_err = torch.where(better, err, best_err)
+        best = torch.where(better, torch.full_like(best, k), best)
+    return best
+
+
 def effective_scales(channel: torch.Tensor, ints: torch.Tensor) -> torch.Tensor:
     return (channel[:, None] * ints.to(torch.float32)).to(torch.float32)
 
@@ -75,6 +98,9 @@ class LpbqObserver(AffineQuantizedObserverBase):
         )
         self.requested_block_size = tuple(int(b) for b in block_size)
         self.block_scale_bitwidth = int(block_scale_bitwidth)
+        # True: each block's integer scale minimizes its squared error (lpbq_mse_block_ints)
+        # instead of covering its max |w|.
+        self.mse_search = False
         self.register_buffer("channel_scale", torch.tensor([]), persistent=False)
         self.register_buffer("block_ints", torch.tensor([]), persistent=False)
 
@@ -84,6 +110,11 @@ class LpbqObserver(AffineQuantizedObserverBase):
         self.channel_scale, self.block_ints = lpbq_scales(
             weight, self.block_size, self.quant_min, self.quant_max, self.block_scale_bitwidth
         )
+        if self.mse_search:
+            levels = (1 << self.block_scale_bitwidth) - 1
+            self.block_ints = lpbq_mse_block_ints(
+                weight, self.block_size, self.channel_scale, self.quant_min, self.quant_max, levels
+            )
         self.weight_shape = tuple(weight.shape)
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
