@@ -11,10 +11,12 @@ own CPU time (from /proc/self/stat, all its threads), over the same wall-clock i
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 # Other processes may use this many cores on average while a bench times (0.2 cores: a shell,
 # an editor; a compiler or a test run uses 1-2).
@@ -55,28 +57,45 @@ class LoadReport:
         )
 
 
-class LoadMonitor:
-    """Context manager measuring the CPU others used during the `with` block."""
+def load_report(
+    busy_ticks: int, own_ticks: int, seconds: float, ticks_per_second: float, max_other_cores: float
+) -> LoadReport:
+    """The load over an interval from its tick counts: busy = all cores' busy ticks, own = this process's."""
+    seconds = max(seconds, 1e-9)
+    return LoadReport(
+        seconds=seconds,
+        own_cores=own_ticks / ticks_per_second / seconds,
+        other_cores=max(busy_ticks - own_ticks, 0) / ticks_per_second / seconds,
+        max_other_cores=max_other_cores,
+    )
 
-    def __init__(self, max_other_cores: float = DEFAULT_MAX_OTHER_CORES) -> None:
+
+class LoadMonitor:
+    """Context manager measuring the CPU others used during the `with` block.
+
+    The tick sources and the clock are parameters so that tests can feed fake load figures."""
+
+    def __init__(
+        self,
+        max_other_cores: float = DEFAULT_MAX_OTHER_CORES,
+        busy_ticks: Callable[[], int] = _busy_ticks,
+        own_ticks: Callable[[], int] = _own_ticks,
+        clock: Callable[[], float] = time.perf_counter,
+        ticks_per_second: float | None = None,
+    ) -> None:
         self.max_other_cores = max_other_cores
         self.report: LoadReport | None = None
+        self._busy_ticks, self._own_ticks, self._clock = busy_ticks, own_ticks, clock
+        self._hz = ticks_per_second or float(os.sysconf("SC_CLK_TCK"))
 
     def __enter__(self) -> "LoadMonitor":
-        self._t0 = time.perf_counter()
-        self._busy0, self._own0 = _busy_ticks(), _own_ticks()
+        self._t0 = self._clock()
+        self._busy0, self._own0 = self._busy_ticks(), self._own_ticks()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        seconds = max(time.perf_counter() - self._t0, 1e-9)
-        hz = os.sysconf("SC_CLK_TCK")
-        busy, own = _busy_ticks() - self._busy0, _own_ticks() - self._own0
-        self.report = LoadReport(
-            seconds=seconds,
-            own_cores=own / hz / seconds,
-            other_cores=max(busy - own, 0) / hz / seconds,
-            max_other_cores=self.max_other_cores,
-        )
+        busy, own = self._busy_ticks() - self._busy0, self._own_ticks() - self._own0
+        self.report = load_report(busy, own, self._clock() - self._t0, self._hz, self.max_other_cores)
 
 
 def cpu_description() -> str:
@@ -107,3 +126,31 @@ def refuse_if_loaded(report: LoadReport, allow_loaded: bool = False) -> bool:
         return True
     print("refusing to print ratios: other processes used the cores (rerun on a quiet machine)")
     return False
+
+
+# Exit status of a bench whose timed rounds were loaded and whose ratios it refused to print.
+EXIT_LOADED = 3
+
+
+def add_load_arguments(parser: argparse.ArgumentParser, attempts: bool = True) -> None:
+    """--max_other_cores, --allow_loaded and (when `attempts`) --attempts, shared by every bench."""
+    parser.add_argument(
+        "--max_other_cores",
+        type=float,
+        default=DEFAULT_MAX_OTHER_CORES,
+        help="refuse ratios when other processes used more cores than this on average while timing",
+    )
+    parser.add_argument(
+        "--allow_loaded", action="store_true", help="print ratios of a loaded run anyway, marked as not evidence"
+    )
+    if attempts:
+        parser.add_argument(
+            "--attempts", type=int, default=1, help="time again (after a pause) up to this many times while loaded"
+        )
+
+
+def ratio_text(value: float, allowed: bool, loaded: bool) -> str:
+    """A ratio cell: the value when it may be printed (marked when loaded), else a refusal."""
+    if not allowed:
+        return "refused (loaded)"
+    return f"{value:.2f}x" + (" (LOADED)" if loaded else "")
