@@ -44,6 +44,7 @@ class LoadReport:
     own_cores: float  # cores this process used on average
     other_cores: float  # cores all other processes used on average
     max_other_cores: float
+    resolution_cores: float = 0.0  # one clock tick over the interval: short intervals read coarsely
 
     @property
     def quiet(self) -> bool:
@@ -52,8 +53,9 @@ class LoadReport:
     def describe(self) -> str:
         verdict = "quiet" if self.quiet else f"LOADED (limit {self.max_other_cores:.2f})"
         return (
-            f"load while timing: other processes {self.other_cores:.2f} cores, this bench "
-            f"{self.own_cores:.2f} cores, over {self.seconds:.1f} s on {os.cpu_count()} cores: {verdict}"
+            f"load while timing: other processes {self.other_cores:.2f} cores (resolution "
+            f"{self.resolution_cores:.2f}), this bench {self.own_cores:.2f} cores, over {self.seconds:.2f} s on "
+            f"{os.cpu_count()} cores: {verdict}"
         )
 
 
@@ -67,6 +69,7 @@ def load_report(
         own_cores=own_ticks / ticks_per_second / seconds,
         other_cores=max(busy_ticks - own_ticks, 0) / ticks_per_second / seconds,
         max_other_cores=max_other_cores,
+        resolution_cores=1.0 / ticks_per_second / seconds,
     )
 
 

@@ -49,6 +49,7 @@ def test_other_cores_are_busy_ticks_minus_own_ticks():
     r = load_report(busy_ticks=2100, own_ticks=2000, seconds=10.0, ticks_per_second=HZ, max_other_cores=0.2)
     assert r.own_cores == pytest.approx(2.0)
     assert r.other_cores == pytest.approx(0.1)
+    assert r.resolution_cores == pytest.approx(0.001)  # one tick over 10 s
     assert r.quiet
 
 
