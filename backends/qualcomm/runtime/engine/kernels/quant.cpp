@@ -37,6 +37,26 @@ QNN_FMA_CLONES void quantize_u8_htp_run(const float* x, uint8_t* y, size_t n, co
   for (size_t i = 0; i < n; ++i) y[i] = quantize_u8_htp(x[i], p);
 }
 
+// quantize_one over n uint16 values, and Convert's requantization, compiled the same way
+// (QNN_FMA_CLONES: std::nearbyint is one instruction with SSE4.1 instead of a call). Same bits.
+QNN_FMA_CLONES void quantize_u16_run(const float* x, uint16_t* y, size_t n, const QuantParams& p) {
+  for (size_t i = 0; i < n; ++i) y[i] = quantize_one<uint16_t>(x[i], p);
+}
+
+template <typename QI, typename QO>
+inline void convert_loop(const QI* x, QO* y, size_t n, const QuantParams& pin, const QuantParams& pout) {
+  for (size_t i = 0; i < n; ++i) y[i] = quantize_one<QO>(float(int32_t(x[i]) + pin.offset) * pin.scale, pout);
+}
+#define QNN_CONVERT_RUN(QI, QO)                                                                                    \
+  QNN_FMA_CLONES void convert_run(const QI* x, QO* y, size_t n, const QuantParams& pin, const QuantParams& pout) { \
+    convert_loop<QI, QO>(x, y, n, pin, pout);                                                                      \
+  }
+QNN_CONVERT_RUN(uint8_t, uint8_t)
+QNN_CONVERT_RUN(uint8_t, uint16_t)
+QNN_CONVERT_RUN(uint16_t, uint8_t)
+QNN_CONVERT_RUN(uint16_t, uint16_t)
+#undef QNN_CONVERT_RUN
+
 template <typename Q>
 class QuantizeKernel final : public Kernel {
  public:
@@ -47,7 +67,7 @@ class QuantizeKernel final : public Kernel {
     if constexpr (sizeof(Q) == 1) {
       quantize_u8_htp_run(x, y, io_.n, io_.pout);
     } else {
-      quantize_run(x, y, io_.n, io_.pout);
+      quantize_u16_run(x, y, io_.n, io_.pout);
     }
     return Status::Ok();
   }
@@ -74,11 +94,7 @@ class ConvertKernel final : public Kernel {
  public:
   explicit ConvertKernel(const QuantIo& io) : io_(io) {}
   Status run(const RunContext& c) const override {
-    const QI* x = c.at<const QI>(io_.in);
-    QO* y = c.at<QO>(io_.out);
-    for (size_t i = 0; i < io_.n; ++i) {
-      y[i] = quantize_one<QO>(float(int32_t(x[i]) + io_.pin.offset) * io_.pin.scale, io_.pout);
-    }
+    convert_run(c.at<const QI>(io_.in), c.at<QO>(io_.out), io_.n, io_.pin, io_.pout);
     return Status::Ok();
   }
 
