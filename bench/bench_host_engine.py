@@ -7,22 +7,24 @@
 Every (model, variant) is lowered once and cached under artifacts/bench/<model>_<variant>.pte
 (--rebuild relowers). All programs of a model are loaded in this process, warmed up, then timed
 alternately (one execute of each per round), so a ratio compares runs made under the same load.
+The timed rounds are sampled for load (bench/quiet.py): when other processes used more than
+--max_other_cores cores the ratios are refused (exit status 3) unless --allow_loaded marks them.
 Per model and variant it prints the median ms, the ratio to XNNPACK int8 and fp32, GOPS
-(2 x MACs counted once on the float model / median), the RSS the loaded program added, and
-the cosine of its output against the float model (MiniLM: of the mean-pooled sentence
-embeddings). Our delegate runs on the host engine (runtime option qnn_runtime_engine=host;
-lowering makes no QNN context binary). Not a test.
+(2 x MACs counted once on the float model / median), the RSS the loaded program added, the
+cosine of its output against the float model (MiniLM: of the mean-pooled sentence embeddings)
+and the SHA-256 of its output bytes (equal hashes: the same output bit for bit). Our delegate
+runs on the host engine (runtime option qnn_runtime_engine=host; lowering makes no QNN context
+binary). Not a test.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
 import resource
-import statistics
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -34,6 +36,15 @@ if str(REPO_ROOT) not in sys.path:
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from bench.quiet import (  # noqa: E402
+    EXIT_LOADED,
+    LoadReport,
+    add_load_arguments,
+    cpu_description,
+    ratio_text,
+    refuse_if_loaded,
+)
+from bench.timing import Variant, time_alternating  # noqa: E402
 from examples.qualcomm import utils  # noqa: E402
 
 QNN_VARIANTS = ("fp16", "8a8w", "16a8w", "16a4w_lpbq")
@@ -223,7 +234,6 @@ class Loaded:
     program: object  # keep: its methods point into it
     method: object
     rss_added: int
-    times: list
 
 
 def load(pte: Path, variant: str) -> Loaded:
@@ -232,14 +242,23 @@ def load(pte: Path, variant: str) -> Loaded:
     before = rss_bytes()
     program = Runtime.get().load_program(str(pte))
     method = program.load_method("forward")
-    return Loaded(variant, program, method, rss_bytes() - before, [])
+    return Loaded(variant, program, method, rss_bytes() - before)
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0))
 
 
-def bench_model(model: BenchModel, variants: list[str], args: argparse.Namespace) -> list[dict]:
+def output_hash(outputs: list) -> str:
+    """SHA-256 (first 16 hex digits) of the bytes of every tensor output, in order."""
+    digest = hashlib.sha256()
+    for out in outputs:
+        if isinstance(out, torch.Tensor):
+            digest.update(out.detach().contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def bench_model(model: BenchModel, variants: list[str], args: argparse.Namespace) -> tuple[list[dict], LoadReport]:
     macs = count_macs(model)
     with torch.no_grad():
         want = model.embed(model.module(*model.example))
@@ -252,16 +271,19 @@ def bench_model(model: BenchModel, variants: list[str], args: argparse.Namespace
             loaded.append(load(pte, variant))
         except Exception as error:  # report and go on with the other variants
             print(f"{model.name} {variant}: {type(error).__name__}: {str(error)[:300]}")
-    cosines = {}
+    cosines, hashes = {}, {}
     for item in loaded:
-        outputs = [item.method.execute(list(model.example)) for _ in range(args.warm_up)]
-        cosines[item.variant] = cosine(model.embed(outputs[-1][0]), want) if outputs else float("nan")
-    for _ in range(args.runs):
-        for item in loaded:  # alternate: one execute of each per round
-            start = time.perf_counter()
-            item.method.execute(list(model.example))
-            item.times.append((time.perf_counter() - start) * 1e3)
-    medians = {item.variant: statistics.median(item.times) for item in loaded}
+        outputs = item.method.execute(list(model.example))
+        cosines[item.variant] = cosine(model.embed(outputs[0]), want)
+        hashes[item.variant] = output_hash(outputs)
+    timed = time_alternating(
+        [Variant(item.variant, lambda m=item.method: m.execute(list(model.example))) for item in loaded],
+        runs=args.runs,
+        warm_up=args.warm_up,
+        max_other_cores=args.max_other_cores,
+        attempts=args.attempts,
+    )
+    medians = timed.medians_ms
     rows = []
     for item in loaded:
         ms = medians[item.variant]
@@ -276,18 +298,26 @@ def bench_model(model: BenchModel, variants: list[str], args: argparse.Namespace
                 "gmacs": macs / 1e9,
                 "rss_mb": item.rss_added / 2**20,
                 "cos": cosines[item.variant],
+                "hash": hashes[item.variant],
+                "other_cores": timed.load.other_cores,
             }
         )
-    return rows
+    return rows, timed.load
 
 
-def print_table(rows: list[dict]) -> None:
-    print("\n| model | variant | median ms | vs XNN int8 | vs XNN fp32 | GOPS | GMAC | +RSS MB | cos vs fp32 |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+def print_table(rows: list[dict], allowed: dict[str, bool], loaded: dict[str, bool]) -> None:
+    """Ratios per model only where that model's timed rounds may be quoted (allowed[model])."""
+    print(
+        "\n| model | variant | median ms | vs XNN int8 | vs XNN fp32 | GOPS | GMAC | +RSS MB | cos vs fp32 "
+        "| output sha256 | other cores |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for r in rows:
+        ok, hot = allowed[r["model"]], loaded[r["model"]]
         print(
-            f"| {r['model']} | {r['variant']} | {r['ms']:.2f} | {r['vs_int8']:.2f}x | {r['vs_fp32']:.2f}x "
-            f"| {r['gops']:.1f} | {r['gmacs']:.3f} | {r['rss_mb']:.1f} | {r['cos']:.4f} |"
+            f"| {r['model']} | {r['variant']} | {r['ms']:.2f} | {ratio_text(r['vs_int8'], ok, hot)} "
+            f"| {ratio_text(r['vs_fp32'], ok, hot)} | {r['gops']:.1f} | {r['gmacs']:.3f} "
+            f"| {r['rss_mb']:.1f} | {r['cos']:.4f} | {r['hash']} | {r['other_cores']:.2f} |"
         )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\npeak RSS of this process: {peak:.0f} MB; torch threads {torch.get_num_threads()}, cores {os.cpu_count()}")
@@ -305,6 +335,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seq_len", type=int, default=128, help="MiniLM / decoder sequence length")
     parser.add_argument("--artifact", type=Path, default=Path("artifacts") / "bench")
     parser.add_argument("--rebuild", action="store_true", help="relower even when a cached .pte exists")
+    add_load_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -323,11 +354,19 @@ def main(argv: list[str] | None = None) -> int:
     for v in variants:
         if v not in ALL_VARIANTS:
             raise SystemExit(f"unknown variant {v!r} (choose from {ALL_VARIANTS})")
+    print(f"machine: {cpu_description()}")
     rows: list[dict] = []
+    allowed: dict[str, bool] = {}
+    loaded: dict[str, bool] = {}
     for name in [m for m in args.models.split(",") if m]:
-        rows += bench_model(build_model(name, args.seq_len), variants, args)
-        print_table(rows)
-    return 0
+        model_rows, report = bench_model(build_model(name, args.seq_len), variants, args)
+        print(f"{name}: ", end="")
+        # Each model's variants were timed together: its load decides for its ratios.
+        allowed[name] = refuse_if_loaded(report, args.allow_loaded)
+        loaded[name] = not report.quiet
+        rows += model_rows
+    print_table(rows, allowed, loaded)
+    return 0 if all(allowed.values()) else EXIT_LOADED
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
 
 Inputs are those bench_host_engine.py uses for the model the file name starts with
 (mobilenet_v2, minilm_s<seq>, decoder_s<seq>). Prints the time per QNN op type
-(median over runs of the summed per-op microseconds) and the slowest single ops.
-Not a test.
+(median over runs of the summed per-op microseconds), the slowest single ops and the kernel
+path each took, with the CPU and the load sampled while it ran (bench/quiet.py): a profile of a
+loaded run is refused (exit status 3) unless --allow_loaded, which marks it. Not a test.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.bench_host_engine import build_model  # noqa: E402
+from bench.quiet import EXIT_LOADED, LoadMonitor, add_load_arguments, cpu_description, refuse_if_loaded  # noqa: E402
 
 
 def model_of(pte: Path) -> tuple[str, int]:
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pte", type=Path)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--top", type=int, default=15)
+    add_load_arguments(parser, attempts=False)
     args = parser.parse_args(argv)
 
     from executorch.runtime import Runtime
@@ -59,8 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     program = Runtime.get().load_program(str(args.pte), enable_etdump=True, debug_buffer_size=0)
     method = program.load_method("forward")
     method.execute(list(model.example))  # warm-up
-    for _ in range(args.runs):
-        method.execute(list(model.example))
+    with LoadMonitor(args.max_other_cores) as monitor:
+        for _ in range(args.runs):
+            method.execute(list(model.example))
+    assert monitor.report is not None
+    print(f"machine: {cpu_description()}")
+    if not refuse_if_loaded(monitor.report, args.allow_loaded):
+        return EXIT_LOADED
+    marker = "" if monitor.report.quiet else " (LOADED: not evidence)"
     with tempfile.TemporaryDirectory() as tmp:
         etdump = Path(tmp) / "run.etdp"
         program.write_etdump_result_to_file(str(etdump), str(etdump) + ".debug")
@@ -68,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
         inspector = Inspector(etdump_path=str(etdump))
         per_type: dict[str, list[float]] = defaultdict(list)
-        per_op: dict[str, tuple[str, float]] = {}
+        per_op: dict[str, tuple[str, float, str]] = {}
         graph_us = 0.0
         for block in inspector.event_blocks:
             for event in block.events:
@@ -82,15 +91,15 @@ def main(argv: list[str] | None = None) -> int:
                 # perf_data.raw: ms per run (first is the warm-up)
                 us = statistics.median(event.perf_data.raw[1:]) * 1e3
                 per_type[kind].append(us)
-                per_op[event.name] = (kind, us)
+                per_op[event.name] = (kind, us, meta.get("path", ""))
     total = sum(sum(v) for v in per_type.values())
-    print(f"{args.pte.name}: graph {graph_us / 1e3:.2f} ms, ops sum {total / 1e3:.2f} ms")
+    print(f"{args.pte.name}: graph {graph_us / 1e3:.2f} ms, ops sum {total / 1e3:.2f} ms{marker}")
     print("\n| op type | count | ms | share |\n|---|---:|---:|---:|")
     for kind, values in sorted(per_type.items(), key=lambda kv: -sum(kv[1])):
         print(f"| {kind} | {len(values)} | {sum(values) / 1e3:.2f} | {100 * sum(values) / total:.1f}% |")
     print("\nslowest ops:")
-    for op, (kind, us) in sorted(per_op.items(), key=lambda kv: -kv[1][1])[: args.top]:
-        print(f"  {us / 1e3:8.3f} ms  {kind:<22} {op}")
+    for op, (kind, us, path) in sorted(per_op.items(), key=lambda kv: -kv[1][1])[: args.top]:
+        print(f"  {us / 1e3:8.3f} ms  {kind:<22} {path:<16} {op}")
     return 0
 
 

@@ -11,10 +11,12 @@ own CPU time (from /proc/self/stat, all its threads), over the same wall-clock i
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 # Other processes may use this many cores on average while a bench times (0.2 cores: a shell,
 # an editor; a compiler or a test run uses 1-2).
@@ -42,6 +44,7 @@ class LoadReport:
     own_cores: float  # cores this process used on average
     other_cores: float  # cores all other processes used on average
     max_other_cores: float
+    resolution_cores: float = 0.0  # one clock tick over the interval: short intervals read coarsely
 
     @property
     def quiet(self) -> bool:
@@ -50,33 +53,52 @@ class LoadReport:
     def describe(self) -> str:
         verdict = "quiet" if self.quiet else f"LOADED (limit {self.max_other_cores:.2f})"
         return (
-            f"load while timing: other processes {self.other_cores:.2f} cores, this bench "
-            f"{self.own_cores:.2f} cores, over {self.seconds:.1f} s on {os.cpu_count()} cores: {verdict}"
+            f"load while timing: other processes {self.other_cores:.2f} cores (resolution "
+            f"{self.resolution_cores:.2f}), this bench {self.own_cores:.2f} cores, over {self.seconds:.2f} s on "
+            f"{os.cpu_count()} cores: {verdict}"
         )
+
+
+def load_report(
+    busy_ticks: int, own_ticks: int, seconds: float, ticks_per_second: float, max_other_cores: float
+) -> LoadReport:
+    """The load over an interval from its tick counts: busy = all cores' busy ticks, own = this process's."""
+    seconds = max(seconds, 1e-9)
+    return LoadReport(
+        seconds=seconds,
+        own_cores=own_ticks / ticks_per_second / seconds,
+        other_cores=max(busy_ticks - own_ticks, 0) / ticks_per_second / seconds,
+        max_other_cores=max_other_cores,
+        resolution_cores=1.0 / ticks_per_second / seconds,
+    )
 
 
 class LoadMonitor:
-    """Context manager measuring the CPU others used during the `with` block."""
+    """Context manager measuring the CPU others used during the `with` block.
 
-    def __init__(self, max_other_cores: float = DEFAULT_MAX_OTHER_CORES) -> None:
+    The tick sources and the clock are parameters so that tests can feed fake load figures."""
+
+    def __init__(
+        self,
+        max_other_cores: float = DEFAULT_MAX_OTHER_CORES,
+        busy_ticks: Callable[[], int] = _busy_ticks,
+        own_ticks: Callable[[], int] = _own_ticks,
+        clock: Callable[[], float] = time.perf_counter,
+        ticks_per_second: float | None = None,
+    ) -> None:
         self.max_other_cores = max_other_cores
         self.report: LoadReport | None = None
+        self._busy_ticks, self._own_ticks, self._clock = busy_ticks, own_ticks, clock
+        self._hz = ticks_per_second or float(os.sysconf("SC_CLK_TCK"))
 
     def __enter__(self) -> "LoadMonitor":
-        self._t0 = time.perf_counter()
-        self._busy0, self._own0 = _busy_ticks(), _own_ticks()
+        self._t0 = self._clock()
+        self._busy0, self._own0 = self._busy_ticks(), self._own_ticks()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        seconds = max(time.perf_counter() - self._t0, 1e-9)
-        hz = os.sysconf("SC_CLK_TCK")
-        busy, own = _busy_ticks() - self._busy0, _own_ticks() - self._own0
-        self.report = LoadReport(
-            seconds=seconds,
-            own_cores=own / hz / seconds,
-            other_cores=max(busy - own, 0) / hz / seconds,
-            max_other_cores=self.max_other_cores,
-        )
+        busy, own = self._busy_ticks() - self._busy0, self._own_ticks() - self._own0
+        self.report = load_report(busy, own, self._clock() - self._t0, self._hz, self.max_other_cores)
 
 
 def cpu_description() -> str:
@@ -107,3 +129,31 @@ def refuse_if_loaded(report: LoadReport, allow_loaded: bool = False) -> bool:
         return True
     print("refusing to print ratios: other processes used the cores (rerun on a quiet machine)")
     return False
+
+
+# Exit status of a bench whose timed rounds were loaded and whose ratios it refused to print.
+EXIT_LOADED = 3
+
+
+def add_load_arguments(parser: argparse.ArgumentParser, attempts: bool = True) -> None:
+    """--max_other_cores, --allow_loaded and (when `attempts`) --attempts, shared by every bench."""
+    parser.add_argument(
+        "--max_other_cores",
+        type=float,
+        default=DEFAULT_MAX_OTHER_CORES,
+        help="refuse ratios when other processes used more cores than this on average while timing",
+    )
+    parser.add_argument(
+        "--allow_loaded", action="store_true", help="print ratios of a loaded run anyway, marked as not evidence"
+    )
+    if attempts:
+        parser.add_argument(
+            "--attempts", type=int, default=1, help="time again (after a pause) up to this many times while loaded"
+        )
+
+
+def ratio_text(value: float, allowed: bool, loaded: bool) -> str:
+    """A ratio cell: the value when it may be printed (marked when loaded), else a refusal."""
+    if not allowed:
+        return "refused (loaded)"
+    return f"{value:.2f}x" + (" (LOADED)" if loaded else "")

@@ -14,6 +14,7 @@ qnn/          Qualcomm's QNN library (marker `qnn`): ABI, context binaries, fide
 runtime/      the runtime backend: options, profiling, heap, lifecycle, payload integrity
 runner/       qnn_executor_runner
 debugger/     debug handles, the intermediate-output debugger, ExecuTorch's Inspector flow
+bench/        the benches' load discipline (bench/quiet.py, bench/timing.py) on fake load figures
 helpers/      shared test code (testers, references, payload builder, small models)
 tools/        scripts built on the test code (fidelity reports, QNN op coverage, sanitizer cases)
 native/       the test-only extension's source

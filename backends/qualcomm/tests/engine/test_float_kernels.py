@@ -271,3 +271,27 @@ def test_fp16_precision_rounds_outputs():
     g.op("Relu", [xi], [yo])
     y = qd.run_payload(g.blob(), [x])[0]
     np.testing.assert_array_equal(y, np.maximum(x.astype(np.float16).astype(np.float32), 0))
+
+
+def run_gelu(x: np.ndarray, fp16: bool) -> np.ndarray:
+    g = GraphBuilder(fp16=fp16)
+    xi, yo = g.input("x", x), g.output("y", x.shape)
+    g.op("Gelu", [xi], [yo])
+    return qd.run_payload(g.blob(), [x])[0]
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_unary_split_over_the_pool_equals_serial(fp16):
+    """A unary op large enough to be split over the pool (chunks of 512 per thread, the last
+    one partial) computes every element alone: each row equals the same row run by itself
+    (small: one thread), bit for bit, and Gelu's erf form matches torch's."""
+    x = randn(37, 1031, seed=25) * 3
+    y = run_gelu(x, fp16)
+    for r in (0, 17, 36):
+        np.testing.assert_array_equal(y[r : r + 1], run_gelu(x[r : r + 1].copy(), fp16))
+    # fp16: the graph input is rounded to half too
+    t = torch.from_numpy(x.astype(np.float16).astype(np.float32) if fp16 else x)
+    ref = (0.5 * t * (1.0 + torch.erf(t * np.float32(0.70710678118654752)))).numpy()
+    if fp16:
+        ref = ref.astype(np.float16).astype(np.float32)
+    np.testing.assert_allclose(y, ref, rtol=1e-3 if fp16 else 2e-6, atol=1e-6)

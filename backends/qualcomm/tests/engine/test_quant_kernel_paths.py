@@ -39,7 +39,8 @@ LANES = {"u8": "avx2/lanes8", "u16": "avx2/lanes64"}
 def _run_paths(monkeypatch, build, simd_path):
     """build() -> (integer output, kernel path), once per path; asserts the kernel path:
     `simd_path` ("avx2/lanes8", ...) for the default and the avx2 runs on an AVX2 machine
-    (default: "vnni/scalar" instead where `vnni` applies), "plain/scalar" when forced."""
+    (default: "vnni/<same requantization>" instead where `vnni` applies: uint8 x int8),
+    "plain/scalar" when forced."""
     features = test_hooks().kernel_features()
     outputs = {}
     for path in ("default", "avx2", "plain"):
@@ -50,7 +51,7 @@ def _run_paths(monkeypatch, build, simd_path):
         outputs[path], ran = build()
         want = simd_path if features["avx2"] and path != "plain" else "plain/scalar"
         if path == "default" and features["vnni"] and want.startswith("avx2") and ran.startswith("vnni"):
-            want = "vnni/scalar"
+            want = want.replace("avx2/", "vnni/")
         assert ran == want, f"QNN_HOST_ENGINE_KERNELS={path}: ran {ran}, expected {want}"
     return outputs
 
@@ -127,10 +128,12 @@ def test_conv2d_paths_bit_exact(monkeypatch, act, k, stride):
     _check(outputs, _want(act, acc, qx, wq, wscale[0, 0, 0], qy, b.astype(np.float32)))
 
 
+@pytest.mark.parametrize("c", [40, 56])
 @pytest.mark.parametrize("act,stride", [("u8", 1), ("u16", 1), ("u8", 2), ("u16", 2)])
-def test_depthwise_threaded_bit_exact(monkeypatch, act, stride):
-    """uint16 and strided uint8 (HTP's unshifted multiplier) requantize in 64-bit lanes."""
-    c = 40
+def test_depthwise_threaded_bit_exact(monkeypatch, act, stride, c):
+    """uint16 and strided uint8 (HTP's unshifted multiplier) requantize in 64-bit lanes.
+    Channels: 40 = one 32-channel block (AVX-512 VNNI) + an 8-channel scalar tail; 56 adds a
+    16-channel AVX2 block between them (on AVX2 alone: 16-channel blocks + tail)."""
     x, w, b = randn(1, 30, 28, c, seed=27), randn(3, 3, 1, c, seed=28) * 0.3, randn(c, seed=29)
     qx = act_quant(x, ACT[act])
     wq, wparams, wscale = weight_quant(w, 3, 8)
@@ -195,16 +198,18 @@ def test_softmax_fused_equals_wrapper(monkeypatch, act):
 
 
 @pytest.mark.parametrize("act,tb", [("u8", True), ("u16", True), ("u16", False)])
-@pytest.mark.parametrize("path", ["default", "plain"])
+@pytest.mark.parametrize("path", ["default", "avx2", "plain"])
 def test_matmul_batched_threaded_exact(monkeypatch, act, tb, path):
     """Batched MatMul split over the pool: uint8 equals HTP's model, uint16 the exact
     accumulator times s_a s_b / s_out rounded half even (the double accumulation is exact),
-    with 4 x 8 register tiles (path "blocked"; 41 rows and 50 columns leave tails) and with
-    the plain row loop (QNN_HOST_ENGINE_KERNELS=plain)."""
-    if path == "plain":
-        monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", "plain")
-    else:
+    with 4 x 8 register tiles (path "blocked"; 41 rows and 50 columns leave tails), with the
+    AVX-512 4 x 16 tiles and lane requantization where the CPU has AVX-512 ("blocked-avx512",
+    the 50 % 16 columns masked) and with the plain row loop (QNN_HOST_ENGINE_KERNELS=plain)."""
+    if path == "default":
         monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+    else:
+        monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+    blocked = "blocked-avx512" if path == "default" and test_hooks().kernel_features()["avx512"] else "blocked"
     a, b = randn(2, 3, 41, 24, seed=31), randn(2, 3, 24, 50, seed=32)
     qa, qb = act_quant(a, ACT[act]), act_quant(b, ACT[act])
     real = dequantize(quantize(a, qa), qa).astype(np.float64) @ dequantize(quantize(b, qb), qb).astype(np.float64)
@@ -213,7 +218,7 @@ def test_matmul_batched_threaded_exact(monkeypatch, act, tb, path):
     ai = qg.act("a", a, qa)
     bi = qg.act("b", np.swapaxes(b, -1, -2).copy() if tb else b, qb)
     got = qg.run("MatMul", [ai, bi], qg.out(real.shape, qy), transpose_in1=scalar(gen_bool(), int(tb)))
-    assert qg.kernel_path("MatMul") == ("plain" if path == "plain" else "blocked")
+    assert qg.kernel_path("MatMul") == ("plain" if path == "plain" else blocked)
     acc = (quantize(a, qa).astype(np.int64) + qa["offset"]) @ (quantize(b, qb).astype(np.int64) + qb["offset"])
     if act == "u8":
         want = htp_requantize(acc, qa["scale"], np.float32(qb["scale"]), qy["scale"], -qy["offset"])

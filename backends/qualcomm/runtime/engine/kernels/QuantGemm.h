@@ -100,6 +100,23 @@ void qgemm(const A* a, size_t lda, const W* w, size_t K, size_t n0, size_t nn, s
   }
 }
 
+// HTP requantization of uint8 outputs in 8 int32 lanes, when every channel stays within
+// int32 bounds (ok): per channel pre (+ fold), shift, half, mult and the bound of the
+// shifted accumulator past which the output saturates anyway.
+struct VecRequant8 {
+  bool ok = false;
+  std::vector<int32_t> pre, shift, half, mult, ulim;
+  int32_t out_offset = 0, qmin = 0, qmax = 255;
+};
+// Channels n = g * nn + j of rq go to index g * nn_pad + j; fold[n] (may be null) is
+// added to pre; max_abs_acc bounds the accumulator. The arrays are readable 16 past the last
+// channel (a 16-lane load of the last channels).
+void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_pad, const int64_t* fold,
+                        int64_t max_abs_acc, VecRequant8& out);
+// out[j] = requantized acc[j] for j < cnt, channel i0 + j (AVX2; acc readable up to a
+// multiple of 8, the VecRequant8 arrays too).
+void requant_u8_row(const VecRequant8& v, const int32_t* acc, size_t i0, size_t cnt, uint8_t* out);
+
 // ---- u8 x s8 fast path: AVX-512 VNNI (vpdpbusd) ------------------------------
 // Weights packed in panels of kVnniNR output channels x 4 k: [panel][ceil(K/4)][16][4].
 constexpr size_t kVnniNR = 16;
@@ -108,20 +125,23 @@ size_t vnni_packed_bytes(size_t K, size_t nn);
 // Packs rows n0 .. n0+nn of w [N][K] (zero padded).
 void pack_vnni(const int8_t* w, size_t K, size_t n0, size_t nn, int8_t* dst);
 // Same contract as qgemm<uint8_t, int8_t, int32_t, O> on packed weights `wp`
-// (the panels of rows n0 .. n0+nn).
+// (the panels of rows n0 .. n0+nn). `vec` (uint8 output only; may be null or not ok: scalar
+// requantization) holds the lane requantization of channel n at index n, the input offset's
+// fold (in_offset * wsum[n]) in its pre.
 template <typename O>
 void qgemm_vnni(const uint8_t* a, size_t lda, const int8_t* wp, size_t K, size_t n0, size_t nn, size_t M,
-                const Requant& rq, O* out, size_t ldo);
+                const Requant& rq, const VecRequant8* vec, O* out, size_t ldo);
 
 // VNNI-packed copy of QWeights rows, one block of panels per group of `nn` rows;
 // empty when the path does not apply (not u8 x s8, or no VNNI).
 struct VnniWeights {
   Buffer data;
   size_t group_bytes = 0;
+  VecRequant8 vec;  // uint8 output: lane requantization, channels unpadded
   bool ready() const { return data.size() != 0; }
 };
 template <typename A, typename W>
-void prepare_vnni(QWeights& w, size_t groups, TrackingAllocator* alloc, VnniWeights& out) {
+void prepare_vnni(QWeights& w, const Requant& rq, size_t groups, TrackingAllocator* alloc, VnniWeights& out) {
   if constexpr (std::is_same<A, uint8_t>::value && std::is_same<W, int8_t>::value) {
     if (!vnni_available() || w.N % groups != 0) return;
     const size_t nn = w.N / groups;
@@ -134,6 +154,9 @@ void prepare_vnni(QWeights& w, size_t groups, TrackingAllocator* alloc, VnniWeig
     for (size_t g = 0; g < groups; ++g) {
       pack_vnni(w.data.as<int8_t>(), w.K, g * nn, nn, out.data.as<int8_t>() + g * out.group_bytes);
     }
+    std::vector<int64_t> fold(w.N);
+    for (size_t n = 0; n < w.N; ++n) fold[n] = int64_t(rq.in_offset) * rq.wsum[n];
+    build_vec_requant8(rq, 1, w.N, w.N, fold.data(), int64_t(w.K) * 255 * 128, out.vec);
     w.data.reset();  // the packed copy replaces the [N][K] rows
   }
 }
@@ -147,22 +170,6 @@ QGemmPath qgemm_path(bool a8_w8);
 inline std::string qgemm_path_name(QGemmPath p) {
   return p == QGemmPath::Vnni ? "vnni" : (p == QGemmPath::Avx2 ? "avx2" : "plain");
 }
-
-// HTP requantization of uint8 outputs in 8 int32 lanes, when every channel stays within
-// int32 bounds (ok): per channel pre (+ fold), shift, half, mult and the bound of the
-// shifted accumulator past which the output saturates anyway.
-struct VecRequant8 {
-  bool ok = false;
-  std::vector<int32_t> pre, shift, half, mult, ulim;
-  int32_t out_offset = 0, qmin = 0, qmax = 255;
-};
-// Channels n = g * nn + j of rq go to index g * nn_pad + j; fold[n] (may be null) is
-// added to pre; max_abs_acc bounds the accumulator.
-void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_pad, const int64_t* fold,
-                        int64_t max_abs_acc, VecRequant8& out);
-// out[j] = requantized acc[j] for j < cnt, channel i0 + j (AVX2; acc readable up to a
-// multiple of 8, the VecRequant8 arrays too).
-void requant_u8_row(const VecRequant8& v, const int32_t* acc, size_t i0, size_t cnt, uint8_t* out);
 
 // HTP requantization with a product wider than 32 bits (uint16 activations: 23
 // fractional bits; HTP's unshifted strided uint8 depthwise: up to ~30) in 8 int32 lanes,
@@ -199,9 +206,18 @@ void pack_dw_avx2(const int8_t* tap_w, size_t taps, size_t C, int16_t* dst);
 template <typename A>
 void dw_pixel_avx2(const A* const* px, size_t taps, size_t C, const int16_t* wp, const int8_t* tap_w, int32_t in_offset,
                    const int32_t* corr, int32_t* acc);
+// The same sums with AVX-512 VNNI (vpdpwssd), 32 channels per step, when the CPU has it (not
+// capped by QNN_HOST_ENGINE_KERNELS=avx2): weights packed [C / 32][tap pairs][64] int16 in
+// vpunpck{l,h}wd order (wp32), the last C % 32 channels on the AVX2 packing (wp16).
+bool dw_vnni_available();
+size_t dw_vnni_packed_elems(size_t taps, size_t C);
+void pack_dw_vnni(const int8_t* tap_w, size_t taps, size_t C, int16_t* dst);
+template <typename A>
+void dw_pixel_vnni(const A* const* px, size_t taps, size_t C, const int16_t* wp32, const int16_t* wp16,
+                   const int8_t* tap_w, int32_t in_offset, const int32_t* corr, int32_t* acc);
 
-// AVX2 weights: per group, panels of 8 channels x kp / 2 k pairs x (8 x 2) int16,
-// channels padded to 16, k to kp (even).
+// AVX2 weights: per group, panels of 16 channels x kp / 2 k pairs x (16 x 2) int16 (one
+// 64-byte line per pair: two ymm, or one zmm), channels padded to 16, k to kp (even).
 constexpr size_t kAvx2RowTile = 32;  // rows converted to int16 at a time
 struct Avx2Weights {
   Buffer data;
@@ -209,6 +225,9 @@ struct Avx2Weights {
   std::vector<int64_t> fold;  // (in_offset (+ 32768 for uint16 activations)) * wsum[n]
   VecRequant8 vec;            // uint8 activations and output (per padded channel)
   VecRequantW vec16;          // uint16 activations and output (per padded channel)
+  // uint16 activations and output on a CPU with AVX-512 VNNI (not capped by
+  // QNN_HOST_ENGINE_KERNELS=avx2): the pairs go through vpdpwssd, 32 channels per 2 zmm.
+  bool dpwssd = false;
   bool ready() const { return data.size() != 0; }
 };
 size_t avx2_kp(size_t K);
@@ -257,7 +276,7 @@ class QGemmCore {
     constexpr bool w8 = std::is_same<W, int8_t>::value;
     path_ = w8 ? qgemm_path(a8w8) : QGemmPath::Plain;
     if (path_ == QGemmPath::Vnni) {
-      prepare_vnni<A, W>(w_, groups, alloc, vnni_);
+      prepare_vnni<A, W>(w_, rq_, groups, alloc, vnni_);
       if (!vnni_.ready()) path_ = QGemmPath::Plain;
     }
     if (path_ == QGemmPath::Avx2) {
@@ -271,7 +290,10 @@ class QGemmCore {
     const char* requant = "scalar";
     if (path_ == QGemmPath::Avx2 && sizeof(A) == 1 && sizeof(O) == 1 && avx2_.vec.ok) requant = "lanes8";
     if (path_ == QGemmPath::Avx2 && sizeof(A) == 2 && sizeof(O) == 2 && avx2_.vec16.ok) requant = "lanes64";
-    path_name_ = qgemm_path_name(path_) + "/" + requant;
+    if (path_ == QGemmPath::Vnni && sizeof(O) == 1 && vnni_.vec.ok) requant = "lanes8";
+    // uint16 in and out with lane requantization: vpdpwssd where the CPU has AVX-512 VNNI.
+    const bool dpwssd = path_ == QGemmPath::Avx2 && sizeof(A) == 2 && sizeof(O) == 2 && avx2_.vec16.ok && avx2_.dpwssd;
+    path_name_ = (dpwssd ? std::string("vnni") : qgemm_path_name(path_)) + "/" + requant;
   }
   // "<plain|avx2|vnni>/<scalar|lanes8|lanes64>" (Kernel::path).
   const char* path_name() const { return path_name_.c_str(); }
@@ -295,7 +317,7 @@ class QGemmCore {
       if (path_ == QGemmPath::Vnni) {
         const size_t panel_bytes = ((w_.K + 3) / 4) * kVnniNR * 4;
         qgemm_vnni<O>(a, lda, vnni_.data.as<int8_t>() + grp * vnni_.group_bytes + (j0 / kVnniNR) * panel_bytes, w_.K,
-                      n0 + j0, nn, M, rq_, out, ldo);
+                      n0 + j0, nn, M, rq_, &vnni_.vec, out, ldo);
         return;
       }
     }

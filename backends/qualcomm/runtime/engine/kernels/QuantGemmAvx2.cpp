@@ -16,12 +16,15 @@
 #include <immintrin.h>
 #endif
 
+// AVX-512 with VNNI (vpdpwssd) on top of AVX2.
+#define QNN_TARGET_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+
 namespace qnn_delegate {
 namespace engine {
 
 namespace {
-constexpr size_t kPanel = 8;      // output channels per panel (one ymm of int32)
-constexpr size_t kTileN = 16;     // two panels per micro tile
+constexpr size_t kPanel = 16;     // output channels per packed panel (two ymm / one zmm of int32)
+constexpr size_t kTileN = 16;     // channels per AVX2 micro tile: one panel
 constexpr size_t kBlock16 = 256;  // k per int32 partial sum with 16-bit activations
 }  // namespace
 
@@ -39,7 +42,7 @@ void build_vec_requant8(const Requant& rq, size_t groups, size_t nn, size_t nn_p
                         int64_t max_abs_acc, VecRequant8& out) {
   out.ok = false;
   if (!rq.htp || rq.qmax > 255 || rq.qmin < 0) return;
-  const size_t total = groups * nn_pad + 8;
+  const size_t total = groups * nn_pad + 16;
   for (auto* v : {&out.pre, &out.shift, &out.half, &out.mult, &out.ulim}) v->assign(total, 0);
   out.out_offset = rq.out_offset;
   out.qmin = int32_t(rq.qmin);
@@ -125,6 +128,7 @@ bool prepare_avx2(const QWeights& w, const Requant& rq, size_t groups, bool a16,
       int16_t* panel = dst + g * out.group_elems + (j / kPanel) * kp * kPanel;
       for (size_t k = 0; k < w.K; ++k) panel[(k / 2) * kPanel * 2 + (j % kPanel) * 2 + k % 2] = row[k];
     }
+  out.dpwssd = a16 && simd_level() == SimdLevel::Avx512 && cpu_has_avx512_vnni();
   const int64_t shift = a16 ? 32768 : 0;
   out.fold.resize(w.N);
   for (size_t n = 0; n < w.N; ++n) out.fold[n] = (int64_t(rq.in_offset) + shift) * rq.wsum[n];
@@ -139,15 +143,14 @@ bool prepare_avx2(const QWeights& w, const Requant& rq, size_t groups, bool a16,
 namespace {
 
 #ifdef QNN_X86
-// acc[r][0..15] += rows r < MR of `a` (int16, stride lda) x the two panels at wp,
+// acc[r][0..15] += rows r < MR of `a` (int16, stride lda) x the 16-channel panel at wp,
 // over pairs [q0, q1).
 template <int MR>
-__attribute__((target("avx2"))) inline void tile_pairs(const int16_t* a, size_t lda, const int16_t* wp,
-                                                       size_t panel_stride, size_t q0, size_t q1,
-                                                       __m256i (&acc)[4][2]) {
+__attribute__((target("avx2"))) inline void tile_pairs(const int16_t* a, size_t lda, const int16_t* wp, size_t q0,
+                                                       size_t q1, __m256i (&acc)[4][2]) {
   for (size_t q = q0; q < q1; ++q) {
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + q * 16));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + panel_stride + q * 16));
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + q * 32));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + q * 32 + 16));
     for (int r = 0; r < MR; ++r) {
       int32_t pair;
       std::memcpy(&pair, a + r * lda + 2 * q, 4);
@@ -164,13 +167,12 @@ __attribute__((target("avx2"))) void tile(const int16_t* a, size_t lda, const in
                                           size_t n0, size_t cnt, const Requant& rq, const int64_t* fold, O* out,
                                           size_t ldo) {
   const size_t pairs = kp / 2, step = a16 ? kBlock16 / 2 : pairs;
-  const size_t panel_stride = kp * kPanel;
   int64_t total[MR][kTileN] = {};
   alignas(32) int32_t part[kTileN];
   for (size_t q0 = 0; q0 < pairs; q0 += step) {
     __m256i acc[4][2];
     for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-    tile_pairs<MR>(a, lda, wp, panel_stride, q0, std::min(pairs, q0 + step), acc);
+    tile_pairs<MR>(a, lda, wp, q0, std::min(pairs, q0 + step), acc);
     for (int r = 0; r < MR; ++r) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(part), acc[r][0]);
       _mm256_store_si256(reinterpret_cast<__m256i*>(part + 8), acc[r][1]);
@@ -237,7 +239,7 @@ __attribute__((target("avx2"))) inline void store_u16x16(__m256i lo, __m256i hi,
 template <int MR>
 __attribute__((target("avx2"))) void tile_u16(const int16_t* a, size_t lda, const int16_t* wp, size_t kp, size_t i0,
                                               size_t cnt, const VecRequantW& v, uint16_t* out, size_t ldo) {
-  const size_t pairs = kp / 2, step = kBlock16 / 2, panel_stride = kp * kPanel;
+  const size_t pairs = kp / 2, step = kBlock16 / 2;
   const __m128i sh = _mm_cvtsi32_si128(v.s);
   const __m256i mask = _mm256_set1_epi32((1 << v.s) - 1);
   __m256i hi[MR][2], lo[MR][2];
@@ -249,7 +251,7 @@ __attribute__((target("avx2"))) void tile_u16(const int16_t* a, size_t lda, cons
   for (size_t q0 = 0; q0 < pairs; q0 += step) {
     __m256i acc[4][2];
     for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-    tile_pairs<MR>(a, lda, wp, panel_stride, q0, std::min(pairs, q0 + step), acc);
+    tile_pairs<MR>(a, lda, wp, q0, std::min(pairs, q0 + step), acc);
     for (int r = 0; r < MR; ++r)
       for (int h = 0; h < 2; ++h) {
         hi[r][h] = _mm256_add_epi32(hi[r][h], _mm256_sra_epi32(acc[r][h], sh));
@@ -261,6 +263,86 @@ __attribute__((target("avx2"))) void tile_u16(const int16_t* a, size_t lda, cons
                  out + r * ldo);
   }
 }
+
+// GCC 12's AVX-512 intrinsics start from an undefined vector (_mm512_undefined_epi32) and
+// warn (-Wmaybe-uninitialized) where they are inlined: silenced for this code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// tile_u16 with vpdpwssd (AVX-512 VNNI; the same int32 sums as vpmaddwd + vpaddd): MR rows
+// x NP panels of 16 channels, one zmm accumulator each, cnt channels of the last panel.
+template <int MR, int NP>
+QNN_TARGET_AVX512_VNNI void tile_u16_vnni(const int16_t* a, size_t lda, const int16_t* wp, size_t panel_stride,
+                                          size_t kp, size_t i0, size_t cnt, const VecRequantW& v, uint16_t* out,
+                                          size_t ldo) {
+  const size_t pairs = kp / 2, step = kBlock16 / 2;
+  const __m128i sh = _mm_cvtsi32_si128(v.s);
+  const __m512i mask = _mm512_set1_epi32((1 << v.s) - 1);
+  __m512i hi[MR][NP], lo[MR][NP];
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) {
+      hi[r][p] = _mm512_loadu_si512(v.hi0.data() + i0 + 16 * p);
+      lo[r][p] = _mm512_loadu_si512(v.lo0.data() + i0 + 16 * p);
+    }
+  for (size_t q0 = 0; q0 < pairs; q0 += step) {
+    const size_t q1 = std::min(pairs, q0 + step);
+    __m512i acc[MR][NP];
+    for (int r = 0; r < MR; ++r)
+      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_si512();
+    for (size_t q = q0; q < q1; ++q) {
+      __m512i w[NP];
+      for (int p = 0; p < NP; ++p) w[p] = _mm512_loadu_si512(wp + p * panel_stride + q * 32);
+      for (int r = 0; r < MR; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, a + r * lda + 2 * q, 4);
+        const __m512i b = _mm512_set1_epi32(pair);
+        for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpwssd_epi32(acc[r][p], b, w[p]);
+      }
+    }
+    for (int r = 0; r < MR; ++r)
+      for (int p = 0; p < NP; ++p) {
+        hi[r][p] = _mm512_add_epi32(hi[r][p], _mm512_sra_epi32(acc[r][p], sh));
+        lo[r][p] = _mm512_add_epi32(lo[r][p], _mm512_and_si512(acc[r][p], mask));
+      }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) {
+      const size_t i = i0 + 16 * p;
+      const __m256i y0 = requant_wide(_mm512_castsi512_si256(hi[r][p]), _mm512_castsi512_si256(lo[r][p]), v, i);
+      const __m256i y1 =
+          requant_wide(_mm512_extracti64x4_epi64(hi[r][p], 1), _mm512_extracti64x4_epi64(lo[r][p], 1), v, i + 8);
+      store_u16x16(y0, y1, p + 1 == NP ? cnt - 16 * (NP - 1) : kTileN, out + r * ldo + 16 * p);
+    }
+}
+
+// Rows m < rows of the int16 rows abuf x channels j0 .. j0 + nn of the group's panels wg.
+void qgemm_u16_vnni(const int16_t* abuf, size_t kp, const int16_t* wg, size_t base, size_t j0, size_t nn, size_t rows,
+                    const VecRequantW& v, uint16_t* out, size_t ldo) {
+  const size_t panel_stride = kp * kPanel;
+  size_t j = j0;
+  for (; j < j0 + nn && j0 + nn - j > kTileN; j += 2 * kTileN) {  // two panels (the second may be partial)
+    const size_t cnt = std::min(2 * kTileN, j0 + nn - j);
+    const int16_t* wp = wg + (j / kPanel) * panel_stride;
+    uint16_t* o = out + (j - j0);
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4)
+      tile_u16_vnni<4, 2>(abuf + r * kp, kp, wp, panel_stride, kp, base + j, cnt, v, o + r * ldo, ldo);
+    for (; r < rows; ++r)
+      tile_u16_vnni<1, 2>(abuf + r * kp, kp, wp, panel_stride, kp, base + j, cnt, v, o + r * ldo, ldo);
+  }
+  if (j < j0 + nn) {
+    const size_t cnt = j0 + nn - j;
+    const int16_t* wp = wg + (j / kPanel) * panel_stride;
+    uint16_t* o = out + (j - j0);
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4)
+      tile_u16_vnni<4, 1>(abuf + r * kp, kp, wp, panel_stride, kp, base + j, cnt, v, o + r * ldo, ldo);
+    for (; r < rows; ++r)
+      tile_u16_vnni<1, 1>(abuf + r * kp, kp, wp, panel_stride, kp, base + j, cnt, v, o + r * ldo, ldo);
+  }
+}
+
+#pragma GCC diagnostic pop
 
 template <typename O>
 __attribute__((target("avx2"))) void requant_wide_row_avx2(const VecRequantW& v, const int32_t* acc, size_t i0,
@@ -290,7 +372,7 @@ __attribute__((target("avx2"))) void tile_u8(const int16_t* a, size_t lda, const
                                              size_t cnt, const VecRequant8& v, uint8_t* out, size_t ldo) {
   __m256i acc[4][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-  tile_pairs<MR>(a, lda, wp, kp * kPanel, 0, kp / 2, acc);
+  tile_pairs<MR>(a, lda, wp, 0, kp / 2, acc);
   for (int r = 0; r < MR; ++r) {
     const __m256i lo = requant8(acc[r][0], v, i0), hi = requant8(acc[r][1], v, i0 + 8);
     const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
@@ -366,6 +448,10 @@ void qgemm_avx2(const A* a, size_t lda, const Avx2Weights& w, size_t grp, size_t
       }
     }
     if constexpr (sizeof(A) == 2 && sizeof(O) == 2) {
+      if (w.vec16.ok && w.dpwssd) {
+        qgemm_u16_vnni(abuf, kp, wg, grp * (w.group_elems / kp), j0, nn, rows, w.vec16, out + m0 * ldo, ldo);
+        continue;
+      }
       if (w.vec16.ok) {
         const size_t base = grp * (w.group_elems / kp);
         for (size_t j = j0; j < j0 + nn; j += kTileN) {
@@ -449,15 +535,16 @@ __attribute__((target("avx2"))) inline __m256i dw_load16(const uint16_t* p, __m2
   return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi16(-32768));
 }
 
+// Channels c_begin (a multiple of 16) .. C.
 template <typename A>
 __attribute__((target("avx2"))) void dw_pixel_avx2_impl(const A* const* px, size_t taps, size_t C, const int16_t* wp,
                                                         const int8_t* tap_w, int32_t in_offset, const int32_t* corr,
-                                                        int32_t* acc) {
+                                                        int32_t* acc, size_t c_begin = 0) {
   const size_t pairs = (taps + 1) / 2, C16 = C & ~size_t(15);
   const __m256i add = _mm256_set1_epi16(int16_t(sizeof(A) == 1 ? in_offset : 0));
   // x16 of the input's zero point: what a padding tap holds.
   const __m256i pad = _mm256_set1_epi16(int16_t(sizeof(A) == 1 ? 0 : -in_offset - 32768));
-  for (size_t c0 = 0; c0 < C16; c0 += 16) {
+  for (size_t c0 = c_begin; c0 < C16; c0 += 16) {
     __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
     const int16_t* w = wp + (c0 / 16) * pairs * 32;
     for (size_t p = 0; p < pairs; ++p, w += 32) {
@@ -479,7 +566,7 @@ __attribute__((target("avx2"))) void dw_pixel_avx2_impl(const A* const* px, size
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + c0), a0);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + c0 + 8), a1);
   }
-  for (size_t c = C16; c < C; ++c) {
+  for (size_t c = std::max(C16, c_begin); c < C; ++c) {
     int32_t s = 0;
     for (size_t t = 0; t < taps; ++t) {
       if (px[t]) s += (int32_t(px[t][c]) + in_offset) * int32_t(tap_w[t * C + c]);
@@ -487,6 +574,59 @@ __attribute__((target("avx2"))) void dw_pixel_avx2_impl(const A* const* px, size
     acc[c] = s;
   }
 }
+
+// GCC 12's AVX-512 intrinsics warn (-Wmaybe-uninitialized) where inlined: silenced here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+QNN_TARGET_AVX512_VNNI inline __m512i dw_load32(const uint8_t* p, __m512i add) {
+  return _mm512_add_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), add);
+}
+QNN_TARGET_AVX512_VNNI inline __m512i dw_load32(const uint16_t* p, __m512i) {
+  return _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_set1_epi16(-32768));
+}
+
+// dw_pixel_avx2_impl with 32 channels per step through vpdpwssd (the same int32 sums as
+// vpmaddwd + vpaddd) on the 32-channel packing wp32 (pack_dw_vnni), then the AVX2 16-channel
+// block and the scalar tail on the AVX2 packing wp16.
+template <typename A>
+QNN_TARGET_AVX512_VNNI void dw_pixel_vnni_impl(const A* const* px, size_t taps, size_t C, const int16_t* wp32,
+                                               const int16_t* wp16, const int8_t* tap_w, int32_t in_offset,
+                                               const int32_t* corr, int32_t* acc) {
+  const size_t pairs = (taps + 1) / 2, C32 = C & ~size_t(31);
+  const __m512i add = _mm512_set1_epi16(int16_t(sizeof(A) == 1 ? in_offset : 0));
+  const __m512i pad = _mm512_set1_epi16(int16_t(sizeof(A) == 1 ? 0 : -in_offset - 32768));
+  // lo holds, per 128-bit lane L, channels 8L .. 8L+3 of the block, hi 8L+4 .. 8L+7: the
+  // indices (into lo, 16 + into hi) that put channels 0..15 and 16..31 in order.
+  alignas(64) int32_t order[2][16];
+  for (int h = 0; h < 2; ++h)
+    for (int c = 0; c < 16; ++c) {
+      const int ch = 16 * h + c, lane = ch / 8, w = ch % 8;
+      order[h][c] = (w < 4 ? 0 : 16) + lane * 4 + w % 4;
+    }
+  const __m512i idx0 = _mm512_load_si512(order[0]), idx1 = _mm512_load_si512(order[1]);
+  for (size_t c0 = 0; c0 < C32; c0 += 32) {
+    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+    const int16_t* w = wp32 + (c0 / 32) * pairs * 64;
+    for (size_t p = 0; p < pairs; ++p, w += 64) {
+      const A* p0 = px[2 * p];
+      const A* p1 = 2 * p + 1 < taps ? px[2 * p + 1] : nullptr;
+      const __m512i x0 = p0 ? dw_load32(p0 + c0, add) : pad;
+      const __m512i x1 = p1 ? dw_load32(p1 + c0, add) : pad;
+      lo = _mm512_dpwssd_epi32(lo, _mm512_unpacklo_epi16(x0, x1), _mm512_loadu_si512(w));
+      hi = _mm512_dpwssd_epi32(hi, _mm512_unpackhi_epi16(x0, x1), _mm512_loadu_si512(w + 32));
+    }
+    __m512i a0 = _mm512_permutex2var_epi32(lo, idx0, hi), a1 = _mm512_permutex2var_epi32(lo, idx1, hi);
+    if (corr) {
+      a0 = _mm512_sub_epi32(a0, _mm512_loadu_si512(corr + c0));
+      a1 = _mm512_sub_epi32(a1, _mm512_loadu_si512(corr + c0 + 16));
+    }
+    _mm512_storeu_si512(acc + c0, a0);
+    _mm512_storeu_si512(acc + c0 + 16, a1);
+  }
+  if (C32 < C) dw_pixel_avx2_impl<A>(px, taps, C, wp16, tap_w, in_offset, corr, acc, C32);
+}
+#pragma GCC diagnostic pop
 #endif
 }  // namespace
 
@@ -510,6 +650,49 @@ template void dw_pixel_avx2<uint8_t>(const uint8_t* const*, size_t, size_t, cons
                                      const int32_t*, int32_t*);
 template void dw_pixel_avx2<uint16_t>(const uint16_t* const*, size_t, size_t, const int16_t*, const int8_t*, int32_t,
                                       const int32_t*, int32_t*);
+
+bool dw_vnni_available() { return simd_level() == SimdLevel::Avx512 && cpu_has_avx512_vnni(); }
+
+size_t dw_vnni_packed_elems(size_t taps, size_t C) { return (C / 32) * ((taps + 1) / 2) * 64; }
+
+void pack_dw_vnni(const int8_t* tap_w, size_t taps, size_t C, int16_t* dst) {
+  const size_t pairs = (taps + 1) / 2;
+  // Channel j (< 32) of a block: 128-bit lane j / 8; vpunpcklwd (first 32 int16) for j % 8 < 4,
+  // vpunpckhwd (next 32) otherwise; pair (j % 4) within the lane.
+  for (size_t b = 0; b < C / 32; ++b)
+    for (size_t p = 0; p < pairs; ++p) {
+      int16_t* d = dst + (b * pairs + p) * 64;
+      for (size_t j = 0; j < 32; ++j) {
+        const size_t half = (j % 8) / 4, lane = j / 8, pos = half * 32 + lane * 8 + (j % 4) * 2;
+        for (size_t e = 0; e < 2; ++e) {
+          const size_t t = 2 * p + e;
+          d[pos + e] = t < taps ? int16_t(tap_w[t * C + b * 32 + j]) : int16_t(0);
+        }
+      }
+    }
+}
+
+template <typename A>
+void dw_pixel_vnni(const A* const* px, size_t taps, size_t C, const int16_t* wp32, const int16_t* wp16,
+                   const int8_t* tap_w, int32_t in_offset, const int32_t* corr, int32_t* acc) {
+#ifdef QNN_X86
+  dw_pixel_vnni_impl<A>(px, taps, C, wp32, wp16, tap_w, in_offset, corr, acc);
+#else
+  (void)px;
+  (void)taps;
+  (void)C;
+  (void)wp32;
+  (void)wp16;
+  (void)tap_w;
+  (void)in_offset;
+  (void)corr;
+  (void)acc;
+#endif
+}
+template void dw_pixel_vnni<uint8_t>(const uint8_t* const*, size_t, size_t, const int16_t*, const int16_t*,
+                                     const int8_t*, int32_t, const int32_t*, int32_t*);
+template void dw_pixel_vnni<uint16_t>(const uint16_t* const*, size_t, size_t, const int16_t*, const int16_t*,
+                                      const int8_t*, int32_t, const int32_t*, int32_t*);
 
 template <typename O>
 void requant_wide_row(const VecRequantW& v, const int32_t* acc, size_t i0, size_t cnt, O* out) {

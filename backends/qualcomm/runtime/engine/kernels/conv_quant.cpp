@@ -107,6 +107,10 @@ class QDepthwiseKernel final : public Kernel {
         if (acc32_ && mult_ == 1 && taps <= kDwMaxTaps && g_.cout >= 16 && taps_.valid()) {
           dwp_ = Buffer(s.alloc, dw_avx2_packed_elems(taps, g_.cout) * sizeof(int16_t));
           if (dwp_.valid()) pack_dw_avx2(taps_.as<int8_t>(), taps, g_.cout, dwp_.as<int16_t>());
+          if (dwp_.valid() && dw_vnni_available() && g_.cout >= 32) {
+            dwv_ = Buffer(s.alloc, dw_vnni_packed_elems(taps, g_.cout) * sizeof(int16_t));
+            if (dwv_.valid()) pack_dw_vnni(taps_.as<int8_t>(), taps, g_.cout, dwv_.as<int16_t>());
+          }
           if (sizeof(A) == 2) {
             corr_.resize(g_.cout + 8);
             for (size_t c = 0; c < g_.cout; ++c) {
@@ -117,11 +121,12 @@ class QDepthwiseKernel final : public Kernel {
       }
     }  // What run_row / requant_row run: tap pairs when packed, lanes when the sums are int32.
     const bool taps_avx2 = acc32_ && dwp_.size() != 0 && dwp_.valid();
+    const bool taps_vnni = taps_avx2 && dwv_.size() != 0 && dwv_.valid();
     const char* requant = !acc32_ ? "scalar" : (vec_.ok ? "lanes8" : (vecw_.ok ? "lanes64" : "scalar"));
-    path_ = std::string(taps_avx2 ? "avx2" : "plain") + "/" + requant;
+    path_ = std::string(taps_vnni ? "vnni" : (taps_avx2 ? "avx2" : "plain")) + "/" + requant;
   }
   size_t scratch_bytes() const override { return slots_ * slot_bytes(); }
-  size_t owned_bytes() const override { return taps_.size() + dwp_.size(); }
+  size_t owned_bytes() const override { return taps_.size() + dwp_.size() + dwv_.size(); }
   const char* path() const override { return path_.c_str(); }
 
   Status run(const RunContext& c) const override {
@@ -168,8 +173,13 @@ class QDepthwiseKernel final : public Kernel {
               px[ky * g_.kw + kx] = in ? x + ((n * g_.h + iy) * g_.w + ix) * g_.cin : nullptr;
             }
           }
-          dw_pixel_avx2<A>(px, g_.kh * g_.kw, C, dwp_.as<int16_t>(), taps_.as<int8_t>(), rq_.in_offset,
-                           corr_.empty() ? nullptr : corr_.data(), acc);
+          if (dwv_.size() != 0 && dwv_.valid()) {
+            dw_pixel_vnni<A>(px, g_.kh * g_.kw, C, dwv_.as<int16_t>(), dwp_.as<int16_t>(), taps_.as<int8_t>(),
+                             rq_.in_offset, corr_.empty() ? nullptr : corr_.data(), acc);
+          } else {
+            dw_pixel_avx2<A>(px, g_.kh * g_.kw, C, dwp_.as<int16_t>(), taps_.as<int8_t>(), rq_.in_offset,
+                             corr_.empty() ? nullptr : corr_.data(), acc);
+          }
           requant_row(acc, o);
           continue;
         }
@@ -222,6 +232,7 @@ class QDepthwiseKernel final : public Kernel {
   VecRequant8 vec_;            // uint8 in and out on AVX2
   VecRequantW vecw_;           // otherwise (uint16, strided uint8) on AVX2 when the sums are int32
   Buffer dwp_;                 // AVX2 tap pairs (pack_dw_avx2), channel multiplier 1
+  Buffer dwv_;                 // AVX-512 VNNI tap pairs (pack_dw_vnni), 32 channels per block
   std::vector<int32_t> corr_;  // uint16 x: (zero point - 32768) * wsum per channel
   bool acc32_ = false;
   std::string path_;  // Kernel::path

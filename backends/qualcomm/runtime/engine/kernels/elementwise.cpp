@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "backends/qualcomm/runtime/engine/DataType.h"
+#include "backends/qualcomm/runtime/engine/ThreadPool.h"
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
 namespace qnn_delegate {
@@ -300,24 +301,37 @@ class UnaryKernel final : public Kernel {
       : in_(v.inputs[0]->id), out_(v.outputs[0]->id), numel_(v.inputs[0]->numel), p_(p), round_(round_half) {}
   bool rounds_fp16_outputs() const override { return round_; }
 
+  // Chunks of kChunk elements (fp16: rounded while they are in L1), split over the pool when
+  // there are enough of them (each element is computed alone: the same bits on any split).
   Status run(const RunContext& ctx) const override {
-    const float* in = ctx.at<const float>(in_);
-    float* out = ctx.at<float>(out_);
-    if (!round_) {
-      for (size_t i = 0; i < numel_; ++i) out[i] = Fn::apply(in[i], p_);
-      return Status::Ok();
-    }
-    // fp16: rounded by chunks while they are in L1.
-    constexpr size_t kChunk = 512;
-    for (size_t i0 = 0; i0 < numel_; i0 += kChunk) {
-      const size_t i1 = std::min(numel_, i0 + kChunk);
-      for (size_t i = i0; i < i1; ++i) out[i] = Fn::apply(in[i], p_);
-      round_to_half_inplace(out + i0, i1 - i0);
+    Job job{this, ctx.at<const float>(in_), ctx.at<float>(out_)};
+    const size_t chunks = (numel_ + kChunk - 1) / kChunk;
+    if (numel_ < kMinParallelElems) {
+      run_chunks(&job, 0, chunks);
+    } else {
+      ThreadPool::instance().parallel_for(chunks, &run_chunks, &job);
     }
     return Status::Ok();
   }
 
  private:
+  static constexpr size_t kChunk = 512;
+  static constexpr size_t kMinParallelElems = size_t(1) << 14;
+  struct Job {
+    const UnaryKernel* k;
+    const float* in;
+    float* out;
+  };
+  static void run_chunks(void* ctx, size_t begin, size_t end) {
+    const Job& j = *static_cast<const Job*>(ctx);
+    const UnaryKernel& k = *j.k;
+    for (size_t c = begin; c < end; ++c) {
+      const size_t i0 = c * kChunk, i1 = std::min(k.numel_, i0 + kChunk);
+      for (size_t i = i0; i < i1; ++i) j.out[i] = Fn::apply(j.in[i], k.p_);
+      if (k.round_) round_to_half_inplace(j.out + i0, i1 - i0);
+    }
+  }
+
   uint32_t in_, out_;
   size_t numel_;
   UnaryParams p_;

@@ -5,6 +5,10 @@
 #include "backends/qualcomm/runtime/engine/kernels/LinearShape.h"
 #include "backends/qualcomm/runtime/engine/kernels/QuantGemm.h"
 
+#ifdef QNN_X86
+#include <immintrin.h>
+#endif
+
 namespace qnn_delegate {
 namespace engine {
 namespace {
@@ -62,6 +66,67 @@ struct QMatMulSetup {
   Requant rq;  // hr[0]: no bias
 };
 
+#ifdef QNN_X86
+// GCC 12's AVX-512 intrinsics start from an undefined vector and warn
+// (-Wmaybe-uninitialized) where inlined: silenced for this code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// 4 rows of C = ad [4][K] x bd [K][N] (doubles holding exact integers: every partial sum is an
+// integer below 2^53, so the FMA order does not matter) with AVX-512: 4 rows x 16 columns in 8
+// zmm accumulators, the N % 16 tail masked. Requantized in lanes when `lanes` (the PT2E float
+// reference, Requant::apply's !htp branch: fma(acc, mult, bias), round half even, - out_offset,
+// clamp; the same operations lane by lane), else by Requant::apply.
+template <typename O>
+QNN_TARGET_AVX512 void matmul_rows4_avx512(const double* ad, const double* bd, size_t K, size_t N, const Requant& rq,
+                                           bool lanes, O* c, size_t ldc) {
+  constexpr int R = 4;
+  const __m512d mult = _mm512_set1_pd(lanes ? rq.mult[0] : 0.0), bias = _mm512_set1_pd(lanes ? rq.bias[0] : 0.0);
+  const __m512d off = _mm512_set1_pd(double(rq.out_offset));
+  const __m512d lo = _mm512_set1_pd(double(rq.qmin)), hi = _mm512_set1_pd(double(rq.qmax));
+  for (size_t n0 = 0; n0 < N; n0 += 16) {
+    const size_t cols = std::min<size_t>(16, N - n0);
+    const __mmask8 m0 = __mmask8(cols >= 8 ? 0xFF : (1u << cols) - 1);
+    const __mmask8 m1 = __mmask8(cols >= 16 ? 0xFF : (cols > 8 ? (1u << (cols - 8)) - 1 : 0));
+    __m512d acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_pd();
+    for (size_t k = 0; k < K; ++k) {
+      const __m512d b0 = _mm512_maskz_loadu_pd(m0, bd + k * N + n0);
+      const __m512d b1 = _mm512_maskz_loadu_pd(m1, bd + k * N + n0 + 8);
+      for (int r = 0; r < R; ++r) {
+        const __m512d av = _mm512_set1_pd(ad[r * K + k]);
+        acc[r][0] = _mm512_fmadd_pd(av, b0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_pd(av, b1, acc[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      O* row = c + r * ldc + n0;
+      if (lanes) {
+        for (int h = 0; h < 2; ++h) {
+          const __mmask8 m = h == 0 ? m0 : m1;
+          if (m == 0) continue;
+          __m512d v = _mm512_roundscale_pd(_mm512_fmadd_pd(acc[r][h], mult, bias),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+          v = _mm512_min_pd(_mm512_max_pd(_mm512_sub_pd(v, off), lo), hi);
+          const __m256i q = _mm512_cvtpd_epi32(v);
+          if constexpr (sizeof(O) == 1) {
+            _mm256_mask_cvtepi32_storeu_epi8(row + 8 * h, m, q);
+          } else {
+            _mm256_mask_cvtepi32_storeu_epi16(row + 8 * h, m, q);
+          }
+        }
+      } else {
+        alignas(64) double sums[16];
+        _mm512_store_pd(sums, acc[r][0]);
+        _mm512_store_pd(sums + 8, acc[r][1]);
+        for (size_t j = 0; j < cols; ++j) row[j] = rq.apply<O>(int64_t(sums[j]), 0);
+      }
+    }
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
 // A / B: input element types; Acc: int32 when both are 8-bit; O: output type.
 // Products (qa + offa) * (qb + offb) are below 2^32 and K < 2^20, so every partial sum
 // is an integer below 2^53: accumulated in double (vectorized FMAs) they are the exact
@@ -71,9 +136,13 @@ template <typename A, typename B, typename Acc, typename O>
 class QMatMulKernel final : public Kernel {
  public:
   explicit QMatMulKernel(QMatMulSetup& s)
-      : q_(std::move(s)), slots_(qgemm_slots()), blocked_(!plain_kernels_forced()) {}
+      : q_(std::move(s)),
+        slots_(qgemm_slots()),
+        blocked_(!plain_kernels_forced()),
+        avx512_(blocked_ && simd_level() == SimdLevel::Avx512) {}
   size_t scratch_bytes() const override { return slots_ * slot_bytes(); }
-  const char* path() const override { return blocked_ ? "blocked" : "plain"; }
+  // "blocked-avx512": the AVX-512 tile with lane requantization (PT2E reference) or scalar (HTP).
+  const char* path() const override { return avx512_ ? "blocked-avx512" : (blocked_ ? "blocked" : "plain"); }
   Status run(const RunContext& c) const override {
     const MatMulShape& s = q_.s;
     const A* a = c.at<const A>(s.a);
@@ -119,6 +188,12 @@ class QMatMulKernel final : public Kernel {
     const double oa = q_.off_a;
     for (size_t r = 0; r < kRows; ++r)
       for (size_t k = 0; k < K; ++k) ad[r * K + k] = double(a[(m0 + r) * sam + k * sak]) + oa;
+#ifdef QNN_X86
+    if (avx512_) {
+      matmul_rows4_avx512<O>(ad, bd, K, N, q_.rq, !q_.rq.htp, c + m0 * N, N);
+      return;
+    }
+#endif
     size_t n0 = 0;
     for (; n0 + 8 <= N; n0 += 8) {
       VecD acc[kRows][2] = {};
@@ -176,6 +251,7 @@ class QMatMulKernel final : public Kernel {
   QMatMulSetup q_;
   size_t slots_ = 1;
   bool blocked_ = true;  // register tiles (QNN_HOST_ENGINE_KERNELS=plain: the row loop only)
+  bool avx512_ = false;  // blocked on AVX-512 (not with QNN_HOST_ENGINE_KERNELS=avx2)
 };
 
 Status create_qmatmul(const OpView& v, KernelEnv&, KernelPtr& out) {
