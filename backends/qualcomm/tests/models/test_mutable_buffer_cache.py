@@ -1,0 +1,157 @@
+"""In-graph KV caches: a program whose graph writes registered buffers (ExecuTorch's mutable
+buffers) in place, as ExecuTorch's llama export (`index_put_` on `self.k_cache`) and Hugging
+Face's `StaticCache` (`index_copy_`) do. The cache writes and the attention are one delegate; the
+caches stay ExecuTorch mutable buffers that the delegate reads as inputs and returns updated, and
+ExecuTorch writes them back (one `copy_` per buffer per call: docs/llm.md). Asserted: over several
+calls the cache persists and every step's output equals eager's (whose buffers persist the same
+way), on the host engine and on QNN."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import List, Tuple
+
+import numpy as np
+import pytest
+import torch
+from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+from backends.qualcomm import QnnPartitioner
+from backends.qualcomm.serialization.payload_reader import describe_payload
+from backends.qualcomm.tests.helpers.runtime import load_method, native, run
+from backends.qualcomm.utils.pte_tools import delegate_blobs
+from backends.qualcomm.tests.helpers.tester import fp16_compile_specs
+
+transformers = pytest.importorskip("transformers")
+
+
+class StaticCacheAttention(torch.nn.Module):
+    """ExecuTorch llama's static-cache attention: the step's keys / values written into the
+    cache buffers at `input_pos` (`index_put_` and `cache[:, :, pos] = v`), a causal mask from
+    the positions, attention over the whole cache."""
+
+    def __init__(self, dim: int = 16, heads: int = 2, slots: int = 8):
+        super().__init__()
+        self.heads, self.head_dim, self.slots = heads, dim // heads, slots
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(dim, dim) for _ in range(4))
+        self.register_buffer("k_cache", torch.zeros(1, heads, slots, dim // heads))
+        self.register_buffer("v_cache", torch.zeros(1, heads, slots, dim // heads))
+
+    def forward(self, x: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+
+        def heads(y: torch.Tensor) -> torch.Tensor:
+            return y.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        torch.ops.aten.index_put_(self.k_cache, [None, None, input_pos], k)
+        self.v_cache[:, :, input_pos] = v
+        mask = torch.arange(self.slots).view(1, -1) <= input_pos.view(-1, 1)
+        scores = (q @ self.k_cache.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        out = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ self.v_cache
+        return self.o(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class HfStaticCacheStep(torch.nn.Module):
+    """One decode step of a tiny Llama with Hugging Face's StaticCache (transformers' own
+    ExecuTorch wrapper): the cache is the wrapper's registered buffers, written by index_copy_."""
+
+    def __init__(self, max_cache_len: int = 16):
+        super().__init__()
+        from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(
+            vocab_size=128,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        )
+        model = transformers.LlamaForCausalLM(config).eval().requires_grad_(False)
+        model.generation_config.cache_implementation = "static"
+        self.model = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=max_cache_len)
+
+    def forward(self, ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids, cache_position=cache_position)
+
+
+def _lower(module: torch.nn.Module, inputs: Tuple[torch.Tensor, ...], tmp_path, strict: bool = False):
+    """(edge program, .pte path, partitioner); the caches' initial values are serialized
+    (InitializedMutableBufferPass, as ExecuTorch's llama export does)."""
+    partitioner = QnnPartitioner(fp16_compile_specs())
+    with torch.no_grad():
+        exported = torch.export.export(module, inputs, strict=strict)
+    edge = to_edge_transform_and_lower(
+        exported, partitioner=[partitioner], compile_config=EdgeCompileConfig(_check_ir_validity=False)
+    )
+    program = edge.to_executorch(ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["cache"])]))
+    path = tmp_path / "model.pte"
+    path.write_bytes(program.buffer)
+    operators = [op.name for op in program.executorch_program.execution_plan[0].operators]
+    return edge, path, partitioner, operators
+
+
+def _steps_equal_eager(path, eager: torch.nn.Module, steps: List[Tuple[torch.Tensor, ...]], atol: float) -> None:
+    """Each call of the .pte against the same call of eager (both keep their caches)."""
+    _, method = load_method(path)
+    for i, inputs in enumerate(steps):
+        got = run(method, inputs)[0]
+        with torch.no_grad():
+            expected = eager(*inputs)
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), atol=atol, rtol=0, err_msg=f"step {i}")
+
+
+def _decode_steps(n: int) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randn(1, 1, 16, generator=g), torch.tensor([p])) for p in range(n)]
+
+
+def test_static_cache_attention_is_one_delegate_and_persists(tmp_path):
+    """5 decode steps: step i attends to the keys written by steps 0..i (a cache that did not
+    persist, or was written back wrongly, gives another output from step 1 on)."""
+    module = StaticCacheAttention().eval().requires_grad_(False)
+    eager = copy.deepcopy(module)
+    steps = _decode_steps(5)
+    edge, path, partitioner, operators = _lower(module, steps[0], tmp_path)
+    assert len(delegate_blobs(edge.exported_program().graph_module)) == 1, partitioner.rejected_nodes
+    assert not partitioner.rejected_nodes, partitioner.rejected_nodes
+    assert operators == ["aten::copy_"], operators  # the write-back of the two caches, nothing else
+    _steps_equal_eager(path, eager, steps, atol=2e-3)
+
+
+def test_hf_static_cache_decoder_is_one_delegate_and_persists(tmp_path):
+    """HF StaticCache: the caches (index_copy_ -> ScatterNd) and the whole decoder are one
+    delegate; apart from it only the rank-0 position bookkeeping
+    (`cumulative_length.copy_(cache_position[0])`: `copy` has no builder, and QNN's HTP refuses
+    the rank-0 select, so with QNN's op validation it runs on the CPU; without, the select is a
+    second delegate of 2 StridedSlices + 2 Reshapes) and the write-back."""
+    module = HfStaticCacheStep().eval()
+    eager = copy.deepcopy(module)
+    steps = [(torch.tensor([[t]]), torch.tensor([p])) for p, t in enumerate([5, 17, 99, 3, 64])]
+    edge, path, partitioner, operators = _lower(module, steps[0], tmp_path, strict=True)
+    graphs = [describe_payload(b)[0] for b in delegate_blobs(edge.exported_program().graph_module)]
+    decoder = [g for g in graphs if g.op_types().get("ScatterNd")]
+    assert len(decoder) == 1 and decoder[0].op_types()["ScatterNd"] == 4  # k and v of 2 layers
+    assert decoder[0].op_types()["MatMul"] == 4 and decoder[0].op_types()["Softmax"] == 2
+    for other in graphs:
+        assert other is decoder[0] or set(other.op_types()) <= {"StridedSlice", "Reshape"}, other.op_types()
+    assert set(operators) <= {"aten::copy", "aten::copy_", "aten::select_copy", "aten::add"}, operators
+    _steps_equal_eager(path, eager, steps, atol=2e-3)
+
+
+def test_static_cache_attention_persists_on_qnn(real_qnn, tmp_path):
+    """The same program run by QNN's HTP (context binary, x86 emulation): 4 steps equal eager."""
+    module = StaticCacheAttention().eval().requires_grad_(False)
+    eager = copy.deepcopy(module)
+    steps = _decode_steps(4)
+    _, path, _, _ = _lower(module, steps[0], tmp_path)
+    native().set_runtime_option("qnn_runtime_engine", "qnn")
+    try:
+        _steps_equal_eager(path, eager, steps, atol=5e-3)
+    finally:
+        native().set_runtime_option("qnn_runtime_engine", "auto")
