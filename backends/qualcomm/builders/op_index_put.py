@@ -165,7 +165,7 @@ def _check_values_shape(node: torch.fx.Node) -> SupportResult:
     return SUPPORTED
 
 
-def _permute(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, perm: List[int], suffix: str) -> QnnTensor:
+def permute(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, perm: List[int], suffix: str) -> QnnTensor:
     if perm == sorted(perm):
         return x
     dims = permute_dims(x.dims, perm)
@@ -210,7 +210,7 @@ def _scatter_updates(gb: GraphBuilder, node: torch.fx.Node, plan: IndexPlan) -> 
     """values broadcast to the indexed shape, B moved first: [*B, *self[rest]] ([1, ...] for a
     0-d B)."""
     values = _broadcast(gb, node, gb.tensor(node.args[2]), plan.result_shape(), "values")
-    values = _permute(gb, node, values, plan.updates_perm(), "values_t")
+    values = permute(gb, node, values, plan.updates_perm(), "values_t")
     if not plan.batch:
         values = reshape(gb, node, values, [1] + plan.updates_shape(), "values_batch")
     return values
@@ -231,18 +231,32 @@ class IndexPutBuilder(NodeBuilder):
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         plan = index_plan(node)
-        data = gb.tensor(node.args[0])
-        data_t = _permute(gb, node, data, plan.data_perm, "data")
-        inputs = [data_t, _scatter_indices(gb, node, plan), _scatter_updates(gb, node, plan)]
-        params = [uint32_scalar("reduction", 1 if accumulates(node) else 0)]
-        if data_t is data:
-            gb.add_op(node, QnnOpType.ScatterNd, inputs, [gb.define_output(node)], params)
-            return
-        scattered = gb.like(data_t, f"{node.name}_scattered")
-        gb.add_op(node, QnnOpType.ScatterNd, inputs, [scattered], params)
-        back = inverse_perm(plan.data_perm)
-        output = gb.define_output(node)
-        if moves_only_unit_dims(scattered.dims, back):
-            gb.add_op(node, QnnOpType.Reshape, [scattered], [output], suffix="back")
-        else:
-            gb.add_op(node, QnnOpType.Transpose, [scattered], [output], [uint32_tensor("perm", back)], suffix="back")
+        indices, updates = _scatter_indices(gb, node, plan), _scatter_updates(gb, node, plan)
+        scatter_on_axes(gb, node, gb.tensor(node.args[0]), plan.data_perm, indices, updates, int(accumulates(node)))
+
+
+def scatter_on_axes(
+    gb: GraphBuilder,
+    node: torch.fx.Node,
+    data: QnnTensor,
+    data_perm: List[int],
+    indices: QnnTensor,
+    updates: QnnTensor,
+    reduction: int,
+) -> None:
+    """node's output = ScatterNd(data with its axes in data_perm's order, indices, updates,
+    reduction), its axes moved back: the indices address data_perm's first axes, updates hold
+    the batch first."""
+    data_t = permute(gb, node, data, data_perm, "data")
+    params = [uint32_scalar("reduction", reduction)]
+    if data_t is data:
+        gb.add_op(node, QnnOpType.ScatterNd, [data_t, indices, updates], [gb.define_output(node)], params)
+        return
+    scattered = gb.like(data_t, f"{node.name}_scattered")
+    gb.add_op(node, QnnOpType.ScatterNd, [data_t, indices, updates], [scattered], params)
+    back = inverse_perm(data_perm)
+    output = gb.define_output(node)
+    if moves_only_unit_dims(scattered.dims, back):
+        gb.add_op(node, QnnOpType.Reshape, [scattered], [output], suffix="back")
+    else:
+        gb.add_op(node, QnnOpType.Transpose, [scattered], [output], [uint32_tensor("perm", back)], suffix="back")

@@ -1,5 +1,6 @@
-"""scatter (src / value) / scatter_add / scatter_reduce (sum, prod; include_self) -> QNN
-ScatterElements (reduction none / add / mul). index_put is op_index_put.py (ScatterNd)."""
+"""scatter (src / value) -> QNN ScatterElements; scatter_add / scatter_reduce sum (include_self) ->
+ScatterNd add at each element's full coordinates (QNN refuses ScatterElements' reductions);
+scatter_reduce prod stays on the CPU. index_put is op_index_put.py (ScatterNd)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from backends.qualcomm.builders.registry import (
     node_val,
     register_builder,
 )
-from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar
+from backends.qualcomm.builders.utils import reshape
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, uint32_scalar
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -57,11 +59,11 @@ def _check_scatter_elements(node: torch.fx.Node) -> SupportResult:
     reduction = _scatter_reduction(node)
     if reduction < 0:
         return False, "reduce: only none, scatter_add and scatter_reduce sum / prod with include_self=True"
-    if reduction > 0:
-        # the host engine has them; QNN 2.51's HTP refuses them at op validation (error 3110)
-        return False, (
-            f"scatter reduction {'add' if reduction == 1 else 'mul'}: QNN refuses ScatterElements "
-            f"reduction {reduction} ('incorrect Value {reduction}, expected < 1')"
+    if reduction == 2:
+        # the host engine has it; QNN 2.51's HTP refuses it at op validation (error 3110)
+        return (
+            False,
+            "scatter reduction mul: QNN refuses ScatterElements reduction 2 ('incorrect Value 2, expected < 1')",
         )
     return SUPPORTED
 
@@ -83,6 +85,9 @@ class ScatterElementsBuilder(NodeBuilder):
         data, indices = gb.tensor(node.args[0]), gb.tensor(node.args[2])
         updates = self._updates(node, gb, data, indices)
         axis = len(data.dims) + int(node.args[1]) if int(node.args[1]) < 0 else int(node.args[1])
+        if _scatter_reduction(node) == 1:
+            self._add_as_scatter_nd(node, gb, data, indices, updates, axis)
+            return
         gb.add_op(
             node,
             QnnOpType.ScatterElements,
@@ -90,6 +95,28 @@ class ScatterElementsBuilder(NodeBuilder):
             [gb.define_output(node)],
             [uint32_scalar("axis", axis), uint32_scalar("reduction", _scatter_reduction(node))],
         )
+
+    @staticmethod
+    def _add_as_scatter_nd(
+        node: torch.fx.Node, gb: GraphBuilder, data: QnnTensor, indices: QnnTensor, updates: QnnTensor, axis: int
+    ) -> None:
+        """scatter_add: ScatterNd add of every element of updates at its full coordinates, the
+        index on `axis` and its own position on the other axes (QNN refuses ScatterElements'
+        reduction 1): coordinates [*index.dims, rank] = Concat of static grids and the index."""
+        shape = list(indices.dims)
+        grids = np.indices(shape)
+        dtype = np.int64 if indices.data_type == DataType.INT_64 else np.int32
+        columns = []
+        for d in range(len(shape)):
+            if d == axis:
+                columns.append(reshape(gb, node, indices, shape + [1], "index_column"))
+            else:
+                grid = grids[d].astype(dtype).reshape(shape + [1])
+                columns.append(gb.static_tensor(f"{node.name}_coords{d}", grid))
+        coords = gb.like(columns[axis], f"{node.name}_coords", shape + [len(shape)])
+        gb.add_op(node, QnnOpType.Concat, columns, [coords], [uint32_scalar("axis", len(shape))], suffix="coords")
+        params = [uint32_scalar("reduction", 1)]
+        gb.add_op(node, QnnOpType.ScatterNd, [data, coords, updates], [gb.define_output(node)], params)
 
     @staticmethod
     def _updates(node: torch.fx.Node, gb: GraphBuilder, data: QnnTensor, indices: QnnTensor) -> QnnTensor:

@@ -125,22 +125,19 @@ def test_static_cache_attention_is_one_delegate_and_persists(tmp_path):
 
 
 def test_hf_static_cache_decoder_is_one_delegate_and_persists(tmp_path):
-    """HF StaticCache: the caches (index_copy_ -> ScatterNd) and the whole decoder are one
-    delegate; apart from it only the rank-0 position bookkeeping
-    (`cumulative_length.copy_(cache_position[0])`: `copy` has no builder, and QNN's HTP refuses
-    the rank-0 select, so with QNN's op validation it runs on the CPU; without, the select is a
-    second delegate of 2 StridedSlices + 2 Reshapes) and the write-back."""
+    """HF StaticCache: the caches (index_copy_ -> ScatterNd), the decoder and the position
+    bookkeeping (`cumulative_length.copy_(cache_position[0])`) are one delegate; on the CPU only
+    the write-back. (With QNN's op validation the rank-0 bookkeeping stays on the CPU: HTP refuses
+    rank-0 tensors.)"""
     module = HfStaticCacheStep().eval()
     eager = copy.deepcopy(module)
     steps = [(torch.tensor([[t]]), torch.tensor([p])) for p, t in enumerate([5, 17, 99, 3, 64])]
     edge, path, partitioner, operators = _lower(module, steps[0], tmp_path, strict=True)
     graphs = [describe_payload(b)[0] for b in delegate_blobs(edge.exported_program().graph_module)]
-    decoder = [g for g in graphs if g.op_types().get("ScatterNd")]
-    assert len(decoder) == 1 and decoder[0].op_types()["ScatterNd"] == 4  # k and v of 2 layers
-    assert decoder[0].op_types()["MatMul"] == 4 and decoder[0].op_types()["Softmax"] == 2
-    for other in graphs:
-        assert other is decoder[0] or set(other.op_types()) <= {"StridedSlice", "Reshape"}, other.op_types()
-    assert set(operators) <= {"aten::copy", "aten::copy_", "aten::select_copy", "aten::add"}, operators
+    assert len(graphs) == 1, [g.op_types() for g in graphs]
+    types = graphs[0].op_types()
+    assert types["ScatterNd"] == 4 and types["MatMul"] == 4 and types["Softmax"] == 2, types  # 2 layers
+    assert operators == ["aten::copy_"], operators
     _steps_equal_eager(path, eager, steps, atol=2e-3)
 
 

@@ -1,0 +1,72 @@
+"""scatter_add / scatter_reduce sum (ScatterNd add at each element's full coordinates: QNN refuses
+ScatterElements' reductions) and slice_scatter with a step (ScatterNd at static rows): fp16
+against eager, 8a8w / 16a8w against the QDQ reference, QNN against the host engine. Upstream's
+ScatterAdd / ScatterReduce sum / SliceScatter(step=2) cases."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+from backends.qualcomm import QuantDtype
+from backends.qualcomm.tests.helpers.quant_tester import QuantTester, step_stats
+from backends.qualcomm.tests.helpers.runtime import delegate_output_scales, payload_on_both_engines
+from backends.qualcomm.tests.helpers.tester import QnnTester, randn
+
+A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
+
+
+class ScatterReductions(torch.nn.Module):
+    """data [3, 5], index int64 [3, 5] (< 3 and < 5: duplicates along both axes), src [3, 5];
+    x [8, 8], rows [8, 2]."""
+
+    def forward(self, data, index, src, x, rows):
+        return (
+            torch.scatter_add(data, 1, index, src),
+            data.scatter_reduce(0, index[:2, :4] % 3, src[:2, :4] * 2.0, "sum"),  # src bigger than index
+            x.slice_scatter(rows, dim=1, start=2, end=6, step=2),
+            x.slice_scatter(rows.t() - 1.0, dim=0, start=1, end=None, step=4),
+        )
+
+
+def _inputs():
+    index = torch.tensor([[0, 1, 2, 0, 1], [2, 0, 1, 2, 0], [1, 2, 0, 1, 2]], dtype=torch.int64)
+    return (torch.ones(3, 5), index, randn(3, 5, seed=1), randn(8, 8, seed=2), randn(8, 2, seed=3))
+
+
+def test_scatter_reductions_fp16():
+    tester = QnnTester(ScatterReductions(), _inputs()).lower()
+    types = tester.check_one_delegate_ops({"ScatterNd": 4})
+    assert "ScatterElements" not in types, types
+    tester.to_executorch().run().compare(rtol=1e-3, atol=1e-3)
+
+
+@functools.lru_cache(maxsize=None)
+def _quantized(quant_dtype: QuantDtype) -> QuantTester:
+    return QuantTester(ScatterReductions(), _inputs(), quant_dtype)
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_scatter_reductions_quantized(quant_dtype):
+    _quantized(quant_dtype).run_and_compare_steps()
+
+
+@pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8], ids=["fp16", "8a8w", "16a8w"])
+def test_scatter_reductions_on_real_qnn(real_qnn, quant_dtype):
+    inputs = _inputs()
+    tester = (QnnTester(ScatterReductions(), inputs) if quant_dtype is None else _quantized(quant_dtype)).lower()
+    tester.check_fully_delegated().check_count(1)
+    blob = tester.delegate_blobs()[0]
+    qnn, host = payload_on_both_engines(blob, inputs, tester.module)
+    if quant_dtype is None:
+        with torch.no_grad():
+            expected = [e.numpy() for e in tester.module(*inputs)]
+        for i, (q, h, e) in enumerate(zip(qnn, host, expected)):
+            np.testing.assert_allclose(q, e, atol=5e-3, rtol=5e-3, err_msg=f"output {i}: QNN vs eager")
+            np.testing.assert_allclose(h, e, atol=5e-3, rtol=5e-3, err_msg=f"output {i}: host vs eager")
+        return
+    for i, (scale, q, h) in enumerate(zip(delegate_output_scales(blob), qnn, host)):
+        assert step_stats(q, h, scale).max_diff <= 1, f"output {i}: {step_stats(q, h, scale)}"
