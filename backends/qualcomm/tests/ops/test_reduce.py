@@ -61,6 +61,8 @@ class Extremes(torch.nn.Module):
             torch.argmax(x, 1),
             torch.argmin(x, -1, keepdim=True),
             torch.argmax(x, 0),
+            torch.argmax(x, keepdim=True),  # dim=None: the flattened input's index, [1, 1, 1, 1]
+            torch.argmin(x, keepdim=True),
             *torch.sort(x),
             *torch.sort(x, -1, descending=True),
         )
@@ -112,7 +114,8 @@ def test_fp16_extremes_match_eager():
     tester = QnnTester(Extremes(), (distinct_values(2, 3, 4, 5),)).run_and_compare(atol=1e-3, rtol=1e-3)
     assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
     types = tester.payload().op_types()
-    assert types.get("ReduceMax") == 3 and types.get("ReduceMin") == 3 and types.get("Argmax") == 3, types
+    assert types.get("ReduceMax") == 3 and types.get("ReduceMin") == 3 and types.get("Argmax") == 4, types
+    assert types.get("Argmin") == 3, types  # min.dim, argmin, argmin(keepdim=True)
 
 
 def test_fp16_any_matches_eager():
@@ -232,12 +235,12 @@ def test_rank0_argmax_stays_on_cpu_and_every_element_extremes_delegate():
 
     class AllDims(torch.nn.Module):
         def forward(self, x):
-            return torch.amax(x, (0, 1, 2, 3)), torch.argmax(x[0, 0, 0], 0), x.max(), x * 2.0
+            return torch.amax(x, (0, 1, 2, 3)), torch.argmax(x[0, 0, 0], 0), x.max(), x * 2.0, torch.argmin(x)
 
     tester = QnnTester(AllDims(), (distinct_values(2, 3, 4, 5),)).lower()
-    assert sorted(tester.cpu_op_names()) == ["aten.argmax.default"]
+    assert sorted(tester.cpu_op_names()) == ["aten.argmax.default", "aten.argmin.default"]
     reasons = tester.partitioner.rejected_nodes
-    assert "rank-0" in reasons["aten_argmax_default"], reasons
+    assert "rank-0" in reasons["aten_argmax_default"] and "rank-0" in reasons["aten_argmin_default"], reasons
     tester.to_executorch().run().compare()
 
 
