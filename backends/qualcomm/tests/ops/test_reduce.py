@@ -350,3 +350,19 @@ def test_max_min_of_every_element_quantized_exact(qnn_binary, quant_dtype):
         assert stats.max_diff <= (1 if i == 4 else 0), (i, stats)
     for i, stats in enumerate(qnn_vs_host(tester, inputs, delegate_output_scales(one_delegate_blob(tester)))):
         assert stats.max_diff == 0, (i, stats)
+
+
+def test_quantized_var_over_one_element_calibrates():
+    """var over a single-element dim with correction 1 is NaN (upstream's edge case): calibration
+    failed ('min nan should be less than max nan'); the observer now leaves NaN out, the var stays
+    on the CPU with its reason, the rest is delegated and matches the QDQ reference."""
+
+    class OneElementVar(torch.nn.Module):
+        def forward(self, x):
+            return torch.var(x, dim=[1], correction=1), x * 2.0
+
+    tester = QuantTester(OneElementVar(), (randn(3, 1, 5, seed=4),), A8W8).lower()
+    assert tester.cpu_op_names() == ["aten.var.correction"], tester.partitioner.rejected_nodes
+    assert "inf / nan result" in tester.partitioner.rejected_nodes["aten_var_correction"]
+    tester.to_executorch().run()
+    np.testing.assert_array_equal(tester.outputs[1], tester.reference_outputs()[1])
