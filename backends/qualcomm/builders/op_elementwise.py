@@ -79,6 +79,8 @@ def qnn_binary_type(node: torch.fx.Node) -> str:
         return "fmod"
     if node.target == _aten.div.Tensor_mode and node.kwargs.get("rounding_mode") is None:
         return QnnOpType.ElementWiseDivide
+    if node.target == _aten.div.Tensor_mode and node.kwargs.get("rounding_mode") == "trunc":
+        return "trunc_divide"
     return BINARY_OPS[node.target][0]
 
 
@@ -118,7 +120,7 @@ def composed(node: torch.fx.Node, int_dtype: Optional[torch.dtype]) -> bool:
     floor_divide (HTP's fp16 ElementWiseFloorDiv gives one less at an exact integer quotient:
     3 // 1.5 = 1)."""
     qnn_type = qnn_binary_type(node)
-    return qnn_type in ("fmod", QnnOpType.ElementWiseFloorDiv) or (
+    return qnn_type in ("fmod", "trunc_divide", QnnOpType.ElementWiseFloorDiv) or (
         qnn_type == QnnOpType.ElementWiseMod and int_dtype is None
     )
 
@@ -143,8 +145,8 @@ def _check_qnn_refusals(node: torch.fx.Node) -> SupportResult:
 
 def _check_rounding_mode(node: torch.fx.Node) -> SupportResult:
     mode = node.kwargs.get("rounding_mode")
-    if node.target == _aten.div.Tensor_mode and mode not in (None, "floor"):
-        return False, f"div rounding_mode={mode!r} is not supported (None or 'floor')"
+    if node.target == _aten.div.Tensor_mode and mode not in (None, "floor", "trunc"):
+        return False, f"div rounding_mode={mode!r} is not supported (None, 'floor' or 'trunc')"
     return SUPPORTED
 
 
@@ -246,7 +248,9 @@ def _compose(
     tb: QnnTensor,
     out: QnnTensor,
 ) -> None:
-    if int_dtype is None and qnn_binary_type(node) == QnnOpType.ElementWiseFloorDiv:
+    if qnn_binary_type(node) == "trunc_divide":
+        division.trunc_divide(gb, node, ta, tb, out)
+    elif int_dtype is None and qnn_binary_type(node) == QnnOpType.ElementWiseFloorDiv:
         division.float_floor_divide(gb, node, ta, tb, out)
     elif int_dtype is None:
         division.float_remainder(gb, node, ta, tb, out, truncate=node.target in FMOD_OPS)
