@@ -338,3 +338,20 @@ def test_quantized_add_sub_alpha_on_both_engines(qnn_binary, quant_dtype):
     inputs = (torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(7)), torch.rand(2, 3, 4))
     tester = QuantTester(AddSubAlpha(), inputs, quant_dtype).run_and_compare_steps()
     assert_host_equals_qnn(tester)
+
+
+class BoolAgainstBits(torch.nn.Module):
+    """A bool mask compared with 0 / 1 (upstream's `logical_and(x != 0, y != 0).float()` of bool
+    inputs): the mask itself or its Not (HTP compares no BOOL_8)."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        return torch.logical_and(x != 0, y != 0).float(), x == 0, y == 1, x != True  # noqa: E712
+
+
+def test_bool_compared_with_zero_or_one_on_both_engines(qnn_binary):
+    inputs = (torch.tensor([True, False, True, False]), torch.tensor([True, True, False, False]))
+    tester = QnnTester(BoolAgainstBits(), inputs).lower()
+    types = tester.check_one_delegate_ops({"ElementWiseNot": 2})
+    assert "ElementWiseNotEqual" not in types and "ElementWiseEqual" not in types, types
+    tester.to_executorch().run().compare(atol=0, rtol=0)
+    print(check_on_qnn(tester, inputs, None))
