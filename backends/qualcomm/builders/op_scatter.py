@@ -1,6 +1,6 @@
-"""scatter (src / value) -> QNN ScatterElements; scatter_add / scatter_reduce sum (include_self) ->
-ScatterNd add at each element's full coordinates (QNN refuses ScatterElements' reductions);
-scatter_reduce prod stays on the CPU. index_put is op_index_put.py (ScatterNd)."""
+"""scatter (src / value) -> QNN ScatterElements; scatter_add / scatter_reduce sum / prod
+(include_self) -> ScatterNd add / mul at each element's full coordinates (QNN refuses
+ScatterElements' reductions). index_put is op_index_put.py (ScatterNd)."""
 
 from __future__ import annotations
 
@@ -59,12 +59,6 @@ def _check_scatter_elements(node: torch.fx.Node) -> SupportResult:
     reduction = _scatter_reduction(node)
     if reduction < 0:
         return False, "reduce: only none, scatter_add and scatter_reduce sum / prod with include_self=True"
-    if reduction == 2:
-        # the host engine has it; QNN 2.51's HTP refuses it at op validation (error 3110)
-        return (
-            False,
-            "scatter reduction mul: QNN refuses ScatterElements reduction 2 ('incorrect Value 2, expected < 1')",
-        )
     return SUPPORTED
 
 
@@ -85,8 +79,8 @@ class ScatterElementsBuilder(NodeBuilder):
         data, indices = gb.tensor(node.args[0]), gb.tensor(node.args[2])
         updates = self._updates(node, gb, data, indices)
         axis = len(data.dims) + int(node.args[1]) if int(node.args[1]) < 0 else int(node.args[1])
-        if _scatter_reduction(node) == 1:
-            self._add_as_scatter_nd(node, gb, data, indices, updates, axis)
+        if _scatter_reduction(node) > 0:
+            self._reduce_as_scatter_nd(node, gb, data, indices, updates, axis, _scatter_reduction(node))
             return
         gb.add_op(
             node,
@@ -97,12 +91,19 @@ class ScatterElementsBuilder(NodeBuilder):
         )
 
     @staticmethod
-    def _add_as_scatter_nd(
-        node: torch.fx.Node, gb: GraphBuilder, data: QnnTensor, indices: QnnTensor, updates: QnnTensor, axis: int
+    def _reduce_as_scatter_nd(
+        node: torch.fx.Node,
+        gb: GraphBuilder,
+        data: QnnTensor,
+        indices: QnnTensor,
+        updates: QnnTensor,
+        axis: int,
+        reduction: int,
     ) -> None:
-        """scatter_add: ScatterNd add of every element of updates at its full coordinates, the
-        index on `axis` and its own position on the other axes (QNN refuses ScatterElements'
-        reduction 1): coordinates [*index.dims, rank] = Concat of static grids and the index."""
+        """scatter_add / scatter_reduce: ScatterNd add (1) or mul (2) of every element of updates
+        at its full coordinates, the index on `axis` and its own position on the other axes (QNN
+        refuses ScatterElements' reductions): coordinates [*index.dims, rank] = Concat of static
+        grids and the index."""
         shape = list(indices.dims)
         grids = np.indices(shape)
         dtype = np.int64 if indices.data_type == DataType.INT_64 else np.int32
@@ -115,7 +116,7 @@ class ScatterElementsBuilder(NodeBuilder):
                 columns.append(gb.static_tensor(f"{node.name}_coords{d}", grid))
         coords = gb.like(columns[axis], f"{node.name}_coords", shape + [len(shape)])
         gb.add_op(node, QnnOpType.Concat, columns, [coords], [uint32_scalar("axis", len(shape))], suffix="coords")
-        params = [uint32_scalar("reduction", 1)]
+        params = [uint32_scalar("reduction", reduction)]
         gb.add_op(node, QnnOpType.ScatterNd, [data, coords, updates], [gb.define_output(node)], params)
 
     @staticmethod

@@ -217,12 +217,23 @@ def test_engine_scatter_nd_add_sums_duplicates(dtype):
     np.testing.assert_allclose(y, expected, rtol=1e-6)
 
 
-def test_engine_scatter_nd_add_refuses_other_reductions():
-    data, updates, idx = np_randn(4, 3, seed=1), np_randn(1, 3, seed=2), np.asarray([[1]], np.int64)
+def test_engine_scatter_nd_mul_multiplies_duplicates():
+    data, updates = np_randn(4, 3, seed=13), np_randn(3, 3, seed=14)
+    idx = np.asarray([[1], [3], [1]], np.int32)
     g = GraphBuilder()
     ids = [g.input("data", data), g.input("idx", idx), g.input("upd", updates)]
     g.op("ScatterNd", ids, [g.output("y", data.shape)], reduction=scalar(U32, 2))
-    with pytest.raises(Exception, match="reduction 2 is not supported"):
+    expected = data.copy()
+    np.multiply.at(expected, idx[:, 0], updates)
+    np.testing.assert_allclose(qd.run_payload(g.blob(), [data, idx, updates])[0], expected, rtol=1e-6)
+
+
+def test_engine_scatter_nd_refuses_other_reductions():
+    data, updates, idx = np_randn(4, 3, seed=1), np_randn(1, 3, seed=2), np.asarray([[1]], np.int64)
+    g = GraphBuilder()
+    ids = [g.input("data", data), g.input("idx", idx), g.input("upd", updates)]
+    g.op("ScatterNd", ids, [g.output("y", data.shape)], reduction=scalar(U32, 3))
+    with pytest.raises(Exception, match="reduction 3 is not supported"):
         qd.run_payload(g.blob(), [data, idx, updates])
 
 

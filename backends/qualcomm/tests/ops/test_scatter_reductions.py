@@ -1,7 +1,7 @@
-"""scatter_add / scatter_reduce sum (ScatterNd add at each element's full coordinates: QNN refuses
-ScatterElements' reductions) and slice_scatter with a step (ScatterNd at static rows): fp16
+"""scatter_add / scatter_reduce sum / prod (ScatterNd add / mul at each element's full coordinates:
+QNN refuses ScatterElements' reductions; ExecuTorch has no CPU kernel for scatter_reduce) and slice_scatter with a step (ScatterNd at static rows): fp16
 against eager, 8a8w / 16a8w against the QDQ reference, QNN against the host engine. Upstream's
-ScatterAdd / ScatterReduce sum / SliceScatter(step=2) cases."""
+ScatterAdd / ScatterReduce sum, prod / SliceScatter(step=2) cases."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ class ScatterReductions(torch.nn.Module):
     def forward(self, data, index, src, x, rows):
         return (
             torch.scatter_add(data, 1, index, src),
-            data.scatter_reduce(0, index[:2, :4] % 3, src[:2, :4] * 2.0, "sum"),  # src bigger than index
+            data.scatter_reduce(0, index[:2, :4] % 3, src[:2, :4] * 2.0, "sum"),
+            (data + 0.5).scatter_reduce(1, index, src.abs() + 0.5, "prod"),  # no CPU kernel: must delegate
             x.slice_scatter(rows, dim=1, start=2, end=6, step=2),
             x.slice_scatter(rows.t() - 1.0, dim=0, start=1, end=None, step=4),
         )
@@ -39,7 +40,7 @@ def _inputs():
 
 def test_scatter_reductions_fp16():
     tester = QnnTester(ScatterReductions(), _inputs()).lower()
-    types = tester.check_one_delegate_ops({"ScatterNd": 4})
+    types = tester.check_one_delegate_ops({"ScatterNd": 5})
     assert "ScatterElements" not in types, types
     tester.to_executorch().run().compare(rtol=1e-3, atol=1e-3)
 

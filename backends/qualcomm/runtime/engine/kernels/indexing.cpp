@@ -1,7 +1,7 @@
 // Indexing ops, dtype-agnostic by element size: Split (one input, n outputs along an axis),
 // ScatterNd (copy of `data` with the slices addressed by `indices` replaced by `updates`, in
 // order: the last write wins; reduction 1 adds them instead, for FLOAT_32 / INT_32 / INT_64 data,
-// duplicates summed in order) and GatherElements (torch.gather).
+// duplicates summed in order; reduction 2 multiplies, FLOAT_32) and GatherElements (torch.gather).
 #include <cstring>
 
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
@@ -81,6 +81,15 @@ struct AddSlice {
     T* out = reinterpret_cast<T*>(y);
     const T* add = reinterpret_cast<const T*>(u);
     for (size_t i = 0, n = bytes / sizeof(T); i < n; ++i) out[i] += add[i];
+  }
+};
+
+template <typename T>
+struct MulSlice {
+  static void apply(char* y, const char* u, size_t bytes) {
+    T* out = reinterpret_cast<T*>(y);
+    const T* factor = reinterpret_cast<const T*>(u);
+    for (size_t i = 0, n = bytes / sizeof(T); i < n; ++i) out[i] *= factor[i];
   }
 };
 
@@ -168,8 +177,9 @@ Status create_scatter_nd(const OpView& v, KernelEnv&, KernelPtr& out) {
   ParamReader params(v);
   int64_t reduction = 0;
   if (params.has("reduction")) QNN_RETURN_IF_ERROR(params.scalar_int("reduction", DType::UINT_32, reduction));
-  if (reduction != 0 && reduction != 1) {
-    return v.fail(ErrorKind::NotSupported, "reduction %lld is not supported (0 = none, 1 = add)", (long long)reduction);
+  if (reduction < 0 || reduction > 2) {
+    return v.fail(ErrorKind::NotSupported, "reduction %lld is not supported (0 = none, 1 = add, 2 = mul)",
+                  (long long)reduction);
   }
   size_t depth = 0, count = 0;
   QNN_RETURN_IF_ERROR(check_scatter_nd_shapes(v, depth, count));
@@ -184,6 +194,13 @@ Status create_scatter_nd(const OpView& v, KernelEnv&, KernelPtr& out) {
   }
   const size_t slice_bytes = product(data.dims, depth) * es;
   if (reduction == 0) return emplace_scatter_nd<CopySlice>(v, depth, count, slice_bytes, strides, out);
+  if (reduction == 2) {
+    if (data.dtype != DType::FLOAT_32) {
+      return v.fail(ErrorKind::NotSupported, "reduction 2 (mul) on data '%s' of data type %s (FLOAT_32 needed)",
+                    data.name.c_str(), dtype_name(data.dtype));
+    }
+    return emplace_scatter_nd<MulSlice<float>>(v, depth, count, slice_bytes, strides, out);
+  }
   switch (data.dtype) {
     case DType::FLOAT_32:
       return emplace_scatter_nd<AddSlice<float>>(v, depth, count, slice_bytes, strides, out);
