@@ -114,6 +114,7 @@ def _decode_steps(n: int) -> List[Tuple[torch.Tensor, torch.Tensor]]:
 def test_static_cache_attention_is_one_delegate_and_persists(tmp_path):
     """5 decode steps: step i attends to the keys written by steps 0..i (a cache that did not
     persist, or was written back wrongly, gives another output from step 1 on)."""
+    torch.manual_seed(0)
     module = StaticCacheAttention().eval().requires_grad_(False)
     eager = copy.deepcopy(module)
     steps = _decode_steps(5)
@@ -141,8 +142,40 @@ def test_hf_static_cache_decoder_is_one_delegate_and_persists(tmp_path):
     _steps_equal_eager(path, eager, steps, atol=2e-3)
 
 
+def test_static_cache_attention_quantized_persists(tmp_path):
+    """16a8w: the QDQ module (calibrated on the 5 steps, caches zeroed again) and the .pte run the
+    same 5 steps, each keeping its caches: every step within 16 output steps (1/16 of an 8-bit
+    step, quant_tester's 16-bit bound; measured: at most 3)."""
+    from backends.qualcomm import QnnQuantizer, QuantDtype
+    from backends.qualcomm.tests.helpers.quant_tester import output_encodings, quant_compile_specs, quantize_module
+
+    steps = _decode_steps(5)
+    quantizer = QnnQuantizer()
+    quantizer.set_default_quant_config(QuantDtype.use_16a8w)
+    torch.manual_seed(0)
+    module = StaticCacheAttention().eval().requires_grad_(False)
+    converted = quantize_module(module, steps[0], quantizer, steps)
+    for name, buffer in converted.named_buffers():
+        if "cache" in name:
+            buffer.zero_()  # calibration wrote into them
+    reference = copy.deepcopy(converted)
+    partitioner = QnnPartitioner(quant_compile_specs(QuantDtype.use_16a8w))
+    with torch.no_grad():
+        exported = torch.export.export(converted, steps[0], strict=False)
+    edge = to_edge_transform_and_lower(
+        exported, partitioner=[partitioner], compile_config=EdgeCompileConfig(_check_ir_validity=False)
+    )
+    assert len(delegate_blobs(edge.exported_program().graph_module)) == 1 and not partitioner.rejected_nodes
+    program = edge.to_executorch(ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["cache"])]))
+    path = tmp_path / "model.pte"
+    path.write_bytes(program.buffer)
+    scale = output_encodings(converted)[0][0]
+    _steps_equal_eager(path, reference, steps, atol=16 * scale)
+
+
 def test_static_cache_attention_persists_on_qnn(real_qnn, tmp_path):
     """The same program run by QNN's HTP (context binary, x86 emulation): 4 steps equal eager."""
+    torch.manual_seed(0)
     module = StaticCacheAttention().eval().requires_grad_(False)
     eager = copy.deepcopy(module)
     steps = _decode_steps(4)
