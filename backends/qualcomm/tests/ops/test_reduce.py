@@ -156,6 +156,8 @@ class RealFamily(torch.nn.Module):
             torch.min(y, 2)[0] * 2.0,
             torch.argmax(y, -1),
             torch.argmin(y, 1, keepdim=True),
+            torch.argmax(y),  # 0-d: the flattened input's index, stored as [1]
+            torch.argmin(y, keepdim=True),
             torch.var(x, 1),
             torch.std(x, (1, 2), correction=0, keepdim=True),
             *torch.sort(y),
@@ -229,19 +231,19 @@ def test_kernels_nan_inf_and_ties_follow_pytorch():
         np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
 
 
-def test_rank0_argmax_stays_on_cpu_and_every_element_extremes_delegate():
-    """amax over every dim and max() reduce the flattened input to [1] (the 0-d result, QNN
-    refusing rank 0: ops/test_division.py); a 0-d argmax stays on the CPU with QNN's reason."""
+def test_every_element_extremes_and_rank0_argmax_delegate():
+    """amax over every dim, max(), argmax of a 1-d input and argmin / argmax without dim (upstream's
+    Argmax(), Argmin()) reduce the flattened input to [1] (the 0-d result, QNN refusing rank 0:
+    ops/test_division.py); QNN validates and finalizes them."""
 
     class AllDims(torch.nn.Module):
         def forward(self, x):
             return torch.amax(x, (0, 1, 2, 3)), torch.argmax(x[0, 0, 0], 0), x.max(), x * 2.0, torch.argmin(x)
 
     tester = QnnTester(AllDims(), (distinct_values(2, 3, 4, 5),)).lower()
-    assert sorted(tester.cpu_op_names()) == ["aten.argmax.default", "aten.argmin.default"]
-    reasons = tester.partitioner.rejected_nodes
-    assert "rank-0" in reasons["aten_argmax_default"] and "rank-0" in reasons["aten_argmin_default"], reasons
-    tester.to_executorch().run().compare()
+    assert tester.cpu_op_names() == [], tester.partitioner.rejected_nodes
+    tester.to_executorch().run().compare(atol=0, rtol=0)
+    assert [o.shape for o in tester.outputs] == [(), (), (), (2, 3, 4, 5), ()]
 
 
 # ---- variance / std / vector norms -------------------------------------------------------
