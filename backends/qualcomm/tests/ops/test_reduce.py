@@ -246,6 +246,25 @@ def test_every_element_extremes_and_rank0_argmax_delegate():
     assert [o.shape for o in tester.outputs] == [(), (), (), (2, 3, 4, 5), ()]
 
 
+class MeanSumOfEverything(torch.nn.Module):
+    """mean / sum over every dim (upstream's Mean() and Mean(dim=[])): a 0-d result."""
+
+    def forward(self, x):
+        return x.mean(), torch.mean(x, dim=[]), x.sum() * 0.5
+
+
+@pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8], ids=["fp16", "8a8w", "16a8w"])
+def test_mean_sum_of_every_element(quant_dtype):
+    """The flattened input reduced to [1] (QNN refuses a rank-0 ReduceMean output: 3110)."""
+    inputs = (randn(4, 6, 8, seed=5),)
+    if quant_dtype is None:
+        tester = QnnTester(MeanSumOfEverything(), inputs).run_and_compare(atol=1e-3, rtol=1e-3)
+    else:
+        tester = QuantTester(MeanSumOfEverything(), inputs, quant_dtype).run_and_compare_steps()
+    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
+    assert [o.shape for o in tester.outputs] == [(), (), ()]
+
+
 # ---- variance / std / vector norms -------------------------------------------------------
 
 
