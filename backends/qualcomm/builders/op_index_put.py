@@ -49,7 +49,7 @@ from backends.qualcomm.builders.utils import reshape
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
-_DATA_DTYPES = (torch.float32, torch.int32)
+_DATA_DTYPES = (torch.float32,)
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def _broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
 def _check_data(node: torch.fx.Node) -> SupportResult:
     data, values = node_val(node.args[0]), node_val(node.args[2])
     if not isinstance(data, torch.Tensor) or data.dtype not in _DATA_DTYPES or data.dim() == 0:
-        return False, "self must be a float32 / int32 tensor of rank >= 1"
+        return False, "self must be a float32 tensor of rank >= 1"
     if not isinstance(values, torch.Tensor) or values.dtype != data.dtype:
         return False, f"values must be a tensor of self's dtype {data.dtype}"
     return SUPPORTED
