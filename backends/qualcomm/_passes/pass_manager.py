@@ -24,6 +24,7 @@ from backends.qualcomm._passes.insert_io_qdq import insert_io_qdq, quantize_inte
 from backends.qualcomm._passes.insert_requantize import insert_requantize
 from backends.qualcomm._passes.layout_transform import annotate_layout
 from backends.qualcomm._passes.mark_constants import mark_constants
+from backends.qualcomm._passes.decompose_random_like import DecomposeRandomLike
 from backends.qualcomm._passes.remove_identity_ops import RemoveIdentityOps
 from backends.qualcomm._passes.resolve_debug_handle import ResolveDebugHandle
 
@@ -32,6 +33,7 @@ def edge_transform_passes(convert_linear_to_conv2d: bool = False) -> List[Callab
     """Edge passes; `convert_linear_to_conv2d` marks linear nodes to be lowered as 1x1 Conv2d."""
     optional = [MarkLinearAsConv2d()] if convert_linear_to_conv2d else []
     return [
+        DecomposeRandomLike(),
         FoldConstantSubgraphs(),
         RemoveIdentityOps(),
         DuplicateQuantize(),

@@ -14,6 +14,7 @@ from backends.qualcomm.builders import (  # noqa: F401
     op_getitem,
     op_grid_sample,
     op_im2col,
+    op_index_put,
     op_index,
     op_logic,
     op_math,

@@ -1,4 +1,5 @@
-"""_to_copy / _to_dim_order_copy: dtype change -> Cast; same dtype -> identity Reshape.
+"""_to_copy / _to_dim_order_copy: dtype change -> Cast; same dtype -> identity Reshape. copy
+(self.copy_(src)): src broadcast (Tile) to self's shape and dtype.
 
 Two casts QNN 2.51's HTP computes wrong (measured on SM8650 over every uint8 value and
 fractional floats) are lowered another way, on both engines:
@@ -16,7 +17,8 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder
 from backends.qualcomm.builders.op_shape import dim_order_ops, edge_ops, is_contiguous_dim_order
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import SUPPORTED, NodeBuilder, SupportResult, register_builder, tensor_vals
-from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor
+from backends.qualcomm.builders.utils import reshape
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, uint32_tensor
 
 CAST_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool, torch.uint8)
 
@@ -58,3 +60,42 @@ def cast_uint8_to_int32(node: torch.fx.Node, gb: GraphBuilder, x: QnnTensor) -> 
     wide = gb.native_tensor(f"{node.name}_int32", x.dims, DataType.INT_32)
     gb.add_op(node, QnnOpType.Cast, [x], [wide], suffix="int32")
     return wide
+
+
+@register_builder
+class CopyBuilder(NodeBuilder):
+    """copy(self, src) (functional `self.copy_(src)`): src broadcast to self's shape, in self's
+    dtype; self's values are not read. Reshape (+ Tile to broadcast, + Cast to change dtype)."""
+
+    targets = edge_ops("copy.default")
+
+    def is_supported(self, node: torch.fx.Node) -> SupportResult:
+        target, source = tensor_vals(node.args[0]), tensor_vals(node.args[1])
+        if not target or not source:
+            return False, "self and src must be tensors"
+        for val, what in ((target[0], "self"), (source[0], "src")):
+            if val.dtype not in CAST_DTYPES:
+                return False, f"{what} dtype {val.dtype} is not supported"
+        shape, src_shape = list(target[0].shape), list(source[0].shape)
+        try:
+            broadcast = list(torch.broadcast_shapes(tuple(src_shape), tuple(shape)))
+        except RuntimeError:
+            broadcast = None
+        if broadcast != shape:
+            return False, f"src shape {src_shape} does not broadcast to self's {shape}"
+        return SUPPORTED
+
+    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        src = gb.tensor(node.args[1])
+        shape = [int(d) for d in tensor_vals(node.args[0])[0].shape] or [1]
+        dims = [1] * (len(shape) - len(src.dims)) + list(src.dims)
+        if dims != list(src.dims):
+            src = reshape(gb, node, src, dims, "rank")
+        if dims != shape:
+            tiled = gb.like(src, f"{node.name}_tile", shape)
+            multiples = [t // d for d, t in zip(dims, shape)]
+            gb.add_op(node, QnnOpType.Tile, [src], [tiled], [uint32_tensor("multiples", multiples)], suffix="tile")
+            src = tiled
+        out = gb.define_output(node, dims=shape)
+        same = tensor_vals(node.args[0])[0].dtype == tensor_vals(node.args[1])[0].dtype
+        gb.add_op(node, QnnOpType.Reshape if same else QnnOpType.Cast, [src], [out])

@@ -10,7 +10,9 @@ with its op validation; BinaryElementwiseBuilder keeps the single op wherever HT
 - integer floor_divide (HTP refuses an INT_32 ElementWiseFloorDiv): (a - Mod(a, b)) / b, an
   exact INT_32 division;
 - float / quantized floor_divide (HTP's fp16 ElementWiseFloorDiv gives one less at an exact
-  integer quotient: 3 // 1.5 = 1): Round((a - r) / b), r the remainder below.
+  integer quotient: 3 // 1.5 = 1): Round((a - r) / b), r the remainder below;
+- div(rounding_mode="trunc") of float / quantized tensors: Round((a - r) / b) with r the fmod
+  remainder.
 
 Quantized graphs: the float composition runs between a Dequantize of each operand and a Quantize
 to the output's encoding, as the PT2E reference computes it (HTP refuses a FLOAT_32 operand of a
@@ -148,6 +150,25 @@ def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: Q
         e,
         QnnOpType.ElementWiseSelect,
         [e.op(QnnOpType.ElementWiseEqual, [r, r], boolean=True), whole, e.op(QnnOpType.ElementWiseFloorDiv, [a, b])],
+        out,
+    )
+
+
+def trunc_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
+    """div(rounding_mode="trunc") of float / quantized tensors: Round((a - r) / b), r the corrected
+    fmod remainder ((a - r) is a whole multiple of b, as in float_floor_divide); a / b where r is
+    NaN (b = 0, an infinite a: +-inf / NaN as torch; an infinite b: 0)."""
+    e = Emitter(gb, node, DataType.FLOAT_32)
+    a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
+    r = e.op(QnnOpType.ElementWiseSelect, _signed_remainder(e, a, b, truncate=True))
+    whole = e.op(
+        QnnOpType.ElementWiseRound,
+        [e.op(QnnOpType.ElementWiseDivide, [e.op(QnnOpType.ElementWiseSubtract, [a, r]), b])],
+    )
+    _write(
+        e,
+        QnnOpType.ElementWiseSelect,
+        [e.op(QnnOpType.ElementWiseEqual, [r, r], boolean=True), whole, e.op(QnnOpType.ElementWiseDivide, [a, b])],
         out,
     )
 

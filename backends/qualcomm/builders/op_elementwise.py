@@ -7,6 +7,8 @@ floor_divide), op_division.py composes it from ops HTP takes."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Optional
 
 import numpy as np
@@ -77,6 +79,8 @@ def qnn_binary_type(node: torch.fx.Node) -> str:
         return "fmod"
     if node.target == _aten.div.Tensor_mode and node.kwargs.get("rounding_mode") is None:
         return QnnOpType.ElementWiseDivide
+    if node.target == _aten.div.Tensor_mode and node.kwargs.get("rounding_mode") == "trunc":
+        return "trunc_divide"
     return BINARY_OPS[node.target][0]
 
 
@@ -116,13 +120,19 @@ def composed(node: torch.fx.Node, int_dtype: Optional[torch.dtype]) -> bool:
     floor_divide (HTP's fp16 ElementWiseFloorDiv gives one less at an exact integer quotient:
     3 // 1.5 = 1)."""
     qnn_type = qnn_binary_type(node)
-    return qnn_type in ("fmod", QnnOpType.ElementWiseFloorDiv) or (
+    return qnn_type in ("fmod", "trunc_divide", QnnOpType.ElementWiseFloorDiv) or (
         qnn_type == QnnOpType.ElementWiseMod and int_dtype is None
     )
 
 
 def _check_qnn_refusals(node: torch.fx.Node) -> SupportResult:
     """Cases kept on the CPU (measured)."""
+    alpha = node.kwargs.get("alpha", 1)
+    b = node.args[1] if len(node.args) > 1 else None
+    if alpha != 1 and isinstance(b, torch.fx.Node) and QCOM_QUANT_ATTRS in b.meta:
+        attrs = b.meta[QCOM_QUANT_ATTRS]
+        if not float(alpha) > 0 or getattr(attrs, "axis", -1) >= 0:
+            return False, f"alpha={alpha} on a quantized operand: only alpha > 0 on a per-tensor encoding"
     if node.target == _aten.pow.Scalar and (
         is_quantized(node) or any(QCOM_QUANT_ATTRS in a.meta for a in node.all_input_nodes)
     ):
@@ -135,8 +145,8 @@ def _check_qnn_refusals(node: torch.fx.Node) -> SupportResult:
 
 def _check_rounding_mode(node: torch.fx.Node) -> SupportResult:
     mode = node.kwargs.get("rounding_mode")
-    if node.target == _aten.div.Tensor_mode and mode not in (None, "floor"):
-        return False, f"div rounding_mode={mode!r} is not supported (None or 'floor')"
+    if node.target == _aten.div.Tensor_mode and mode not in (None, "floor", "trunc"):
+        return False, f"div rounding_mode={mode!r} is not supported (None, 'floor' or 'trunc')"
     return SUPPORTED
 
 
@@ -180,7 +190,7 @@ class BinaryElementwiseBuilder(NodeBuilder):
         if alpha == 1:
             return tb
         if tb.quant is not None:
-            raise QnnLoweringError(f"alpha={alpha} on quantized operands is not supported", node)
+            return self._quantized_alpha(gb, node, b, tb, float(alpha))
         scaled = gb.native_tensor(f"{node.name}_alpha_b", tb.dims, tb.data_type)
         int_dtype = _integer_dtype(node)
         alpha_t = (
@@ -188,6 +198,19 @@ class BinaryElementwiseBuilder(NodeBuilder):
             if int_dtype is None
             else scalar_tensor(gb, f"{node.name}_alpha", int(alpha), dtype=_INT_DTYPES[int_dtype])
         )
+        gb.add_op(node, QnnOpType.ElementWiseMultiply, [tb, alpha_t], [scaled], suffix="alpha")
+        return scaled
+
+    @staticmethod
+    def _quantized_alpha(gb: GraphBuilder, node: torch.fx.Node, b: torch.fx.Node, tb, alpha: float):
+        """alpha * b for a quantized b (alpha > 0): Multiply by alpha held exactly (code qmax),
+        into b's encoding with alpha times its scale: the same codes, so no rounding."""
+        attrs = b.meta.get(QCOM_QUANT_ATTRS)
+        if not alpha > 0 or tb.quant.axis >= 0 or attrs is None:
+            raise QnnLoweringError(f"alpha={alpha} on a per-channel or unannotated quantized operand", node)
+        quant = dataclasses.replace(tb.quant, scale=tb.quant.scale * alpha)
+        scaled = gb.native_tensor(f"{node.name}_alpha_b", tb.dims, tb.data_type, quant)
+        alpha_t = scalar_tensor(gb, f"{node.name}_alpha", alpha, quantized=True, like=attrs)
         gb.add_op(node, QnnOpType.ElementWiseMultiply, [tb, alpha_t], [scaled], suffix="alpha")
         return scaled
 
@@ -225,7 +248,9 @@ def _compose(
     tb: QnnTensor,
     out: QnnTensor,
 ) -> None:
-    if int_dtype is None and qnn_binary_type(node) == QnnOpType.ElementWiseFloorDiv:
+    if qnn_binary_type(node) == "trunc_divide":
+        division.trunc_divide(gb, node, ta, tb, out)
+    elif int_dtype is None and qnn_binary_type(node) == QnnOpType.ElementWiseFloorDiv:
         division.float_floor_divide(gb, node, ta, tb, out)
     elif int_dtype is None:
         division.float_remainder(gb, node, ta, tb, out, truncate=node.target in FMOD_OPS)

@@ -170,11 +170,11 @@ def _check_arg(node: torch.fx.Node) -> SupportResult:
         return False, f"input dtype {_input_dtype(node)}; only float32 is supported"
     rank = len(logical_shape(node.args[0]))
     if _arg_dim(node) is None:
-        return False, "dim=None (index into the flattened input) is not supported"
+        if rank == 0 or 0 in logical_shape(node.args[0]):
+            return False, "0-d or empty input is not supported"
+        return SUPPORTED
     if rank == 0 or logical_shape(node.args[0])[normalize_axis(_arg_dim(node), rank)] == 0:
         return False, "0-d input or empty reduced axis is not supported"
-    if len(logical_shape(node)) == 0:
-        return False, "0-d output (1-d input, keepdim=False): QNN refuses rank-0 tensors (error 3110)"
     return SUPPORTED
 
 
@@ -191,12 +191,24 @@ class ArgExtremeBuilder(NodeBuilder):
         x = gb.tensor(node.args[0])
         rank = len(logical_shape(node.args[0]))
         keep = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
-        indices = gb.native_tensor(f"{node.name}_int32", logical_shape(node), DataType.INT_32)
+        # dim=None: the index into the flattened input ([1] * rank with keepdim); a 0-d result is
+        # stored as [1] (QNN refuses rank 0), as max() / amax over every dim
+        flat = _arg_dim(node) is None or not logical_shape(node)
+        if flat:
+            x = reshape(gb, node, x, [int(np.prod(x.dims))], "flat") if len(x.dims) != 1 else x
+            keep = True
+        indices = gb.native_tensor(f"{node.name}_int32", [1] if flat else logical_shape(node), DataType.INT_32)
         gb.add_op(
             node,
             ARG_OPS[node.target],
             [x],
             [indices],
-            [uint32_scalar("axis", normalize_axis(_arg_dim(node), rank)), bool_scalar("keep_dims", keep)],
+            [
+                uint32_scalar("axis", 0 if flat else normalize_axis(_arg_dim(node), rank)),
+                bool_scalar("keep_dims", keep),
+            ],
         )
-        gb.bind(node, _int64_indices(gb, node, indices))
+        indices64 = _int64_indices(gb, node, indices)
+        if flat and logical_shape(node):
+            indices64 = reshape(gb, node, indices64, logical_shape(node), "keep_dims")
+        gb.bind(node, indices64)

@@ -1,7 +1,7 @@
 """Index gathers and reorderings:
 index_select / index.Tensor (one index tensor) -> Gather; gather -> GatherElements;
 flip -> one Gather per flipped dim with static reversed indices; repeat -> (Reshape +) Tile;
-roll -> per rolled dim two StridedSlices + Concat; slice_scatter (step 1) / select_scatter ->
+roll -> per rolled dim two StridedSlices + Concat; slice_scatter (step 1; step > 1: ScatterNd at static rows) / select_scatter ->
 the slices of self around the window + src, one Concat.
 
 Runtime index tensors keep their dtype in the payload (QNN narrows INT_64 to INT_32); an index
@@ -31,6 +31,7 @@ from backends.qualcomm.builders.registry import (
     register_builder,
 )
 from backends.qualcomm.builders.utils import normalize_axis, reshape, slice_axis
+from backends.qualcomm.builders.op_index_put import permute, scatter_on_axes
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, int32_scalar, uint32_scalar, uint32_tensor
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -248,7 +249,7 @@ class RollBuilder(NodeBuilder):
             x = out
 
 
-# ---- slice_scatter (step 1) / select_scatter -> StridedSlices + Concat ------------------------
+# ---- slice_scatter / select_scatter -> StridedSlices + Concat (step > 1: ScatterNd) ------------
 def _scatter_window(node: torch.fx.Node) -> Tuple[int, int, int]:
     """(dim, start, end) of the window of self that src replaces."""
     shape = logical_shape(node.args[0])
@@ -265,10 +266,15 @@ def _scatter_window(node: torch.fx.Node) -> Tuple[int, int, int]:
     return dim, start, end
 
 
+def _scatter_step(node: torch.fx.Node) -> int:
+    if node.target not in edge_ops("slice_scatter.default"):
+        return 1
+    return int(node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1))
+
+
 def _check_scatter_args(node: torch.fx.Node) -> SupportResult:
-    step = node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)
-    if node.target in edge_ops("slice_scatter.default") and int(step) != 1:
-        return False, f"slice_scatter step {step}: only step 1 is supported"
+    if _scatter_step(node) < 1:
+        return False, f"slice_scatter step {_scatter_step(node)} must be >= 1"
     dim, start, end = _scatter_window(node)
     if end - start < 1:
         return False, "empty slice_scatter window"
@@ -291,6 +297,9 @@ class SliceScatterBuilder(NodeBuilder):
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         x, src = gb.tensor(node.args[0]), gb.tensor(node.args[1])
         dim, start, end = _scatter_window(node)
+        if _scatter_step(node) > 1:
+            self._strided(node, gb, x, src, dim, range(start, end, _scatter_step(node)))
+            return
         window = list(x.dims)
         window[dim] = end - start
         if list(src.dims) != window:
@@ -305,3 +314,16 @@ class SliceScatterBuilder(NodeBuilder):
             gb.add_op(node, QnnOpType.Reshape, parts, [gb.define_output(node)])
             return
         gb.add_op(node, QnnOpType.Concat, parts, [gb.define_output(node)], [uint32_scalar("axis", dim)])
+
+    @staticmethod
+    def _strided(node: torch.fx.Node, gb: GraphBuilder, x, src, dim: int, rows: range) -> None:
+        """slice_scatter with step > 1: ScatterNd of src's rows at the static positions `rows`
+        of `dim` (moved first)."""
+        perm = [dim] + [d for d in range(len(x.dims)) if d != dim]
+        window = list(x.dims)
+        window[dim] = len(rows)
+        if list(src.dims) != window:
+            src = reshape(gb, node, src, window, "src")
+        positions = gb.static_tensor(f"{node.name}_rows", np.asarray(list(rows), np.int32).reshape(-1, 1))
+        updates = permute(gb, node, src, perm, "src_t")
+        scatter_on_axes(gb, node, x, perm, positions, updates, 0)

@@ -164,6 +164,19 @@ def _rank0(gb: GraphBuilder, node: torch.fx.Node, tensors: List[QnnTensor]) -> L
     return [as_rank0(gb, node, t, f"in{i}") for i, t in enumerate(tensors)]
 
 
+def _bool_against_bit(node: torch.fx.Node) -> bool:
+    """`mask != 0` / `mask == 1` (and their negations) of a bool tensor: the mask or its Not
+    (upstream's `logical_and(x != 0, y != 0)` of bool inputs; HTP compares no BOOL_8)."""
+    a, b = node.args[0], node.args[1]
+    return (
+        node.target in (_aten.eq.Scalar, _aten.ne.Scalar)
+        and isinstance(a, torch.fx.Node)
+        and _dtype(a) == torch.bool
+        and _is_number(b)
+        and float(b) in (0.0, 1.0)
+    )
+
+
 @register_builder
 class CompareBuilder(NodeBuilder):
     targets = list(COMPARE_OPS)
@@ -191,10 +204,17 @@ class CompareBuilder(NodeBuilder):
             and QCOM_QUANT_ATTRS in a.meta
         ):
             return False, f"scalar {b!r} has no quantized form"
+        if _bool_against_bit(node):
+            return SUPPORTED
         return check_scalar_fits(b, dtype, "scalar")
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
         a, b = node.args[0], node.args[1]
+        if _bool_against_bit(node):  # x != 0, x == 1: x itself; x == 0, x != 1: Not(x)
+            kept = (node.target == _aten.ne.Scalar) == (float(b) == 0.0)
+            op_type = QnnOpType.Reshape if kept else QnnOpType.ElementWiseNot
+            gb.add_op(node, op_type, [gb.tensor(a)], [gb.define_output(node)])
+            return
         operands = _rank0(gb, node, [gb.tensor(a), value_operand(gb, node, b, a, "b")])
         gb.add_op(node, COMPARE_OPS[node.target], operands, [gb.define_output(node)])
 

@@ -19,6 +19,7 @@ from backends.qualcomm.builders.registry import (
     register_builder,
     tensor_vals,
 )
+from backends.qualcomm.builders.utils import is_quantized
 from backends.qualcomm.serialization.qnn_graph import bool_scalar
 
 _aten = exir_ops.edge.aten
@@ -82,9 +83,8 @@ class MatMulBuilder(NodeBuilder):
         for operand in self._operands(node):
             if not isinstance(operand, torch.fx.Node) or len(logical_shape(operand)) < 2:
                 return False, "MatMul operands must be tensors of rank >= 2"
-        if node.target == _aten.addmm.default:
-            if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
-                return False, "addmm with alpha/beta != 1 is not supported"
+        if node.target == _aten.addmm.default and _addmm_scales(node) != (1, 1) and is_quantized(node):
+            return False, "quantized addmm with alpha / beta != 1 is not supported"
         return SUPPORTED
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
@@ -95,4 +95,25 @@ class MatMulBuilder(NodeBuilder):
             return
         product = gb.native_tensor(f"{node.name}_mm", logical_shape(node))
         gb.add_op(node, QnnOpType.MatMul, [a, b], [product], params, suffix="mm")
-        gb.add_op(node, QnnOpType.ElementWiseAdd, [product, gb.tensor(node.args[0])], [gb.define_output(node)])
+        beta, alpha = _addmm_scales(node)
+        product = _scaled(gb, node, product, alpha, "alpha")
+        if beta == 0:  # torch ignores the bias then (NaN / inf included)
+            gb.add_op(node, QnnOpType.Reshape, [product], [gb.define_output(node)])
+            return
+        bias = _scaled(gb, node, gb.tensor(node.args[0]), beta, "beta")
+        gb.add_op(node, QnnOpType.ElementWiseAdd, [product, bias], [gb.define_output(node)])
+
+
+def _addmm_scales(node: torch.fx.Node):
+    """(beta, alpha) of an addmm: out = beta * bias + alpha * (a @ b)."""
+    return node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+
+
+def _scaled(gb: GraphBuilder, node: torch.fx.Node, x, factor, suffix: str):
+    """x * factor (float graphs; x itself for factor 1)."""
+    if factor == 1:
+        return x
+    out = gb.native_tensor(f"{node.name}_{suffix}", x.dims)
+    factor_t = gb.static_tensor(f"{node.name}_{suffix}_factor", np.array([float(factor)], np.float32))
+    gb.add_op(node, QnnOpType.ElementWiseMultiply, [x, factor_t], [out], suffix=suffix)
+    return out

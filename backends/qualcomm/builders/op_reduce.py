@@ -1,4 +1,5 @@
-"""mean.dim / sum.dim_IntList -> ReduceMean / ReduceSum (axes remapped to the stored layout).
+"""mean.dim / sum.dim_IntList -> ReduceMean / ReduceSum (axes remapped to the stored layout; a
+0-d result, every element reduced, is the flattened input reduced to [1]: QNN refuses rank 0).
 
 prod: QNN 2.51's HTP has no ReduceProd (validation: 3110 'OpValidator not found'); op_prod.py
 lowers it as a tree of ElementWiseMultiply."""
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from typing import List
 
+import numpy as np
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
@@ -22,12 +24,16 @@ from backends.qualcomm.builders.registry import (
     check_float_io,
     register_builder,
 )
-from backends.qualcomm.builders.utils import input_layout, normalize_axis, stored_axis
+from backends.qualcomm.builders.utils import input_layout, normalize_axis, one_element_dims, reshape, stored_axis
 from backends.qualcomm.serialization.qnn_graph import bool_scalar, uint32_tensor
 from backends.qualcomm.utils.constants import NCHW_TO_NHWC
 
 _aten = exir_ops.edge.aten
-REDUCE_OPS = {_aten.mean.dim: QnnOpType.ReduceMean, _aten.sum.dim_IntList: QnnOpType.ReduceSum}
+REDUCE_OPS = {
+    _aten.mean.dim: QnnOpType.ReduceMean,
+    _aten.mean.default: QnnOpType.ReduceMean,  # x.mean(): every element
+    _aten.sum.dim_IntList: QnnOpType.ReduceSum,
+}
 
 
 def reduce_axes(node: torch.fx.Node) -> List[int]:
@@ -46,7 +52,7 @@ def keep_dims(node: torch.fx.Node) -> bool:
 @register_builder
 class ReduceBuilder(NodeBuilder):
     targets = list(REDUCE_OPS)
-    quant_annotations = dict.fromkeys(aten_ops("mean.dim", "sum.dim_IntList"), QuantFamily.COMPUTE)
+    quant_annotations = dict.fromkeys(aten_ops("mean.dim", "mean.default", "sum.dim_IntList"), QuantFamily.COMPUTE)
     layout_policy = LayoutPolicy.AGNOSTIC
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
@@ -69,11 +75,15 @@ class ReduceBuilder(NodeBuilder):
         x = gb.tensor(node.args[0], layout)
         rank = len(logical_shape(node.args[0]))
         axes = sorted(stored_axis(a, rank, layout) for a in reduce_axes(node))
-        out = gb.define_output(node)
+        keep = keep_dims(node)
+        if not logical_shape(node):  # every element, a 0-d result: the flat input to [1] (QNN refuses rank 0)
+            x = reshape(gb, node, x, [int(np.prod(x.dims))], "flat") if len(x.dims) != 1 else x
+            axes, keep = [0], True
+        out = gb.define_output(node, dims=one_element_dims(node))
         gb.add_op(
             node,
             REDUCE_OPS[node.target],
             [x],
             [out],
-            [uint32_tensor("axes", axes), bool_scalar("keep_dims", keep_dims(node))],
+            [uint32_tensor("axes", axes), bool_scalar("keep_dims", keep)],
         )

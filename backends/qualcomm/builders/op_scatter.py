@@ -1,30 +1,15 @@
-"""index_put (accumulate=False, one index tensor: a KV-cache write `cache[:, :, pos] = v`)
--> QNN ScatterNd on the indexed axis moved first:
-
-    Transpose(data, axis first) ; Reshape(pos, [T, 1]) ; Transpose(values, axis first)
-    ScatterNd(data', pos', values') ; Transpose back
-
-(the Transposes are Reshapes when they only move unit dims, and vanish for axis 0). int64
-positions stay INT_64 in the payload (QNN narrows them to INT_32); a position out of range
-is an execute error on the host engine. Negative positions are not wrapped (they cannot be
-checked at lowering): the host engine reports them as out of range.
-
-scatter (src / value) / scatter_add / scatter_reduce (sum, prod; include_self) -> ScatterElements
-(reduction none / add / mul)."""
+"""scatter (src / value) -> QNN ScatterElements; scatter_add / scatter_reduce sum / prod
+(include_self) -> ScatterNd add / mul at each element's full coordinates (QNN refuses
+ScatterElements' reductions). index_put is op_index_put.py (ScatterNd)."""
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from backends.qualcomm.builders.graph_builder import (
     GraphBuilder,
-    inverse_perm,
-    logical_shape,
-    moves_only_unit_dims,
-    permute_dims,
 )
 from backends.qualcomm.builders.op_constant import quantized_codes
 from backends.qualcomm.builders.op_shape import edge_ops
@@ -39,119 +24,12 @@ from backends.qualcomm.builders.registry import (
     first_failure,
     node_val,
     register_builder,
-    table_quant_annotations,
 )
 from backends.qualcomm.builders.utils import reshape
-from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, uint32_scalar
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
-
-
-def _index_entries(node: torch.fx.Node) -> Sequence[object]:
-    return list(node.args[1])
-
-
-def indexed_axis(node: torch.fx.Node) -> Tuple[int, Optional[torch.fx.Node]]:
-    """(axis, index node) of the one non-None entry of index_put's indices; (-1, None) if not one."""
-    found = [(i, e) for i, e in enumerate(_index_entries(node)) if e is not None]
-    if len(found) != 1 or not isinstance(found[0][1], torch.fx.Node):
-        return -1, None
-    return found[0]
-
-
-def updates_shape(node: torch.fx.Node) -> List[int]:
-    """The values' shape index_put writes: self's shape with the indexed axis = len(index)."""
-    axis, index = indexed_axis(node)
-    shape = logical_shape(node.args[0])
-    shape[axis] = int(node_val(index).numel())
-    return shape
-
-
-def _check_data(node: torch.fx.Node) -> SupportResult:
-    data, values = node_val(node.args[0]), node_val(node.args[2])
-    for name, val in (("self", data), ("values", values)):
-        if not isinstance(val, torch.Tensor) or val.dtype != torch.float32:
-            return False, f"{name} must be a float32 tensor"
-    if data.dim() == 0:
-        return False, "self must have rank >= 1"
-    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
-    if accumulate:
-        return False, "accumulate=True is not supported (ScatterNd with reduction none only)"
-    return SUPPORTED
-
-
-def _check_indices(node: torch.fx.Node) -> SupportResult:
-    axis, index = indexed_axis(node)
-    if index is None:
-        return False, f"indices {_index_entries(node)}: exactly one index tensor (the others None) is supported"
-    val = node_val(index)
-    if not isinstance(val, torch.Tensor) or val.dtype not in _INDEX_DTYPES or val.dim() != 1:
-        return False, "the index tensor must be a rank-1 int32 / int64 tensor (bool masks are not supported)"
-    return SUPPORTED
-
-
-def _check_values_shape(node: torch.fx.Node) -> SupportResult:
-    expected = updates_shape(node)
-    shape = logical_shape(node.args[2])
-    trimmed = list(shape)
-    while len(trimmed) > len(expected) and trimmed[0] == 1:
-        trimmed.pop(0)
-    padded = [1] * (len(expected) - len(trimmed)) + trimmed
-    if padded != expected:
-        return False, f"values shape {shape} needs broadcasting to {expected}: not supported"
-    return SUPPORTED
-
-
-def _axis_first(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, perm: List[int], suffix: str) -> QnnTensor:
-    if perm == sorted(perm):
-        return x
-    dims = permute_dims(x.dims, perm)
-    if moves_only_unit_dims(x.dims, perm):
-        return reshape(gb, node, x, dims, suffix)
-    out = gb.like(x, f"{node.name}_{suffix}", dims)
-    gb.add_op(node, QnnOpType.Transpose, [x], [out], [uint32_tensor("perm", perm)], suffix=suffix)
-    return out
-
-
-@register_builder
-class IndexPutBuilder(NodeBuilder):
-    targets = edge_ops("index_put.default")
-    quant_annotations = table_quant_annotations([QnnOpType.ScatterNd])
-
-    def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(
-            lambda: _check_data(node),
-            lambda: _check_indices(node),
-            lambda: check_static_shapes(node),
-            lambda: _check_values_shape(node),
-        )
-
-    def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
-        axis, index = indexed_axis(node)
-        data = gb.tensor(node.args[0])
-        rank = len(data.dims)
-        perm = [axis] + [d for d in range(rank) if d != axis]
-        values = gb.tensor(node.args[2])
-        expected = updates_shape(node)
-        if list(values.dims) != expected:
-            values = reshape(gb, node, values, expected, "values")
-        positions = gb.tensor(index)
-        positions = reshape(gb, node, positions, [positions.dims[0] if positions.dims else 1, 1], "positions")
-        data_t = _axis_first(gb, node, data, perm, "data")
-        values_t = _axis_first(gb, node, values, perm, "values_t")
-        params = [uint32_scalar("reduction", 0)]
-        if data_t is data:
-            gb.add_op(node, QnnOpType.ScatterNd, [data_t, positions, values_t], [gb.define_output(node)], params)
-            return
-        scattered = gb.like(data_t, f"{node.name}_scattered")
-        gb.add_op(node, QnnOpType.ScatterNd, [data_t, positions, values_t], [scattered], params)
-        back = inverse_perm(perm)
-        output = gb.define_output(node)
-        if moves_only_unit_dims(scattered.dims, back):
-            gb.add_op(node, QnnOpType.Reshape, [scattered], [output], suffix="back")
-        else:
-            gb.add_op(node, QnnOpType.Transpose, [scattered], [output], [uint32_tensor("perm", back)], suffix="back")
 
 
 # ---- scatter / scatter_add / scatter_reduce -> ScatterElements ---------------------------------
@@ -181,12 +59,6 @@ def _check_scatter_elements(node: torch.fx.Node) -> SupportResult:
     reduction = _scatter_reduction(node)
     if reduction < 0:
         return False, "reduce: only none, scatter_add and scatter_reduce sum / prod with include_self=True"
-    if reduction > 0:
-        # the host engine has them; QNN 2.51's HTP refuses them at op validation (error 3110)
-        return False, (
-            f"scatter reduction {'add' if reduction == 1 else 'mul'}: QNN refuses ScatterElements "
-            f"reduction {reduction} ('incorrect Value {reduction}, expected < 1')"
-        )
     return SUPPORTED
 
 
@@ -207,6 +79,9 @@ class ScatterElementsBuilder(NodeBuilder):
         data, indices = gb.tensor(node.args[0]), gb.tensor(node.args[2])
         updates = self._updates(node, gb, data, indices)
         axis = len(data.dims) + int(node.args[1]) if int(node.args[1]) < 0 else int(node.args[1])
+        if _scatter_reduction(node) > 0:
+            self._reduce_as_scatter_nd(node, gb, data, indices, updates, axis, _scatter_reduction(node))
+            return
         gb.add_op(
             node,
             QnnOpType.ScatterElements,
@@ -214,6 +89,35 @@ class ScatterElementsBuilder(NodeBuilder):
             [gb.define_output(node)],
             [uint32_scalar("axis", axis), uint32_scalar("reduction", _scatter_reduction(node))],
         )
+
+    @staticmethod
+    def _reduce_as_scatter_nd(
+        node: torch.fx.Node,
+        gb: GraphBuilder,
+        data: QnnTensor,
+        indices: QnnTensor,
+        updates: QnnTensor,
+        axis: int,
+        reduction: int,
+    ) -> None:
+        """scatter_add / scatter_reduce: ScatterNd add (1) or mul (2) of every element of updates
+        at its full coordinates, the index on `axis` and its own position on the other axes (QNN
+        refuses ScatterElements' reductions): coordinates [*index.dims, rank] = Concat of static
+        grids and the index."""
+        shape = list(indices.dims)
+        grids = np.indices(shape)
+        dtype = np.int64 if indices.data_type == DataType.INT_64 else np.int32
+        columns = []
+        for d in range(len(shape)):
+            if d == axis:
+                columns.append(reshape(gb, node, indices, shape + [1], "index_column"))
+            else:
+                grid = grids[d].astype(dtype).reshape(shape + [1])
+                columns.append(gb.static_tensor(f"{node.name}_coords{d}", grid))
+        coords = gb.like(columns[axis], f"{node.name}_coords", shape + [len(shape)])
+        gb.add_op(node, QnnOpType.Concat, columns, [coords], [uint32_scalar("axis", len(shape))], suffix="coords")
+        params = [uint32_scalar("reduction", reduction)]
+        gb.add_op(node, QnnOpType.ScatterNd, [data, coords, updates], [gb.define_output(node)], params)
 
     @staticmethod
     def _updates(node: torch.fx.Node, gb: GraphBuilder, data: QnnTensor, indices: QnnTensor) -> QnnTensor:

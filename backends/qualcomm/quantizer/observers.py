@@ -172,7 +172,8 @@ class PassUnionMovingAverageObserver(MovingAverageMinMaxObserver):
     [0.5, 1.4] and [-0.5, 2.4] got [0, 1.4] in 8a8w). One forward of the prepared GraphModule
     calls the observer at increasing offsets of its generated code: a call at the same or an
     earlier offset, or from another frame, starts a new sample. With one tensor per sample
-    this is exactly MovingAverageMinMaxObserver."""
+    this is exactly MovingAverageMinMaxObserver. NaN elements are left out of the range (an
+    all-NaN tensor leaves it unset: the default encoding)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -185,9 +186,12 @@ class PassUnionMovingAverageObserver(MovingAverageMinMaxObserver):
         return site is not None and previous is not None and site[0] == previous[0] and site[1] > previous[1]
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
-        if x_orig.numel() == 0:
+        x = x_orig.detach().to(self.min_val.dtype)
+        if x.is_floating_point():
+            x = x[~torch.isnan(x)]  # NaN carries no range (var over one element with correction 1)
+        if x.numel() == 0:
             return x_orig
-        low, high = torch.aminmax(x_orig.detach().to(self.min_val.dtype))
+        low, high = torch.aminmax(x)
         if self._sample is not None and self._same_sample(_fx_call_site()):
             low, high = torch.minimum(low, self._sample[0]), torch.maximum(high, self._sample[1])
         elif self._sample is not None:

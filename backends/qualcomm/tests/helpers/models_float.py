@@ -35,6 +35,13 @@ class AddMm(torch.nn.Module):
         return torch.addmm(self.b, x, self.w)
 
 
+class AddMmScaled(AddMm):
+    """addmm with beta / alpha (upstream's float addmm case), and beta = 0 (the bias ignored)."""
+
+    def forward(self, x):
+        return torch.addmm(self.b, x, self.w, beta=0.5, alpha=2.0), torch.addmm(self.b, x, self.w, beta=0, alpha=-1)
+
+
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
 
 

@@ -45,6 +45,8 @@ def binary() -> Family:
             "add_scalar": lambda self, a, b, c: a + 2.5,
             "mul_scalar": lambda self, a, b, c: a * -3.0,
             "rsub_scalar": lambda self, a, b, c: 2.0 - a,
+            "add_alpha": lambda self, a, b, c: torch.add(a, b, alpha=2),  # b's codes, alpha x its scale
+            "sub_alpha_broadcast": lambda self, a, b, c: torch.sub(a, c, alpha=3),
         }
     )
 

@@ -285,3 +285,33 @@ def test_host_engine_integer_zero_divisor_gives_zero():
     outs = [np.asarray(o) for o in native().run_payload(blob, feeds_in_payload_order(blob, (a, b), tester.module))]
     np.testing.assert_array_equal(outs[0], [0, 0, 0, 0, 0])
     np.testing.assert_array_equal(outs[1], [0, 0, 4, -1, -(2**31) + 2])
+
+
+# ---- div(rounding_mode="trunc") --------------------------------------------------------------------
+class TruncDivision(torch.nn.Module):
+    """div(rounding_mode="trunc") (upstream's div rounding-mode case): Round((a - fmod(a, b)) / b)."""
+
+    def forward(self, a, b):
+        return torch.div(a, b, rounding_mode="trunc"), torch.div(a, 1.5, rounding_mode="trunc")
+
+
+def test_trunc_division_fp16_on_both_engines(qnn_binary):
+    """Eager's trunc on every element (exact integer quotients included: 3 / 1.5, -6 / 3), the
+    odd-multiple grid of division_inputs elsewhere; QNN vs host within 2e-3 of the magnitude."""
+    a, b = division_inputs()
+    a.view(-1)[:4], b.view(-1)[:4] = torch.tensor([3.0, -6.0, 4.5, -0.5]), torch.tensor([1.5, 3.0, -1.5, 0.25])
+    tester = lower_to_one_delegate(TruncDivision(), (a, b), None).compare(atol=0, rtol=0)
+    assert "ElementWiseFloorDiv" not in tester.payload().op_types()
+    print(qnn_vs_host(tester, (a, b)))
+
+
+@pytest.mark.parametrize("quant_dtype", [A8W8, A16W8], ids=["8a8w", "16a8w"])
+def test_trunc_division_quantized_matches_qdq_reference(qnn_binary, quant_dtype):
+    inputs = grid_division_inputs()
+    tester = lower_to_one_delegate(TruncDivision(), inputs, quant_dtype)
+    for i, (out, ref, enc) in enumerate(
+        zip(tester.outputs, tester.reference_outputs(), output_encodings(tester.module))
+    ):
+        assert step_stats(out, ref, enc[0]).max_diff <= 1, (i, step_stats(out, ref, enc[0]))
+    for i, stats in enumerate(qnn_vs_host(tester, inputs, delegate_output_scales(one_delegate_blob(tester)))):
+        assert stats.max_diff <= 1, (i, stats)

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
-from backends.qualcomm.tests.helpers.engines import MAX_BOOL_MISMATCH, check_on_qnn
+from backends.qualcomm.tests.helpers.engines import MAX_BOOL_MISMATCH, assert_host_equals_qnn, check_on_qnn
 from backends.qualcomm.tests.helpers.quant_tester import (
     QuantTester,
     assert_pt2e_bounds,
@@ -323,3 +323,35 @@ def test_host_engine_nan_inf_and_zero_edges():
     for i, (out, ref) in enumerate(zip(tester.outputs, tester.reference_outputs())):
         np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
         assert np.array_equal(np.signbit(out), np.signbit(ref)) or out.dtype == np.bool_, f"output {i} sign of zero"
+
+
+class AddSubAlpha(torch.nn.Module):
+    """add / sub with alpha (upstream's alpha=2): alpha * b is b's codes in an encoding of alpha
+    times b's scale (a Multiply by alpha held exactly)."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor):
+        return torch.add(a, b, alpha=2), torch.sub(a, b, alpha=2), torch.sub(a, b[:1], alpha=0.5)
+
+
+@pytest.mark.parametrize("quant_dtype", QUANT_DTYPES)
+def test_quantized_add_sub_alpha_on_both_engines(qnn_binary, quant_dtype):
+    inputs = (torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(7)), torch.rand(2, 3, 4))
+    tester = QuantTester(AddSubAlpha(), inputs, quant_dtype).run_and_compare_steps()
+    assert_host_equals_qnn(tester)
+
+
+class BoolAgainstBits(torch.nn.Module):
+    """A bool mask compared with 0 / 1 (upstream's `logical_and(x != 0, y != 0).float()` of bool
+    inputs): the mask itself or its Not (HTP compares no BOOL_8)."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        return torch.logical_and(x != 0, y != 0).float(), x == 0, y == 1, x != True  # noqa: E712
+
+
+def test_bool_compared_with_zero_or_one_on_both_engines(qnn_binary):
+    inputs = (torch.tensor([True, False, True, False]), torch.tensor([True, True, False, False]))
+    tester = QnnTester(BoolAgainstBits(), inputs).lower()
+    types = tester.check_one_delegate_ops({"ElementWiseNot": 2})
+    assert "ElementWiseNotEqual" not in types and "ElementWiseEqual" not in types, types
+    tester.to_executorch().run().compare(atol=0, rtol=0)
+    print(check_on_qnn(tester, inputs, None))

@@ -60,6 +60,10 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
     def test_addmm(self):
         _run(m.AddMm(), (4, 8))
 
+    def test_addmm_beta_alpha(self):
+        tester = _run(m.AddMmScaled(), (4, 8))
+        self.assertEqual(tester.cpu_nodes(), [])
+
     # ---- elementwise ----------------------------------------------------------------
     @parameterized.expand(
         [

@@ -86,17 +86,17 @@ def test_fold_quantized_matches_qdq_reference(quant_dtype):
         assert all(stats[i].max_diff <= 3 for i in (0, 1, 3, 4)), [str(s) for s in stats]
 
 
-def test_fold_unbatched_stays_on_cpu():
-    """An unbatched fold is not kept whole: its decomposition's index_put(accumulate=True) stays
-    on the CPU with its reason."""
+def test_fold_unbatched_is_delegated_as_its_decomposition():
+    """An unbatched fold is not kept whole: its decomposition (index_put with accumulate=True,
+    a ScatterNd add) is delegated and matches eager."""
 
     class Fold(nn.Module):
         def forward(self, c):
             return F.fold(c, (4, 5), 2)
 
     tester = QnnTester(Fold(), (randn(12, 12, seed=3),)).lower()
-    reasons = " | ".join(tester.partitioner.rejected_nodes.values())
-    assert "accumulate=True is not supported" in reasons, reasons
+    assert tester.check_one_delegate_ops({"ScatterNd": 1})
+    tester.to_executorch().run().compare(rtol=1e-3, atol=1e-3)
 
 
 # ---- real QNN ---------------------------------------------------------------------------------

@@ -230,9 +230,9 @@ def test_engine_scatter_elements_reductions_accumulate_duplicates(reduction, com
 class UnsupportedScatters(torch.nn.Module):
     def forward(self, cache, v, pos):
         return (
-            _index_put(cache, [None, None, pos], v, True),
-            _index_put(cache, [None, pos, pos], v[0, :, :, 0]),
-            torch.scatter_add(cache, 2, pos.view(1, 1, 2, 1).expand(1, 2, 2, 4), v),
+            _index_put(cache, [cache > 0], v.sum().reshape(1)),  # a bool mask
+            _index_put(cache, [None, pos, pos.int()], v[0, :, :, 0]),  # int64 and int32 indices
+            cache.scatter_reduce(2, pos.view(1, 1, 2, 1).expand(1, 2, 2, 4), v, "sum", include_self=False),
         )
 
 
@@ -241,7 +241,7 @@ def test_unsupported_scatters_stay_on_cpu_with_reasons():
     rejected = tester.partitioner.rejected_nodes
     reasons = [r for name, r in rejected.items() if "index_put" in name or "scatter" in name]
     assert len(reasons) == 3 and len(tester.cpu_nodes()) == 3, rejected
-    for expected in ("accumulate=True", "exactly one index tensor", "QNN refuses ScatterElements reduction 1"):
+    for expected in ("a bool mask index", "of one dtype", "include_self=True"):
         assert any(expected in r for r in reasons), (expected, rejected)
 
 

@@ -61,6 +61,8 @@ class Extremes(torch.nn.Module):
             torch.argmax(x, 1),
             torch.argmin(x, -1, keepdim=True),
             torch.argmax(x, 0),
+            torch.argmax(x, keepdim=True),  # dim=None: the flattened input's index, [1, 1, 1, 1]
+            torch.argmin(x, keepdim=True),
             *torch.sort(x),
             *torch.sort(x, -1, descending=True),
         )
@@ -112,7 +114,8 @@ def test_fp16_extremes_match_eager():
     tester = QnnTester(Extremes(), (distinct_values(2, 3, 4, 5),)).run_and_compare(atol=1e-3, rtol=1e-3)
     assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
     types = tester.payload().op_types()
-    assert types.get("ReduceMax") == 3 and types.get("ReduceMin") == 3 and types.get("Argmax") == 3, types
+    assert types.get("ReduceMax") == 3 and types.get("ReduceMin") == 3 and types.get("Argmax") == 4, types
+    assert types.get("Argmin") == 3, types  # min.dim, argmin, argmin(keepdim=True)
 
 
 def test_fp16_any_matches_eager():
@@ -153,6 +156,8 @@ class RealFamily(torch.nn.Module):
             torch.min(y, 2)[0] * 2.0,
             torch.argmax(y, -1),
             torch.argmin(y, 1, keepdim=True),
+            torch.argmax(y),  # 0-d: the flattened input's index, stored as [1]
+            torch.argmin(y, keepdim=True),
             torch.var(x, 1),
             torch.std(x, (1, 2), correction=0, keepdim=True),
             *torch.sort(y),
@@ -226,19 +231,38 @@ def test_kernels_nan_inf_and_ties_follow_pytorch():
         np.testing.assert_array_equal(out, ref, err_msg=f"output {i}")
 
 
-def test_rank0_argmax_stays_on_cpu_and_every_element_extremes_delegate():
-    """amax over every dim and max() reduce the flattened input to [1] (the 0-d result, QNN
-    refusing rank 0: ops/test_division.py); a 0-d argmax stays on the CPU with QNN's reason."""
+def test_every_element_extremes_and_rank0_argmax_delegate():
+    """amax over every dim, max(), argmax of a 1-d input and argmin / argmax without dim (upstream's
+    Argmax(), Argmin()) reduce the flattened input to [1] (the 0-d result, QNN refusing rank 0:
+    ops/test_division.py); QNN validates and finalizes them."""
 
     class AllDims(torch.nn.Module):
         def forward(self, x):
-            return torch.amax(x, (0, 1, 2, 3)), torch.argmax(x[0, 0, 0], 0), x.max(), x * 2.0
+            return torch.amax(x, (0, 1, 2, 3)), torch.argmax(x[0, 0, 0], 0), x.max(), x * 2.0, torch.argmin(x)
 
     tester = QnnTester(AllDims(), (distinct_values(2, 3, 4, 5),)).lower()
-    assert sorted(tester.cpu_op_names()) == ["aten.argmax.default"]
-    reasons = tester.partitioner.rejected_nodes
-    assert "rank-0" in reasons["aten_argmax_default"], reasons
-    tester.to_executorch().run().compare()
+    assert tester.cpu_op_names() == [], tester.partitioner.rejected_nodes
+    tester.to_executorch().run().compare(atol=0, rtol=0)
+    assert [o.shape for o in tester.outputs] == [(), (), (), (2, 3, 4, 5), ()]
+
+
+class MeanSumOfEverything(torch.nn.Module):
+    """mean / sum over every dim (upstream's Mean() and Mean(dim=[])): a 0-d result."""
+
+    def forward(self, x):
+        return x.mean(), torch.mean(x, dim=[]), x.sum() * 0.5
+
+
+@pytest.mark.parametrize("quant_dtype", [None, A8W8, A16W8], ids=["fp16", "8a8w", "16a8w"])
+def test_mean_sum_of_every_element(quant_dtype):
+    """The flattened input reduced to [1] (QNN refuses a rank-0 ReduceMean output: 3110)."""
+    inputs = (randn(4, 6, 8, seed=5),)
+    if quant_dtype is None:
+        tester = QnnTester(MeanSumOfEverything(), inputs).run_and_compare(atol=1e-3, rtol=1e-3)
+    else:
+        tester = QuantTester(MeanSumOfEverything(), inputs, quant_dtype).run_and_compare_steps()
+    assert tester.cpu_nodes() == [] and len(tester.delegate_blobs()) == 1
+    assert [o.shape for o in tester.outputs] == [(), (), ()]
 
 
 # ---- variance / std / vector norms -------------------------------------------------------
@@ -347,3 +371,19 @@ def test_max_min_of_every_element_quantized_exact(qnn_binary, quant_dtype):
         assert stats.max_diff <= (1 if i == 4 else 0), (i, stats)
     for i, stats in enumerate(qnn_vs_host(tester, inputs, delegate_output_scales(one_delegate_blob(tester)))):
         assert stats.max_diff == 0, (i, stats)
+
+
+def test_quantized_var_over_one_element_calibrates():
+    """var over a single-element dim with correction 1 is NaN (upstream's edge case): calibration
+    failed ('min nan should be less than max nan'); the observer now leaves NaN out, the var stays
+    on the CPU with its reason, the rest is delegated and matches the QDQ reference."""
+
+    class OneElementVar(torch.nn.Module):
+        def forward(self, x):
+            return torch.var(x, dim=[1], correction=1), x * 2.0
+
+    tester = QuantTester(OneElementVar(), (randn(3, 1, 5, seed=4),), A8W8).lower()
+    assert tester.cpu_op_names() == ["aten.var.correction"], tester.partitioner.rejected_nodes
+    assert "inf / nan result" in tester.partitioner.rejected_nodes["aten_var_correction"]
+    tester.to_executorch().run()
+    np.testing.assert_array_equal(tester.outputs[1], tester.reference_outputs()[1])

@@ -136,8 +136,15 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     ),
     "StackBuilder": (lambda: L(lambda x: torch.stack([x, x * 2.0], -1)), inputs_of((2, 3))),
     "IndexPutBuilder": (
-        lambda: L(lambda c, v, p: torch.ops.aten.index_put.default(c, [None, p], v)),
+        lambda: _outputs(
+            lambda c, v, p: torch.ops.aten.index_put.default(c, [None, p], v),
+            lambda c, v, p: torch.ops.aten.index_put.default(c, [p[:1] - 3, None, p % 3], c[1, :, 0], True),
+        ),
         inputs_of((2, 5, 3), (2, 2, 3)) + (torch.tensor([4, 1]),),
+    ),
+    "CopyBuilder": (
+        lambda: L(lambda x: torch.ops.aten.copy.default(torch.zeros(2, 3, 4), x[:1] * 2.0)),
+        inputs_of((2, 3, 4)),
     ),
     "ConstantBuilder": (
         lambda: _outputs(
@@ -168,7 +175,9 @@ BUILDER_CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Tuple]] = {
     ),
     "ScatterElementsBuilder": (
         lambda: _outputs(
-            lambda x, i: torch.scatter(x, 1, i, 0.5), lambda x, i: torch.scatter(x, 1, i[:1], x[:1, :2] * 2.0)
+            lambda x, i: torch.scatter(x, 1, i, 0.5),
+            lambda x, i: torch.scatter(x, 1, i[:1], x[:1, :2] * 2.0),
+            lambda x, i: torch.scatter_add(x, 1, i, x[:, :2]),
         ),
         inputs_of((2, 3)) + (torch.tensor([[2, 0], [1, 1]]),),
     ),

@@ -2,7 +2,7 @@
 small .pte files: one graph, several methods sharing one context (each method
 index), several contexts (partitions), profiling + heap checkpoints, every
 performance mode, repeated executes with warm-up on a partly delegated program,
-intermediate dumps into a debug buffer that fills up, 8a8w / 16a8w programs on each integer
+intermediate dumps into a debug buffer that fills up, KV-cache writes and ScatterNd adds, 8a8w / 16a8w programs on each integer
 kernel path (QNN_HOST_ENGINE_KERNELS plain / avx2 / default: GEMM, depthwise, MatMul split
 over the thread pool), and corrupted programs
 (an absurd planned size, seeded byte mutations) that must fail cleanly (exit 1
@@ -122,6 +122,29 @@ def quantized_cases(x, folder: Path) -> list[Case]:
     return cases
 
 
+class CacheScatters(torch.nn.Module):
+    """index_put_ on a mutable buffer (a KV-cache write, the buffer read and written back around
+    the delegate), accumulating index_put with duplicate positions (ScatterNd add), scatter_add."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(1, 2, 8, 4))
+
+    def forward(self, x, pos):
+        torch.ops.aten.index_put_(self.cache, [None, None, pos], x)
+        summed = torch.ops.aten.index_put.default(
+            self.cache, [None, None, torch.cat([pos, pos])], torch.cat([x, x], 2), True
+        )
+        index = pos.view(1, 1, 2, 1).expand(1, 2, 2, 4)
+        return self.cache + 0.0, summed, torch.scatter_add(self.cache, 2, index, x)
+
+
+def scatter_case(folder: Path) -> Case:
+    x, pos = torch.randn(1, 2, 2, 4), torch.tensor([5, 2])
+    pte = h.lower_to_pte(CacheScatters().eval(), (x, pos), folder / "scatters.pte")
+    return ("cache scatters", pte, [x, pos], ["--iteration", "3"], {0})
+
+
 def build_cases(folder: Path) -> list[Case]:
     torch.manual_seed(0)
     x = torch.randn(1, 3, 16, 16)
@@ -157,6 +180,7 @@ def build_cases(folder: Path) -> list[Case]:
         cases.append((f"shared method {name}", shared, list(inputs[name]), ["--method_index", str(index)], {0}))
     cases.append(("multi contexts", split, [y], ["--iteration", "3", "--warm_up", "2", "--profile_level", "1"], {0}))
     cases.append(dump_case(x, folder))
+    cases.append(scatter_case(folder))
     return cases + quantized_cases(x, folder) + corrupted_cases(small, split, folder)
 
 

@@ -1,6 +1,7 @@
 // Indexing ops, dtype-agnostic by element size: Split (one input, n outputs along an axis),
-// ScatterNd (copy of `data` with the slices addressed by `indices` replaced by `updates`) and
-// GatherElements (torch.gather).
+// ScatterNd (copy of `data` with the slices addressed by `indices` replaced by `updates`, in
+// order: the last write wins; reduction 1 adds them instead, for FLOAT_32 / INT_32 / INT_64 data,
+// duplicates summed in order; reduction 2 multiplies, FLOAT_32) and GatherElements (torch.gather).
 #include <cstring>
 
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
@@ -70,7 +71,29 @@ Status create_split(const OpView& v, KernelEnv&, KernelPtr& out) {
 }
 
 // ---- ScatterNd --------------------------------------------------------------------
-template <typename Idx>
+// How a slice of updates lands on the output: copied (reduction none) or added element-wise.
+struct CopySlice {
+  static void apply(char* y, const char* u, size_t bytes) { std::memcpy(y, u, bytes); }
+};
+template <typename T>
+struct AddSlice {
+  static void apply(char* y, const char* u, size_t bytes) {
+    T* out = reinterpret_cast<T*>(y);
+    const T* add = reinterpret_cast<const T*>(u);
+    for (size_t i = 0, n = bytes / sizeof(T); i < n; ++i) out[i] += add[i];
+  }
+};
+
+template <typename T>
+struct MulSlice {
+  static void apply(char* y, const char* u, size_t bytes) {
+    T* out = reinterpret_cast<T*>(y);
+    const T* factor = reinterpret_cast<const T*>(u);
+    for (size_t i = 0, n = bytes / sizeof(T); i < n; ++i) out[i] *= factor[i];
+  }
+};
+
+template <typename Idx, typename Land>
 class ScatterNdKernel final : public Kernel {
  public:
   ScatterNdKernel(const OpView& v, size_t depth, size_t count, size_t slice_bytes, const Index& strides)
@@ -103,7 +126,7 @@ class ScatterNdKernel final : public Kernel {
     for (size_t j = 0; j < count_; ++j) {
       size_t slice = 0;
       for (size_t d = 0; d < depth_; ++d) slice += size_t(idx[j * depth_ + d]) * strides_[d];
-      std::memcpy(y + slice * slice_bytes_, updates + j * slice_bytes_, slice_bytes_);
+      Land::apply(y + slice * slice_bytes_, updates + j * slice_bytes_, slice_bytes_);
     }
     return Status::Ok();
   }
@@ -140,15 +163,23 @@ Status check_scatter_nd_shapes(const OpView& v, size_t& depth, size_t& count) {
   return v.expect_output(0, data.dims, data.dtype);
 }
 
+template <typename Land>
+Status emplace_scatter_nd(const OpView& v, size_t depth, size_t count, size_t slice_bytes, const Index& strides,
+                          KernelPtr& out) {
+  if (v.inputs[1]->dtype == DType::INT_32) {
+    return emplace_kernel<ScatterNdKernel<int32_t, Land>>(out, v, depth, count, slice_bytes, strides);
+  }
+  return emplace_kernel<ScatterNdKernel<int64_t, Land>>(out, v, depth, count, slice_bytes, strides);
+}
+
 Status create_scatter_nd(const OpView& v, KernelEnv&, KernelPtr& out) {
   QNN_RETURN_IF_ERROR(v.expect_arity(3, 3, 1));
   ParamReader params(v);
-  if (params.has("reduction")) {
-    int64_t reduction = 0;
-    QNN_RETURN_IF_ERROR(params.scalar_int("reduction", DType::UINT_32, reduction));
-    if (reduction != 0) {
-      return v.fail(ErrorKind::NotSupported, "reduction %lld is not supported (only 0 = none)", (long long)reduction);
-    }
+  int64_t reduction = 0;
+  if (params.has("reduction")) QNN_RETURN_IF_ERROR(params.scalar_int("reduction", DType::UINT_32, reduction));
+  if (reduction < 0 || reduction > 2) {
+    return v.fail(ErrorKind::NotSupported, "reduction %lld is not supported (0 = none, 1 = add, 2 = mul)",
+                  (long long)reduction);
   }
   size_t depth = 0, count = 0;
   QNN_RETURN_IF_ERROR(check_scatter_nd_shapes(v, depth, count));
@@ -162,10 +193,27 @@ Status create_scatter_nd(const OpView& v, KernelEnv&, KernelPtr& out) {
     stride *= data.dims[d];
   }
   const size_t slice_bytes = product(data.dims, depth) * es;
-  if (v.inputs[1]->dtype == DType::INT_32) {
-    return emplace_kernel<ScatterNdKernel<int32_t>>(out, v, depth, count, slice_bytes, strides);
+  if (reduction == 0) return emplace_scatter_nd<CopySlice>(v, depth, count, slice_bytes, strides, out);
+  if (reduction == 2) {
+    if (data.dtype != DType::FLOAT_32) {
+      return v.fail(ErrorKind::NotSupported, "reduction 2 (mul) on data '%s' of data type %s (FLOAT_32 needed)",
+                    data.name.c_str(), dtype_name(data.dtype));
+    }
+    return emplace_scatter_nd<MulSlice<float>>(v, depth, count, slice_bytes, strides, out);
   }
-  return emplace_kernel<ScatterNdKernel<int64_t>>(out, v, depth, count, slice_bytes, strides);
+  switch (data.dtype) {
+    case DType::FLOAT_32:
+      return emplace_scatter_nd<AddSlice<float>>(v, depth, count, slice_bytes, strides, out);
+    case DType::INT_32:
+      return emplace_scatter_nd<AddSlice<int32_t>>(v, depth, count, slice_bytes, strides, out);
+    case DType::INT_64:
+      return emplace_scatter_nd<AddSlice<int64_t>>(v, depth, count, slice_bytes, strides, out);
+    default:
+      return v.fail(ErrorKind::NotSupported,
+                    "reduction 1 (add) on data '%s' of data type %s (FLOAT_32, INT_32 or "
+                    "INT_64 needed)",
+                    data.name.c_str(), dtype_name(data.dtype));
+  }
 }
 
 // ---- GatherElements ---------------------------------------------------------------
