@@ -22,8 +22,8 @@ struct Args {
   bool seed_given = false;
   EvalMode eval_mode = EvalMode::kHybrid;
   int num_iters = 1;
-  int engine = -1;     // runtime option qnn_runtime_engine: -1 not given; 0 auto, 1 qnn, 2 host
-  int log_level = -1;  // runtime option qnn_runtime_log_level: -1 not given
+  int engine = -1;             // runtime option qnn_runtime_engine: -1 not given; 0 auto, 1 qnn, 2 host
+  int log_level = -1;          // runtime option qnn_runtime_log_level: -1 not given
   bool tokenize_only = false;  // print the prompt's ids and exit (no model)
 };
 

@@ -306,8 +306,7 @@ int run(const Args& a) {
         "iteration %d: prompt %lld tokens, prefill %.1f tok/s, time to first token %.1f ms; %lld generated, decode "
         "%.1f tok/s; stop: %s; peak RSS %.0f MB\n",
         iter + 1, static_cast<long long>(stats.prompt_tokens), stats.prefill_tok_s(), stats.ttft_s * 1000.0,
-        static_cast<long long>(stats.generated_tokens), stats.decode_tok_s(), stats.stop_reason.c_str(),
-        peak_rss_mb());
+        static_cast<long long>(stats.generated_tokens), stats.decode_tok_s(), stats.stop_reason.c_str(), peak_rss_mb());
     std::fflush(stdout);
   }
   if (logits_file != nullptr) std::fclose(logits_file);

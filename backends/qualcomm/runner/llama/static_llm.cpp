@@ -279,8 +279,7 @@ Error StaticLlm::load_method(const char* name, int64_t n_tokens, std::unique_ptr
 // call's K / V inputs get the cache buffers later, in load()).
 Error StaticLlm::check_io(MethodMemory& m) {
   auto meta = m.method->method_meta();
-  const int64_t L = shape_.n_layers, N = m.n_tokens, C = shape_.context_len, H = shape_.n_kv_heads,
-                D = shape_.head_dim;
+  const int64_t L = shape_.n_layers, N = m.n_tokens, C = shape_.context_len, H = shape_.n_kv_heads, D = shape_.head_dim;
   if (meta.num_inputs() != size_t(3 + 2 * L) || meta.num_outputs() != size_t(1 + 2 * L)) {
     std::fprintf(stderr,
                  "error: method '%s' has %zu inputs and %zu outputs; a %lld-layer static LLM has %lld and %lld "
@@ -309,7 +308,8 @@ Error StaticLlm::check_io(MethodMemory& m) {
     auto info = meta.input_tensor_meta(i);
     const bool tensor = tag.ok() && *tag == Tag::Tensor && info.ok();
     const ScalarType dtype = tensor ? info->scalar_type() : ScalarType::Undefined;
-    const bool dtype_ok = integer ? (dtype == ScalarType::Int || dtype == ScalarType::Long) : dtype == ScalarType::Float;
+    const bool dtype_ok =
+        integer ? (dtype == ScalarType::Int || dtype == ScalarType::Long) : dtype == ScalarType::Float;
     if (!tensor || !dtype_ok || tensor_dims(*info) != want) {
       std::fprintf(stderr,
                    "error: method '%s' input %zu (%s) is %s %s; expected %s %s (InvalidProgram): the runner "
@@ -336,7 +336,7 @@ Error StaticLlm::check_io(MethodMemory& m) {
     }
   }
   for (size_t i = 0; i < meta.num_outputs(); ++i) {
-    std::vector<int64_t> want = i == 0 ? std::vector<int64_t>{1, N, shape_.vocab_size}
+    std::vector<int64_t> want = i == 0              ? std::vector<int64_t>{1, N, shape_.vocab_size}
                                 : i < size_t(1 + L) ? std::vector<int64_t>{1, H, D, N}
                                                     : std::vector<int64_t>{1, H, N, D};
     auto info = meta.output_tensor_meta(i);
@@ -355,8 +355,8 @@ void StaticLlm::reset() {
 }
 
 Error StaticLlm::call(MethodMemory& m, const uint64_t* tokens, int64_t n_valid, int64_t start, const float*& logits) {
-  const int64_t N = m.n_tokens, C = shape_.context_len, L = shape_.n_layers, H = shape_.n_kv_heads,
-                D = shape_.head_dim, past = C - N, slots = C - 1;
+  const int64_t N = m.n_tokens, C = shape_.context_len, L = shape_.n_layers, H = shape_.n_kv_heads, D = shape_.head_dim,
+                past = C - N, slots = C - 1;
   for (int64_t i = 0; i < N; ++i) {
     const int64_t id = i < n_valid ? static_cast<int64_t>(tokens[i]) : 0, pos = std::min(start + i, C - 1);
     if (m.inputs[0].dtype == ScalarType::Int) {
