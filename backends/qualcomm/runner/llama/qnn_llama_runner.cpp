@@ -191,12 +191,12 @@ Error run_conversation(StaticLlm& llm, Sampler& sampler, int64_t seq_len, std::v
       if (logits_file != nullptr) std::fwrite(logits, sizeof(float), vocab, logits_file);
       turn.generated.push_back(static_cast<uint64_t>(token));
       ++stats.generated_tokens;
-      out.token(prev, static_cast<uint64_t>(token), text);
-      prev = static_cast<uint64_t>(token);
-      if (is_eos(llm.eos_ids(), token)) {
+      if (is_eos(llm.eos_ids(), token)) {  // not printed
         stats.stop_reason = "eos";
         break;
       }
+      out.token(prev, static_cast<uint64_t>(token), text);
+      prev = static_cast<uint64_t>(token);
       if (pos + 1 >= seq_len) {
         stats.stop_reason = "seq_len";
         break;
