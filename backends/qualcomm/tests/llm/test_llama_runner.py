@@ -100,7 +100,6 @@ def test_runner_greedy_tokens_equal_the_python_loop_on_the_host_engine(kind, rec
     ours = runner_tokens(pte, PROMPT, NEW_TOKENS, tmp_path, "--engine", "host")
     print(f"{kind} {recipe}: {ours}")
     assert ours == python
-    assert len(ours) == NEW_TOKENS
 
 
 @pytest.mark.parametrize("kind, recipe", CASES[:2])
