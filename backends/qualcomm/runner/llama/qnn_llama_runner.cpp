@@ -292,6 +292,7 @@ int run(const Args& a) {
   const uint64_t seed = a.seed_given ? a.seed : std::random_device{}();
   Output out(tokenizer.get());
   std::string text;
+  text.reserve(static_cast<size_t>(seq_len) * 16);  // grows only for long pieces
   Stats stats;
   for (int iter = 0; iter < a.num_iters; ++iter) {
     Sampler sampler(shape.vocab_size, a.temperature, a.top_p, seed);
