@@ -42,7 +42,7 @@ $(STAMP): Makefile pyproject.toml
 # `make test` share one build) and builds in build/dev, apart from `pip wheel .` /
 # `pip install .` (build/<wheel tag>), which leave the test code out.
 BUILD_STAMP := $(VENV)/.build-stamp
-NATIVE_SRCS := CMakeLists.txt pyproject.toml $(shell find backends -name '*.cpp' -o -name '*.h' -o -name '*.inc' -o -name '*.fbs' -o -name CMakeLists.txt) \
+NATIVE_SRCS := CMakeLists.txt pyproject.toml $(shell find backends -name '*.cpp' -o -name '*.h' -o -name '*.hpp' -o -name '*.inc' -o -name '*.fbs' -o -name CMakeLists.txt) \
     backends/qualcomm/serialization/schema/ops.toml backends/qualcomm/serialization/op_table.py \
     $(shell find backends qnn_models -name __init__.py)
 
@@ -65,15 +65,16 @@ test-fast: install
 clean:
 	rm -rf build artifacts
 
-# ASan + UBSan build of the runtime and runner in build/sanitize, then the
-# runner over small .pte files (multi-method, multi-context, profiling, teardown).
+# ASan + UBSan build of the runtime and runners in build/sanitize, then the
+# runners over small .pte files (multi-method, multi-context, profiling, teardown, a tiny LLM).
 SAN_DIR := build/sanitize
 sanitize: install
 	$(VENV)/bin/cmake -S . -B $(SAN_DIR) -G Ninja -DQNN_SANITIZE=ON -DPython_EXECUTABLE=$(abspath $(VPY)) \
 	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja
-	$(VENV)/bin/cmake --build $(SAN_DIR) --target qnn_executor_runner -j $(JOBS)
+	$(VENV)/bin/cmake --build $(SAN_DIR) --target qnn_executor_runner qnn_llama_runner -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    HF_HUB_OFFLINE=1 $(VPY) backends/qualcomm/tests/tools/sanitize_cases.py --runner $(SAN_DIR)/qnn_executor_runner
+	    HF_HUB_OFFLINE=1 $(VPY) backends/qualcomm/tests/tools/sanitize_cases.py --runner $(SAN_DIR)/qnn_executor_runner \
+	    --llama-runner $(SAN_DIR)/qnn_llama_runner
 
 # The product as a user gets it: `pip wheel .` installed in a new venv, run from outside the
 # source tree (.ci/wheel_check; a full native build and a venv, 2-5 minutes).

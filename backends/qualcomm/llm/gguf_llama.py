@@ -135,3 +135,14 @@ def load_gguf_tokenizer(path: Union[str, Path]):
         digits = pre_tokenizers.Digits(individual_digits=True)
         backend.pre_tokenizer = pre_tokenizers.Sequence([digits, current]) if current is not None else digits
     return tokenizer
+
+
+def write_tokenizer_json(gguf_path: Union[str, Path], folder: Union[str, Path]) -> Path:
+    """Writes the GGUF file's tokenizer (load_gguf_tokenizer) into `folder` with transformers'
+    save_pretrained; returns the path of its tokenizer.json, the file qnn_llama_runner loads."""
+    folder = Path(folder)
+    load_gguf_tokenizer(gguf_path).save_pretrained(str(folder))
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: transformers wrote no tokenizer.json (a slow tokenizer?)")
+    return path

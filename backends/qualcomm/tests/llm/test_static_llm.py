@@ -2,9 +2,9 @@
 prefill + decode program exported into one weight-shared .pte, and the Python generation loop on
 the host engine and on QNN (x86 emulation).
 
-Tiny random-weight Llama / Qwen3 configs (2 layers, hidden 64, 4 query / 2 KV heads, vocab 128),
-context 64, prefill chunks of 8 tokens (an 11-token prompt takes a full chunk and a padded one).
-initializer_range 0.1 (HF's default 0.02 gives near-uniform logits whose greedy tokens are ties)."""
+Tiny random-weight Llama / Qwen3 configs of helpers/tiny_llm.py (2 layers, hidden 64, 4 query / 2
+KV heads, vocab 128), context 64, prefill chunks of 8 tokens (an 11-token prompt takes a full chunk
+and a padded one)."""
 
 from __future__ import annotations
 
@@ -26,59 +26,21 @@ from backends.qualcomm.llm import (
     static_modules,
     teacher_forced,
 )
-from backends.qualcomm.utils.qnn_context import AOT_ENV, qnn_library_status
 from backends.qualcomm.tests.helpers.runtime import native
+from backends.qualcomm.utils.qnn_context import AOT_ENV
+from backends.qualcomm.tests.helpers.tiny_llm import (
+    AR_LEN,
+    CALIBRATION,
+    CONTEXT,
+    PROMPT,
+    VOCAB,
+    hf_greedy,
+    hf_logits,
+    hf_model,
+)
+from backends.qualcomm.tests.helpers.tiny_llm import export_tiny as _export
 
 transformers = pytest.importorskip("transformers")
-
-CONTEXT, AR_LEN, VOCAB = 64, 8, 128
-PROMPT = torch.randint(0, VOCAB, (11,), generator=torch.Generator().manual_seed(9)).tolist()
-CALIBRATION = [torch.randint(0, VOCAB, (24,), generator=torch.Generator().manual_seed(s)).tolist() for s in range(3)]
-QNN_LOADED, _ = qnn_library_status()
-
-
-def hf_model(kind: str, tie: bool = False) -> torch.nn.Module:
-    configs = {
-        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
-        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
-    }
-    config_type, model_type = configs[kind]
-    torch.manual_seed(0)
-    config = config_type(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=CONTEXT,
-        initializer_range=0.1,
-        tie_word_embeddings=tie,
-    )
-    return model_type(config).eval()
-
-
-def hf_logits(model, ids) -> np.ndarray:
-    with torch.no_grad():
-        return model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].numpy()
-
-
-def hf_greedy(model, prompt, n: int):
-    ids = list(prompt)
-    for _ in range(n):
-        ids.append(int(hf_logits(model, ids)[-1].argmax()))
-    return ids[len(prompt) :]
-
-
-def _export(kind: str, recipe: str, tmp_path_factory, tie: bool = False):
-    """Exported once per module; with QNN context binaries when QNN's library loads."""
-    model = hf_model(kind, tie)
-    path = tmp_path_factory.mktemp(f"{kind}_{recipe}") / "model.pte"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(AOT_ENV, "1" if QNN_LOADED else "0")
-        result = export_static_llm(model, path, recipe, context_len=CONTEXT, ar_len=AR_LEN, calibration=CALIBRATION)
-    return model, result
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,12 @@ intermediate dumps into a debug buffer that fills up, KV-cache writes and Scatte
 kernel path (QNN_HOST_ENGINE_KERNELS plain / avx2 / default: GEMM, depthwise, MatMul split
 over the thread pool), and corrupted programs
 (an absurd planned size, seeded byte mutations) that must fail cleanly (exit 1
-or 0, no sanitizer report). Exits non-zero when any run fails.
+or 0, no sanitizer report). With --llama-runner, also qnn_llama_runner on a tiny static-KV-cache
+Llama (prefill + decode, kv mode, sampling with top-p, logits dump, several iterations) and on bad
+input. Exits non-zero when any run fails.
 
-    python backends/qualcomm/tests/tools/sanitize_cases.py --runner build/sanitize/qnn_executor_runner
+    python backends/qualcomm/tests/tools/sanitize_cases.py --runner build/sanitize/qnn_executor_runner \
+        --llama-runner build/sanitize/qnn_llama_runner
 """
 
 from __future__ import annotations
@@ -184,10 +187,50 @@ def build_cases(folder: Path) -> list[Case]:
     return cases + quantized_cases(x, folder) + corrupted_cases(small, split, folder)
 
 
+def llama_cases(folder: Path) -> list[tuple]:
+    """(name, runner flags, expected exit codes) of qnn_llama_runner on a tiny Llama (fp16, payload only)."""
+    import numpy as np
+
+    from backends.qualcomm.llm import export_static_llm
+    from backends.qualcomm.tests.helpers.tiny_llm import AR_LEN, CONTEXT, PROMPT, hf_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pte = folder / "tiny_llama_fp16.pte"
+    export_static_llm(hf_model("llama"), pte, "fp16", context_len=CONTEXT, ar_len=AR_LEN)
+    prompt = folder / "prompt.bin"
+    np.asarray(PROMPT, np.uint64).tofile(prompt)
+    odd = folder / "odd.bin"
+    odd.write_bytes(b"1234567")
+    base = ["--model_path", str(pte), "--tokenized_prompt", str(prompt), "--seq_len", str(CONTEXT)]
+    return [
+        ("llama hybrid greedy", base + ["--dump_logits_path", str(folder / "logits.bin")], {0}),
+        ("llama kv mode", base + ["--eval_mode", "kv", "--seq_len", "24"], {0}),
+        ("llama top-p, 2 iterations", base + ["--temperature", "0.8", "--top_p", "0.9", "--num_iters", "2"], {0}),
+        ("llama bad prompt file", ["--model_path", str(pte), "--tokenized_prompt", str(odd)], {1}),
+        ("llama missing model", ["--model_path", str(folder / "none.pte"), "--tokenized_prompt", str(prompt)], {1}),
+        (
+            "llama not an LLM",
+            ["--model_path", str(folder / ".." / "small.pte"), "--tokenized_prompt", str(prompt)],
+            {1},
+        ),
+    ]
+
+
+def run_case(command: list[str], env: dict) -> tuple:
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, errors="replace", timeout=300, env={**os.environ, **env}
+        )
+        return done.returncode, done.stderr
+    except subprocess.TimeoutExpired:
+        return "hang", "no exit within 300 s"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runner", type=Path, required=True)
     parser.add_argument("--folder", type=Path, default=Path("build") / "sanitize" / "cases")
+    parser.add_argument("--llama-runner", type=Path, help="qnn_llama_runner to run on a tiny LLM too")
     args = parser.parse_args(argv)
     folder = args.folder.resolve()
     failures = 0
@@ -198,23 +241,21 @@ def main(argv: list[str] | None = None) -> int:
         if inputs is not None:
             command += ["--input_list_path", str(write_input_files([inputs], folder / "inputs" / slug))]
         start = time.perf_counter()
-        try:
-            done = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=300,
-                env={**os.environ, **(env[0] if env else {})},
-            )
-            code, stderr = done.returncode, done.stderr
-        except subprocess.TimeoutExpired:
-            code, stderr = "hang", "no exit within 300 s"
+        code, stderr = run_case(command, env[0] if env else {})
         status = "ok" if code in expected and "Sanitizer" not in stderr else "FAILED"
         failures += status != "ok"
         print(f"{status:<7}{name:<28}{time.perf_counter() - start:6.2f}s  exit {code}")
         if status != "ok":
             print(stderr[-4000:])
+    if args.llama_runner is not None:
+        for name, flags, expected in llama_cases(folder / "llama"):
+            start = time.perf_counter()
+            code, stderr = run_case([str(args.llama_runner), *flags], {})
+            status = "ok" if code in expected and "Sanitizer" not in stderr else "FAILED"
+            failures += status != "ok"
+            print(f"{status:<7}{name:<28}{time.perf_counter() - start:6.2f}s  exit {code}")
+            if status != "ok":
+                print(stderr[-4000:])
     print(f"{failures} failing case(s)")
     return 1 if failures else 0
 
