@@ -221,7 +221,7 @@ class GraphBuilder:
         """The NATIVE output tensor of `node` in its own layout (dims from meta unless given)."""
         layout = node_layout(node)
         if dims is None:
-            dims = stored_dims(logical_shape(node), layout)
+            dims = stored_dims(logical_shape(node), layout) if logical_shape(node) else self._zero_d_dims(node)
         val = node.meta.get("val")
         val = val[0] if isinstance(val, (tuple, list)) else val
         attrs = node.meta.get(QCOM_QUANT_ATTRS)
@@ -231,6 +231,17 @@ class GraphBuilder:
             tensor = self.native_tensor(node.name, dims, qnn_dtype(dtype or val.dtype, node))
         self._tensors[(node, layout)] = tensor
         return tensor
+
+    def _zero_d_dims(self, node: torch.fx.Node) -> List[int]:
+        """Dims of a 0-d node's output: [1] when a 0-d input of it is computed as [1] (a reduction
+        over every element: utils.one_element_dims), so that shapes agree along the chain; else []."""
+        for arg in node.all_input_nodes:
+            key = (arg, node_layout(arg))
+            if not logical_shape(arg) and key in self._tensors:
+                tensor = self._tensors[key]
+                if list(tensor.dims) == [1] and tensor.type != TensorType.STATIC:
+                    return [1]
+        return []
 
     def alias(self, node: torch.fx.Node, source: torch.fx.Node) -> None:
         """`node` is the same tensor as `source` (getitem of output 0)."""
