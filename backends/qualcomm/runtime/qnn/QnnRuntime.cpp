@@ -5,6 +5,7 @@
 
 #include "backends/qualcomm/runtime/PayloadLoader.h"
 #include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
+#include "backends/qualcomm/runtime/qnn/QnnSystem.h"
 
 namespace qnn_delegate {
 namespace qnn {
@@ -69,12 +70,12 @@ void collect_events(const QnnFunctionTable& fn, QnnHandle profile, std::vector<Q
 // x86 returns 1000 and logs two error lines): then never again, and that first call is quiet.
 std::atomic<bool> g_cannot_validate{false};
 
-Status validate_binary(const QnnLibrary& lib, QnnHandle device, const fb::QnnHtpContext* q) {
+Status validate_binary(const QnnLibrary& lib, QnnHandle device, const uint8_t* data, size_t size, uint32_t soc_model) {
   if (g_cannot_validate.load()) return Status::Ok();
   QnnStatus st;
   {
     QnnLibrary::ScopedQuiet quiet;
-    st = lib.fn().context_validate_binary(lib.backend(), device, nullptr, q->binary()->data(), q->binary()->size());
+    st = lib.fn().context_validate_binary(lib.backend(), device, nullptr, data, size);
   }
   if (st == kQnnNotSupported) {
     g_cannot_validate.store(true);
@@ -82,11 +83,33 @@ Status validate_binary(const QnnLibrary& lib, QnnHandle device, const fb::QnnHtp
     return Status::Ok();          // contextCreateFromBinary checks the binary anyway
   }
   if (st != 0) {
-    return make_error(
-        ErrorKind::InvalidProgram, "%s",
-        with_qnn_log("QNN contextValidateBinary (" + std::to_string(q->binary()->size()) + " bytes, SoC model " +
-                     std::to_string(q->soc_model()) + ") refused the context binary: " + qnn_error_text(st))
-            .c_str());
+    return make_error(ErrorKind::InvalidProgram, "%s",
+                      with_qnn_log("QNN contextValidateBinary (" + std::to_string(size) + " bytes, SoC model " +
+                                   std::to_string(soc_model) + ") refused the context binary: " + qnn_error_text(st))
+                          .c_str());
+  }
+  return Status::Ok();
+}
+
+// What can be checked before QNN's loader sees the bytes: their size, then QnnSystem's parse of
+// the binary (a separate, metadata-only parser), and that every payload graph is in it. Skipped
+// (with contextCreateFromBinary checking alone) only when libQnnSystem.so does not load.
+Status precheck_binary(const fb::QnnHtpContext* q, const fb::QnnPayload* payload) {
+  QNN_RETURN_IF_ERROR(precheck_context_binary(q->binary()->data(), q->binary()->size()));
+  ContextBinaryInfo info;
+  const Status s = read_context_binary_info(q->binary()->data(), q->binary()->size(), info);
+  if (s.kind == ErrorKind::NotSupported) return Status::Ok();
+  if (!s.ok())
+    return make_error(ErrorKind::InvalidProgram, "QNN context binary refused before loading: %s", s.message.c_str());
+  for (const fb::Graph* g : *payload->graphs()) {
+    bool found = false;
+    for (const ContextGraphInfo& gi : info.graphs) found = found || gi.name == g->name()->str();
+    if (!found) {
+      std::string names;
+      for (const ContextGraphInfo& gi : info.graphs) names += (names.empty() ? "'" : ", '") + gi.name + "'";
+      return make_error(ErrorKind::InvalidProgram, "graph '%s' is not in the QNN context binary (QnnSystem lists %s)",
+                        g->name()->c_str(), names.c_str());
+    }
   }
   return Status::Ok();
 }
@@ -296,39 +319,56 @@ Status QnnLoadedContext::load(const fb::QnnContextBinary* blob, const fb::QnnPay
   }
   const fb::QnnHtpContext* q = blob->qnn_context();
   QNN_RETURN_IF_ERROR(verify_section(q));
+  QNN_RETURN_IF_ERROR(precheck_binary(q, payload));
+  GraphIds ids;
+  for (const fb::Graph* g : *payload->graphs()) {
+    const fb::QnnHtpGraph* found = find_ids(q, g->name()->str());
+    if (found == nullptr || found->tensor_ids() == nullptr) {
+      return make_error(ErrorKind::InvalidProgram, "graph '%s' is not in the QNN context binary", g->name()->c_str());
+    }
+    ids.emplace_back(g->name()->str(), std::vector<uint32_t>(found->tensor_ids()->begin(), found->tensor_ids()->end()));
+  }
+  return load_binary(q->binary()->data(), q->binary()->size(), q->soc_model(), ids, payload, true, out);
+}
+
+Status QnnLoadedContext::load_binary(const uint8_t* binary, size_t size, uint32_t soc_model, const GraphIds& ids,
+                                     const fb::QnnPayload* payload, bool validate,
+                                     std::unique_ptr<QnnLoadedContext>& out) {
   std::string why;
   const QnnLibrary* lib = QnnLibrary::get(&why);
   if (lib == nullptr) return make_error(ErrorKind::NotSupported, "%s", why.c_str());
   QnnLibrary::take_messages();
   std::unique_ptr<QnnLoadedContext> ctx(new QnnLoadedContext());
-  ctx->binary_size_ = q->binary()->size();
+  ctx->binary_size_ = size;
   HtpDeviceConfig soc{};
   soc.option = kHtpDeviceOptionSoc;
-  soc.soc_model = q->soc_model();
+  soc.soc_model = soc_model;
   QnnConfig custom{};
   custom.option = kQnnConfigCustom;
   custom.custom = &soc;
   const QnnConfig* configs[] = {&custom, nullptr};
-  QnnStatus st = lib->fn().device_create(lib->log(), q->soc_model() ? configs : nullptr, &ctx->device_);
-  if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s",
-                      with_qnn_log("QNN deviceCreate for SoC model " + std::to_string(q->soc_model()) +
-                                   " failed: " + qnn_error_text(st))
-                          .c_str());
-  }
-  QNN_RETURN_IF_ERROR(validate_binary(*lib, ctx->device_, q));
-  st = lib->fn().context_create_from_binary(lib->backend(), ctx->device_, nullptr, q->binary()->data(),
-                                            q->binary()->size(), &ctx->context_, nullptr);
+  QnnStatus st = lib->fn().device_create(lib->log(), soc_model ? configs : nullptr, &ctx->device_);
   if (st != 0) {
     return make_error(
-        ErrorKind::InvalidProgram, "%s",
-        with_qnn_log("QNN contextCreateFromBinary (" + std::to_string(q->binary()->size()) + " bytes, SoC model " +
-                     std::to_string(q->soc_model()) + ") failed: " + qnn_error_text(st))
+        ErrorKind::NotSupported, "%s",
+        with_qnn_log("QNN deviceCreate for SoC model " + std::to_string(soc_model) + " failed: " + qnn_error_text(st))
             .c_str());
   }
+  if (validate) QNN_RETURN_IF_ERROR(validate_binary(*lib, ctx->device_, binary, size, soc_model));
+  st = lib->fn().context_create_from_binary(lib->backend(), ctx->device_, nullptr, binary, size, &ctx->context_,
+                                            nullptr);
+  if (st != 0) {
+    return make_error(ErrorKind::InvalidProgram, "%s",
+                      with_qnn_log("QNN contextCreateFromBinary (" + std::to_string(size) + " bytes, SoC model " +
+                                   std::to_string(soc_model) + ") failed: " + qnn_error_text(st))
+                          .c_str());
+  }
   for (const fb::Graph* g : *payload->graphs()) {
-    const fb::QnnHtpGraph* ids = find_ids(q, g->name()->str());
-    if (ids == nullptr || ids->tensor_ids() == nullptr) {
+    const std::vector<uint32_t>* id_list = nullptr;
+    for (const auto& entry : ids) {
+      if (entry.first == g->name()->str()) id_list = &entry.second;
+    }
+    if (id_list == nullptr) {
       return make_error(ErrorKind::InvalidProgram, "graph '%s' is not in the QNN context binary", g->name()->c_str());
     }
     std::unique_ptr<QnnGraphRunner> runner(new QnnGraphRunner());
@@ -339,8 +379,7 @@ Status QnnLoadedContext::load(const fb::QnnContextBinary* blob, const fb::QnnPay
           ErrorKind::InvalidProgram, "%s",
           with_qnn_log("graph '" + g->name()->str() + "': QNN graphRetrieve failed: " + qnn_error_text(st)).c_str());
     }
-    const std::vector<uint32_t> id_list(ids->tensor_ids()->begin(), ids->tensor_ids()->end());
-    QNN_RETURN_IF_ERROR(runner->bind(g, id_list));
+    QNN_RETURN_IF_ERROR(runner->bind(g, *id_list));
     ctx->graphs_.push_back(std::move(runner));
   }
   out = std::move(ctx);

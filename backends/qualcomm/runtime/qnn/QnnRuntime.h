@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qnn_payload_generated.h"
@@ -104,6 +105,13 @@ class QnnLoadedContext {
   // refuses the binary (corrupted, other SoC / API version): the message says why.
   static engine::Status load(const ::qnn_delegate::QnnContextBinary* blob, const ::qnn_delegate::QnnPayload* payload,
                              std::unique_ptr<QnnLoadedContext>& out);
+  // (graph name, QNN tensor id per payload tensor) of each graph in a binary.
+  using GraphIds = std::vector<std::pair<std::string, std::vector<uint32_t>>>;
+  // Loads a context binary held elsewhere (e.g. one just built at init by online prepare;
+  // `validate`: ask contextValidateBinary first). The binary may be freed afterwards.
+  static engine::Status load_binary(const uint8_t* binary, size_t size, uint32_t soc_model, const GraphIds& ids,
+                                    const ::qnn_delegate::QnnPayload* payload, bool validate,
+                                    std::unique_ptr<QnnLoadedContext>& out);
   ~QnnLoadedContext();
 
   QnnGraphRunner* find_graph(const char* name) const;
