@@ -472,6 +472,9 @@ bool forward_backend_options(const Args& a) {
 
 int run(const Args& a) {
   install_log_filter(a.log_level >= static_cast<int>(rt_options::LogLevel::kLogLevelVerbose));
+  // --shared_buffer: delegates on QNN register their graph I/O with QNN's memory API at init
+  // (read by the backend, whatever the program's compile spec).
+  if (a.shared_buffer) ::setenv("QNN_DELEGATE_SHARED_BUFFER", "1", 1);
   executorch::runtime::runtime_init();
   if (!make_output_folder(a.output_folder_path) || !forward_backend_options(a)) return 1;
   Session s;

@@ -1,6 +1,11 @@
 #include "backends/qualcomm/runtime/qnn/QnnRuntime.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 #include "backends/qualcomm/runtime/PayloadLoader.h"
@@ -244,6 +249,83 @@ Status QnnGraphRunner::bind_bits_views(const fb::Graph* g, const std::vector<uin
   return Status::Ok();
 }
 
+QnnGraphRunner::~QnnGraphRunner() { release_shared_buffers(); }
+
+Status QnnGraphRunner::register_buffer(const TensorDesc& d, SharedBuffer& b) {
+  const QnnLibrary* lib = QnnLibrary::get();
+  b.bytes = std::max<size_t>(d.nbytes(), 1);
+  b.fd = ::memfd_create("qnn_shared_buffer", MFD_CLOEXEC);
+  if (b.fd < 0 || ::ftruncate(b.fd, off_t(b.bytes)) != 0) {
+    return make_error(ErrorKind::MemoryAllocationFailed, "graph '%s': shared buffer of tensor '%s' (%zu bytes): %s",
+                      name_.c_str(), d.name.c_str(), b.bytes, std::strerror(errno));
+  }
+  void* data = ::mmap(nullptr, b.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b.fd, 0);
+  if (data == MAP_FAILED) {
+    return make_error(ErrorKind::MemoryAllocationFailed, "graph '%s': mmap of the shared buffer of '%s': %s",
+                      name_.c_str(), d.name.c_str(), std::strerror(errno));
+  }
+  b.data = data;
+  const QnnTensorV1& t = core(d.tensor);
+  QnnMemDescriptor m{};
+  m.rank = t.rank;
+  m.dims = t.dims;
+  m.dtype = t.dtype;
+  m.type = kQnnMemDmaBuf;
+  m.dma_buf.fd = b.fd;
+  m.dma_buf.data = b.data;
+  QnnLibrary::take_messages();
+  const QnnStatus dma = lib->fn().mem_register(context_, &m, 1, &b.handle);
+  if (dma == 0) return Status::Ok();
+  m.type = kQnnMemIon;
+  m.dma_buf.data = nullptr;
+  m.ion_fd = b.fd;
+  const QnnStatus ion = lib->fn().mem_register(context_, &m, 1, &b.handle);
+  if (ion == 0) return Status::Ok();
+  b.handle = nullptr;
+  return make_error(
+      ErrorKind::NotSupported, "%s",
+      with_qnn_log("shared_buffer: QNN's memory API refused the buffer of graph '" + name_ + "' tensor '" + d.name +
+                   "' (" + std::to_string(b.bytes) + " bytes) as every memory type: DMA-BUF: " + qnn_error_text(dma) +
+                   "; ION: " + qnn_error_text(ion))
+          .c_str());
+}
+
+Status QnnGraphRunner::enable_shared_buffers() {
+  if (!shared_.empty()) return Status::Ok();
+  if (!bits_views_.empty() || !readables_.empty()) {
+    return make_error(ErrorKind::NotSupported,
+                      "graph '%s': shared_buffer with intermediate dumps or input bit views is not supported",
+                      name_.c_str());
+  }
+  std::vector<SharedBuffer> buffers(inputs_.size() + outputs_.size());
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const TensorDesc& d = i < inputs_.size() ? *inputs_[i] : *outputs_[i - inputs_.size()];
+    const Status s = register_buffer(d, buffers[i]);
+    if (!s.ok()) {
+      shared_.swap(buffers);
+      release_shared_buffers();
+      return s;
+    }
+  }
+  shared_.swap(buffers);
+  for (size_t i = 0; i < shared_.size(); ++i) {
+    QnnTensorV1& t = core(i < inputs_.size() ? in_tensors_[i] : out_tensors_[i - inputs_.size()]);
+    t.mem_kind = kQnnMemHandle;
+    t.mem_handle = shared_[i].handle;
+  }
+  return Status::Ok();
+}
+
+void QnnGraphRunner::release_shared_buffers() {
+  const QnnLibrary* lib = shared_.empty() ? nullptr : QnnLibrary::get();
+  for (SharedBuffer& b : shared_) {
+    if (b.handle != nullptr && lib != nullptr) lib->fn().mem_deregister(&b.handle, 1);
+    if (b.data != nullptr) ::munmap(b.data, b.bytes);
+    if (b.fd >= 0) ::close(b.fd);
+  }
+  shared_.clear();
+}
+
 Status QnnGraphRunner::prepare_profile(int profile_level) {
   const int level = clamp_level(profile_level);
   if (level == 0 || profiles_[level] != nullptr) return Status::Ok();
@@ -269,13 +351,17 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
       for (size_t k = 0; k < in_scratch_[i].size(); ++k) in_scratch_[i][k] = int32_t(src[k]);
       data = in_scratch_[i].data();
     }
-    core(in_tensors_[i]).buffer = {data, uint32_t(inputs_[i]->nbytes())};
+    if (shared_.empty()) {
+      core(in_tensors_[i]).buffer = {data, uint32_t(inputs_[i]->nbytes())};
+    } else {
+      std::memcpy(shared_[i].data, data, inputs_[i]->nbytes());
+    }
   }
   for (size_t j = 0; j < bits_views_.size(); ++j) {
     core(in_tensors_[inputs_.size() + j]).buffer = {inputs[bits_views_[j].input],
                                                     uint32_t(bits_views_[j].desc->nbytes())};
   }
-  for (size_t i = 0; i < outputs_.size(); ++i) {
+  for (size_t i = 0; i < outputs_.size() && shared_.empty(); ++i) {
     void* data = outputs_[i]->int64_narrowed ? out_scratch_[i].data() : outputs[i];
     core(out_tensors_[i]).buffer = {data, uint32_t(outputs_[i]->nbytes())};
   }
@@ -291,6 +377,10 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
   if (st != 0) {
     return make_error(ErrorKind::Internal, "%s",
                       with_qnn_log("graph '" + name_ + "': QNN graphExecute failed: " + qnn_error_text(st)).c_str());
+  }
+  for (size_t i = 0; i < outputs_.size() && !shared_.empty(); ++i) {
+    void* data = outputs_[i]->int64_narrowed ? out_scratch_[i].data() : outputs[i];
+    std::memcpy(data, shared_[inputs_.size() + i].data, outputs_[i]->nbytes());
   }
   for (size_t i = 0; i < outputs_.size(); ++i) {
     if (!outputs_[i]->int64_narrowed) continue;
@@ -373,6 +463,7 @@ Status QnnLoadedContext::load_binary(const uint8_t* binary, size_t size, uint32_
     }
     std::unique_ptr<QnnGraphRunner> runner(new QnnGraphRunner());
     runner->backend_ = lib->backend();
+    runner->context_ = ctx->context_;
     st = lib->fn().graph_retrieve(ctx->context_, g->name()->c_str(), &runner->graph_);
     if (st != 0) {
       return make_error(

@@ -31,6 +31,7 @@ struct QnnProfileSample {
 
 class QnnGraphRunner {
  public:
+  ~QnnGraphRunner();
   const std::string& name() const { return name_; }
   size_t num_inputs() const { return inputs_.size(); }
   size_t num_outputs() const { return outputs_.size(); }
@@ -49,6 +50,14 @@ class QnnGraphRunner {
   size_t num_readables() const { return readables_.size(); }
   const engine::TensorInfo& readable_info(size_t i) const { return readables_[i].info; }
   void* readable_data(size_t i) { return readables_[i].data(); }
+
+  // shared_buffer: registers one buffer per graph input / output with QNN's memory API
+  // (QnnMem_register: DMA-BUF, else ION; memfd-backed, allocated here, once). Execute then
+  // copies the caller's inputs into them and the outputs back out, and passes memory handles.
+  // NotSupported with QNN's error for each memory type when QNN refuses them (the x86 library
+  // refuses every one: QNN error 1000, "QnnMem API is not supported"). Idempotent.
+  engine::Status enable_shared_buffers();
+  bool shared_buffers() const { return !shared_.empty(); }
 
   // Creates the QnnProfile handle of `profile_level` (1 basic, 2 detailed; 0: nothing) if
   // it does not exist yet. Called at init so that execute does not allocate it.
@@ -75,8 +84,19 @@ class QnnGraphRunner {
     void* data() { return widened.empty() ? static_cast<void*>(storage.data()) : widened.data(); }
   };
 
+  struct SharedBuffer {
+    int fd = -1;
+    void* data = nullptr;
+    size_t bytes = 0;
+    QnnHandle handle = nullptr;
+  };
+  engine::Status register_buffer(const TensorDesc& d, SharedBuffer& out);
+  void release_shared_buffers();
+
   std::string name_;
   QnnHandle graph_ = nullptr;
+  QnnHandle context_ = nullptr;
+  std::vector<SharedBuffer> shared_;  // inputs, then outputs (empty: raw client buffers)
   QnnHandle backend_ = nullptr;
   std::vector<std::unique_ptr<TensorDesc>> inputs_;
   std::vector<std::unique_ptr<TensorDesc>> outputs_;
