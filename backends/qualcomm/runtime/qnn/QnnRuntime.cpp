@@ -284,9 +284,8 @@ Status QnnGraphRunner::register_buffer(const TensorDesc& d, SharedBuffer& b) {
   b.handle = nullptr;
   return make_error(
       ErrorKind::NotSupported, "%s",
-      with_qnn_log("shared_buffer: QNN's memory API refused the buffer of graph '" + name_ + "' tensor '" + d.name +
-                   "' (" + std::to_string(b.bytes) + " bytes) as every memory type: DMA-BUF: " + qnn_error_text(dma) +
-                   "; ION: " + qnn_error_text(ion))
+      with_qnn_log("shared_buffer: QNN refused to register graph '" + name_ + "' tensor '" + d.name + "' (" +
+                   std::to_string(b.bytes) + " bytes): DMA-BUF " + qnn_error_text(dma) + ", ION " + qnn_error_text(ion))
           .c_str());
 }
 

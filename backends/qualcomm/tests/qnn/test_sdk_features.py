@@ -10,9 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from backends.qualcomm import to_edge_transform_and_lower_to_qnn
+from backends.qualcomm import (
+    QcomChipset,
+    generate_htp_compiler_spec,
+    generate_qnn_executorch_compiler_spec,
+    to_edge_transform_and_lower_to_qnn,
+)
 from backends.qualcomm.tests.helpers.engines import set_engine
-from backends.qualcomm.tests.helpers.runtime import fp16_specs, load_method, needs_qnn, run, run_runner
+from backends.qualcomm.tests.helpers.runtime import load_method, needs_qnn, run, run_runner
 from backends.qualcomm.utils.qnn_context import qnn_binary_of
 
 pytestmark = [needs_qnn, pytest.mark.usefixtures("real_qnn")]
@@ -25,7 +30,10 @@ def _model():
 
 def _lower(tmp_path: Path, name: str, **spec_kwargs) -> Path:
     model, sample = _model()
-    program = to_edge_transform_and_lower_to_qnn(model, sample, fp16_specs(**spec_kwargs)).to_executorch()
+    specs = generate_qnn_executorch_compiler_spec(
+        QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True), **spec_kwargs
+    )
+    program = to_edge_transform_and_lower_to_qnn(model, sample, specs).to_executorch()
     path = tmp_path / f"{name}.pte"
     path.write_bytes(program.buffer)
     return path
@@ -71,8 +79,8 @@ def test_shared_buffer_refused_on_x86_with_qnns_error(tmp_path):
     path = _lower(tmp_path, "shared", shared_buffer=True)
     result = run_runner(path, Path("/nonexistent"), tmp_path / "out", ["--engine", "qnn"])
     assert result.returncode == 1
-    assert "shared_buffer: QNN's memory API refused the buffer of graph 'forward'" in result.stderr
-    assert "DMA-BUF: QNN error 1000 (not supported); ION: QNN error 1000 (not supported)" in result.stderr
+    assert "shared_buffer: QNN refused to register graph 'forward' tensor" in result.stderr
+    assert "DMA-BUF QNN error 1000 (not supported), ION QNN error 1000 (not supported)" in result.stderr
     assert "QnnMem API is not supported" in result.stderr
     plain = _lower(tmp_path, "plain")
     flagged = run_runner(plain, Path("/nonexistent"), tmp_path / "out2", ["--engine", "qnn", "--shared_buffer"])
