@@ -167,18 +167,11 @@ EngineChoice default_engine() {
 namespace {
 
 // A delegate wrapping a context binary made elsewhere (from_context_binary): its graphs exist
-// only in QNN's binary, so QNN runs it under `auto` too (on x86: the HTP emulator) and the
-// host engine cannot.
+// only in QNN's binary, so QNN runs it under `auto` too (on x86: the HTP emulator); engine
+// host never gets here, and load_graphs refuses such a payload.
 Status load_wrapped_context(const uint8_t* data, size_t size, const ::qnn_delegate::QnnContextBinary* container,
-                            const ::qnn_delegate::QnnPayload* payload, EngineChoice choice,
-                            std::unique_ptr<qnn::QnnLoadedContext>& out) {
+                            const ::qnn_delegate::QnnPayload* payload, std::unique_ptr<qnn::QnnLoadedContext>& out) {
   const char* graph = payload->graphs()->Get(0)->name()->c_str();
-  if (choice == EngineChoice::Host) {
-    return make_error(ErrorKind::NotSupported,
-                      "engine host: the delegate of graph '%s' wraps a QNN context binary made elsewhere "
-                      "(from_context_binary); only QNN can run it (engine auto or qnn)",
-                      graph);
-  }
   if (!qnn::has_qnn_context(container)) {
     return make_error(ErrorKind::InvalidProgram, "the delegate of graph '%s' wraps no QNN context binary", graph);
   }
@@ -252,7 +245,7 @@ Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,
   const ::qnn_delegate::QnnPayload* payload = nullptr;
   QNN_RETURN_IF_ERROR(verify_context_binary(blob.data, size, &payload));
   const auto* container = ::qnn_delegate::GetQnnContextBinary(blob.data);
-  if (payload->context_binary_only()) return load_wrapped_context(blob.data, size, container, payload, choice, out);
+  if (payload->context_binary_only()) return load_wrapped_context(blob.data, size, container, payload, out);
   if (!qnn::has_qnn_context(container) && payload->online_prepare() != nullptr) {
     return prepare_online(payload, choice, out);
   }

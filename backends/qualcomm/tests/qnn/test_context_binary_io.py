@@ -113,7 +113,7 @@ def test_wrapped_program_refused_by_host_engine(dumped, tmp_path):
         program.load_method("forward")
     result = run_runner(wrapped, Path("/nonexistent"), tmp_path / "out", ["--engine", "host"])
     assert result.returncode == 1
-    assert "engine host: the delegate of graph 'forward' wraps a QNN context binary" in result.stderr
+    assert "the host engine cannot run graph 'forward': the delegate wraps a QNN context binary" in result.stderr
 
 
 def test_custom_info_names_shapes_and_order(dumped, tmp_path):
