@@ -27,6 +27,7 @@ from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, Par
 from backends.qualcomm.serialization import qnn_payload_generated as gen
 from backends.qualcomm.serialization.payload_writer import QnnHtpSection, serialize_payload, wrap_context_binary
 from backends.qualcomm.serialization.qnn_graph import QnnGraph, QnnTensor, QuantParams
+from backends.qualcomm.utils.compile_spec import QcomChipset
 from backends.qualcomm.utils.constants import QNN_BACKEND_ID
 from backends.qualcomm.utils.errors import ContextBinaryError
 
@@ -97,8 +98,6 @@ def _library_versions() -> Optional[Tuple[Tuple[int, int], Tuple[int, int], str]
 def check_context_binary(info: Dict[str, Any], soc_model: int, source: str) -> None:
     """ContextBinaryError when the binary is not for the HTP, was built for another SoC than
     `soc_model`, or by a newer QNN than the loaded library."""
-    from backends.qualcomm.utils.compile_spec import QcomChipset
-
     if info["backend_id"] != _HTP_BACKEND_ID:
         raise ContextBinaryError(
             f"{source} was built for QNN backend id {info['backend_id']}, not the HTP (id {_HTP_BACKEND_ID})"
@@ -291,7 +290,10 @@ def _qnn_tensors(tensors: List[Dict[str, Any]], source: str) -> "OrderedDict":
 
 
 def from_context_binary(
-    ctx_path: "str | bytes", op_name: str, soc_model=None, custom_info: Optional[Dict] = None
+    ctx_path: "str | bytes",
+    op_name: str,
+    soc_model: QcomChipset = QcomChipset.SM8650,
+    custom_info: Optional[Dict] = None,
 ) -> Dict[str, Any]:
     """Wrap a QNN context binary made elsewhere as a program (upstream's signature and return
     value). `ctx_path`: a file path or the binary's bytes. The graph's inputs / outputs, dtypes
@@ -305,13 +307,12 @@ def from_context_binary(
     from executorch.exir import EdgeCompileConfig, to_edge
 
     from backends.qualcomm.utils.compile_spec import (
-        QcomChipset,
         enum_option,
         generate_htp_compiler_spec,
         generate_qnn_executorch_compiler_spec,
     )
 
-    soc = int(enum_option("soc_model", QcomChipset, soc_model if soc_model is not None else QcomChipset.SM8650))
+    soc = int(enum_option("soc_model", QcomChipset, soc_model))
     if isinstance(ctx_path, (bytes, bytearray)):
         binary, source = bytes(ctx_path), f"from_context_binary({op_name!r})"
     else:

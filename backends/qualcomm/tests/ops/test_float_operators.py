@@ -256,7 +256,7 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
         ):
             self.assertTrue(getattr(options_from_compile_specs(fp16_compile_specs(**{flag: True})), field))
             with self.assertRaisesRegex(ValueError, flag):
-                fp16_compile_specs(**{flag: 1})
+                fp16_compile_specs(**{flag: "yes"})
         with self.assertRaisesRegex(ValueError, "op_package_options"):
             fp16_compile_specs(op_package_options=object())
 
