@@ -21,7 +21,7 @@ from backends.qualcomm.serialization.qnn_graph import QnnGraph
 from backends.qualcomm.utils.compile_spec import graph_names, is_fp16, options_from_compile_specs
 from backends.qualcomm.utils.constants import QCOM_OUTPUT_DIM_ORDERS
 from backends.qualcomm.utils.errors import QnnLoweringError
-from backends.qualcomm.utils.qnn_context import attach_qnn_context_for_options
+from backends.qualcomm.utils.qnn_context import attach_qnn_context_for_options, online_prepare_of
 from backends.qualcomm.utils.qnn_tables import attach_tables_for_options
 
 PROGRESS_BAR_MIN_NODES = 200
@@ -117,17 +117,34 @@ def check_backend_options(options) -> None:
         raise QnnLoweringError(MULTI_CONTEXTS_MESSAGE)
 
 
+def _wrapped_context_binary(edge_program: ExportedProgram) -> PreprocessResult:
+    """The delegate blob from_context_binary made (QNN context binary + I/O-only payload)."""
+    from backends.qualcomm.utils.context_binary import wrapped_blob_of
+
+    blob = wrapped_blob_of(edge_program)
+    if blob is None:
+        raise QnnLoweringError(
+            "is_from_context_binary=True: the program has no context-binary node; build it with "
+            "from_context_binary(...), not by lowering a model with this compile spec"
+        )
+    return PreprocessResult(processed_bytes=blob)
+
+
 @final
 class QnnDelegate(BackendDetails):
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: List[CompileSpec]) -> PreprocessResult:
         options = options_from_compile_specs(compile_specs)
+        if options.isFromContextBinary:
+            return _wrapped_context_binary(edge_program)
         check_backend_options(options)
         ep = run_preprocess_passes(copy.deepcopy(edge_program))
         graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options), bool(options.dumpIntermediateOutputs))
         label = delegate_label(edge_program, graph.name)
         attach_tables_for_options(graph, options, label)
-        blob = attach_qnn_context_for_options(serialize_graphs([graph]), options, label)
+        blob = attach_qnn_context_for_options(
+            serialize_graphs([graph], online_prepare=online_prepare_of(options)), options, label
+        )
         return PreprocessResult(processed_bytes=blob, debug_handle_map=_debug_handle_map(edge_program, ep))
 
 

@@ -8,9 +8,8 @@ exists for that reason, and our own code does not import from it:
   `backends.qualcomm` is imported (`register_upstream_modules`); e.g.
   `from backends.qualcomm.partition.qnn_partitioner import QnnPartitioner` is our
   `backends.qualcomm.partitioner.QnnPartitioner`;
-- upstream's helpers that no other module of ours has: skip_annotation, dump_context_from_pte (the
-  QNN context binaries our delegates carry, written next to the .pte), and from_context_binary
-  (not built yet: it raises a clear error).
+- upstream's helpers: skip_annotation here; dump_context_from_pte and from_context_binary live in
+  utils/context_binary.py and are re-exported.
 Upstream paths that are also ours (`quantizer.quantizer`, `quantizer.quant_recipe`) are the real
 modules."""
 
@@ -18,70 +17,12 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, Optional, Set, Tuple
 
 import torch
 
-from backends.qualcomm.utils.compile_spec import QcomChipset
-
-_FROM_CONTEXT_BINARY = (
-    "from_context_binary: qnn-delegate does not wrap a prebuilt QNN context binary as a program "
-    "yet (our delegates carry QNN context binaries built from our own payload, which the host "
-    "engine also runs). Lower the model with to_edge_transform_and_lower_to_qnn instead."
-)
-_NO_BINARY_IN_PTE = (
-    "dump_context_from_pte: {path} has no QNN context binary to dump (its {count} qnn-delegate "
-    "delegate(s) were lowered without the QNN libraries, with QNN_DELEGATE_CONTEXT_BINARY=0, or "
-    "QNN refused their graphs at lowering)"
-)
-
-
-class ContextBinaryNotSupportedError(NotImplementedError):
-    """from_context_binary (not built yet); dump_context_from_pte of a .pte without binaries."""
-
-
-def from_context_binary(
-    ctx_path, op_name: str, soc_model: QcomChipset = QcomChipset.SM8650, custom_info: Optional[Dict] = None
-):
-    """Upstream: wrap a prebuilt QNN context binary as a custom op and a program. Not built yet."""
-    raise ContextBinaryNotSupportedError(_FROM_CONTEXT_BINARY)
-
-
-def dump_context_from_pte(pte_path) -> List[str]:
-    """Write the QNN context binary of each qnn-delegate delegate of the .pte next to it, as
-    upstream does: `<dir>/<method>_<delegate index>.bin` (the raw binary QNN's
-    contextCreateFromBinary takes). Delegates without one are skipped with a warning; a .pte
-    with none raises ContextBinaryNotSupportedError. Returns the written paths."""
-    import logging
-    from pathlib import Path
-
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    from backends.qualcomm.utils.constants import QNN_BACKEND_ID
-    from backends.qualcomm.utils.qnn_context import qnn_binary_of
-
-    path = Path(pte_path)
-    program = deserialize_pte_binary(path.read_bytes()).program
-    written, skipped = [], []
-    for plan in program.execution_plan:
-        for index, delegate in enumerate(plan.delegates):
-            if delegate.id != QNN_BACKEND_ID:
-                continue
-            blob = program.backend_delegate_data[delegate.processed.index].data
-            binary = qnn_binary_of(bytes(blob))
-            if binary is None:
-                skipped.append(f"{plan.name}_{index}")
-                continue
-            target = path.parent / f"{plan.name}_{index}.bin"
-            target.write_bytes(binary)
-            written.append(str(target))
-    if skipped:
-        logging.getLogger("backends.qualcomm").warning(
-            "dump_context_from_pte: no QNN context binary in delegate(s) %s", ", ".join(skipped)
-        )
-    if not written:
-        raise ContextBinaryNotSupportedError(_NO_BINARY_IN_PTE.format(path=path, count=len(skipped)))
-    return written
+from backends.qualcomm.utils.context_binary import dump_context_from_pte, from_context_binary
+from backends.qualcomm.utils.errors import ContextBinaryError, ContextBinaryNotSupportedError  # noqa: F401
 
 
 def skip_annotation(

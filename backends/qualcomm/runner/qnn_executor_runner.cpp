@@ -31,6 +31,7 @@
 #include "backends/qualcomm/runner/program_check.h"
 #include "backends/qualcomm/runner/runner_args.h"
 #include "backends/qualcomm/runner/runner_util.h"
+#include "backends/qualcomm/runner/shape_files.h"
 #include "backends/qualcomm/runtime/RuntimeOptions.h"
 
 using executorch::extension::FileDataLoader;
@@ -85,7 +86,8 @@ struct Session {
   std::unique_ptr<executorch::etdump::ETDumpGen> etdump;
   Buffer debug_buffer;
   std::vector<InputTensor> inputs;
-  std::optional<Method> method;  // last: destroyed first
+  std::vector<Shape> output_shapes;  // --output_shape_path: bytes written per output
+  std::optional<Method> method;      // last: destroyed first
 };
 
 struct Timing {
@@ -247,6 +249,52 @@ bool make_inputs(const MethodMeta& meta, Session& s) {
   return true;
 }
 
+// --input_shape_path: each input takes its listed dims (same rank, at most the bytes its
+// metadata plans); its raw file must then have that size.
+bool apply_input_shapes(const Args& a, Session& s) {
+  if (a.input_shape_path.empty()) return true;
+  std::vector<Shape> shapes;
+  if (!read_shape_file(a.input_shape_path, "--input_shape_path", shapes)) return false;
+  if (shapes.size() != s.inputs.size()) {
+    std::fprintf(stderr, "error: --input_shape_path lists %zu shapes, the method has %zu inputs\n", shapes.size(),
+                 s.inputs.size());
+    return false;
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    InputTensor& t = s.inputs[i];
+    const auto dtype = t.impl->scalar_type();
+    size_t nbytes = 0;
+    if (shapes[i].size() != t.sizes.size() ||
+        !shape_bytes(shapes[i], executorch::runtime::elementSize(dtype), nbytes) || nbytes > t.nbytes) {
+      std::fprintf(stderr,
+                   "error: --input_shape_path shape %zu has rank %zu or more than the %zu bytes input %zu "
+                   "holds (rank %zu)\n",
+                   i, shapes[i].size(), t.nbytes, i, t.sizes.size());
+      return false;
+    }
+    t.sizes.assign(shapes[i].begin(), shapes[i].end());
+    if (executorch::runtime::dim_order_to_stride(t.sizes.data(), t.dim_order.data(), t.sizes.size(),
+                                                 t.strides.data()) != Error::Ok) {
+      return false;
+    }
+    t.nbytes = nbytes;
+    t.impl.reset(new executorch::aten::TensorImpl(dtype, static_cast<ssize_t>(t.sizes.size()), t.sizes.data(),
+                                                  t.data.get(), t.dim_order.data(), t.strides.data()));
+  }
+  return true;
+}
+
+bool read_output_shapes(const Args& a, Session& s) {
+  if (a.output_shape_path.empty()) return true;
+  if (!read_shape_file(a.output_shape_path, "--output_shape_path", s.output_shapes)) return false;
+  if (s.output_shapes.size() != s.method->outputs_size()) {
+    std::fprintf(stderr, "error: --output_shape_path lists %zu shapes, the method has %zu outputs\n",
+                 s.output_shapes.size(), s.method->outputs_size());
+    return false;
+  }
+  return true;
+}
+
 bool prepare_method(const Args& a, Session& s) {
   auto meta = s.program->method_meta(s.method_name);
   if (!meta.ok()) {
@@ -254,7 +302,7 @@ bool prepare_method(const Args& a, Session& s) {
     return false;
   }
   if (!allocate_planned_memory(*meta, s) || !make_memory_manager(s) || !make_event_tracer(a, s)) return false;
-  if (!make_inputs(*meta, s)) return false;
+  if (!make_inputs(*meta, s) || !apply_input_shapes(a, s)) return false;
   auto method = s.program->load_method(s.method_name, s.memory_manager.get(), s.etdump.get());
   if (!method.ok()) {
     std::fprintf(stderr, "error: cannot load method '%s' (%s)\n", s.method_name, error_name(method.error()).c_str());
@@ -266,7 +314,7 @@ bool prepare_method(const Args& a, Session& s) {
                  s.method->inputs_size(), s.inputs.size());
     return false;
   }
-  return true;
+  return read_output_shapes(a, s);
 }
 
 // ---- loop -------------------------------------------------------------------------
@@ -301,13 +349,25 @@ bool execute_once(Session& s, size_t inference, const char* phase, Timing* timin
   return true;
 }
 
-bool write_outputs(const Method& method, const std::string& folder, size_t inference) {
+bool write_outputs(const Session& s, const std::string& folder, size_t inference) {
+  const Method& method = *s.method;
   for (size_t i = 0; i < method.outputs_size(); ++i) {
     const EValue& v = method.get_output(i);
     if (!v.isTensor()) continue;
     const auto& t = v.toTensor();
+    size_t nbytes = t.nbytes();
+    if (!s.output_shapes.empty()) {
+      size_t wanted = 0;
+      if (!shape_bytes(s.output_shapes[i], executorch::runtime::elementSize(t.scalar_type()), wanted) ||
+          wanted > nbytes) {
+        std::fprintf(stderr, "error: --output_shape_path shape %zu asks for more than the %zu bytes output %zu has\n",
+                     i, nbytes, i);
+        return false;
+      }
+      nbytes = wanted;
+    }
     const std::string path = folder + "/output_" + std::to_string(inference) + "_" + std::to_string(i) + ".raw";
-    if (!write_bytes(path, t.const_data_ptr(), t.nbytes(), "output")) return false;
+    if (!write_bytes(path, t.const_data_ptr(), nbytes, "output")) return false;
   }
   return true;
 }
@@ -336,7 +396,7 @@ bool run_inferences(const Args& a, Session& s, Timing& timing) {
     for (int it = 0; it < a.iteration; ++it) {
       if (!execute_once(s, inf, "timed iterations", &timing)) return false;
     }
-    if (!a.output_folder_path.empty() && !write_outputs(*s.method, a.output_folder_path, inf)) return false;
+    if (!a.output_folder_path.empty() && !write_outputs(s, a.output_folder_path, inf)) return false;
   }
   return true;
 }
@@ -412,6 +472,9 @@ bool forward_backend_options(const Args& a) {
 
 int run(const Args& a) {
   install_log_filter(a.log_level >= static_cast<int>(rt_options::LogLevel::kLogLevelVerbose));
+  // --shared_buffer: delegates on QNN register their graph I/O with QNN's memory API at init
+  // (read by the backend, whatever the program's compile spec).
+  if (a.shared_buffer) ::setenv("QNN_DELEGATE_SHARED_BUFFER", "1", 1);
   executorch::runtime::runtime_init();
   if (!make_output_folder(a.output_folder_path) || !forward_backend_options(a)) return 1;
   Session s;

@@ -62,7 +62,11 @@ int apply_flag(const std::string& key, const std::string& value, Args& a) {
   else if (key == "--engine") {
     a.engine = value == "auto" ? 0 : value == "qnn" ? 1 : value == "host" ? 2 : -1;
     ok = a.engine >= 0;
-  } else if (key == "--debug_buffer_size")
+  } else if (key == "--input_shape_path")
+    a.input_shape_path = value;
+  else if (key == "--output_shape_path")
+    a.output_shape_path = value;
+  else if (key == "--debug_buffer_size")
     ok = parse_int(value, a.debug_buffer_size) && a.debug_buffer_size > 0;
   else if (key == "--heap_profiling_path") {
     a.heap_profiling_path = value;
@@ -115,6 +119,11 @@ void print_usage() {
       "                             (default <etdump_path>.debug_buffer)\n"
       "  --debug_buffer_size <bytes>  size of the debug buffer (default 67108864); when it is\n"
       "                             full, later dumps are skipped with one warning\n"
+      "  --input_shape_path <file>  one line per input: its dims (\"1, 3, 224, 224\"), for\n"
+      "                             programs with dynamic shapes; input files have that size\n"
+      "  --output_shape_path <file> one line per output: its dims; outputs are written at that size\n"
+      "  --shared_buffer            inputs and outputs in buffers registered with QNN's memory\n"
+      "                             API (zero copy on a device; refused by the x86 library)\n"
       "  --help\n");
 }
 
@@ -122,8 +131,12 @@ int parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
     std::string key = argv[i], value;
     if (key == "--help" || key == "-h") return 2;
-    if (key == "--dump_intermediate_outputs") {  // a switch: no value
+    if (key == "--dump_intermediate_outputs") {  // switches: no value
       a.dump_intermediate_outputs = true;
+      continue;
+    }
+    if (key == "--shared_buffer") {
+      a.shared_buffer = true;
       continue;
     }
     const size_t eq = key.find('=');

@@ -18,6 +18,10 @@ struct Args {
   bool dump_intermediate_outputs = false;
   std::string debug_output_path;
   int debug_buffer_size = 64 << 20;
+  // Shapes of the inputs / outputs of every inference (dynamic shapes), upstream's files.
+  std::string input_shape_path, output_shape_path;
+  // Inputs and outputs in buffers registered with QNN's memory API (QnnMem_register).
+  bool shared_buffer = false;
 };
 
 void print_usage();

@@ -26,6 +26,7 @@ engine::Status parse_compile_options(const void* data, size_t size, CompileOptio
   out.log_level = o->log_level();
   out.profile_level = o->profile_level();
   out.dump_intermediate_outputs = o->dump_intermediate_outputs();
+  out.shared_buffer = o->shared_buffer();
   if (o->backend_options() && o->backend_options()->htp_options()) {
     out.performance_mode = o->backend_options()->htp_options()->performance_mode();
   }

@@ -25,6 +25,7 @@ struct CompileOptions {
   ProfileLevel profile_level = ProfileLevel::kProfileOff;
   PerformanceMode performance_mode = PerformanceMode::kHtpBurst;
   bool dump_intermediate_outputs = false;
+  bool shared_buffer = false;  // graph I/O in buffers registered with QNN's memory API
   std::vector<std::string> graph_names;
 };
 

@@ -126,6 +126,12 @@ Status load_graphs(const void* data, size_t size, const engine::EngineOptions& o
                    std::vector<std::unique_ptr<engine::GraphExecutor>>& graphs) {
   VerifiedPayload v;
   QNN_RETURN_IF_ERROR(verify_aligned(data, size, v));
+  if (v.payload->context_binary_only()) {
+    return make_error(ErrorKind::NotSupported,
+                      "the host engine cannot run graph '%s': the delegate wraps a QNN context binary made "
+                      "elsewhere (from_context_binary), whose ops only QNN knows",
+                      v.payload->graphs()->Get(0)->name()->c_str());
+  }
   const size_t n = v.payload->graphs()->size();
   if (graph_index >= 0 && size_t(graph_index) >= n) {
     return make_error(ErrorKind::InvalidArgument, "graph index %d out of range (payload has %zu graphs)", graph_index,

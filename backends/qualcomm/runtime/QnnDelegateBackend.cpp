@@ -1,5 +1,6 @@
 #include "backends/qualcomm/runtime/QnnDelegateBackend.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -242,11 +243,19 @@ engine::Status make_qnn_dumper(qnn::QnnGraphRunner& g, std::unique_ptr<TensorDum
   return TensorDumper::build(g.name(), sources, out);
 }
 
+// The runner's --shared_buffer (any program, whatever its compile spec): $QNN_DELEGATE_SHARED_BUFFER=1.
+// The host engine reads and writes the caller's buffers directly and ignores it.
+bool shared_buffer_from_env() {
+  const char* env = std::getenv("QNN_DELEGATE_SHARED_BUFFER");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
 // QNN graph of a new handle: its dumper, and the profile handle of the level in effect now
 // (created here, not on the execute path).
 engine::Status prepare_qnn_graph(QnnDelegateHandle& h) {
   QNN_RETURN_IF_ERROR(make_qnn_dumper(*h.qnn_graph, h.dumper));
   std::lock_guard<std::mutex> lock(h.context->execute_mutex);
+  if (h.options.shared_buffer || shared_buffer_from_env()) QNN_RETURN_IF_ERROR(h.qnn_graph->enable_shared_buffers());
   return h.qnn_graph->prepare_profile(static_cast<int>(effective_options(h.options).profile_level));
 }
 

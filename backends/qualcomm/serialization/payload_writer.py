@@ -173,18 +173,36 @@ def _static_bytes(graphs: Sequence[QnnGraph]) -> int:
     return sum(t.data.nbytes for g in graphs for t in g.tensors if t.data is not None)
 
 
-def serialize_payload(graphs: Sequence[QnnGraph], share_static_data: bool = False) -> bytes:
+def serialize_payload(
+    graphs: Sequence[QnnGraph],
+    share_static_data: bool = False,
+    context_binary_only: bool = False,
+    online_prepare: Optional[Tuple[int, int]] = None,
+) -> bytes:
     """QnnPayload flatbuffer bytes (identifier QNNP) holding `graphs`.
 
     share_static_data: STATIC tensors with identical bytes (in any graph) point
     to one data vector, so shared weights are stored once.
+    context_binary_only: the graphs are only their inputs / outputs, run from a QNN context
+    binary made elsewhere (QnnPayload.context_binary_only).
+    online_prepare: (SoC model, VTCM MB) for which QNN builds the graphs at init (no binary).
     """
     builder = flatbuffers.Builder(_static_bytes(graphs) + 64 * 1024)
     shared: Optional[Dict[bytes, int]] = {} if share_static_data else None
     graph_offsets = _offsets_vector(builder, [_write_graph(builder, g, shared) for g in graphs])
+    prepare = None
+    if online_prepare is not None:
+        gen.OnlinePrepareStart(builder)
+        gen.OnlinePrepareAddSocModel(builder, int(online_prepare[0]))
+        gen.OnlinePrepareAddVtcmMb(builder, int(online_prepare[1]))
+        prepare = gen.OnlinePrepareEnd(builder)
     gen.QnnPayloadStart(builder)
     gen.QnnPayloadAddSchemaVersion(builder, SCHEMA_VERSION)
     gen.QnnPayloadAddGraphs(builder, graph_offsets)
+    if context_binary_only:
+        gen.QnnPayloadAddContextBinaryOnly(builder, True)
+    if prepare is not None:
+        gen.QnnPayloadAddOnlinePrepare(builder, prepare)
     builder.Finish(gen.QnnPayloadEnd(builder), file_identifier=PAYLOAD_IDENTIFIER)
     return bytes(builder.Output())
 
@@ -234,6 +252,8 @@ def wrap_context_binary(payload: bytes, qnn_section: Optional[QnnHtpSection] = N
     return bytes(builder.Output())
 
 
-def serialize_graphs(graphs: Sequence[QnnGraph], share_static_data: bool = False) -> bytes:
-    """The full delegate blob for `graphs`."""
-    return wrap_context_binary(serialize_payload(graphs, share_static_data))
+def serialize_graphs(
+    graphs: Sequence[QnnGraph], share_static_data: bool = False, online_prepare: Optional[Tuple[int, int]] = None
+) -> bytes:
+    """The full delegate blob for `graphs` (see serialize_payload for online_prepare)."""
+    return wrap_context_binary(serialize_payload(graphs, share_static_data, online_prepare=online_prepare))

@@ -135,9 +135,8 @@ def _reject_unsupported_options(**flags: bool) -> None:
     if enabled:
         raise ValueError(
             f"qnn-delegate does not support compile option(s) {enabled}: "
-            "there is no QNN SDK in this project (saver, online prepare, shared buffers, "
-            "context binaries and custom op packages need it; the MHA-to-SHA rewrite is not "
-            "implemented). Leave them False / None."
+            "not built yet (custom op packages need Qualcomm's op package tools; the MHA-to-SHA "
+            "rewrite is not implemented). Leave them False / None."
         )
 
 
@@ -163,10 +162,6 @@ def generate_qnn_executorch_compiler_spec(
             f"backend_options must come from generate_htp_compiler_spec(...), got {type(backend_options).__name__}"
         )
     _reject_unsupported_options(
-        saver=saver,
-        online_prepare=online_prepare,
-        shared_buffer=shared_buffer,
-        is_from_context_binary=is_from_context_binary,
         op_package_options=op_package_options is not None,
         use_mha2sha=_bool_option("use_mha2sha", use_mha2sha),
     )
@@ -179,6 +174,11 @@ def generate_qnn_executorch_compiler_spec(
     )
     options.profileLevel = int(enum_option("profile_level", QnnExecuTorchProfileLevel, profile_level))
     options.dumpIntermediateOutputs = _bool_option("dump_intermediate_outputs", dump_intermediate_outputs)
+    options.isFromContextBinary = _bool_option("is_from_context_binary", is_from_context_binary)
+    options.saver = _bool_option("saver", saver)
+    options.saverOutputDir = "saver_output" if saver else None
+    options.onlinePrepare = _bool_option("online_prepare", online_prepare)
+    options.sharedBuffer = _bool_option("shared_buffer", shared_buffer)
     return [CompileSpec(QCOM_COMPILE_SPEC_KEY, serialize_options(options))]
 
 

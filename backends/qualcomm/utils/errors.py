@@ -26,3 +26,12 @@ def _target_name(node: Optional[object]) -> Optional[str]:
     if target is None:
         return None
     return getattr(target, "__name__", None) or str(target)
+
+
+class ContextBinaryError(ValueError):
+    """A QNN context binary cannot be wrapped or read: QNN cannot parse it, it was built for
+    another SoC or by a newer QNN, or custom_info does not fit it. The message names the file."""
+
+
+class ContextBinaryNotSupportedError(NotImplementedError):
+    """dump_context_from_pte of a .pte whose delegates carry no QNN context binary."""

@@ -91,9 +91,45 @@ def attach_qnn_context(blob: bytes, soc_model: int, vtcm_mb: int = 0, label: str
     return wrap_context_binary(payload_of(blob), section)
 
 
-def attach_qnn_context_for_options(blob: bytes, options, label: str = "delegate") -> bytes:
-    """attach_qnn_context with the SoC model and VTCM size of QnnExecuTorchOptions."""
+def soc_and_vtcm(options) -> Tuple[int, int]:
+    """(SoC model, VTCM MB) of QnnExecuTorchOptions (0 when not given)."""
     soc = options.socInfo
     soc_model = int(soc.socModel) if soc is not None else 0
     vtcm = int(soc.htpInfo.vtcmSizeInMb) if soc is not None and soc.htpInfo is not None else 0
+    return soc_model, vtcm
+
+
+def online_prepare_of(options) -> Optional[Tuple[int, int]]:
+    """(SoC model, VTCM MB) QNN prepares the graphs for at init when online_prepare is set."""
+    return soc_and_vtcm(options) if getattr(options, "onlinePrepare", False) else None
+
+
+DEFAULT_SAVER_OUTPUT_DIR = "saver_output"
+
+
+def record_with_saver(blob: bytes, output_dir: str, label: str = "delegate") -> None:
+    """Build the blob's graphs through QNN's saver (libQnnSaver.so), which records the QNN calls
+    into `output_dir` (saver_output.c + params.bin). RuntimeError naming the delegate when the
+    saver does not load or refuses a graph."""
+    extension = load_extension()
+    if extension is None:
+        raise RuntimeError("saver: the native extension backends.qualcomm._qnn_delegate is not built")
+    try:
+        extension.qnn_record_with_saver(blob, output_dir)
+    except (RuntimeError, ValueError) as exc:
+        raise RuntimeError(f"saver=True: {label}: {exc}") from None
+    logger.warning("qnn-delegate: %s: QNN API calls recorded by QNN's saver in %s", label, os.path.abspath(output_dir))
+
+
+def attach_qnn_context_for_options(blob: bytes, options, label: str = "delegate") -> bytes:
+    """attach_qnn_context with the SoC model and VTCM size of QnnExecuTorchOptions; with
+    online_prepare the blob stays without a binary (QNN builds it at init); with saver the
+    graphs are also recorded through QNN's saver."""
+    if getattr(options, "saver", False):
+        folder = options.saverOutputDir
+        folder = folder.decode() if isinstance(folder, bytes) else (folder or DEFAULT_SAVER_OUTPUT_DIR)
+        record_with_saver(blob, folder, label)
+    if getattr(options, "onlinePrepare", False):
+        return blob
+    soc_model, vtcm = soc_and_vtcm(options)
     return attach_qnn_context(blob, soc_model, vtcm, label)

@@ -28,7 +28,7 @@ from backends.qualcomm.serialization.qnn_graph import QnnGraph, QnnOp, QnnParam,
 from backends.qualcomm.utils.compile_spec import options_from_compile_specs, serialize_options
 from backends.qualcomm.utils.constants import QCOM_COMPILE_SPEC_KEY
 from backends.qualcomm.utils.errors import QnnLoweringError
-from backends.qualcomm.utils.qnn_context import attach_qnn_context_for_options
+from backends.qualcomm.utils.qnn_context import attach_qnn_context_for_options, online_prepare_of
 
 BACKEND_ID = "QnnDelegate"
 
@@ -135,9 +135,10 @@ def share_weights_across_methods(manager: EdgeProgramManager) -> bytes:
             graphs.append(graph)
             names.setdefault(id(lowered), graph.name)
     check_unique_graph_names(graphs)
+    options = options_from_compile_specs(modules[0][1].compile_specs)
     merged = attach_qnn_context_for_options(
-        serialize_graphs(graphs, share_static_data=True),
-        options_from_compile_specs(modules[0][1].compile_specs),
+        serialize_graphs(graphs, share_static_data=True, online_prepare=online_prepare_of(options)),
+        options,
         "weight-shared context",
     )
     for _, lowered in modules:

@@ -16,6 +16,7 @@
 #include "backends/qualcomm/runtime/qnn/QnnCompiler.h"
 #include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
 #include "backends/qualcomm/runtime/qnn/QnnRuntime.h"
+#include "backends/qualcomm/runtime/qnn/QnnSystem.h"
 
 namespace py = pybind11;
 
@@ -141,6 +142,14 @@ py::dtype numpy_dtype(const qnn::TensorDesc& d) {
     case qnn::kQnnUFixed16:
     case qnn::kQnnUInt16:
       return py::dtype::of<uint16_t>();
+    case qnn::kQnnFloat16:
+      return py::dtype("float16");
+    case qnn::kQnnInt8:
+    case qnn::kQnnSFixed8:
+      return py::dtype::of<int8_t>();
+    case qnn::kQnnInt16:
+    case qnn::kQnnSFixed16:
+      return py::dtype::of<int16_t>();
     default:
       throw py::value_error("tensor '" + d.name + "' has a data type with no numpy mapping");
   }
@@ -192,9 +201,100 @@ py::tuple run(const py::bytes& blob_bytes, const std::vector<py::array>& inputs,
   return py::make_tuple(outputs, events);
 }
 
+py::dict version_dict(const qnn::QnnVersion& v) {
+  py::dict d;
+  d["major"] = v.major;
+  d["minor"] = v.minor;
+  d["patch"] = v.patch;
+  return d;
+}
+
+py::list tensor_list(const std::vector<qnn::ContextTensorInfo>& tensors) {
+  py::list out;
+  for (const auto& t : tensors) {
+    py::dict d;
+    d["id"] = t.id;
+    d["name"] = t.name;
+    d["kind"] = t.kind;
+    d["dtype"] = t.dtype;
+    d["dims"] = t.dims;
+    d["encoding"] = t.encoding;
+    d["bitwidth"] = t.bitwidth;
+    d["scale"] = t.scale;
+    d["offset"] = t.offset;
+    d["axis"] = t.axis;
+    d["scales"] = t.scales;
+    d["offsets"] = t.offsets;
+    out.append(d);
+  }
+  return out;
+}
+
+// QnnSystem's view of a context binary, as plain Python values.
+py::dict context_binary_info(const py::bytes& binary) {
+  char* buf = nullptr;
+  Py_ssize_t len = 0;
+  if (PyBytes_AsStringAndSize(binary.ptr(), &buf, &len) != 0) throw py::error_already_set();
+  qnn::ContextBinaryInfo info;
+  engine::Status s;
+  {
+    py::gil_scoped_release release;
+    s = qnn::read_context_binary_info(buf, size_t(len), info);
+  }
+  if (!s.ok()) raise(s);
+  py::dict d;
+  d["info_version"] = info.info_version;
+  d["backend_id"] = info.backend_id;
+  d["build_id"] = info.build_id;
+  d["core_api"] = version_dict(info.core_api);
+  d["backend_api"] = version_dict(info.backend_api);
+  d["context_blob_version"] = version_dict(info.context_blob_version);
+  d["soc_version"] = info.soc_version;
+  d["soc_model"] = info.soc_model;
+  d["context_blob_size"] = info.context_blob_size;
+  py::list graphs;
+  for (const auto& g : info.graphs) {
+    py::dict gd;
+    gd["name"] = g.name;
+    gd["inputs"] = tensor_list(g.inputs);
+    gd["outputs"] = tensor_list(g.outputs);
+    graphs.append(gd);
+  }
+  d["graphs"] = graphs;
+  return d;
+}
+
+void record_saver(const py::bytes& blob_bytes, const std::string& output_dir) {
+  const Blob blob(blob_bytes);
+  const auto* payload = verified(blob);
+  engine::Status s;
+  {
+    py::gil_scoped_release release;
+    s = qnn::record_with_saver(payload, output_dir);
+  }
+  if (!s.ok()) raise(s);
+}
+
+py::tuple system_status() {
+  bool loaded = false;
+  std::string text = qnn::qnn_system_status(&loaded);
+  return py::make_tuple(loaded, text);
+}
+
 }  // namespace
 
 void register_qnn_bindings(py::module_& m) {
+  m.def("qnn_context_binary_info", &context_binary_info, py::arg("binary"),
+        "What a QNN context binary holds, read by libQnnSystem.so (not from a payload): build id, "
+        "API versions, SoC model, graphs with their input / output tensors (id, name, kind, QNN "
+        "data type, dims, quantization). ValueError when QNN cannot read it (with QNN's error), "
+        "RuntimeError when libQnnSystem.so does not load.");
+  m.def("qnn_record_with_saver", &record_saver, py::arg("blob"), py::arg("output_dir"),
+        "Build every graph of a delegate blob through QNN's saver (libQnnSaver.so), which records the "
+        "QNN calls into output_dir (saver_output.c, params.bin). RuntimeError when the saver does "
+        "not load or refuses a graph.");
+  m.def("qnn_system_status", &system_status,
+        "(loaded, text): whether libQnnSystem.so loads, and its system API version or why not.");
   m.def("qnn_library_status", &library_status,
         "(loaded, text): whether Qualcomm's QNN HTP library loads, and its versions or why not.");
   m.def("qnn_compile", &compile, py::arg("blob"), py::arg("soc_model"), py::arg("vtcm_mb") = 0,

@@ -273,6 +273,25 @@ struct QnnProfileEvent {
   const char* identifier;
 };
 
+// ---- memory registration (QnnMem) ---------------------------------------------------
+enum QnnMemType : int32_t { kQnnMemIon = 1, kQnnMemCustom = 2, kQnnMemDmaBuf = 3 };
+struct QnnMemDescriptor {
+  uint32_t rank;  // memory shape
+  uint32_t* dims;
+  const char* shape_config;  // may be null
+  QnnDType dtype;
+  QnnMemType type;
+  union {
+    int32_t ion_fd;
+    void* custom;
+    struct {
+      int32_t fd;
+      void* data;
+    } dma_buf;
+  };
+};
+inline constexpr QnnStatus kQnnMemUnsupportedType = 8005;
+
 // ---- the provider's function table -----------------------------------------------------
 // Only the slots we call are typed; the others are opaque placeholders that keep
 // the order.
@@ -321,8 +340,9 @@ struct QnnFunctionTable {
   QnnFnSlot profile_get_extended_event_data;
   QnnStatus (*profile_free)(QnnHandle profile);
 
-  QnnFnSlot mem_register;
-  QnnFnSlot mem_deregister;
+  QnnStatus (*mem_register)(QnnHandle context, const struct QnnMemDescriptor* descriptors, uint32_t count,
+                            QnnHandle* handles);
+  QnnStatus (*mem_deregister)(const QnnHandle* handles, uint32_t count);
 
   QnnFnSlot device_get_platform_info;
   QnnFnSlot device_free_platform_info;
@@ -359,6 +379,98 @@ struct QnnProvider {
 
 using QnnGetProvidersFn = QnnStatus (*)(const QnnProvider*** providers, uint32_t* count);
 
+// ---- libQnnSystem.so: context-binary info (system API 1.x) ---------------------------
+// QnnSystemInterface_getProviders lists providers {backend id, name, system API version,
+// function table}; the table starts with systemContextCreate, systemContextGetBinaryInfo,
+// systemContextGetMetadata, systemContextFree.
+struct QnnSystemGraphInfo {  // graph info v1; v2 / v3 append fields after these
+  const char* name;
+  uint32_t num_inputs;
+  QnnTensor* inputs;
+  uint32_t num_outputs;
+  QnnTensor* outputs;
+};
+struct QnnSystemGraphInfoEntry {
+  uint32_t version;  // 1, 2 or 3
+  union {
+    QnnSystemGraphInfo v1;
+    uint8_t reserved[80];  // v3, the widest
+  };
+};
+// Binary info v1 / v2 (v2 appends a platform-info pointer).
+struct QnnSystemBinaryInfoV1 {
+  uint32_t backend_id;
+  const char* build_id;
+  QnnVersion core_api;
+  QnnVersion backend_api;
+  const char* soc_version;
+  QnnVersion hw_info_version;
+  QnnVersion context_blob_version;
+  uint32_t hw_info_size;
+  void* hw_info;
+  uint64_t context_blob_size;
+  uint32_t num_context_tensors;
+  QnnTensor* context_tensors;
+  uint32_t num_graphs;
+  QnnSystemGraphInfoEntry* graphs;
+  void* platform_info;  // v2 only
+};
+// Binary info v3: no hardware-info blob; context metadata and the SoC model appended.
+struct QnnSystemBinaryInfoV3 {
+  uint32_t backend_id;
+  const char* build_id;
+  QnnVersion core_api;
+  QnnVersion backend_api;
+  const char* soc_version;
+  QnnVersion context_blob_version;
+  uint64_t context_blob_size;
+  uint32_t num_context_tensors;
+  QnnTensor* context_tensors;
+  uint32_t num_graphs;
+  QnnSystemGraphInfoEntry* graphs;
+  void* platform_info;
+  uint32_t metadata_size;
+  void* metadata;
+  uint32_t soc_model;
+};
+struct QnnSystemBinaryInfo {
+  uint32_t version;  // 1, 2 or 3
+  union {
+    QnnSystemBinaryInfoV1 v1;  // versions 1 and 2
+    QnnSystemBinaryInfoV3 v3;
+  };
+};
+struct QnnSystemFunctionTable {
+  QnnStatus (*context_create)(QnnHandle* system_context);
+  QnnStatus (*context_get_binary_info)(QnnHandle system_context, void* binary, uint64_t size,
+                                       const QnnSystemBinaryInfo** info, uint64_t* info_size);
+  QnnStatus (*context_get_metadata)(QnnHandle system_context, const void* binary, uint64_t size,
+                                    const QnnSystemBinaryInfo** info);
+  QnnStatus (*context_free)(QnnHandle system_context);
+};
+struct QnnSystemProvider {
+  uint32_t backend_id;
+  const char* name;
+  QnnVersion system_api_version;
+  QnnSystemFunctionTable functions;
+};
+using QnnSystemGetProvidersFn = QnnStatus (*)(const QnnSystemProvider*** providers, uint32_t* count);
+
+// ---- libQnnSaver.so -------------------------------------------------------------------
+// QnnSaver_initialize(configs) must precede the saver's QnnInterface_getProviders; config
+// option 0 = output directory (a string), option 2 = the backend id whose custom configs it records.
+struct QnnSaverConfig {
+  int32_t option;
+  union {
+    const char* output_directory;
+    uint32_t backend_id;
+    uint64_t reserved;
+  };
+};
+inline constexpr int32_t kQnnSaverOptionOutputDirectory = 0;
+inline constexpr int32_t kQnnSaverOptionBackendId = 2;
+using QnnSaverInitializeFn = QnnStatus (*)(const QnnSaverConfig** configs);
+
 }  // extern "C"
 
 // Layout checks (x86_64 / aarch64 LP64).
@@ -377,6 +489,15 @@ static_assert(offsetof(QnnProvider, functions) == 40, "QnnProvider layout");
 static_assert(offsetof(QnnOpConfig, v1) == 8, "QnnOpConfig layout");
 static_assert(offsetof(HtpDeviceConfig, soc_model) == 8, "HTP device config: union at 8");
 static_assert(offsetof(QnnFunctionTable, device_free) == 43 * sizeof(void*), "function table order");
+static_assert(offsetof(QnnMemDescriptor, dtype) == 24 && sizeof(QnnMemDescriptor) == 48, "QnnMemDescriptor layout");
+static_assert(offsetof(QnnSystemGraphInfo, outputs) == 32, "QnnSystemGraphInfo layout");
+static_assert(offsetof(QnnMemDescriptor, dtype) == 24 && sizeof(QnnMemDescriptor) == 48, "QnnMemDescriptor layout");
+static_assert(offsetof(QnnSystemGraphInfoEntry, v1) == 8, "QnnSystemGraphInfoEntry layout");
+static_assert(offsetof(QnnSystemBinaryInfoV1, num_graphs) == 112, "QnnSystemBinaryInfoV1 layout");
+static_assert(offsetof(QnnSystemBinaryInfoV1, graphs) == 120, "QnnSystemBinaryInfoV1 layout");
+static_assert(offsetof(QnnSystemBinaryInfoV3, graphs) == 96, "QnnSystemBinaryInfoV3 layout");
+static_assert(offsetof(QnnSystemBinaryInfo, v1) == 8, "QnnSystemBinaryInfo layout");
+static_assert(offsetof(QnnSystemProvider, functions) == 32, "QnnSystemProvider layout");
 static_assert(offsetof(QnnFunctionTable, context_validate_binary) == 54 * sizeof(void*), "function table order");
 
 inline constexpr QnnStatus kQnnNotSupported = 1000;
@@ -387,6 +508,8 @@ inline constexpr uint32_t kQnnCoreApiMajor = 2;
 inline constexpr uint32_t kQnnHtpApiMajor = 5;
 // Backend id of the HTP provider.
 inline constexpr uint32_t kQnnHtpBackendId = 6;
+// Backend id of the saver provider (libQnnSaver.so).
+inline constexpr uint32_t kQnnSaverBackendId = 2;
 
 }  // namespace qnn
 }  // namespace qnn_delegate

@@ -150,7 +150,8 @@ Status create_device(const QnnLibrary* lib, const CompileRequest& r, Session& s)
   custom.option = kQnnConfigCustom;
   custom.custom = &soc;
   const QnnConfig* configs[] = {&custom, nullptr};
-  const QnnStatus st = lib->fn().device_create(lib->log(), r.soc_model ? configs : nullptr, &s.device);
+  const bool with_soc = r.soc_model != 0 && !r.record_only;
+  const QnnStatus st = lib->fn().device_create(lib->log(), with_soc ? configs : nullptr, &s.device);
   if (st != 0) {
     return make_error(
         ErrorKind::NotSupported, "%s",
@@ -192,6 +193,7 @@ Status create_graph(const QnnLibrary* lib, const fb::Graph* g, const CompileRequ
     c.optimization.value = float(r.optimization_level);
     add(c);
   }
+  if (r.record_only) n = 0;
   const QnnStatus st = lib->fn().graph_create(context, g->name()->c_str(), n ? configs : nullptr, graph);
   if (st != 0) {
     return make_error(
@@ -296,10 +298,10 @@ std::string undescribed_tensor(const fb::Op* op, const std::vector<std::string>&
 
 }  // namespace
 
-Status compile_context(const fb::QnnPayload* payload, const CompileRequest& request, CompiledContext& out) {
-  std::string why;
-  const QnnLibrary* lib = QnnLibrary::get(&why);
-  if (lib == nullptr) return make_error(ErrorKind::NotSupported, "%s", why.c_str());
+namespace {
+
+Status compile_with(const QnnLibrary* lib, const fb::QnnPayload* payload, const CompileRequest& request,
+                    CompiledContext& out) {
   QnnLibrary::take_messages();
   Session session;
   session.lib = lib;
@@ -315,7 +317,27 @@ Status compile_context(const fb::QnnPayload* payload, const CompileRequest& requ
     out.tensor_ids.emplace_back();
     QNN_RETURN_IF_ERROR(build_graph(lib, g, request, session.context, out.tensor_ids.back()));
   }
+  if (request.record_only) return Status::Ok();
   return read_binary(lib, session.context, out.binary);
+}
+
+}  // namespace
+
+Status compile_context(const fb::QnnPayload* payload, const CompileRequest& request, CompiledContext& out) {
+  std::string why;
+  const QnnLibrary* lib = QnnLibrary::get(&why);
+  if (lib == nullptr) return make_error(ErrorKind::NotSupported, "%s", why.c_str());
+  return compile_with(lib, payload, request, out);
+}
+
+Status record_with_saver(const fb::QnnPayload* payload, const std::string& output_dir) {
+  std::string why;
+  const QnnLibrary* lib = QnnLibrary::saver(output_dir, &why);
+  if (lib == nullptr) return make_error(ErrorKind::NotSupported, "saver: %s", why.c_str());
+  CompileRequest request;
+  request.record_only = true;
+  CompiledContext unused;
+  return compile_with(lib, payload, request, unused);
 }
 
 // HTP validates an op against the architecture of the device created last (without one,

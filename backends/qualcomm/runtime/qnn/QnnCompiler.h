@@ -18,6 +18,9 @@ struct CompileRequest {
   uint32_t vtcm_mb = 0;             // 0 = library default
   uint32_t optimization_level = 0;  // HTP finalize optimization level 1..3; 0 = default
   uint32_t tensor_version = 1;      // Qnn_Tensor_t version used to describe tensors (1 or 2)
+  // Recording through QNN's saver: no HTP custom configs (SoC, precision, VTCM, optimization;
+  // the saver refuses them), no context binary read back.
+  bool record_only = false;
 };
 
 struct CompiledContext {
@@ -31,6 +34,11 @@ struct CompiledContext {
 // QNN error code, plus what QNN logged.
 engine::Status compile_context(const ::qnn_delegate::QnnPayload* payload, const CompileRequest& request,
                                CompiledContext& out);
+
+// Every graph of `payload` built and finalized through QNN's saver (libQnnSaver.so), which
+// records the calls into `output_dir` (saver_output.c, params.bin): a program that replays
+// them against a QNN backend outside ExecuTorch.
+engine::Status record_with_saver(const ::qnn_delegate::QnnPayload* payload, const std::string& output_dir);
 
 // One op of a payload graph checked by backendValidateOpConfig; the message
 // says why QNN refused it. `op_index` indexes graph->ops().

@@ -14,6 +14,7 @@
 
 #include "backends/qualcomm/runtime/GraphArgs.h"
 #include "backends/qualcomm/runtime/PayloadLoader.h"
+#include "backends/qualcomm/runtime/qnn/QnnCompiler.h"
 #include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
 
 namespace qnn_delegate {
@@ -61,6 +62,18 @@ bool dtype_matches(ScalarType st, const qnn::TensorDesc& d) {
     case qnn::kQnnUInt8:
     case qnn::kQnnUFixed8:
       return st == ScalarType::Byte;
+    // graph I/O of context binaries made elsewhere (from_context_binary)
+    case qnn::kQnnFloat16:
+      return st == ScalarType::Half;
+    case qnn::kQnnUInt16:
+    case qnn::kQnnUFixed16:
+      return st == ScalarType::UInt16;
+    case qnn::kQnnInt8:
+    case qnn::kQnnSFixed8:
+      return st == ScalarType::Char;
+    case qnn::kQnnInt16:
+    case qnn::kQnnSFixed16:
+      return st == ScalarType::Short;
     default:
       return false;
   }
@@ -151,6 +164,78 @@ EngineChoice default_engine() {
   return choice;
 }
 
+namespace {
+
+// A delegate wrapping a context binary made elsewhere (from_context_binary): its graphs exist
+// only in QNN's binary, so QNN runs it under `auto` too (on x86: the HTP emulator); engine
+// host never gets here, and load_graphs refuses such a payload.
+Status load_wrapped_context(const uint8_t* data, size_t size, const ::qnn_delegate::QnnContextBinary* container,
+                            const ::qnn_delegate::QnnPayload* payload, std::unique_ptr<qnn::QnnLoadedContext>& out) {
+  const char* graph = payload->graphs()->Get(0)->name()->c_str();
+  if (!qnn::has_qnn_context(container)) {
+    return make_error(ErrorKind::InvalidProgram, "the delegate of graph '%s' wraps no QNN context binary", graph);
+  }
+  flatbuffers::Verifier verifier(data, size);
+  if (!container->qnn_context()->Verify(verifier)) {
+    return make_error(ErrorKind::InvalidProgram,
+                      "the delegate of graph '%s': QNN section failed the flatbuffers verifier", graph);
+  }
+  std::string why;
+  if (qnn::QnnLibrary::get(&why) == nullptr) {
+    return make_error(ErrorKind::NotSupported,
+                      "the delegate of graph '%s' wraps a QNN context binary (from_context_binary) and "
+                      "Qualcomm's QNN library does not load: %s",
+                      graph, why.c_str());
+  }
+  const Status s = qnn::QnnLoadedContext::load(container, payload, out);
+  if (!s.ok()) {
+    out.reset();
+    return make_error(s.kind, "the delegate of graph '%s' (a wrapped QNN context binary): %s", graph,
+                      s.message.c_str());
+  }
+  return s;
+}
+
+// Online prepare (the blob carries no context binary): QNN builds and finalizes the graphs
+// now, once, then loads the binary it made. Same engine rule as a carried binary.
+Status prepare_online(const ::qnn_delegate::QnnPayload* payload, EngineChoice choice,
+                      std::unique_ptr<qnn::QnnLoadedContext>& out) {
+  const bool forced = choice == EngineChoice::Qnn;
+  if (kQnnIsEmulated && !forced) {
+    say_once(g_said_emulator, "QNN's library is the x86 HTP emulator",
+             "exact but ~50x slower than the host engine, which follows its numerics; set "
+             "qnn_runtime_engine=qnn (runner: --engine qnn) to run the emulator");
+    return Status::Ok();
+  }
+  std::string why;
+  if (qnn::QnnLibrary::get(&why) == nullptr) {
+    if (forced) return make_error(ErrorKind::NotSupported, "engine qnn (online prepare): %s", why.c_str());
+    say_once(g_said_no_library, "QNN libraries not loaded", why);
+    return Status::Ok();
+  }
+  qnn::CompileRequest request;
+  request.soc_model = payload->online_prepare()->soc_model();
+  request.vtcm_mb = payload->online_prepare()->vtcm_mb();
+  qnn::CompiledContext compiled;
+  Status s = qnn::compile_context(payload, request, compiled);
+  if (s.ok()) {
+    qnn::QnnLoadedContext::GraphIds ids;
+    for (size_t i = 0; i < compiled.graph_names.size(); ++i) {
+      ids.emplace_back(compiled.graph_names[i], std::move(compiled.tensor_ids[i]));
+    }
+    s = qnn::QnnLoadedContext::load_binary(compiled.binary.data(), compiled.binary.size(), request.soc_model, ids,
+                                           payload, false, out);
+  }
+  if (s.ok()) return s;
+  out.reset();
+  s = make_error(s.kind, "online prepare: %s", s.message.c_str());
+  if (forced) return s;
+  ET_LOG(Error, "QnnDelegate: engine auto -> host engine: %s", s.message.c_str());
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,
                        std::unique_ptr<qnn::QnnLoadedContext>& out) {
   out.reset();
@@ -160,6 +245,10 @@ Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,
   const ::qnn_delegate::QnnPayload* payload = nullptr;
   QNN_RETURN_IF_ERROR(verify_context_binary(blob.data, size, &payload));
   const auto* container = ::qnn_delegate::GetQnnContextBinary(blob.data);
+  if (payload->context_binary_only()) return load_wrapped_context(blob.data, size, container, payload, out);
+  if (!qnn::has_qnn_context(container) && payload->online_prepare() != nullptr) {
+    return prepare_online(payload, choice, out);
+  }
   if (!qnn::has_qnn_context(container)) {
     const char* why =
         "the delegate has no QNN context binary (lowered without the QNN "

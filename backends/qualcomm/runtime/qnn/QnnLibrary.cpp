@@ -28,6 +28,7 @@ constexpr const char* kSdkHostFolder = "lib/aarch64-android";
 constexpr const char* kSdkHostFolder = "lib/x86_64-linux-clang";
 #endif
 constexpr const char* kHtpLibrary = "libQnnHtp.so";
+constexpr const char* kSaverLibrary = "libQnnSaver.so";
 constexpr size_t kMaxKeptMessages = 8192;
 
 std::mutex g_messages_mutex;
@@ -157,6 +158,8 @@ const char* error_name(QnnStatus code) {
 
 }  // namespace
 
+Status qnn_library_dir(std::string& dir) { return find_library_dir(dir); }
+
 std::string qnn_error_text(QnnStatus status) {
   char buf[96];
   const char* name = error_name(status);
@@ -196,22 +199,8 @@ std::string QnnLibrary::describe() const {
   return std::string(buf) + " (" + path_ + ")";
 }
 
-Status QnnLibrary::load() {
-  std::string dir;
-  QNN_RETURN_IF_ERROR(find_library_dir(dir));
-  path_ = dir + "/" + kHtpLibrary;
-  struct stat st;
-  if (::stat(path_.c_str(), &st) != 0) {
-    return make_error(ErrorKind::NotSupported, "no %s in %s", kHtpLibrary, dir.c_str());
-  }
-  // RTLD_LOCAL: the library finds its bundled libc++ through its own RPATH
-  // ($ORIGIN/../onnxruntime_qnn.libs). Loading that libc++abi globally would interpose
-  // the C++ exception runtime of the whole process (a crash when Python's ExecuTorch
-  // bindings throw).
-  handle_ = ::dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle_ == nullptr) {
-    return make_error(ErrorKind::NotSupported, "dlopen(%s) failed: %s", path_.c_str(), ::dlerror());
-  }
+Status QnnLibrary::open_provider(const char* file, uint32_t backend_id, void* handle) {
+  handle_ = handle;
   auto get_providers = reinterpret_cast<QnnGetProvidersFn>(::dlsym(handle_, "QnnInterface_getProviders"));
   if (get_providers == nullptr) {
     return make_error(ErrorKind::NotSupported,
@@ -226,15 +215,15 @@ Status QnnLibrary::load() {
   }
   const QnnProvider* p = providers[0];
   version_ = p->api_version;
-  if (p->backend_id != kQnnHtpBackendId || version_.core.major != kQnnCoreApiMajor ||
-      version_.backend.major != kQnnHtpApiMajor) {
+  const bool htp = backend_id == kQnnHtpBackendId;
+  if (p->backend_id != backend_id || version_.core.major != kQnnCoreApiMajor ||
+      (htp && version_.backend.major != kQnnHtpApiMajor)) {
     return make_error(ErrorKind::NotSupported,
                       "%s: provider '%s' (backend id %u) has QNN core API %u.%u / backend API "
-                      "%u.%u; qnn-delegate needs the HTP backend (id %u) with core API %u.x and "
-                      "HTP API %u.x",
+                      "%u.%u; qnn-delegate needs %s (id %u) with core API %u.x%s",
                       path_.c_str(), p->name ? p->name : "?", p->backend_id, version_.core.major, version_.core.minor,
-                      version_.backend.major, version_.backend.minor, kQnnHtpBackendId, kQnnCoreApiMajor,
-                      kQnnHtpApiMajor);
+                      version_.backend.major, version_.backend.minor, file, backend_id, kQnnCoreApiMajor,
+                      htp ? " and HTP API 5.x" : "");
   }
   fn_ = &p->functions;
   QnnStatus s = fn_->log_create(&log_callback, kQnnLogWarn, &log_);
@@ -245,6 +234,52 @@ Status QnnLibrary::load() {
                       take_messages().c_str());
   }
   return Status::Ok();
+}
+
+Status QnnLibrary::load() {
+  std::string dir;
+  QNN_RETURN_IF_ERROR(find_library_dir(dir));
+  path_ = dir + "/" + kHtpLibrary;
+  struct stat st;
+  if (::stat(path_.c_str(), &st) != 0) {
+    return make_error(ErrorKind::NotSupported, "no %s in %s", kHtpLibrary, dir.c_str());
+  }
+  // RTLD_LOCAL: the library finds its bundled libc++ through its own RPATH
+  // ($ORIGIN/../onnxruntime_qnn.libs). Loading that libc++abi globally would interpose
+  // the C++ exception runtime of the whole process (a crash when Python's ExecuTorch
+  // bindings throw).
+  void* handle = ::dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    return make_error(ErrorKind::NotSupported, "dlopen(%s) failed: %s", path_.c_str(), ::dlerror());
+  }
+  return open_provider("the HTP backend", kQnnHtpBackendId, handle);
+}
+
+Status QnnLibrary::load_saver(const std::string& output_dir) {
+  std::string dir;
+  QNN_RETURN_IF_ERROR(find_library_dir(dir));
+  path_ = dir + "/" + kSaverLibrary;
+  void* handle = ::dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    return make_error(ErrorKind::NotSupported, "dlopen(%s) failed: %s", path_.c_str(), ::dlerror());
+  }
+  auto initialize = reinterpret_cast<QnnSaverInitializeFn>(::dlsym(handle, "QnnSaver_initialize"));
+  if (initialize == nullptr) {
+    return make_error(ErrorKind::NotSupported, "%s has no QnnSaver_initialize", path_.c_str());
+  }
+  QnnSaverConfig folder{};
+  folder.option = kQnnSaverOptionOutputDirectory;
+  folder.output_directory = output_dir.c_str();
+  QnnSaverConfig backend{};
+  backend.option = kQnnSaverOptionBackendId;
+  backend.backend_id = kQnnHtpBackendId;
+  const QnnSaverConfig* configs[] = {&folder, &backend, nullptr};
+  const QnnStatus st = initialize(configs);
+  if (st != 0) {
+    return make_error(ErrorKind::NotSupported, "QnnSaver_initialize('%s') failed: %s", output_dir.c_str(),
+                      qnn_error_text(st).c_str());
+  }
+  return open_provider("the saver backend", kQnnSaverBackendId, handle);
 }
 
 namespace {
@@ -297,6 +332,32 @@ const QnnLibrary* QnnLibrary::get(std::string* why) {
       delete lib;  // a failed dlopen leaves nothing to free; a half-loaded library stays mapped
     }
   });
+  if (library == nullptr && why != nullptr) *why = error;
+  return library;
+}
+
+const QnnLibrary* QnnLibrary::saver(const std::string& output_dir, std::string* why) {
+  static std::mutex mutex;
+  static QnnLibrary* library = nullptr;
+  static std::string folder, error;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (library == nullptr && error.empty()) {
+    auto* lib = new QnnLibrary();
+    const Status s = without_libnative_notice([lib, &output_dir] { return lib->load_saver(output_dir); });
+    if (s.ok()) {
+      library = lib;
+      folder = output_dir;
+    } else {
+      error = s.message;
+      delete lib;
+    }
+  }
+  if (library != nullptr && folder != output_dir) {
+    if (why != nullptr) {
+      *why = "QNN's saver records into one folder per process: '" + folder + "' already, not '" + output_dir + "'";
+    }
+    return nullptr;
+  }
   if (library == nullptr && why != nullptr) *why = error;
   return library;
 }

@@ -21,6 +21,10 @@ class QnnLibrary {
   // The loaded library, or nullptr with the reason in `why` (missing folder,
   // missing file, dlopen error, no HTP provider, incompatible API version).
   static const QnnLibrary* get(std::string* why = nullptr);
+  // Qualcomm's libQnnSaver.so from the same folder, initialized to record every QNN call made
+  // through it into `output_dir` (saver_output.c + params.bin) for the HTP backend; once per
+  // process (QNN's saver takes its folder once): a later call with another folder fails.
+  static const QnnLibrary* saver(const std::string& output_dir, std::string* why = nullptr);
 
   const QnnFunctionTable& fn() const { return *fn_; }
   QnnHandle backend() const { return backend_; }
@@ -51,6 +55,8 @@ class QnnLibrary {
  private:
   QnnLibrary() = default;
   engine::Status load();
+  engine::Status load_saver(const std::string& output_dir);
+  engine::Status open_provider(const char* file, uint32_t backend_id, void* handle);
 
   void* handle_ = nullptr;
   const QnnFunctionTable* fn_ = nullptr;
@@ -65,6 +71,9 @@ std::string with_qnn_log(const std::string& text);
 
 // "QNN error 6004 (invalid tensor)" style text for a status code.
 std::string qnn_error_text(QnnStatus status);
+
+// The folder holding Qualcomm's libraries, by the search order above.
+engine::Status qnn_library_dir(std::string& dir);
 
 // Folders searched for the library, in order (for messages and tests).
 std::string qnn_search_description();

@@ -1,10 +1,16 @@
 #include "backends/qualcomm/runtime/qnn/QnnRuntime.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 #include "backends/qualcomm/runtime/PayloadLoader.h"
 #include "backends/qualcomm/runtime/qnn/QnnLibrary.h"
+#include "backends/qualcomm/runtime/qnn/QnnSystem.h"
 
 namespace qnn_delegate {
 namespace qnn {
@@ -69,12 +75,12 @@ void collect_events(const QnnFunctionTable& fn, QnnHandle profile, std::vector<Q
 // x86 returns 1000 and logs two error lines): then never again, and that first call is quiet.
 std::atomic<bool> g_cannot_validate{false};
 
-Status validate_binary(const QnnLibrary& lib, QnnHandle device, const fb::QnnHtpContext* q) {
+Status validate_binary(const QnnLibrary& lib, QnnHandle device, const uint8_t* data, size_t size, uint32_t soc_model) {
   if (g_cannot_validate.load()) return Status::Ok();
   QnnStatus st;
   {
     QnnLibrary::ScopedQuiet quiet;
-    st = lib.fn().context_validate_binary(lib.backend(), device, nullptr, q->binary()->data(), q->binary()->size());
+    st = lib.fn().context_validate_binary(lib.backend(), device, nullptr, data, size);
   }
   if (st == kQnnNotSupported) {
     g_cannot_validate.store(true);
@@ -82,11 +88,33 @@ Status validate_binary(const QnnLibrary& lib, QnnHandle device, const fb::QnnHtp
     return Status::Ok();          // contextCreateFromBinary checks the binary anyway
   }
   if (st != 0) {
-    return make_error(
-        ErrorKind::InvalidProgram, "%s",
-        with_qnn_log("QNN contextValidateBinary (" + std::to_string(q->binary()->size()) + " bytes, SoC model " +
-                     std::to_string(q->soc_model()) + ") refused the context binary: " + qnn_error_text(st))
-            .c_str());
+    return make_error(ErrorKind::InvalidProgram, "%s",
+                      with_qnn_log("QNN contextValidateBinary (" + std::to_string(size) + " bytes, SoC model " +
+                                   std::to_string(soc_model) + ") refused the context binary: " + qnn_error_text(st))
+                          .c_str());
+  }
+  return Status::Ok();
+}
+
+// What can be checked before QNN's loader sees the bytes: their size, then QnnSystem's parse of
+// the binary (a separate, metadata-only parser), and that every payload graph is in it. Skipped
+// (with contextCreateFromBinary checking alone) only when libQnnSystem.so does not load.
+Status precheck_binary(const fb::QnnHtpContext* q, const fb::QnnPayload* payload) {
+  QNN_RETURN_IF_ERROR(precheck_context_binary(q->binary()->data(), q->binary()->size()));
+  ContextBinaryInfo info;
+  const Status s = read_context_binary_info(q->binary()->data(), q->binary()->size(), info);
+  if (s.kind == ErrorKind::NotSupported) return Status::Ok();
+  if (!s.ok())
+    return make_error(ErrorKind::InvalidProgram, "QNN context binary refused before loading: %s", s.message.c_str());
+  for (const fb::Graph* g : *payload->graphs()) {
+    bool found = false;
+    for (const ContextGraphInfo& gi : info.graphs) found = found || gi.name == g->name()->str();
+    if (!found) {
+      std::string names;
+      for (const ContextGraphInfo& gi : info.graphs) names += (names.empty() ? "'" : ", '") + gi.name + "'";
+      return make_error(ErrorKind::InvalidProgram, "graph '%s' is not in the QNN context binary (QnnSystem lists %s)",
+                        g->name()->c_str(), names.c_str());
+    }
   }
   return Status::Ok();
 }
@@ -221,6 +249,82 @@ Status QnnGraphRunner::bind_bits_views(const fb::Graph* g, const std::vector<uin
   return Status::Ok();
 }
 
+QnnGraphRunner::~QnnGraphRunner() { release_shared_buffers(); }
+
+Status QnnGraphRunner::register_buffer(const TensorDesc& d, SharedBuffer& b) {
+  const QnnLibrary* lib = QnnLibrary::get();
+  b.bytes = std::max<size_t>(d.nbytes(), 1);
+  b.fd = ::memfd_create("qnn_shared_buffer", MFD_CLOEXEC);
+  if (b.fd < 0 || ::ftruncate(b.fd, off_t(b.bytes)) != 0) {
+    return make_error(ErrorKind::MemoryAllocationFailed, "graph '%s': shared buffer of tensor '%s' (%zu bytes): %s",
+                      name_.c_str(), d.name.c_str(), b.bytes, std::strerror(errno));
+  }
+  void* data = ::mmap(nullptr, b.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b.fd, 0);
+  if (data == MAP_FAILED) {
+    return make_error(ErrorKind::MemoryAllocationFailed, "graph '%s': mmap of the shared buffer of '%s': %s",
+                      name_.c_str(), d.name.c_str(), std::strerror(errno));
+  }
+  b.data = data;
+  const QnnTensorV1& t = core(d.tensor);
+  QnnMemDescriptor m{};
+  m.rank = t.rank;
+  m.dims = t.dims;
+  m.dtype = t.dtype;
+  m.type = kQnnMemDmaBuf;
+  m.dma_buf.fd = b.fd;
+  m.dma_buf.data = b.data;
+  QnnLibrary::take_messages();
+  const QnnStatus dma = lib->fn().mem_register(context_, &m, 1, &b.handle);
+  if (dma == 0) return Status::Ok();
+  m.type = kQnnMemIon;
+  m.dma_buf.data = nullptr;
+  m.ion_fd = b.fd;
+  const QnnStatus ion = lib->fn().mem_register(context_, &m, 1, &b.handle);
+  if (ion == 0) return Status::Ok();
+  b.handle = nullptr;
+  return make_error(
+      ErrorKind::NotSupported, "%s",
+      with_qnn_log("shared_buffer: QNN refused to register graph '" + name_ + "' tensor '" + d.name + "' (" +
+                   std::to_string(b.bytes) + " bytes): DMA-BUF " + qnn_error_text(dma) + ", ION " + qnn_error_text(ion))
+          .c_str());
+}
+
+Status QnnGraphRunner::enable_shared_buffers() {
+  if (!shared_.empty()) return Status::Ok();
+  if (!bits_views_.empty() || !readables_.empty()) {
+    return make_error(ErrorKind::NotSupported,
+                      "graph '%s': shared_buffer with intermediate dumps or input bit views is not supported",
+                      name_.c_str());
+  }
+  std::vector<SharedBuffer> buffers(inputs_.size() + outputs_.size());
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const TensorDesc& d = i < inputs_.size() ? *inputs_[i] : *outputs_[i - inputs_.size()];
+    const Status s = register_buffer(d, buffers[i]);
+    if (!s.ok()) {
+      shared_.swap(buffers);
+      release_shared_buffers();
+      return s;
+    }
+  }
+  shared_.swap(buffers);
+  for (size_t i = 0; i < shared_.size(); ++i) {
+    QnnTensorV1& t = core(i < inputs_.size() ? in_tensors_[i] : out_tensors_[i - inputs_.size()]);
+    t.mem_kind = kQnnMemHandle;
+    t.mem_handle = shared_[i].handle;
+  }
+  return Status::Ok();
+}
+
+void QnnGraphRunner::release_shared_buffers() {
+  const QnnLibrary* lib = shared_.empty() ? nullptr : QnnLibrary::get();
+  for (SharedBuffer& b : shared_) {
+    if (b.handle != nullptr && lib != nullptr) lib->fn().mem_deregister(&b.handle, 1);
+    if (b.data != nullptr) ::munmap(b.data, b.bytes);
+    if (b.fd >= 0) ::close(b.fd);
+  }
+  shared_.clear();
+}
+
 Status QnnGraphRunner::prepare_profile(int profile_level) {
   const int level = clamp_level(profile_level);
   if (level == 0 || profiles_[level] != nullptr) return Status::Ok();
@@ -246,13 +350,17 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
       for (size_t k = 0; k < in_scratch_[i].size(); ++k) in_scratch_[i][k] = int32_t(src[k]);
       data = in_scratch_[i].data();
     }
-    core(in_tensors_[i]).buffer = {data, uint32_t(inputs_[i]->nbytes())};
+    if (shared_.empty()) {
+      core(in_tensors_[i]).buffer = {data, uint32_t(inputs_[i]->nbytes())};
+    } else {
+      std::memcpy(shared_[i].data, data, inputs_[i]->nbytes());
+    }
   }
   for (size_t j = 0; j < bits_views_.size(); ++j) {
     core(in_tensors_[inputs_.size() + j]).buffer = {inputs[bits_views_[j].input],
                                                     uint32_t(bits_views_[j].desc->nbytes())};
   }
-  for (size_t i = 0; i < outputs_.size(); ++i) {
+  for (size_t i = 0; i < outputs_.size() && shared_.empty(); ++i) {
     void* data = outputs_[i]->int64_narrowed ? out_scratch_[i].data() : outputs[i];
     core(out_tensors_[i]).buffer = {data, uint32_t(outputs_[i]->nbytes())};
   }
@@ -268,6 +376,10 @@ Status QnnGraphRunner::execute(void* const* inputs, void* const* outputs, int pr
   if (st != 0) {
     return make_error(ErrorKind::Internal, "%s",
                       with_qnn_log("graph '" + name_ + "': QNN graphExecute failed: " + qnn_error_text(st)).c_str());
+  }
+  for (size_t i = 0; i < outputs_.size() && !shared_.empty(); ++i) {
+    void* data = outputs_[i]->int64_narrowed ? out_scratch_[i].data() : outputs[i];
+    std::memcpy(data, shared_[inputs_.size() + i].data, outputs_[i]->nbytes());
   }
   for (size_t i = 0; i < outputs_.size(); ++i) {
     if (!outputs_[i]->int64_narrowed) continue;
@@ -296,51 +408,68 @@ Status QnnLoadedContext::load(const fb::QnnContextBinary* blob, const fb::QnnPay
   }
   const fb::QnnHtpContext* q = blob->qnn_context();
   QNN_RETURN_IF_ERROR(verify_section(q));
+  QNN_RETURN_IF_ERROR(precheck_binary(q, payload));
+  GraphIds ids;
+  for (const fb::Graph* g : *payload->graphs()) {
+    const fb::QnnHtpGraph* found = find_ids(q, g->name()->str());
+    if (found == nullptr || found->tensor_ids() == nullptr) {
+      return make_error(ErrorKind::InvalidProgram, "graph '%s' is not in the QNN context binary", g->name()->c_str());
+    }
+    ids.emplace_back(g->name()->str(), std::vector<uint32_t>(found->tensor_ids()->begin(), found->tensor_ids()->end()));
+  }
+  return load_binary(q->binary()->data(), q->binary()->size(), q->soc_model(), ids, payload, true, out);
+}
+
+Status QnnLoadedContext::load_binary(const uint8_t* binary, size_t size, uint32_t soc_model, const GraphIds& ids,
+                                     const fb::QnnPayload* payload, bool validate,
+                                     std::unique_ptr<QnnLoadedContext>& out) {
   std::string why;
   const QnnLibrary* lib = QnnLibrary::get(&why);
   if (lib == nullptr) return make_error(ErrorKind::NotSupported, "%s", why.c_str());
   QnnLibrary::take_messages();
   std::unique_ptr<QnnLoadedContext> ctx(new QnnLoadedContext());
-  ctx->binary_size_ = q->binary()->size();
+  ctx->binary_size_ = size;
   HtpDeviceConfig soc{};
   soc.option = kHtpDeviceOptionSoc;
-  soc.soc_model = q->soc_model();
+  soc.soc_model = soc_model;
   QnnConfig custom{};
   custom.option = kQnnConfigCustom;
   custom.custom = &soc;
   const QnnConfig* configs[] = {&custom, nullptr};
-  QnnStatus st = lib->fn().device_create(lib->log(), q->soc_model() ? configs : nullptr, &ctx->device_);
-  if (st != 0) {
-    return make_error(ErrorKind::NotSupported, "%s",
-                      with_qnn_log("QNN deviceCreate for SoC model " + std::to_string(q->soc_model()) +
-                                   " failed: " + qnn_error_text(st))
-                          .c_str());
-  }
-  QNN_RETURN_IF_ERROR(validate_binary(*lib, ctx->device_, q));
-  st = lib->fn().context_create_from_binary(lib->backend(), ctx->device_, nullptr, q->binary()->data(),
-                                            q->binary()->size(), &ctx->context_, nullptr);
+  QnnStatus st = lib->fn().device_create(lib->log(), soc_model ? configs : nullptr, &ctx->device_);
   if (st != 0) {
     return make_error(
-        ErrorKind::InvalidProgram, "%s",
-        with_qnn_log("QNN contextCreateFromBinary (" + std::to_string(q->binary()->size()) + " bytes, SoC model " +
-                     std::to_string(q->soc_model()) + ") failed: " + qnn_error_text(st))
+        ErrorKind::NotSupported, "%s",
+        with_qnn_log("QNN deviceCreate for SoC model " + std::to_string(soc_model) + " failed: " + qnn_error_text(st))
             .c_str());
   }
+  if (validate) QNN_RETURN_IF_ERROR(validate_binary(*lib, ctx->device_, binary, size, soc_model));
+  st = lib->fn().context_create_from_binary(lib->backend(), ctx->device_, nullptr, binary, size, &ctx->context_,
+                                            nullptr);
+  if (st != 0) {
+    return make_error(ErrorKind::InvalidProgram, "%s",
+                      with_qnn_log("QNN contextCreateFromBinary (" + std::to_string(size) + " bytes, SoC model " +
+                                   std::to_string(soc_model) + ") failed: " + qnn_error_text(st))
+                          .c_str());
+  }
   for (const fb::Graph* g : *payload->graphs()) {
-    const fb::QnnHtpGraph* ids = find_ids(q, g->name()->str());
-    if (ids == nullptr || ids->tensor_ids() == nullptr) {
+    const std::vector<uint32_t>* id_list = nullptr;
+    for (const auto& entry : ids) {
+      if (entry.first == g->name()->str()) id_list = &entry.second;
+    }
+    if (id_list == nullptr) {
       return make_error(ErrorKind::InvalidProgram, "graph '%s' is not in the QNN context binary", g->name()->c_str());
     }
     std::unique_ptr<QnnGraphRunner> runner(new QnnGraphRunner());
     runner->backend_ = lib->backend();
+    runner->context_ = ctx->context_;
     st = lib->fn().graph_retrieve(ctx->context_, g->name()->c_str(), &runner->graph_);
     if (st != 0) {
       return make_error(
           ErrorKind::InvalidProgram, "%s",
           with_qnn_log("graph '" + g->name()->str() + "': QNN graphRetrieve failed: " + qnn_error_text(st)).c_str());
     }
-    const std::vector<uint32_t> id_list(ids->tensor_ids()->begin(), ids->tensor_ids()->end());
-    QNN_RETURN_IF_ERROR(runner->bind(g, id_list));
+    QNN_RETURN_IF_ERROR(runner->bind(g, *id_list));
     ctx->graphs_.push_back(std::move(runner));
   }
   out = std::move(ctx);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qnn_payload_generated.h"
@@ -30,6 +31,7 @@ struct QnnProfileSample {
 
 class QnnGraphRunner {
  public:
+  ~QnnGraphRunner();
   const std::string& name() const { return name_; }
   size_t num_inputs() const { return inputs_.size(); }
   size_t num_outputs() const { return outputs_.size(); }
@@ -48,6 +50,14 @@ class QnnGraphRunner {
   size_t num_readables() const { return readables_.size(); }
   const engine::TensorInfo& readable_info(size_t i) const { return readables_[i].info; }
   void* readable_data(size_t i) { return readables_[i].data(); }
+
+  // shared_buffer: registers one buffer per graph input / output with QNN's memory API
+  // (QnnMem_register: DMA-BUF, else ION; memfd-backed, allocated here, once). Execute then
+  // copies the caller's inputs into them and the outputs back out, and passes memory handles.
+  // NotSupported with QNN's error for each memory type when QNN refuses them (the x86 library
+  // refuses every one: QNN error 1000, "QnnMem API is not supported"). Idempotent.
+  engine::Status enable_shared_buffers();
+  bool shared_buffers() const { return !shared_.empty(); }
 
   // Creates the QnnProfile handle of `profile_level` (1 basic, 2 detailed; 0: nothing) if
   // it does not exist yet. Called at init so that execute does not allocate it.
@@ -74,8 +84,19 @@ class QnnGraphRunner {
     void* data() { return widened.empty() ? static_cast<void*>(storage.data()) : widened.data(); }
   };
 
+  struct SharedBuffer {
+    int fd = -1;
+    void* data = nullptr;
+    size_t bytes = 0;
+    QnnHandle handle = nullptr;
+  };
+  engine::Status register_buffer(const TensorDesc& d, SharedBuffer& out);
+  void release_shared_buffers();
+
   std::string name_;
   QnnHandle graph_ = nullptr;
+  QnnHandle context_ = nullptr;
+  std::vector<SharedBuffer> shared_;  // inputs, then outputs (empty: raw client buffers)
   QnnHandle backend_ = nullptr;
   std::vector<std::unique_ptr<TensorDesc>> inputs_;
   std::vector<std::unique_ptr<TensorDesc>> outputs_;
@@ -104,6 +125,13 @@ class QnnLoadedContext {
   // refuses the binary (corrupted, other SoC / API version): the message says why.
   static engine::Status load(const ::qnn_delegate::QnnContextBinary* blob, const ::qnn_delegate::QnnPayload* payload,
                              std::unique_ptr<QnnLoadedContext>& out);
+  // (graph name, QNN tensor id per payload tensor) of each graph in a binary.
+  using GraphIds = std::vector<std::pair<std::string, std::vector<uint32_t>>>;
+  // Loads a context binary held elsewhere (e.g. one just built at init by online prepare;
+  // `validate`: ask contextValidateBinary first). The binary may be freed afterwards.
+  static engine::Status load_binary(const uint8_t* binary, size_t size, uint32_t soc_model, const GraphIds& ids,
+                                    const ::qnn_delegate::QnnPayload* payload, bool validate,
+                                    std::unique_ptr<QnnLoadedContext>& out);
   ~QnnLoadedContext();
 
   QnnGraphRunner* find_graph(const char* name) const;

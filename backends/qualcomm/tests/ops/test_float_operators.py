@@ -252,9 +252,17 @@ class TestQNNFloatingPointOperator(unittest.TestCase):
         self.assertEqual(options.logLevel, QnnExecuTorchLogLevel.kLogLevelDebug)
         self.assertEqual(graph_names(options), ["g0"])
         self.assertEqual(options.socInfo.htpInfo.vtcmSizeInMb, 8)
-        for flag in ("saver", "online_prepare", "shared_buffer", "is_from_context_binary"):
+        for flag, field in (
+            ("saver", "saver"),
+            ("online_prepare", "onlinePrepare"),
+            ("shared_buffer", "sharedBuffer"),
+            ("is_from_context_binary", "isFromContextBinary"),
+        ):
+            self.assertTrue(getattr(options_from_compile_specs(fp16_compile_specs(**{flag: True})), field))
             with self.assertRaisesRegex(ValueError, flag):
-                fp16_compile_specs(**{flag: True})
+                fp16_compile_specs(**{flag: "yes"})
+        with self.assertRaisesRegex(ValueError, "op_package_options"):
+            fp16_compile_specs(op_package_options=object())
 
     def test_payload_metadata(self):
         tester = QnnTester(torch.nn.ReLU(), (randn(2, 3),)).lower()

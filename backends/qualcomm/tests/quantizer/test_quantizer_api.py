@@ -329,20 +329,18 @@ class TestQuantizerApi(unittest.TestCase):
             ).initialize_default_strategy_ops(set())
 
     def test_context_binary_helpers_say_what_is_missing(self):
-        """from_context_binary is not built; dump_context_from_pte of a .pte lowered without
-        context binaries (this suite's default) says why (the real dump: qnn/test_context_binary.py)."""
+        """from_context_binary of a missing file names it; dump_context_from_pte of a .pte lowered
+        without context binaries (this suite's default) says why (the real round trip:
+        qnn/test_context_binary_io.py)."""
         import tempfile
         from pathlib import Path
 
         from backends.qualcomm.tests.helpers.tester import QnnTester
-        from backends.qualcomm.upstream_compat import ContextBinaryNotSupportedError
+        from backends.qualcomm.upstream_compat import ContextBinaryError, ContextBinaryNotSupportedError
         from backends.qualcomm.utils.utils import dump_context_from_pte, from_context_binary
 
-        with self.assertRaisesRegex(
-            ContextBinaryNotSupportedError,
-            "from_context_binary: qnn-delegate does not wrap a prebuilt QNN context binary",
-        ):
-            from_context_binary("model.bin", "ctx_op")
+        with self.assertRaisesRegex(ContextBinaryError, "from_context_binary: missing_model.bin: No such file"):
+            from_context_binary("missing_model.bin", "ctx_op")
         with tempfile.TemporaryDirectory() as folder:
             tester = QnnTester(torch.nn.Linear(4, 4), inputs_of((2, 4)))
             tester.tmp_dir = folder
