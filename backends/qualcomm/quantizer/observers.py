@@ -187,8 +187,10 @@ class PassUnionMovingAverageObserver(MovingAverageMinMaxObserver):
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         x = x_orig.detach().to(self.min_val.dtype)
-        if x.is_floating_point():
-            x = x[~torch.isnan(x)]  # NaN carries no range (var over one element with correction 1)
+        if x.is_floating_point() and not torch.compiler.is_compiling():
+            # NaN carries no range (var over one element with correction 1). Not while exported:
+            # the mask's data-dependent size would fail torch.export of a prepared model.
+            x = x[~torch.isnan(x)]
         if x.numel() == 0:
             return x_orig
         low, high = torch.aminmax(x)

@@ -42,6 +42,7 @@ class ClonedCacheAttention(torch.nn.Module):
 
     def __init__(self, dim: int = 16, slots: int = 8):
         super().__init__()
+        torch.manual_seed(0)  # the step figures below are for these weights
         self.q, self.k, self.v = (torch.nn.Linear(dim, dim) for _ in range(3))
         self.register_buffer("k_cache", torch.linspace(-1, 1, slots * dim).reshape(1, slots, dim))
         self.register_buffer("v_cache", torch.linspace(1, -1, slots * dim).reshape(1, slots, dim))
@@ -55,13 +56,14 @@ class ClonedCacheAttention(torch.nn.Module):
 
 @pytest.mark.parametrize(
     "dtype, limits",
-    [(QuantDtype.use_8a8w, dict(max_step_diff=2, min_exact=0.6)), (QuantDtype.use_16a8w, {})],
+    [(QuantDtype.use_8a8w, dict(max_step_diff=1, min_exact=0.9)), (QuantDtype.use_16a8w, {})],
     ids=["8a8w", "16a8w"],
 )
 def test_written_clone_of_a_buffer_is_not_folded(dtype, limits):
     """One delegate; each call starts from the buffer, not from the previous call's writes (a
-    folded clone became a mutable buffer). 8a8w measured: 71.9% exact, max 2 steps (the softmax
-    between two matmuls; 32 elements)."""
+    folded clone became a mutable buffer). 8a8w measured with these (seeded) weights: 31 of 32
+    exact, max 1 step (unseeded weights varied from 37% to 72% exact, max 2: the softmax between
+    two matmuls)."""
     inputs = (randn(1, 2, 16), torch.tensor([3, 4]))
     tester = QuantTester(ClonedCacheAttention(), inputs, dtype)
     assert any("clone" in str(n.target) for n in tester.module.graph.nodes)  # kept: the graph writes it

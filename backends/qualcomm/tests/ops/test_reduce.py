@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from backends.qualcomm.utils.errors import QnnLoweringError
+
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import qnn_vs_host
 from backends.qualcomm.tests.helpers.models_float import Lambda as L
@@ -321,7 +323,12 @@ def test_sort_ties_keep_the_lower_index_first_on_the_host_engine():
 
 
 def test_sort_over_another_axis_stays_on_cpu_with_reason():
-    tester = QnnTester(L(lambda x: torch.sort(x, 0)[0] * 2.0), (randn(3, 4),)).lower()
+    """Not delegated, with the reason; ExecuTorch has no sort CPU kernel, so lowering refuses the
+    program (it would not load) unless require_cpu_kernels=False."""
+    model, inputs = L(lambda x: torch.sort(x, 0)[0] * 2.0), (randn(3, 4),)
+    with pytest.raises(QnnLoweringError, match=r"no CPU kernel aten::sort.values; not delegated: dim=0: only a sort"):
+        QnnTester(model, inputs).lower()
+    tester = QnnTester(model, inputs).lower(require_cpu_kernels=False)
     assert tester.cpu_op_names() == ["aten.sort.default"]
     assert "last axis" in tester.partitioner.rejected_nodes["aten_sort_default"]
 
