@@ -1,6 +1,6 @@
-"""Compatibility with ExecuTorch's own Qualcomm backend (`executorch.backends.qualcomm`,
-"upstream"): a script written for it runs here after replacing the import prefix
-`executorch.backends.qualcomm` with `backends.qualcomm`. This module is the only place that
+"""Compatibility with ExecuTorch's own Qualcomm backend ("upstream", in the executorch wheel): a
+script written for it runs here after replacing that package's import prefix with
+`backends.qualcomm`. This module is the only place that
 exists for that reason, and our own code does not import from it:
 
 - upstream's module paths that have no module of ours (`partition.qnn_partitioner`, `utils.utils`,

@@ -4,7 +4,7 @@ ops/          one op family per file: lowered, run on the host engine (and on QN
               against eager (fp16) or the QDQ reference (quantized)
 models/       real models (weights from pip packages) and whole small models
 quantizer/    QnnQuantizer: its API, configs, masks, delegate boundaries, references
-upstream/     what a script written for executorch.backends.qualcomm relies on
+upstream/     what a script written for ExecuTorch's own Qualcomm backend relies on
 partitioner/  what is delegated, what stays on the CPU and why
 lowering/     compile specs, contexts, weight sharing, IO dim orders, import noise
 passes/       graph passes (folds and fusions)
