@@ -261,3 +261,45 @@ def test_uint16_unary_table_equals_wrapper(monkeypatch, op):
     want = {"Gelu": torch.nn.functional.gelu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh}[op](xr).numpy()
     want = np.clip(np.rint(want / np.float64(np.float32(qy["scale"]))) - qy["offset"], 0, 65535)
     assert np.abs(table - want).max() <= 1
+
+
+def _quantize_inputs(n: int = 1003) -> np.ndarray:
+    """Random values, exact halves of a step (ties), NaN, +-inf and values far outside the range;
+    n % 8 = 3 so that the vector loops' scalar tails run too."""
+    rng = np.random.default_rng(31)
+    x = (rng.standard_normal(n) * 3).astype(np.float32)
+    x[::7] = (np.rint(x[::7] / 0.05) + 0.5) * 0.05
+    x[5], x[11], x[17], x[23], x[29] = np.nan, np.inf, -np.inf, 1e30, -1e30
+    return x
+
+
+def _codes_reference(x: np.ndarray, q: dict, htp: bool) -> np.ndarray:
+    """quantize() with the engine's answers for NaN (qmin) and +-inf (the range's ends)."""
+    with np.errstate(over="ignore"):  # 1e30 / scale is inf in float16, as in the engine
+        codes = quantize(np.nan_to_num(x, nan=0.0, posinf=1e30, neginf=-1e30), q, htp=htp)
+    codes[np.isnan(x)] = 0
+    return codes
+
+
+@pytest.mark.parametrize("src,dst", [("u8", "u8"), ("u8", "u16"), ("u16", "u8"), ("u16", "u16")])
+def test_quantize_convert_paths_bit_exact(monkeypatch, src, dst):
+    """Quantize (uint8: HTP's float16 rounding, halves away from zero; uint16: nearest even) and
+    Convert give the same codes on the AVX2 path and the plain loops, equal to the numpy model."""
+    x = _quantize_inputs()
+    finite = x[np.abs(x) < 100]
+    qin, qout = act_quant(finite, ACT[src]), act_quant(finite * 0.7 + 0.2, ACT[dst])
+    outputs, quantized = {}, {}
+    for path in ("default", "avx2", "plain"):
+        if path == "default":
+            monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+        else:
+            monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+        qg = QGraph()
+        outputs[path] = qg.run("Convert", [qg.act("x", x, qin)], qg.out(x.shape, qout))
+        want = "avx2" if test_hooks().kernel_features()["avx2"] and path != "plain" else "plain"
+        assert (qg.kernel_path("Quantize"), qg.kernel_path("Convert")) == (want, want), path
+        same = QGraph()  # Convert to the input's own encoding: the Quantize codes unchanged
+        quantized[path] = same.run("Convert", [same.act("x", x, qin)], same.out(x.shape, qin))
+    codes_in = _codes_reference(x, qin, htp=ACT[src] == U8)
+    _check(quantized, codes_in)
+    _check(outputs, quantize(dequantize(codes_in, qin), qout, htp=False))
