@@ -67,7 +67,10 @@ def mutate(seed_binary: bytes, seed: int, index: int) -> Tuple[str, bytes]:
 
 # ---- worker -------------------------------------------------------------------------------------
 def _worker(seed_path: Path, seed: int) -> None:
-    """Reads case indices on stdin, answers one JSON line per case on stdout."""
+    """Reads case indices on stdin, answers one JSON line per case on stdout. Whatever the
+    libraries print goes to stderr: fd 1 is pointed there and the answers take a copy of it."""
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     import torch
 
     import backends.qualcomm  # noqa: F401  loads the extension
@@ -80,7 +83,7 @@ def _worker(seed_path: Path, seed: int) -> None:
     graph = info["graphs"][0]
     soc = int(info["soc_model"])
     inputs = [torch.zeros(t["dims"], dtype=QNN_TO_TORCH[t["dtype"]]).numpy() for t in graph["inputs"]]
-    out = sys.stdout
+    out = answers
     for line in sys.stdin:
         index = int(line)
         kind, data = mutate(seed_binary, seed, index)
@@ -121,6 +124,7 @@ class Worker:
             text=True,
             bufsize=1,
         )
+        self.timed_out = False
 
     def run(self, index: int, timeout_s: float) -> Optional[Dict]:
         """The case's result, or None when the worker died or hung (then it is killed)."""
@@ -134,13 +138,15 @@ class Worker:
         ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
         line = self.process.stdout.readline() if ready else ""
         if not line:
+            self.timed_out = not ready
             self.kill()
             return None
         return json.loads(line)
 
     def outcome(self) -> str:
+        """ "hang" (no answer within the timeout: killed here), "signal N" or "exit N"."""
         code = self.process.poll()
-        if code is None:
+        if code is None or self.timed_out:
             return "hang"
         return f"signal {-code}" if code < 0 else f"exit {code}"
 
@@ -198,8 +204,9 @@ def fuzz(seed_path: Path, seed: int, start: int, cases: int, timeout_s: float, c
     worker.close()
     confirmed = 0
     for crash in crashes:  # re-run alone in a fresh worker: a crash, or an earlier case's damage?
-        alone = Worker(seed_path, seed)
-        crash["alone"] = "survived" if alone.run(crash["index"], timeout_s) is not None else alone.outcome()
+        alone = Worker(seed_path, seed)  # a hang gets 6x the time: a busy machine can starve a case
+        answer = alone.run(crash["index"], timeout_s * (6 if crash["outcome"] == "hang" else 1))
+        crash["alone"] = "survived" if answer is not None else alone.outcome()
         confirmed += crash["alone"] != "survived"
         alone.kill()
     run = cases
