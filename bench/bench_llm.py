@@ -8,9 +8,11 @@ llama-bench's conventions: pp<N> = prefill of an N-token prompt (tok/s), tg<N> =
 prompt's prefill and the first sampled token) and the RSS the loaded program added to this process.
 Our programs are exported by `export_static_llm` (payload only, run on the host engine: the
 runtime option qnn_runtime_engine=host), prefilled in chunks of the prefill method's 32 tokens;
-XNNPACK's are exported by ExecuTorch's own flow (`export_llama`: `-kv -X`, fp32, and 8da4w
-(8-bit dynamic activations, 4-bit weights, group 32) with `-qmode 8da4w -G 32`), prefilled in one
-call. Both from the same dequantized GGUF weights. .pte files are cached in --artifact.
+XNNPACK's are exported by ExecuTorch's own flow (`export_llama`: `-kv --use_sdpa_with_kv_cache -X`:
+the cache updated and attended by ExecuTorch's custom sdpa_with_kv_cache kernel, as its LLM
+examples export; fp32, and 8da4w (8-bit dynamic activations, 4-bit weights, group 32, 4-bit
+embedding) with `-qmode 8da4w -G 32 -E 4,32`), prefilled in one call. Both from the same
+dequantized GGUF weights. .pte files are cached in --artifact.
 
 Per backend it also prints the bytes of weights and KV cache one decoded token reads (weights at
 their storage width; our cache is attended over all C - 1 slots whatever the position, XNNPACK's
@@ -194,6 +196,22 @@ def xnnpack_round(method, prompt: List[int], tg: int) -> Round:
     return Round(prefill_s, ttft_s, time.perf_counter() - t1)
 
 
+def load_llm_kernels() -> None:
+    """Registers ExecuTorch's LLM kernels (custom_sdpa, update_cache: what export_llama's
+    --use_sdpa_with_kv_cache emits) and quantized kernels (the 4-bit embedding) with the runtime.
+    Importing executorch.extension.llm.custom_ops loads libcustom_ops_aot_lib only when torch does
+    not know the ops yet, which leaves the runtime without them (the program then fails to load:
+    "Missing operator: llama::custom_sdpa.out"); the library is loaded here whatever torch knows."""
+    import executorch.extension.llm.custom_ops as custom_ops
+    import executorch.kernels.quantized  # noqa: F401
+    import torch
+
+    libraries = sorted(Path(custom_ops.__file__).parent.glob("*custom_ops_aot_lib.*"))
+    if not libraries:
+        raise RuntimeError(f"no custom_ops_aot_lib in {Path(custom_ops.__file__).parent}")
+    torch.ops.load_library(str(libraries[0]))
+
+
 # ---- the programs --------------------------------------------------------------------------------
 def our_pte(model, tokenizer, recipe: str, context_len: int, artifact: Path) -> Path:
     import os
@@ -220,7 +238,7 @@ def xnnpack_pte(model, mode: str, context_len: int, artifact: Path) -> Path:
     from executorch.examples.models.llama.export_llama_lib import build_args_parser, export_llama
     from executorch.extension.llm.export.config.llm_config import LlmConfig
 
-    name = f"smollm2_xnnpack_{mode}_c{context_len}.pte"
+    name = f"smollm2_xnnpack_sdpa_{mode}_c{context_len}.pte"
     path = artifact / name
     if path.exists():
         return path
@@ -241,10 +259,20 @@ def xnnpack_pte(model, mode: str, context_len: int, artifact: Path) -> Path:
     checkpoint = artifact / "xnnpack_checkpoint.pth"
     torch.save(meta_state_dict(model), checkpoint)
     argv = ["--model", "smollm2", "--checkpoint", str(checkpoint), "--params", str(artifact / "xnnpack_params.json")]
-    argv += ["-kv", "-X", "-d", "fp32", "--max_seq_length", str(context_len), "--max_context_length", str(context_len)]
+    argv += [
+        "-kv",
+        "--use_sdpa_with_kv_cache",
+        "-X",
+        "-d",
+        "fp32",
+        "--max_seq_length",
+        str(context_len),
+        "--max_context_length",
+        str(context_len),
+    ]
     argv += ["--output-dir", str(artifact), "--output_name", name]
     if mode == "8da4w":
-        argv += ["-qmode", "8da4w", "-G", "32"]
+        argv += ["-qmode", "8da4w", "-G", "32", "-E", "4,32"]
     export_llama(LlmConfig.from_args(build_args_parser().parse_args(argv)))
     if not path.exists() and Path(name).exists():  # export_llama writes a name ending in .pte to the cwd
         Path(name).replace(path)
@@ -323,6 +351,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         before = rss_mb()
         if name.startswith("xnn_"):
             from executorch.runtime import Runtime
+
+            load_llm_kernels()
 
             method = Runtime.get().load_program(str(path)).load_method("forward")
             rounds, load = time_rounds(lambda: xnnpack_round(method, prompt, args.tg), args.reps, args.max_other_cores)

@@ -1,9 +1,12 @@
 """Per-op time of a .pte on our host engine (runtime profile level 2, ETDump).
 
     python bench/profile_host_engine.py artifacts/bench/mobilenet_v2_8a8w.pte [--runs 5] [--top 15]
+    python bench/profile_host_engine.py smollm2_16a4w_block_c512.pte --method decode [--position 160]
 
 Inputs are those bench_host_engine.py uses for the model the file name starts with
-(mobilenet_v2, minilm_s<seq>, decoder_s<seq>). Prints the time per QNN op type
+(mobilenet_v2, minilm_s<seq>, decoder_s<seq>); for a static-LLM program (export_static_llm: a
+`decode` method) --method picks prefill or decode, called at --position with a zero cache, the
+causal mask of that position and token ids 1..N (timing does not depend on the values). Prints the time per QNN op type
 (median over runs of the summed per-op microseconds), the slowest single ops and the kernel
 path each took, with the CPU and the load sampled while it ran (bench/quiet.py): a profile of a
 loaded run is refused (exit status 3) unless --allow_loaded, which marks it. Not a test.
@@ -36,6 +39,24 @@ def model_of(pte: Path) -> tuple[str, int]:
     raise SystemExit(f"cannot tell the model of {pte.name}")
 
 
+def llm_inputs(program, method: str, position: int) -> list:
+    """Inputs of a static-LLM method call at `position` (export_static_llm's layout)."""
+    import numpy as np
+    import torch
+
+    from backends.qualcomm.llm.generate import KvCache, read_metadata
+    from backends.qualcomm.llm.static_decoder import causal_mask
+
+    shape, _ = read_metadata(program)
+    n = shape.ar_len if method == "prefill" else 1
+    if not 0 <= position <= shape.context_len - n:
+        raise SystemExit(f"--position {position}: a {method} call of {n} tokens fits at 0..{shape.context_len - n}")
+    ids = torch.arange(1, n + 1, dtype=torch.int32).reshape(1, n)
+    positions = torch.from_numpy(np.arange(position, position + n, dtype=np.int32).reshape(1, n))
+    mask = torch.from_numpy(causal_mask(position, n, n, shape.context_len))
+    return [ids, positions, mask] + KvCache(shape).inputs(n)
+
+
 def _metadata(event) -> dict:
     """The delegate event's 'type=Conv2d;us=1.2;...' metadata as a dict."""
     raw = (event.raw_delegate_debug_metadatas or [""])[0]
@@ -48,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pte", type=Path)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--method", default=None, help="static-LLM program: prefill or decode")
+    parser.add_argument("--position", type=int, default=160, help="static-LLM program: the call's first position")
     add_load_arguments(parser, attempts=False)
     args = parser.parse_args(argv)
 
@@ -55,16 +78,20 @@ def main(argv: list[str] | None = None) -> int:
 
     from backends.qualcomm import set_runtime_option
 
-    name, seq = model_of(args.pte)
-    model = build_model(name, seq)
     set_runtime_option("qnn_runtime_engine", "host")
     set_runtime_option("qnn_runtime_profile_level", 2)
     program = Runtime.get().load_program(str(args.pte), enable_etdump=True, debug_buffer_size=0)
-    method = program.load_method("forward")
-    method.execute(list(model.example))  # warm-up
+    if args.method:
+        method = program.load_method(args.method)
+        inputs = llm_inputs(program, args.method, args.position)
+    else:
+        name, seq = model_of(args.pte)
+        method = program.load_method("forward")
+        inputs = list(build_model(name, seq).example)
+    method.execute(inputs)  # warm-up
     with LoadMonitor(args.max_other_cores) as monitor:
         for _ in range(args.runs):
-            method.execute(list(model.example))
+            method.execute(inputs)
     assert monitor.report is not None
     print(f"machine: {cpu_description()}")
     if not refuse_if_loaded(monitor.report, args.allow_loaded):

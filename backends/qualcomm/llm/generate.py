@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -52,6 +52,31 @@ class ModuleProgram:
         return [o.detach().numpy() for o in outputs]
 
 
+def read_metadata(program) -> Tuple[DecoderShape, List[int]]:
+    """The decoder shape and EOS ids an export_static_llm program stores in its get_* methods."""
+
+    def constant(name: str):
+        value = program.load_method(name).execute([])[0]
+        return (
+            value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 and name != "get_eos_ids" else value
+        )
+
+    meta = {name: constant(name) for name in program.method_names if name.startswith("get_")}
+    shape = DecoderShape(
+        n_layers=meta["get_n_layers"],
+        n_heads=-1,
+        n_kv_heads=meta["get_n_kv_heads"],
+        head_dim=meta["get_head_dim"],
+        hidden=meta.get("get_dim", -1),
+        vocab_size=meta["get_vocab_size"],
+        context_len=meta["get_max_context_len"],
+        ar_len=meta["get_ar_len"],
+    )
+    eos = meta.get("get_eos_ids")
+    eos_ids = [int(e) for e in np.asarray(eos).ravel() if int(e) >= 0] if eos is not None else []
+    return shape, eos_ids
+
+
 class PteProgram:
     """A .pte from export.py, run by ExecuTorch's runtime on `engine` (auto / qnn / host); both
     methods are loaded at construction (`load_s`: the seconds that took)."""
@@ -69,19 +94,7 @@ class PteProgram:
         missing = {"decode"} - names
         if missing:
             raise ValueError(f"{path}: no method {sorted(missing)} (methods: {sorted(names)})")
-        meta = {name: self._constant(name) for name in names if name.startswith("get_")}
-        self.shape = DecoderShape(
-            n_layers=meta["get_n_layers"],
-            n_heads=-1,
-            n_kv_heads=meta["get_n_kv_heads"],
-            head_dim=meta["get_head_dim"],
-            hidden=meta.get("get_dim", -1),
-            vocab_size=meta["get_vocab_size"],
-            context_len=meta["get_max_context_len"],
-            ar_len=meta["get_ar_len"],
-        )
-        eos = meta.get("get_eos_ids")
-        self.eos_ids = [int(e) for e in np.asarray(eos).ravel() if int(e) >= 0] if eos is not None else []
+        self.shape, self.eos_ids = read_metadata(self._program)
         self._names = names
         # Both methods are loaded now (the delegate's init: QNN context or host-engine graph), so that
         # generate() times execution only.
@@ -90,12 +103,6 @@ class PteProgram:
             m: self._program.load_method(m) for m in ("prefill", "decode") if m in names
         }
         self.load_s = time.perf_counter() - t
-
-    def _constant(self, name: str):
-        value = self._program.load_method(name).execute([])[0]
-        return (
-            value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 and name != "get_eos_ids" else value
-        )
 
     def has(self, method: str) -> bool:
         return method in self._names
