@@ -31,6 +31,7 @@ from backends.qualcomm.tests.helpers.quant_reference import (
 from backends.qualcomm.tests.helpers.runtime import test_hooks
 
 ACT = {"u8": U8, "u16": U16}
+QMAX_OF = {U8: 255, U16: 65535}
 # The AVX2 path of each activation type: int16-pair vpmaddwd, requantization in 8 int32 lanes
 # (uint8) or with 64-bit products (uint16: 23 fractional bits).
 LANES = {"u8": "avx2/lanes8", "u16": "avx2/lanes64"}
@@ -219,17 +220,53 @@ def test_matmul_batched_threaded_exact(monkeypatch, act, tb, path):
     bi = qg.act("b", np.swapaxes(b, -1, -2).copy() if tb else b, qb)
     got = qg.run("MatMul", [ai, bi], qg.out(real.shape, qy), transpose_in1=scalar(gen_bool(), int(tb)))
     assert qg.kernel_path("MatMul") == ("plain" if path == "plain" else blocked)
+    np.testing.assert_array_equal(got, _matmul_want(a, b, qa, qb, qy))
+
+
+def _matmul_want(a, b, qa, qb, qy):
+    """uint8 x uint8 -> uint8: HTP's integer requantization; otherwise the exact accumulator times
+    s_a s_b / s_out rounded half even."""
     acc = (quantize(a, qa).astype(np.int64) + qa["offset"]) @ (quantize(b, qb).astype(np.int64) + qb["offset"])
-    if act == "u8":
-        want = htp_requantize(acc, qa["scale"], np.float32(qb["scale"]), qy["scale"], -qy["offset"])
+    if qa["dtype"] == qb["dtype"] == qy["dtype"] == U8:
+        return htp_requantize(acc, qa["scale"], np.float32(qb["scale"]), qy["scale"], -qy["offset"])
+    m = np.float64(np.float32(qa["scale"])) * np.float64(np.float32(qb["scale"])) / np.float64(np.float32(qy["scale"]))
+    return np.clip(np.rint(acc * m) - qy["offset"], 0, QMAX_OF[qy["dtype"]])
+
+
+@pytest.mark.parametrize(
+    "act_a,act_b,tb,rows",
+    [
+        ("u16", "u8", False, 3),
+        ("u16", "u8", False, 1),
+        ("u8", "u8", False, 4),
+        ("u16", "u16", False, 2),
+        ("u16", "u8", True, 3),
+    ],
+)
+@pytest.mark.parametrize("path", ["default", "avx2", "plain"])
+def test_matmul_few_rows_exact(monkeypatch, act_a, act_b, tb, rows, path):
+    """Decode attention's shape (3 query heads per KV head: 3 rows against a 16-bit query and an
+    8-bit cache): with M <= 4 rows and B's rows contiguous the AVX-512 tile reads B in place
+    ("direct-avx512"); the same integers as the other paths and the model. 70 columns: a masked
+    tail of 6."""
+    if path == "default":
+        monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
     else:
-        m = (
-            np.float64(np.float32(qa["scale"]))
-            * np.float64(np.float32(qb["scale"]))
-            / np.float64(np.float32(qy["scale"]))
-        )
-        want = np.clip(np.rint(acc * m) - qy["offset"], 0, 65535)
-    np.testing.assert_array_equal(got, want)
+        monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+    avx512 = path == "default" and test_hooks().kernel_features()["avx512"]
+    want_path = (
+        "plain" if path == "plain" else ("blocked" if not avx512 else ("blocked-avx512" if tb else "direct-avx512"))
+    )
+    a, b = randn(3, rows, 64, seed=33), randn(3, 64, 70, seed=34)
+    qa, qb = act_quant(a, ACT[act_a]), act_quant(b, ACT[act_b])
+    real = dequantize(quantize(a, qa), qa).astype(np.float64) @ dequantize(quantize(b, qb), qb).astype(np.float64)
+    qy = act_quant(real, ACT[act_a])
+    qg = QGraph()
+    ai = qg.act("a", a, qa)
+    bi = qg.act("b", np.swapaxes(b, -1, -2).copy() if tb else b, qb)
+    got = qg.run("MatMul", [ai, bi], qg.out(real.shape, qy), transpose_in1=scalar(gen_bool(), int(tb)))
+    assert qg.kernel_path("MatMul") == want_path
+    np.testing.assert_array_equal(got, _matmul_want(a, b, qa, qb, qy))
 
 
 @pytest.mark.parametrize("op", ["Gelu", "Sigmoid", "Tanh"])

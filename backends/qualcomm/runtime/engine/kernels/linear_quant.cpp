@@ -72,17 +72,26 @@ struct QMatMulSetup {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// 4 rows of C = ad [4][K] x bd [K][N] (doubles holding exact integers: every partial sum is an
-// integer below 2^53, so the FMA order does not matter) with AVX-512: 4 rows x 16 columns in 8
-// zmm accumulators, the N % 16 tail masked. Requantized in lanes when `lanes` (the PT2E float
-// reference, Requant::apply's !htp branch: fma(acc, mult, bias), round half even, - out_offset,
-// clamp; the same operations lane by lane), else by Requant::apply.
-template <typename O>
-QNN_TARGET_AVX512 void matmul_rows4_avx512(const double* ad, const double* bd, size_t K, size_t N, const Requant& rq,
-                                           bool lanes, O* c, size_t ldc) {
-  constexpr int R = 4;
+// Row k, columns n0 .. n0 + 8 (mask m) of B as doubles holding (b + off_b): from the double copy
+// (offset already added) or straight from the uint8 / uint16 tensor (the same exact values).
+QNN_TARGET_AVX512 inline __m512d load_b8(const double* p, __mmask8 m, __m512d) { return _mm512_maskz_loadu_pd(m, p); }
+QNN_TARGET_AVX512 inline __m512d load_b8(const uint8_t* p, __mmask8 m, __m512d ob) {
+  return _mm512_add_pd(_mm512_cvtepi32_pd(_mm256_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p))), ob);
+}
+QNN_TARGET_AVX512 inline __m512d load_b8(const uint16_t* p, __mmask8 m, __m512d ob) {
+  return _mm512_add_pd(_mm512_cvtepi32_pd(_mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, p))), ob);
+}
+
+// R rows of C = ad [R][K] x B [K][N] (B row k at b + k * ldb; doubles holding exact integers:
+// every partial sum is an integer below 2^53, so the FMA order does not matter) with AVX-512:
+// R rows x 16 columns in 2R zmm accumulators, the N % 16 tail masked. Requantized in lanes when
+// `lanes` (the PT2E float reference, Requant::apply's !htp branch: fma(acc, mult, bias), round
+// half even, - out_offset, clamp; the same operations lane by lane), else by Requant::apply.
+template <int R, typename O, typename BT>
+QNN_TARGET_AVX512 void matmul_rows_avx512(const double* ad, const BT* b, double off_b, size_t ldb, size_t K, size_t N,
+                                          const Requant& rq, bool lanes, O* c, size_t ldc) {
   const __m512d mult = _mm512_set1_pd(lanes ? rq.mult[0] : 0.0), bias = _mm512_set1_pd(lanes ? rq.bias[0] : 0.0);
-  const __m512d off = _mm512_set1_pd(double(rq.out_offset));
+  const __m512d off = _mm512_set1_pd(double(rq.out_offset)), ob = _mm512_set1_pd(off_b);
   const __m512d lo = _mm512_set1_pd(double(rq.qmin)), hi = _mm512_set1_pd(double(rq.qmax));
   for (size_t n0 = 0; n0 < N; n0 += 16) {
     const size_t cols = std::min<size_t>(16, N - n0);
@@ -91,8 +100,8 @@ QNN_TARGET_AVX512 void matmul_rows4_avx512(const double* ad, const double* bd, s
     __m512d acc[R][2];
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_pd();
     for (size_t k = 0; k < K; ++k) {
-      const __m512d b0 = _mm512_maskz_loadu_pd(m0, bd + k * N + n0);
-      const __m512d b1 = _mm512_maskz_loadu_pd(m1, bd + k * N + n0 + 8);
+      const __m512d b0 = load_b8(b + k * ldb + n0, m0, ob);
+      const __m512d b1 = load_b8(b + k * ldb + n0 + 8, m1, ob);
       for (int r = 0; r < R; ++r) {
         const __m512d av = _mm512_set1_pd(ad[r * K + k]);
         acc[r][0] = _mm512_fmadd_pd(av, b0, acc[r][0]);
@@ -141,8 +150,12 @@ class QMatMulKernel final : public Kernel {
         blocked_(!plain_kernels_forced()),
         avx512_(blocked_ && simd_level() == SimdLevel::Avx512) {}
   size_t scratch_bytes() const override { return slots_ * slot_bytes(); }
-  // "blocked-avx512": the AVX-512 tile with lane requantization (PT2E reference) or scalar (HTP).
-  const char* path() const override { return avx512_ ? "blocked-avx512" : (blocked_ ? "blocked" : "plain"); }
+  // "blocked-avx512": the AVX-512 tile with lane requantization (PT2E reference) or scalar (HTP);
+  // "direct-avx512": the same tile reading B in place (M <= 4 rows, B's rows contiguous).
+  const char* path() const override {
+    if (avx512_) return direct() ? "direct-avx512" : "blocked-avx512";
+    return blocked_ ? "blocked" : "plain";
+  }
   Status run(const RunContext& c) const override {
     const MatMulShape& s = q_.s;
     const A* a = c.at<const A>(s.a);
@@ -170,6 +183,7 @@ class QMatMulKernel final : public Kernel {
   }
 
  private:
+  bool direct() const { return q_.s.M <= kRows && (q_.s.tb ? q_.s.K : 1) == 1; }
   // B as double [K][N], kRows rows of A as double [kRows][K], N sums.
   size_t slot_bytes() const { return align64((q_.s.K * q_.s.N + kRows * q_.s.K + q_.s.N) * sizeof(double)); }
 
@@ -190,7 +204,7 @@ class QMatMulKernel final : public Kernel {
       for (size_t k = 0; k < K; ++k) ad[r * K + k] = double(a[(m0 + r) * sam + k * sak]) + oa;
 #ifdef QNN_X86
     if (avx512_) {
-      matmul_rows4_avx512<O>(ad, bd, K, N, q_.rq, !q_.rq.htp, c + m0 * N, N);
+      matmul_rows_avx512<kRows, O>(ad, bd, 0.0, N, K, N, q_.rq, !q_.rq.htp, c + m0 * N, N);
       return;
     }
 #endif
@@ -221,6 +235,25 @@ class QMatMulKernel final : public Kernel {
       }
   }
 
+#ifdef QNN_X86
+  // All M <= kRows rows of C in one AVX-512 tile, B converted to double as it is loaded (each
+  // element once) instead of copied to the double B first: the same sums.
+  void rows_direct(const double* ad, const B* b, size_t ldb, O* c) const {
+    const MatMulShape& s = q_.s;
+    const bool lanes = !q_.rq.htp;
+    switch (s.M) {
+      case 1:
+        return matmul_rows_avx512<1, O>(ad, b, double(q_.off_b), ldb, s.K, s.N, q_.rq, lanes, c, s.N);
+      case 2:
+        return matmul_rows_avx512<2, O>(ad, b, double(q_.off_b), ldb, s.K, s.N, q_.rq, lanes, c, s.N);
+      case 3:
+        return matmul_rows_avx512<3, O>(ad, b, double(q_.off_b), ldb, s.K, s.N, q_.rq, lanes, c, s.N);
+      default:
+        return matmul_rows_avx512<4, O>(ad, b, double(q_.off_b), ldb, s.K, s.N, q_.rq, lanes, c, s.N);
+    }
+  }
+#endif
+
   void multiply(const A* a, const B* b, double* buf, O* c) const {
     const MatMulShape& s = q_.s;
     const size_t M = s.M, N = s.N, K = s.K;
@@ -230,6 +263,14 @@ class QMatMulKernel final : public Kernel {
     double* bd = buf;
     double* ad = buf + K * N;
     double* acc = ad + kRows * K;
+#ifdef QNN_X86
+    if (avx512_ && direct()) {  // one row tile (decode attention): B read as it is
+      for (size_t m = 0; m < M; ++m)
+        for (size_t k = 0; k < K; ++k) ad[m * K + k] = double(a[m * sam + k * sak]) + oa;
+      rows_direct(ad, b, sbk, c);
+      return;
+    }
+#endif
     for (size_t k = 0; k < K; ++k)
       for (size_t n = 0; n < N; ++n) bd[k * N + n] = double(b[k * sbk + n * sbn]) + ob;
     size_t m_begin = 0;
