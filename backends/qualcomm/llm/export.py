@@ -301,6 +301,17 @@ def compile_specs(recipe: str, soc=None, weight_sharing: bool = True):
     )
 
 
+def backend_config():
+    """ExecuTorch's serialization config for the LLM methods: graph inputs are not memory-planned
+    (alloc_graph_input=False), so a call reads the caller's tensors in place instead of copying
+    every input into the method's planned memory first: a decode call of SmolLM2-135M at context
+    512 passes 23.5 MB of cache, copied once per token otherwise. The runners own the buffers."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
+
+    return ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
+
+
 def export_static_llm(
     hf_model: torch.nn.Module,
     path: Union[str, Path],
@@ -359,7 +370,7 @@ def export_static_llm(
     )
     stages["lower"] = time.perf_counter() - t
     t = time.perf_counter()
-    program = edge.to_executorch()
+    program = edge.to_executorch(backend_config())
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
         program.write_to_file(f)

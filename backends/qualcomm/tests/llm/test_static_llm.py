@@ -131,6 +131,13 @@ def _pte_checks(result):
         assert not plans[name].operators, [o.name for o in plans[name].operators]  # no CPU op
     blob = bytes(program.backend_delegate_data[0].data)
     assert result.path.read_bytes().count(blob) == 1  # one weight-shared context, stored once
+    from executorch.runtime import Runtime
+
+    loaded = Runtime.get().load_program(str(result.path))
+    for name in ("prefill", "decode"):  # inputs read in place: the cache is not copied per call
+        meta = loaded.metadata(name)
+        assert meta.num_inputs() == 3 + 2 * result.shape.n_layers
+        assert not any(meta.input_tensor_meta(i).is_memory_planned() for i in range(meta.num_inputs()))
 
 
 @pytest.mark.parametrize("fixture", ["llama_fp16", "qwen3_fp16"])
