@@ -37,7 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.quiet import DEFAULT_MAX_OTHER_CORES, LoadMonitor, LoadReport, cpu_description, refuse_if_loaded  # noqa: E402
+from bench.quiet import LoadMonitor, LoadReport, add_load_arguments, cpu_description, refuse_if_loaded  # noqa: E402
 
 # Storage bytes per weight of a linear: (bytes of the 4-bit / 8-bit codes + their scales).
 WEIGHT_BYTES = {
@@ -316,8 +316,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--context-len", type=int, default=512)
     parser.add_argument("--artifact", type=Path, default=Path("artifacts/bench_llm"))
-    parser.add_argument("--max-other-cores", type=float, default=DEFAULT_MAX_OTHER_CORES)
-    parser.add_argument("--allow-loaded", action="store_true")
+    add_load_arguments(parser, attempts=False)
     args = parser.parse_args(argv)
     args.artifact.mkdir(parents=True, exist_ok=True)
 

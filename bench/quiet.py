@@ -3,7 +3,7 @@
 On a 2-core machine any other load distorts a ratio against XNNPACK by 2x or more (its
 spinning thread pool loses far more under oversubscription than our engine does), so a ratio
 taken under load is not evidence. Every bench wraps its timed rounds in `LoadMonitor` and
-refuses to print ratios when other processes used more than `--max-other-cores` cores.
+refuses to print ratios when other processes used more than `--max_other_cores` cores.
 
 Other processes' CPU time = busy time of all cores (from /proc/stat) minus this process's
 own CPU time (from /proc/self/stat, all its threads), over the same wall-clock interval.
@@ -125,7 +125,7 @@ def refuse_if_loaded(report: LoadReport, allow_loaded: bool = False) -> bool:
     if report.quiet:
         return True
     if allow_loaded:
-        print("ratios below were taken under load (--allow-loaded): NOT evidence, do not quote them")
+        print("ratios below were taken under load (--allow_loaded): NOT evidence, do not quote them")
         return True
     print("refusing to print ratios: other processes used the cores (rerun on a quiet machine)")
     return False
