@@ -340,3 +340,33 @@ def test_quantize_convert_paths_bit_exact(monkeypatch, src, dst):
     codes_in = _codes_reference(x, qin, htp=ACT[src] == U8)
     _check(quantized, codes_in)
     _check(outputs, quantize(dequantize(codes_in, qin), qout, htp=False))
+
+
+@pytest.mark.parametrize("op", ["ElementWiseAdd", "ElementWiseSubtract"])
+@pytest.mark.parametrize("b_shape", [(3, 5, 70), (1, 5, 70), (3, 5, 1), (1, 1, 1)])
+def test_add_sub_16bit_paths_bit_exact(monkeypatch, op, b_shape):
+    """16-bit add / subtract (HTP's integer scheme) on the AVX-512 rows ("avx512", 8 values per
+    step in exact doubles) and the int64 loop ("plain", also QNN_HOST_ENGINE_KERNELS=avx2):
+    equal to the numpy model of QNN HTP, full-size, broadcast rows (the attention mask's
+    [1, N, C] against [heads, N, C]), broadcast columns and a scalar; 70 = 8 * 8 + 6 tail."""
+    from backends.qualcomm.tests.helpers.htp_add_sub_mean import htp_add_sub
+
+    a, b = randn(3, 5, 70, seed=41) * 4, randn(*b_shape, seed=42) * 2
+    qa, qb = act_quant(a, U16), act_quant(b, U16)
+    real = dequantize(quantize(a, qa), qa) + (-1 if op == "ElementWiseSubtract" else 1) * dequantize(
+        quantize(b, qb), qb
+    )
+    qy = act_quant(real, U16)
+    outputs = {}
+    for path in ("default", "avx2", "plain"):
+        if path == "default":
+            monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+        else:
+            monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+        qg = QGraph()
+        outputs[path] = qg.run(op, [qg.act("a", a, qa), qg.act("b", b, qb)], qg.out(real.shape, qy))
+        avx512 = path == "default" and test_hooks().kernel_features()["avx512"]
+        assert qg.kernel_path(op) == ("avx512" if avx512 else "plain"), path
+    enc = [(q["scale"], q["offset"]) for q in (qa, qb, qy)]
+    want = htp_add_sub(quantize(a, qa), quantize(b, qb), *enc, subtract=op == "ElementWiseSubtract", bits=16)
+    _check(outputs, want)

@@ -42,27 +42,18 @@ inline bool next_index(Index& idx, const Dims& dims) {
   return false;
 }
 
-// out = f(a, b) over the broadcast output of a binary elementwise op: flat loops when an
-// input is full-size or a scalar, else a walk of all but the innermost axis (`outer`),
-// whose loop uses strides 0 or 1. `sa` / `sb` from broadcast_strides; no allocation.
-template <typename T, typename F>
-void apply_broadcast(const T* a, const T* b, T* out, size_t numel, size_t a_numel, size_t b_numel, const Dims& dims,
-                     const Index& sa, const Index& sb, const Dims& outer, F f) {
-  if (a_numel == numel && b_numel == numel) {
-    for (size_t i = 0; i < numel; ++i) out[i] = f(a[i], b[i]);
-    return;
-  }
-  if (a_numel == numel && b_numel == 1) {
-    const T bv = b[0];
-    for (size_t i = 0; i < numel; ++i) out[i] = f(a[i], bv);
-    return;
-  }
-  if (a_numel == 1 && b_numel == numel) {
-    const T av = a[0];
-    for (size_t i = 0; i < numel; ++i) out[i] = f(av, b[i]);
-    return;
-  }
+// The rows of a binary elementwise op's broadcast output: row(oa, ia, ob, ib, o, n) for n
+// outputs from out[o], reading a[oa + i * ia] and b[ob + i * ib] (strides 0 or 1). One flat row
+// when an input is full-size or a scalar, else one row per index of all but the innermost axis
+// (`outer`). `sa` / `sb` from broadcast_strides; no allocation.
+template <typename R>
+void for_each_broadcast_row(size_t numel, size_t a_numel, size_t b_numel, const Dims& dims, const Index& sa,
+                            const Index& sb, const Dims& outer, R row) {
   if (numel == 0) return;
+  if ((a_numel == numel || a_numel == 1) && (b_numel == numel || b_numel == 1)) {
+    row(size_t(0), size_t(a_numel == numel), size_t(0), size_t(b_numel == numel), size_t(0), numel);
+    return;
+  }
   const size_t rank = dims.size();
   const size_t inner = dims[rank - 1];
   const size_t ia = sa[rank - 1], ib = sb[rank - 1];
@@ -74,9 +65,23 @@ void apply_broadcast(const T* a, const T* b, T* out, size_t numel, size_t a_nume
       oa += idx[d] * sa[d];
       ob += idx[d] * sb[d];
     }
-    for (size_t i = 0; i < inner; ++i) out[o + i] = f(a[oa + i * ia], b[ob + i * ib]);
+    row(oa, ia, ob, ib, o, inner);
     o += inner;
   } while (next_index(idx, outer));
+}
+
+// out = f(a, b) over the broadcast output of a binary elementwise op (for_each_broadcast_row).
+template <typename T, typename F>
+void apply_broadcast(const T* a, const T* b, T* out, size_t numel, size_t a_numel, size_t b_numel, const Dims& dims,
+                     const Index& sa, const Index& sb, const Dims& outer, F f) {
+  for_each_broadcast_row(numel, a_numel, b_numel, dims, sa, sb, outer,
+                         [&](size_t oa, size_t ia, size_t ob, size_t ib, size_t o, size_t n) {
+                           if (ia == 1 && ib == 1) {
+                             for (size_t i = 0; i < n; ++i) out[o + i] = f(a[oa + i], b[ob + i]);
+                           } else {
+                             for (size_t i = 0; i < n; ++i) out[o + i] = f(a[oa + i * ia], b[ob + i * ib]);
+                           }
+                         });
 }
 
 // acc + sum over k < K of a[k * sa] * b[k * sb], added in k order, the products of the first
