@@ -1,5 +1,7 @@
 #include "backends/qualcomm/runtime/engine/Quant.h"
 
+#include "backends/qualcomm/runtime/engine/QuantSimd.h"
+
 #include <cstring>
 #include <limits>
 
@@ -336,7 +338,18 @@ QuantParams quant_params_of(const TensorInfo& t) {
   return p;
 }
 
+// The AVX2 loops (QuantSimd.h, the same bits) where this CPU and QNN_HOST_ENGINE_KERNELS allow.
 void quantize_any(const float* x, void* q, size_t n, DType dt, const QuantParams& p) {
+#if QNN_X86
+  if (simd_level() >= SimdLevel::Avx2) {
+    if (dt == DType::UFIXED_POINT_16) {
+      quantize_rne_avx2(x, static_cast<uint16_t*>(q), n, p);
+    } else {
+      quantize_rne_avx2(x, static_cast<uint8_t*>(q), n, p);
+    }
+    return;
+  }
+#endif
   if (dt == DType::UFIXED_POINT_16) {
     quantize_run(x, static_cast<uint16_t*>(q), n, p);
   } else {
@@ -345,6 +358,16 @@ void quantize_any(const float* x, void* q, size_t n, DType dt, const QuantParams
 }
 
 void dequantize_any(const void* q, float* x, size_t n, DType dt, const QuantParams& p) {
+#if QNN_X86
+  if (simd_level() >= SimdLevel::Avx2) {
+    if (dt == DType::UFIXED_POINT_16) {
+      dequantize_avx2(static_cast<const uint16_t*>(q), x, n, p);
+    } else {
+      dequantize_avx2(static_cast<const uint8_t*>(q), x, n, p);
+    }
+    return;
+  }
+#endif
   if (dt == DType::UFIXED_POINT_16) {
     dequantize_run(static_cast<const uint16_t*>(q), x, n, p);
   } else {

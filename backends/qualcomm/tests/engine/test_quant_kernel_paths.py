@@ -370,3 +370,24 @@ def test_add_sub_16bit_paths_bit_exact(monkeypatch, op, b_shape):
     enc = [(q["scale"], q["offset"]) for q in (qa, qb, qy)]
     want = htp_add_sub(quantize(a, qa), quantize(b, qb), *enc, subtract=op == "ElementWiseSubtract", bits=16)
     _check(outputs, want)
+
+
+@pytest.mark.parametrize("act", ["u8", "u16"])
+def test_dequantize_wrapped_multiply_paths_bit_exact(monkeypatch, act):
+    """A quantized op run by its float kernel between dequantize_any and quantize_any (Multiply):
+    the AVX2 (de)quantization loops give the plain loops' bits and the float32 model's;
+    1003 values leave a tail of 3."""
+    a, b = randn(1003, seed=43) * 3, randn(1003, seed=44)
+    qa, qb = act_quant(a, ACT[act]), act_quant(b, ACT[act])
+    real = dequantize(quantize(a, qa), qa) * dequantize(quantize(b, qb), qb)
+    qy = act_quant(real, ACT[act])
+    outputs = {}
+    for path in ("default", "plain"):
+        if path == "default":
+            monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+        else:
+            monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+        qg = QGraph()
+        outputs[path] = qg.run("ElementWiseMultiply", [qg.act("a", a, qa), qg.act("b", b, qb)], qg.out(real.shape, qy))
+        assert qg.kernel_path("ElementWiseMultiply").startswith("dequant+"), path
+    _check(outputs, quantize(real.astype(np.float32), qy, htp=False))

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backends/qualcomm/runtime/engine/Quant.h"
+#include "backends/qualcomm/runtime/engine/QuantSimd.h"
 #include "backends/qualcomm/runtime/engine/Simd.h"
 #include "backends/qualcomm/runtime/engine/kernels/KernelUtil.h"
 
@@ -67,42 +68,12 @@ QNN_CONVERT_RUN(uint16_t, uint16_t)
 // _Float16 cast; maxps returns its second operand for a NaN first one, which is how NaN becomes
 // qmin; codes are clamped to [qmin, qmax] >= 0 before the unsigned packs). The tails (n % 8)
 // take the scalar loops.
-QNN_TARGET_AVX2 inline __m256 clamp8(__m256 r, const QuantParams& p) {
-  return _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(float(p.qmin))), _mm256_set1_ps(float(p.qmax)));
-}
-
 QNN_TARGET_AVX2 inline __m256 htp_codes8(__m256 x, const QuantParams& p) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 h = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(x, _mm256_set1_ps(p.inv_scale)), _MM_FROUND_TO_NEAREST_INT));
   __m256 a = _mm256_floor_ps(_mm256_add_ps(_mm256_andnot_ps(sign, h), _mm256_set1_ps(0.5f)));
   __m256 r = _mm256_sub_ps(_mm256_or_ps(a, _mm256_and_ps(sign, h)), _mm256_set1_ps(float(p.offset)));
   return clamp8(r, p);
-}
-
-QNN_TARGET_AVX2 inline __m256 rne_codes8(__m256 real, const QuantParams& p) {
-  __m256 r =
-      _mm256_round_ps(_mm256_mul_ps(real, _mm256_set1_ps(p.inv_scale)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  return clamp8(_mm256_sub_ps(r, _mm256_set1_ps(float(p.offset))), p);
-}
-
-QNN_TARGET_AVX2 inline void store8(__m256 codes, uint8_t* y) {
-  const __m256i i = _mm256_cvtps_epi32(codes);
-  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
-  _mm_storel_epi64(reinterpret_cast<__m128i*>(y), _mm_packus_epi16(w, w));
-}
-
-QNN_TARGET_AVX2 inline void store8(__m256 codes, uint16_t* y) {
-  const __m256i i = _mm256_cvtps_epi32(codes);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(y),
-                   _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
-}
-
-QNN_TARGET_AVX2 inline __m256 load8(const uint8_t* x) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x))));
-}
-
-QNN_TARGET_AVX2 inline __m256 load8(const uint16_t* x) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
 }
 
 template <typename Q>
