@@ -370,13 +370,13 @@ def run_case(module, inputs, specs, lower_kwargs, expected_partitions, check, at
         return _error("quantize", exc)
     try:
         edge = ours.to_edge_transform_and_lower_to_qnn(module, inputs, specs, **lower_kwargs)
+        on_cpu = cpu_ops(edge)
         program = edge.to_executorch()
     except ours.QnnLoweringError as exc:
         return _error("no-cpu-kernel" if "no CPU kernel" in str(exc) else "lowering", exc)
     except Exception as exc:  # noqa: BLE001
         return _error("export" if "export" in traceback.format_exc(limit=-3) else "lowering", exc)
     delegates = [d.id for d in program.executorch_program.execution_plan[0].delegates]
-    on_cpu = cpu_ops(edge)
     try:
         ref = _flatten(module(*inputs))
         method = Runtime.get().load_program(program.buffer).load_method("forward")

@@ -32,6 +32,7 @@ import re
 import select
 import subprocess
 import sys
+import threading
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
@@ -131,72 +132,81 @@ def select_methods(methods: List[uc.TestMethod], pattern: Optional[str], part: O
     return methods
 
 
+_OUT_LOCK = threading.Lock()
+
+
 def _record(out, result: Dict) -> None:
-    out.write(json.dumps(result) + "\n")
-    out.flush()
-    print(
-        f"{result['status']:5} {result['class']}.{result['test']}[{result['index']}] {result.get('reason', '')}",
-        flush=True,
-    )
+    with _OUT_LOCK:
+        out.write(json.dumps(result) + "\n")
+        out.flush()
+        print(
+            f"{result['status']:5} {result['class']}.{result['test']}[{result['index']}] {result.get('reason', '')}",
+            flush=True,
+        )
 
 
-def run(methods: List[uc.TestMethod], out_path: Path, engine: str, timeout_s: float) -> None:
-    done = _done_keys(out_path)
+def _run_methods(methods: List[uc.TestMethod], out, done: Dict, engine: str, timeout_s: float) -> None:
     worker: Optional[Worker] = None
-    with out_path.open("a") as out:
-        for method in methods:
-            base = {"class": method.cls, "test": method.name}
-            skip = uc.decorator_skip(method)
-            if skip:
-                if (method.cls, method.name, 0) not in done:
-                    _record(
-                        out,
-                        {
-                            **base,
-                            "index": 0,
-                            "subtest": "",
-                            "status": "skip",
-                            "reason": "upstream-skip",
-                            "message": skip,
-                        },
-                    )
-                continue
-            worker = worker or Worker(engine)
-            cases = worker.ask({"op": "enumerate", "cls": method.cls, "test": method.name}, timeout_s)
-            if cases is None:
+    for method in methods:
+        base = {"class": method.cls, "test": method.name}
+        skip = uc.decorator_skip(method)
+        if skip:
+            if (method.cls, method.name, 0) not in done:
                 _record(
                     out,
-                    {
-                        **base,
-                        "index": 0,
-                        "subtest": "",
-                        "status": "error",
-                        "reason": "enumerate-crash",
-                        "message": worker.outcome(),
-                    },
+                    {**base, "index": 0, "subtest": "", "status": "skip", "reason": "upstream-skip", "message": skip},
                 )
+            continue
+        worker = worker or Worker(engine)
+        cases = worker.ask({"op": "enumerate", "cls": method.cls, "test": method.name}, timeout_s)
+        if cases is None:
+            _record(
+                out,
+                {
+                    **base,
+                    "index": 0,
+                    "subtest": "",
+                    "status": "error",
+                    "reason": "enumerate-crash",
+                    "message": worker.outcome(),
+                },
+            )
+            worker = None
+            continue
+        if "error" in cases:  # the body failed outside any case: one error case
+            if (method.cls, method.name, 0) not in done:
+                _record(out, {**base, "index": 0, "subtest": "", **cases["error"]})
+            continue
+        for index, subtest in enumerate(cases["cases"]):
+            if (method.cls, method.name, index) in done:
+                continue
+            worker = worker or Worker(engine)
+            answer = worker.ask({"op": "replay", "cls": method.cls, "test": method.name, "index": index}, timeout_s)
+            if answer is None:
+                reason = "timeout" if worker.outcome() == "hang" else "crash"
+                answer = {
+                    "status": "error",
+                    "reason": reason,
+                    "message": f"worker {worker.outcome()} (timeout {timeout_s:g} s)",
+                }
                 worker = None
-                continue
-            if "error" in cases:  # the body failed outside any case: one error case
-                if (method.cls, method.name, 0) not in done:
-                    _record(out, {**base, "index": 0, "subtest": "", **cases["error"]})
-                continue
-            for index, subtest in enumerate(cases["cases"]):
-                if (method.cls, method.name, index) in done:
-                    continue
-                worker = worker or Worker(engine)
-                answer = worker.ask({"op": "replay", "cls": method.cls, "test": method.name, "index": index}, timeout_s)
-                if answer is None:
-                    reason = "timeout" if worker.outcome() == "hang" else "crash"
-                    answer = {
-                        "status": "error",
-                        "reason": reason,
-                        "message": f"worker {worker.outcome()} (timeout {timeout_s:g} s)",
-                    }
-                    worker = None
-                _record(out, {**base, "index": index, "subtest": subtest, "engine": engine, **answer})
+            _record(out, {**base, "index": index, "subtest": subtest, "engine": engine, **answer})
     if worker is not None:
         worker.close()
+
+
+def run(methods: List[uc.TestMethod], out_path: Path, engine: str, timeout_s: float, workers: int = 1) -> None:
+    """The cases of `methods`, over `workers` worker processes (methods dealt round-robin)."""
+    done = _done_keys(out_path)
+    with out_path.open("a") as out:
+        threads = [
+            threading.Thread(target=_run_methods, args=(methods[i::workers], out, done, engine, timeout_s))
+            for i in range(workers)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
 
 def summarize(results: Iterable[Dict]) -> Dict:
@@ -241,6 +251,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("-k", dest="pattern", default=None, help="regex on Class.test_name")
     parser.add_argument("--slice", dest="part", default=None, help="i/n: every n-th test method from the i-th")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per case")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (one per core at most)")
     parser.add_argument("--summary", action="store_true", help="print (and write <out>.summary.json) only")
     parser.add_argument("--list", action="store_true", help="list the selected test methods and exit")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -258,7 +269,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.list:
         print("\n".join(f"{m.cls}.{m.name}" for m in methods))
         return 0
-    run(methods, args.out, args.engine, args.timeout)
+    run(methods, args.out, args.engine, args.timeout, args.workers)
     return 0
 
 

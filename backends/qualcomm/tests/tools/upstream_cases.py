@@ -15,6 +15,8 @@ from __future__ import annotations
 import ast
 import copy
 import importlib.util
+import sys
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
@@ -101,7 +103,10 @@ def stub_lookup(stubs: Dict[str, object]) -> Callable[[str], object]:
 def load_models(source: str, stubs: Dict[str, object], name: str = "upstream_models") -> Dict[str, object]:
     """models.py's source executed in a fresh namespace, its upstream imports stubbed."""
     tree = ast.fix_missing_locations(_StubImports().visit(ast.parse(source)))
-    namespace: Dict[str, object] = {"__name__": name, "__stub__": stub_lookup(stubs)}
+    module = types.ModuleType(name)  # registered: strict torch.export imports a class's module
+    sys.modules[name] = module
+    namespace: Dict[str, object] = module.__dict__
+    namespace["__stub__"] = stub_lookup(stubs)
     exec(compile(tree, f"<{name}>", "exec"), namespace)
     return namespace
 
