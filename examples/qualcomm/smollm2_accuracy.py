@@ -459,7 +459,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--only", help="weights: only the variants whose name matches this regex")
     args = parser.parse_args(argv)
     args.artifact.mkdir(parents=True, exist_ok=True)
-    commands = {"float": cmd_float, "weights": cmd_weights, "qdq": cmd_qdq, "export": cmd_export, "qnn": cmd_qnn, "debug": cmd_debug}
+    commands = {
+        "float": cmd_float,
+        "weights": cmd_weights,
+        "qdq": cmd_qdq,
+        "export": cmd_export,
+        "qnn": cmd_qnn,
+        "debug": cmd_debug,
+    }
     commands[args.command](args)
 
 
