@@ -7,9 +7,11 @@ its own delegate(s); with `use_multi_contexts` shard k of every method then goes
 (utils/weight_sharing.py).
 
 Shard of a node: the shard of its layer when it has one, and never lower than the shards of its
-inputs (nodes outside any layer - the embedding, the mask and rotary lookups, the final norm and
-head, nodes a pass created - follow their inputs). Shards never decrease along an edge, so the cut
-partitions form no cycle. A tensor one shard computes and a later one reads (the hidden state, the
+inputs. A node outside any layer (the embedding, the mask and rotary lookups, the final norm and
+head, a weight's dequantize, nodes a pass created) goes to the shard of its first consumer, or of
+its inputs when that is later: a layer's weights stay in the layer's shard, and a tensor several
+shards read (the mask) is computed once, in the first. Shards never decrease along an edge, so the
+cut partitions form no cycle. A tensor one shard computes and a later one reads (the hidden state, the
 mask) becomes an output of the first delegate and an input of the second; ExecuTorch passes it
 between them with no CPU op in between.
 
@@ -94,14 +96,17 @@ def shard_of_nodes(graph: torch.fx.Graph, shard_layers: Sequence[int], pattern: 
             f"sharding: boundary layer(s) {missing} not found; the graph's layers matching {pattern!r} are "
             f"{min(seen)}..{max(seen)}"
         )
-    shard: Dict[torch.fx.Node, int] = {}
-    for node in graph.nodes:
+    floor: Dict[torch.fx.Node, int] = {}
+    for node in graph.nodes:  # the lowest shard each node may take: its layer's, its inputs'
         if node.op != "call_function":
             continue
-        floor = max((shard[a] for a in node.all_input_nodes if a in shard), default=0)
         layer = layers[node]
         own = 0 if layer is None else sum(1 for s in starts if layer >= s)
-        shard[node] = max(floor, own)
+        floor[node] = max([own] + [floor[a] for a in node.all_input_nodes if a in floor])
+    shard: Dict[torch.fx.Node, int] = {}
+    for node in reversed(list(floor)):  # a node outside layers moves up to its first consumer's shard
+        users = [shard[u] for u in node.users if u in shard]
+        shard[node] = floor[node] if layers[node] is not None or not users else max(floor[node], min(users))
     return shard
 
 
