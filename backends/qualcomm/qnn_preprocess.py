@@ -101,22 +101,6 @@ def delegate_label(edge_program: ExportedProgram, graph_name: str) -> str:
     return f"graph '{graph_name}' (the delegate of nodes {span}: {len(nodes)} nodes, {reads})"
 
 
-MULTI_CONTEXTS_MESSAGE = (
-    "use_multi_contexts=True is not supported: upstream it makes the contexts of one .pte share a "
-    "single spill-fill buffer on a real HTP, which this delegate's engines have no equivalent of. "
-    "Contexts here: without use_weight_sharing every partition (delegate) is its own context; with "
-    "use_weight_sharing all graphs share one. Leave use_multi_contexts False."
-)
-
-
-def check_backend_options(options) -> None:
-    """QnnLoweringError on HTP options the delegate cannot honour."""
-    backend = options.backendOptions
-    htp = backend.htpOptions if backend is not None else None
-    if htp is not None and htp.useMultiContexts:
-        raise QnnLoweringError(MULTI_CONTEXTS_MESSAGE)
-
-
 def _wrapped_context_binary(edge_program: ExportedProgram) -> PreprocessResult:
     """The delegate blob from_context_binary made (QNN context binary + I/O-only payload)."""
     from backends.qualcomm.utils.context_binary import wrapped_blob_of
@@ -137,7 +121,6 @@ class QnnDelegate(BackendDetails):
         options = options_from_compile_specs(compile_specs)
         if options.isFromContextBinary:
             return _wrapped_context_binary(edge_program)
-        check_backend_options(options)
         ep = run_preprocess_passes(copy.deepcopy(edge_program))
         graph = build_qnn_graph(ep, graph_names(options)[0], is_fp16(options), bool(options.dumpIntermediateOutputs))
         label = delegate_label(edge_program, graph.name)

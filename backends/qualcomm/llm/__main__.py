@@ -76,6 +76,7 @@ def _export(args) -> int:
         calibration=calibration,
         block_size=args.block_size,
         kv_bits=None if args.kv_bits == 16 else args.kv_bits,
+        num_sharding=args.num_sharding,
     )
     return 0
 
@@ -125,6 +126,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     e.add_argument("--calibration-text")
     e.add_argument("--calibration-samples", type=int, default=4)
     e.add_argument("--calibration-len", type=int, default=128)
+    e.add_argument(
+        "--num-sharding",
+        "--num_sharding",
+        dest="num_sharding",
+        type=int,
+        default=1,
+        help="split the layers into N shards, one QNN context each (prefill + decode weight-shared)",
+    )
     g = sub.add_parser("generate", help="generate with an exported .pte")
     g.add_argument("--pte", required=True)
     g.add_argument("--prompt")

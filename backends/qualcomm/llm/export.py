@@ -7,7 +7,11 @@ Both methods are the StaticDecoder (static_decoder.py) of the same HF model: `pr
 `ar_len` tokens per call, `decode` one. They are lowered together with
 `to_edge_transform_and_lower_to_qnn({"prefill": ..., "decode": ...})` and HTP weight sharing, so
 the program holds one delegate blob: one QNN context with a graph per method whose identical
-weights are stored once. The .pte also carries constant methods with the shape facts a runner
+weights are stored once. `num_sharding=N` (upstream's name) splits the decoder's layers into N
+runs of consecutive layers (sizes differing by at most one; the embedding goes with the first, the
+final norm and head with the last): each method then has N delegates, and with
+`use_multi_contexts` the program holds N contexts, context k holding shard k of both methods
+(weight-shared). The outputs are those of the unsharded program. The .pte also carries constant methods with the shape facts a runner
 needs (upstream's names: get_max_seq_len, get_ar_len, get_n_layers, ...).
 
 Recipes (RECIPES):
@@ -38,6 +42,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from backends.qualcomm.llm.static_decoder import DecoderShape, StaticDecoder
+from backends.qualcomm.utils.context_sizes import ContextSize, context_sizes
 
 RECIPES = ("fp16", "16a8w", "16a4w_block")
 METHODS = ("prefill", "decode")
@@ -54,13 +59,18 @@ class ExportResult:
     peak_rss_mb: float  # peak resident set size of this process so far
     stage_seconds: Dict[str, float] = field(default_factory=dict)
     modules: Dict[str, torch.nn.Module] = field(default_factory=dict)  # the (converted) modules lowered
+    num_sharding: int = 1
+    contexts: List[ContextSize] = field(default_factory=list)  # one per delegate blob (context)
 
     def summary(self) -> str:
         stages = ", ".join(f"{k} {v:.1f} s" for k, v in self.stage_seconds.items())
-        return (
-            f"exported {self.path.name} ({self.recipe}, context {self.shape.context_len}, AR {self.shape.ar_len}) "
-            f"in {self.seconds:.1f} s ({stages}); peak RSS {self.peak_rss_mb:.0f} MB"
-        )
+        shards = f", {self.num_sharding} shards" if self.num_sharding > 1 else ""
+        lines = [
+            f"exported {self.path.name} ({self.recipe}, context {self.shape.context_len}, AR {self.shape.ar_len}"
+            f"{shards}) in {self.seconds:.1f} s ({stages}); peak RSS {self.peak_rss_mb:.0f} MB"
+        ]
+        lines += [f"  {c}" for c in self.contexts]
+        return "\n".join(lines)
 
 
 def peak_rss_mb() -> float:
@@ -292,12 +302,14 @@ def quantize_static_modules(
     return {name: convert_pt2e(gm) for name, gm in prepared.items()}
 
 
-def compile_specs(recipe: str, soc=None, weight_sharing: bool = True):
+def compile_specs(recipe: str, soc=None, weight_sharing: bool = True, multi_contexts: bool = False):
     from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
 
     return generate_qnn_executorch_compiler_spec(
         soc or QcomChipset.SM8650,
-        generate_htp_compiler_spec(use_fp16=(recipe == "fp16"), use_weight_sharing=weight_sharing),
+        generate_htp_compiler_spec(
+            use_fp16=(recipe == "fp16"), use_weight_sharing=weight_sharing, use_multi_contexts=multi_contexts
+        ),
     )
 
 
@@ -327,20 +339,25 @@ def export_static_llm(
     verbose: bool = True,
     layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS,
     block_scale_search: str = "max",
+    num_sharding: int = 1,
 ) -> ExportResult:
     """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
     `prefill` (ar_len tokens) and `decode` (1 token) methods sharing weights in one QNN context.
     `calibration`: token sequences for the quantized recipes. `kv_bits`: 8 (16a4w_block's 8-bit
     cache) or None (16-bit like every activation). `weight_sharing=False`: one context per method
     (for comparison). `layers_8bit`, `block_scale_search`: 16a4w_block's 16a8w linears and LPBQ
-    block-scale choice (quantize_static_modules). Prints the export time and peak RSS."""
+    block-scale choice (quantize_static_modules). `num_sharding`: split the layers into that many
+    shards, one context each (see the module docstring; ShardingError unless 1 <= N <= layers).
+    Prints the export time, peak RSS and the size of every context."""
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
+    from backends.qualcomm.partitioner.sharding import even_shard_layers
 
     if recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; recipes: {', '.join(RECIPES)}")
     if kv_bits not in (8, None):
         raise ValueError(f"kv_bits must be 8 or None, got {kv_bits!r}")
     path = Path(path)
+    shard_layers = even_shard_layers(int(hf_model.config.num_hidden_layers), num_sharding)
     start = time.perf_counter()
     stages: Dict[str, float] = {}
     modules = static_modules(hf_model, context_len, ar_len)
@@ -364,10 +381,12 @@ def export_static_llm(
     edge = to_edge_transform_and_lower_to_qnn(
         lowered_modules,
         inputs,
-        compile_specs(recipe, soc, weight_sharing),
+        compile_specs(recipe, soc, weight_sharing, multi_contexts=num_sharding > 1),
         constant_methods=constant_methods(shape, eos_ids, bos_id),
         convert_linear_to_conv2d=convert_linear_to_conv2d,
+        shard_layers=shard_layers if num_sharding > 1 else None,
     )
+    contexts = context_sizes(edge)
     stages["lower"] = time.perf_counter() - t
     t = time.perf_counter()
     program = edge.to_executorch(backend_config())
@@ -375,7 +394,17 @@ def export_static_llm(
     with open(path, "wb") as f:
         program.write_to_file(f)
     stages["serialize"] = time.perf_counter() - t
-    result = ExportResult(path, recipe, shape, time.perf_counter() - start, peak_rss_mb(), stages, lowered_modules)
+    result = ExportResult(
+        path,
+        recipe,
+        shape,
+        time.perf_counter() - start,
+        peak_rss_mb(),
+        stages,
+        lowered_modules,
+        num_sharding,
+        contexts,
+    )
     if verbose:
         print(result.summary())
     return result

@@ -24,10 +24,16 @@ from backends.qualcomm.partitioner.cpu_kernels import check_cpu_kernels
 from backends.qualcomm.partitioner.op_names import node_op_keys, resolve_skip_ops
 from backends.qualcomm.partitioner.qnn_validation import PartitionValidator, ValidationReport
 from backends.qualcomm.partitioner.quant_boundaries import keep_quantize_with_consumers
+from backends.qualcomm.partitioner.sharding import (
+    DEFAULT_SHARD_PATTERN,
+    check_shard_layers,
+    shard_of_nodes,
+    split_by_shard,
+)
 from backends.qualcomm.quantizer.quantization_checks import check_calibrated, check_converted_program
 from backends.qualcomm.partitioner.summary import PartitionSummary, summarize
 from backends.qualcomm.utils.compile_spec import check_compile_specs, is_fp16, options_from_compile_specs
-from backends.qualcomm.utils.constants import QCOM_COMPILE_SPEC_KEY, QNN_BACKEND_ID
+from backends.qualcomm.utils.constants import QCOM_COMPILE_SPEC_KEY, QCOM_SHARD_SPEC_KEY, QNN_BACKEND_ID
 from backends.qualcomm.utils.qnn_context import qnn_aot_enabled
 
 logger = logging.getLogger(__name__)
@@ -166,7 +172,11 @@ class QnnPartitioner(Partitioner):
     QnnPartitioner; mutable buffers always stay outside the delegate (skip_mutable_buffer).
     `require_cpu_kernels` (ours, default True): a node left on the CPU for which ExecuTorch has no
     kernel raises QnnLoweringError (the program would not load); False leaves that to a runtime
-    that registers more kernels."""
+    that registers more kernels.
+    `shard_layers` (ours; upstream's SplitGraph argument): the layers where a new shard starts
+    (layer numbers from `shard_pattern` on the nodes' module paths); every partition is cut at
+    those boundaries and each delegate's compile specs carry its shard index
+    (QCOM_SHARD_SPEC_KEY; partitioner/sharding.py)."""
 
     def __init__(
         self,
@@ -175,8 +185,12 @@ class QnnPartitioner(Partitioner):
         skip_node_op_set: Optional[Set[object]] = None,
         skip_mutable_buffer: bool = False,
         require_cpu_kernels: bool = True,
+        shard_layers: Optional[List[int]] = None,
+        shard_pattern: str = DEFAULT_SHARD_PATTERN,
     ):
         super().__init__()
+        self.shard_layers = None if shard_layers is None else check_shard_layers(shard_layers)
+        self.shard_pattern = shard_pattern
         # Upstream's argument: mutable buffers are never delegated here (as with True).
         self.skip_mutable_buffer = bool(skip_mutable_buffer)
         self.require_cpu_kernels = bool(require_cpu_kernels)
@@ -251,15 +265,19 @@ class QnnPartitioner(Partitioner):
         mark_constants(exported_program)
         support = self._operator_support()
         partitions = self._propose_validated(exported_program, support)
+        shard_of_partition = self._shard(exported_program, partitions)
+        partitions = list(shard_of_partition)
         for index, partition in constant_only_partitions(exported_program, partitions).items():
             partitions[index] = None
             support.rejected_nodes.update({n.name: CONSTANT_ONLY_REASON for n in partition.nodes})
         partition_tags: Dict[str, DelegationSpec] = {}
-        for partition in filter(None, partitions):
-            tag = f"qnn_{partition.id}"
+        for number, partition in enumerate(partitions):
+            if partition is None:
+                continue
+            tag = f"qnn_{number}"
             for node in partition.nodes:
                 node.meta["delegation_tag"] = tag
-            partition_tags[tag] = self.delegation_spec
+            partition_tags[tag] = self._delegation_spec(shard_of_partition[partition])
         tag_constant_data(exported_program)
         self.rejected_nodes = dict(support.rejected_nodes)
         self._report(exported_program, support)
@@ -269,6 +287,21 @@ class QnnPartitioner(Partitioner):
             }
             check_cpu_kernels(exported_program.graph, delegated, self.rejected_nodes)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=partition_tags)
+
+    def _shard(self, exported_program: ExportedProgram, partitions: List[Partition]) -> Dict[Partition, Optional[int]]:
+        """{partition: its shard} in graph order (shard None when not sharding)."""
+        if self.shard_layers is None:
+            return {p: None for p in partitions}
+        graph = exported_program.graph_module.graph
+        pieces = split_by_shard(graph, partitions, shard_of_nodes(graph, self.shard_layers, self.shard_pattern))
+        return {p: k for k in sorted(pieces) for p in pieces[k]}
+
+    def _delegation_spec(self, shard: Optional[int]) -> DelegationSpec:
+        if shard is None:
+            return self.delegation_spec
+        return DelegationSpec(
+            QNN_BACKEND_ID, [*self.compiler_specs, CompileSpec(QCOM_SHARD_SPEC_KEY, str(shard).encode())]
+        )
 
     def transform_for_pre_decomposition(self, ep: ExportedProgram) -> ExportedProgram:
         """Only checks: a prepared, unconverted model fails here with a clear error instead of

@@ -11,6 +11,12 @@ DEBUG_HANDLE = "debug_handle"
 # Compile-spec key of the serialized QnnExecuTorchOptions flatbuffer.
 QCOM_COMPILE_SPEC_KEY = "qnn_compile_spec"
 
+# Compile-spec key of a delegate's shard index (ASCII digits; set by QnnPartitioner(shard_layers=...)):
+# with use_multi_contexts the delegates of shard k of every method share context k.
+QCOM_SHARD_SPEC_KEY = "qnn_shard"
+# Layer number of a node for sharding: group 1 of this regex on its nn_module_stack path (upstream's).
+DEFAULT_SHARD_PATTERN = r"layers\.(\d+)"
+
 # Backend id written into the .pte (the BackendDetails subclass name).
 QNN_BACKEND_ID = "QnnDelegate"
 

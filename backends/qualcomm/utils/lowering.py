@@ -13,6 +13,7 @@ from backends.qualcomm._passes.fuse_rms_norm import fuse_rms_norm
 from backends.qualcomm._passes.pass_manager import edge_transform_passes
 from backends.qualcomm.quantizer.quantization_checks import check_converted_module
 from backends.qualcomm.utils.compile_spec import options_from_compile_specs
+from backends.qualcomm.utils.constants import DEFAULT_SHARD_PATTERN
 from backends.qualcomm.utils.weight_sharing import share_weights_across_methods, with_graph_name
 
 
@@ -64,6 +65,8 @@ def to_edge_transform_and_lower_to_qnn(
     skip_mutable_buffer: bool = False,
     generate_etrecord: bool = False,
     convert_linear_to_conv2d: bool = False,
+    shard_layers: Optional[List[int]] = None,
+    shard_pattern: str = DEFAULT_SHARD_PATTERN,
 ) -> EdgeProgramManager:
     """torch.export -> edge transform passes -> to_edge_transform_and_lower with QnnPartitioner.
 
@@ -77,6 +80,10 @@ def to_edge_transform_and_lower_to_qnn(
     delegated here (as upstream with True).
     `convert_linear_to_conv2d=True` lowers linear layers as 1x1 Conv2d (HWIO weights, faster
     on HTP); quantized weights keep their per-channel / LPBQ per-block encodings.
+    `shard_layers` (ours; upstream's SplitGraph argument): the layers where a new shard starts
+    (layer numbers from `shard_pattern` on the nodes' module paths; see
+    partitioner/sharding.py): each method's delegates are cut there. With use_multi_contexts and
+    use_weight_sharing, shard k of every method then shares context k.
     """
     from backends.qualcomm.partitioner import QnnPartitioner
 
@@ -95,7 +102,16 @@ def to_edge_transform_and_lower_to_qnn(
         for name, m in modules.items()
     }
     partitioners = {
-        name: [QnnPartitioner(specs[name], skip_node_id_set, skip_node_op_set, skip_mutable_buffer=skip_mutable_buffer)]
+        name: [
+            QnnPartitioner(
+                specs[name],
+                skip_node_id_set,
+                skip_node_op_set,
+                skip_mutable_buffer=skip_mutable_buffer,
+                shard_layers=shard_layers,
+                shard_pattern=shard_pattern,
+            )
+        ]
         for name in programs
     }
     passes = {name: edge_transform_passes(convert_linear_to_conv2d) for name in programs}
@@ -107,12 +123,13 @@ def to_edge_transform_and_lower_to_qnn(
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
         generate_etrecord=generate_etrecord,
     )
-    if any(_uses_weight_sharing(method_specs[name]) for name in modules):
-        share_weights_across_methods(manager)
+    if any(_htp_flag(method_specs[name], "useWeightSharing") for name in modules):
+        per_shard = any(_htp_flag(method_specs[name], "useMultiContexts") for name in modules)
+        share_weights_across_methods(manager, per_shard=per_shard)
     return manager
 
 
-def _uses_weight_sharing(compiler_specs: List[CompileSpec]) -> bool:
+def _htp_flag(compiler_specs: List[CompileSpec], flag: str) -> bool:
     backend = options_from_compile_specs(compiler_specs).backendOptions
     htp = backend.htpOptions if backend is not None else None
-    return bool(htp is not None and htp.useWeightSharing)
+    return bool(htp is not None and getattr(htp, flag))

@@ -10,6 +10,11 @@ whose STATIC tensors with identical bytes share one data vector. Every lowered
 module then carries that same blob (ExecuTorch stores identical delegate blobs
 once) and a compile spec naming its own graph, which the runtime picks from the
 shared context.
+
+With `use_multi_contexts` the delegates are grouped by their shard (the QCOM_SHARD_SPEC_KEY
+compile spec the partitioner gives each delegate of a sharded program; 0 when absent): shard k of
+every method goes into blob k, so a program sharded in N gives N contexts, each weight-shared
+between the methods.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from backends.qualcomm.serialization.payload_reader import deserialize
 from backends.qualcomm.serialization.payload_writer import serialize_graphs
 from backends.qualcomm.serialization.qnn_graph import QnnGraph, QnnOp, QnnParam, QnnTensor, QuantParams
 from backends.qualcomm.utils.compile_spec import options_from_compile_specs, serialize_options
-from backends.qualcomm.utils.constants import QCOM_COMPILE_SPEC_KEY
+from backends.qualcomm.utils.constants import QCOM_COMPILE_SPEC_KEY, QCOM_SHARD_SPEC_KEY
 from backends.qualcomm.utils.errors import QnnLoweringError
 from backends.qualcomm.utils.qnn_context import attach_qnn_context_for_options, online_prepare_of
 
@@ -118,20 +123,42 @@ def check_unique_graph_names(graphs: List[QnnGraph]) -> None:
         )
 
 
-def share_weights_across_methods(manager: EdgeProgramManager) -> bytes:
-    """Give every qnn-delegate module of `manager` one merged blob (returned)."""
+def shard_index(compile_specs: List[CompileSpec]) -> int:
+    """The shard a delegate belongs to (its QCOM_SHARD_SPEC_KEY compile spec; 0 without one)."""
+    for spec in compile_specs:
+        if spec.key == QCOM_SHARD_SPEC_KEY:
+            return int(bytes(spec.value).decode())
+    return 0
+
+
+def share_weights_across_methods(manager: EdgeProgramManager, per_shard: bool = False) -> List[bytes]:
+    """Give the qnn-delegate modules of `manager` merged blobs (returned): one for all of them,
+    or with `per_shard` one per shard index, holding that shard's graphs of every method."""
     modules = _qnn_lowered_modules(manager)
     if not modules:
         raise ValueError("weight sharing: no method has a qnn-delegate partition")
+    groups: Dict[int, List[Tuple[str, LoweredBackendModule]]] = {}
+    for method, lowered in modules:
+        groups.setdefault(shard_index(lowered.compile_specs) if per_shard else 0, []).append((method, lowered))
+    taken: Set[str] = set(manager.methods)  # a method's first graph is named after it
+    return [_merge(groups[k], taken, k if per_shard else None) for k in sorted(groups)]
+
+
+def _merge(modules: List[Tuple[str, LoweredBackendModule]], taken: Set[str], shard: "int | None") -> bytes:
+    """One blob holding the graphs of `modules`, given to each of them (with its graph name).
+    Graph names: `<method>` for the first graph of a method (`<method>_shard<k>` in shard k > 0),
+    then `<method>_1`, ... (see the module docstring)."""
     graphs: List[QnnGraph] = []
     names: Dict[int, str] = {}
     counts: Dict[str, int] = {}
-    taken: Set[str] = set(manager.methods)  # a method's first graph is named after it
     for method, lowered in modules:
         for graph in graphs_of_blob(lowered.processed_bytes):
             index = counts.get(method, 0)
             counts[method] = index + 1
-            graph.name = method if index == 0 else _free_name(f"{method}_{index}", taken)
+            if shard:
+                graph.name = _free_name(f"{method}_shard{shard}" + (f"_{index}" if index else ""), taken)
+            else:
+                graph.name = method if index == 0 else _free_name(f"{method}_{index}", taken)
             graphs.append(graph)
             names.setdefault(id(lowered), graph.name)
     check_unique_graph_names(graphs)
@@ -139,7 +166,7 @@ def share_weights_across_methods(manager: EdgeProgramManager) -> bytes:
     merged = attach_qnn_context_for_options(
         serialize_graphs(graphs, share_static_data=True, online_prepare=online_prepare_of(options)),
         options,
-        "weight-shared context",
+        "weight-shared context" if shard is None else f"weight-shared context of shard {shard}",
     )
     for _, lowered in modules:
         lowered._processed_bytes = merged

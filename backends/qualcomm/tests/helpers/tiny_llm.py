@@ -19,8 +19,8 @@ CALIBRATION = [torch.randint(0, VOCAB, (24,), generator=torch.Generator().manual
 QNN_LOADED, _ = qnn_library_status()
 
 
-def hf_model(kind: str, tie: bool = False) -> torch.nn.Module:
-    """A seeded tiny `kind` (llama / qwen2 / qwen3) model, float32, eval mode."""
+def hf_model(kind: str, tie: bool = False, layers: int = 2) -> torch.nn.Module:
+    """A seeded tiny `kind` (llama / qwen2 / qwen3) model with `layers` layers, float32, eval mode."""
     import transformers
 
     configs = {
@@ -34,7 +34,7 @@ def hf_model(kind: str, tie: bool = False) -> torch.nn.Module:
         vocab_size=VOCAB,
         hidden_size=64,
         intermediate_size=128,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=CONTEXT,
@@ -58,16 +58,32 @@ def hf_greedy(model: torch.nn.Module, prompt: Sequence[int], n: int) -> List[int
     return ids[len(prompt) :]
 
 
-def export_tiny(kind: str, recipe: str, tmp_path_factory, tie: bool = False):
+def export_tiny(
+    kind: str,
+    recipe: str,
+    tmp_path_factory,
+    tie: bool = False,
+    layers: int = 2,
+    num_sharding: int = 1,
+    qnn_binaries: bool = True,
+):
     """(model, ExportResult) of a tiny `kind` model exported in `recipe` into a fresh folder; with
-    QNN context binaries when QNN's library loads."""
+    QNN context binaries when QNN's library loads (and `qnn_binaries`)."""
     import pytest
 
     from backends.qualcomm.llm import export_static_llm
 
-    model = hf_model(kind, tie)
-    path = tmp_path_factory.mktemp(f"{kind}_{recipe}") / "model.pte"
+    model = hf_model(kind, tie, layers)
+    path = tmp_path_factory.mktemp(f"{kind}_{recipe}_{layers}l_{num_sharding}s") / "model.pte"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(AOT_ENV, "1" if QNN_LOADED else "0")
-        result = export_static_llm(model, path, recipe, context_len=CONTEXT, ar_len=AR_LEN, calibration=CALIBRATION)
+        mp.setenv(AOT_ENV, "1" if QNN_LOADED and qnn_binaries else "0")
+        result = export_static_llm(
+            model,
+            path,
+            recipe,
+            context_len=CONTEXT,
+            ar_len=AR_LEN,
+            calibration=CALIBRATION,
+            num_sharding=num_sharding,
+        )
     return model, result

@@ -319,7 +319,7 @@ class TestQNNFloatingPointUtils:
     def test_qnn_backend_multi_contexts(self, tmp_path):
         torch.manual_seed(3)
         model, x = h.SplitNet().eval(), torch.randn(1, 3, 12, 12)
-        specs = h.fp16_specs()  # every partition is its own context (use_multi_contexts is rejected)
+        specs = h.fp16_specs()  # no weight sharing: every partition is its own context
         edge = to_edge_transform_and_lower_to_qnn(model, (x,), specs, skip_node_op_set={"aten.sigmoid.default"})
         blobs = h.delegate_blobs(edge)
         assert len(blobs) == 2 and blobs[0] != blobs[1]
