@@ -47,7 +47,6 @@ QNN_TARGET_AVX2 inline __m256 load8(const uint16_t* x) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
 }
 
-
 // quantize_run (nearest even) over n values; the n % 8 tail takes the scalar loop.
 template <typename Q>
 QNN_TARGET_AVX2 void quantize_rne_avx2(const float* x, Q* q, size_t n, const QuantParams& p) {

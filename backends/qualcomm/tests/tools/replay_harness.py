@@ -380,7 +380,8 @@ def run_case(module, inputs, specs, lower_kwargs, expected_partitions, check, at
     try:
         ref = _flatten(module(*inputs))
         method = Runtime.get().load_program(program.buffer).load_method("forward")
-        got = _flatten(method.execute([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+        flat_inputs = torch.utils._pytree.tree_flatten(inputs)[0]  # the program's inputs: nested ones flattened
+        got = _flatten(method.execute([x.clone() if isinstance(x, torch.Tensor) else x for x in flat_inputs]))
     except Exception as exc:  # noqa: BLE001
         return {**_error("runtime", exc), "cpu_ops": on_cpu}
     if len(delegates) != expected_partitions or any(d != "QnnDelegate" for d in delegates):

@@ -27,6 +27,9 @@ class TestQNNFloatingPointOperator(TestQNN):
             with self.subTest(i=i):
                 self.lower_module_and_test_output(module, (torch.randn(2, 3),))
 
+    def test_qnn_backend_nested_inputs(self):
+        self.lower_module_and_test_output(AddPair(), (torch.randn(2, 3), (torch.randn(2, 3), torch.randn(2, 3))))
+
     @unittest.skipIf(is_qnn_sdk_version_greater_than("2.37"), "fails after 2.37")
     def test_qnn_backend_skipped(self):
         self.lower_module_and_test_output(Scale(1.0), (torch.randn(2),))
@@ -69,6 +72,11 @@ class Scale(torch.nn.Module):
         return x * self.factor
 
 
+class AddPair(torch.nn.Module):
+    def forward(self, x, pair):
+        return x + pair[0] * pair[1]
+
+
 class Unquantizable(torch.nn.Module):
     def forward(self, x):
         raise RuntimeError("quantizing this module fails")
@@ -87,6 +95,7 @@ def test_methods_setups_and_skips():
     methods = uc.test_methods(TESTS)
     assert [(m.cls, m.name) for m in methods] == [
         ("TestQNNFloatingPointOperator", "test_qnn_backend_two"),
+        ("TestQNNFloatingPointOperator", "test_qnn_backend_nested_inputs"),
         ("TestQNNFloatingPointOperator", "test_qnn_backend_skipped"),
         ("TestQNNFloatingPointOperator", "test_qnn_backend_upstream_import"),
         ("TestQNNQuantizedOperator", "test_qnn_backend_scale"),
@@ -95,6 +104,7 @@ def test_methods_setups_and_skips():
     assert setups["TestQNNFloatingPointOperator"] == uc.ClassSetup(True, 0.1, 0.1)
     assert setups["TestQNNQuantizedOperator"] == uc.ClassSetup(False, 0.1, 1.0)
     assert [uc.decorator_skip(m) for m in methods] == [
+        None,
         None,
         "upstream skips it on QNN 2.51: fails after 2.37",
         None,
@@ -125,6 +135,8 @@ def test_replayed_cases_pass_or_say_why(harness):
         result = harness.replay("TestQNNFloatingPointOperator", "test_qnn_backend_two", index)
         assert result["status"] == "pass", result
     assert harness.replay("TestQNNQuantizedOperator", "test_qnn_backend_scale", 0)["status"] == "pass"
+    # a tuple among the inputs (index_put's indices): the program takes them flattened
+    assert harness.replay("TestQNNFloatingPointOperator", "test_qnn_backend_nested_inputs", 0)["status"] == "pass"
     failed = harness.replay("TestQNNQuantizedOperator", "test_qnn_backend_scale", 1)
     assert failed["status"] == "error" and failed["reason"] == "quantize" and failed["message"]
 
