@@ -3,7 +3,7 @@ upstream's operator and model classes, each made a callable over a stand-in `sel
 
 The executorch wheel ships upstream's tests as `backends/qualcomm/tests/test_qnn_delegate.py`
 (test classes) and `models.py` (the modules they lower). Both are parsed with `ast`; every
-`from executorch.backends.qualcomm... import X` in them is rewritten to look X up in a table of
+import from upstream's backend package (UPSTREAM_PACKAGE) in them is rewritten to look X up in a table of
 stand-ins (`stubs`: ours, or a `Missing` that raises `Unsupported` when used), so nothing of
 upstream's backend is imported. models.py runs in a namespace of its own; each test method is
 compiled alone (decorators evaluated apart: upstream's skips) and called with the stand-in
@@ -21,7 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-UPSTREAM_PACKAGE = "executorch.backends.qualcomm"
+import backends.qualcomm as _ours
+
+# Upstream's backend lives at our package's path inside the executorch package (our module paths
+# mirror upstream's: tests/upstream/test_upstream_module_paths.py).
+UPSTREAM_PACKAGE = f"executorch.{_ours.__name__}"
 # The classes replayed: upstream's per-op and per-model cases (the utility and script classes
 # drive devices, scripts and datasets).
 CLASSES = (
@@ -73,7 +77,7 @@ def upstream_tests_dir() -> Path:
 
 
 class _StubImports(ast.NodeTransformer):
-    """`from executorch.backends.qualcomm.x import a as b` -> `b = __stub__("a")`; other imports
+    """`from <UPSTREAM_PACKAGE>.x import a as b` -> `b = __stub__("a")`; other imports
     stay (torch, executorch.examples, torchao)."""
 
     def visit_ImportFrom(self, node: ast.ImportFrom):

@@ -10,10 +10,10 @@ from backends.qualcomm.tests.tools import upstream_cases as uc
 from backends.qualcomm.tests.tools.replay_harness import Harness
 from backends.qualcomm.tests.tools.replay_upstream_cases import summarize
 
-TESTS = """
+TESTS = f"""
 import torch
-from executorch.backends.qualcomm.tests.utils import TestQNN
-from executorch.backends.qualcomm.utils.utils import generate_htp_compiler_spec
+from {uc.UPSTREAM_PACKAGE}.tests.utils import TestQNN
+from {uc.UPSTREAM_PACKAGE}.utils.utils import generate_htp_compiler_spec
 
 
 class TestQNNFloatingPointOperator(TestQNN):
@@ -35,7 +35,7 @@ class TestQNNFloatingPointOperator(TestQNN):
         self.lower_module_and_test_output(Scale(1.0), (torch.randn(2),))
 
     def test_qnn_backend_upstream_import(self):
-        from executorch.backends.qualcomm._passes import SomethingUpstream
+        from {uc.UPSTREAM_PACKAGE}._passes import SomethingUpstream
 
         SomethingUpstream()
 
@@ -58,9 +58,9 @@ class TestQNNFloatingPointUtils(TestQNN):
         pass
 """
 
-MODELS = """
+MODELS = f"""
 import torch
-from executorch.backends.qualcomm.builders.custom_ops import _hadamard_matrix
+from {uc.UPSTREAM_PACKAGE}.builders.custom_ops import _hadamard_matrix
 
 
 class Scale(torch.nn.Module):
