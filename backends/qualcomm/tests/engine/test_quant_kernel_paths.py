@@ -37,6 +37,14 @@ QMAX_OF = {U8: 255, U16: 65535}
 LANES = {"u8": "avx2/lanes8", "u16": "avx2/lanes64"}
 
 
+def use_kernel_path(monkeypatch, path: str) -> None:
+    """Kernels created from now on take `path`: "default" (what the CPU has), "avx2" or "plain"."""
+    if path == "default":
+        monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
+    else:
+        monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+
+
 def _run_paths(monkeypatch, build, simd_path):
     """build() -> (integer output, kernel path), once per path; asserts the kernel path:
     `simd_path` ("avx2/lanes8", ...) for the default and the avx2 runs on an AVX2 machine
@@ -45,10 +53,7 @@ def _run_paths(monkeypatch, build, simd_path):
     features = test_hooks().kernel_features()
     outputs = {}
     for path in ("default", "avx2", "plain"):
-        if path == "default":
-            monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
-        else:
-            monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+        use_kernel_path(monkeypatch, path)
         outputs[path], ran = build()
         want = simd_path if features["avx2"] and path != "plain" else "plain/scalar"
         if path == "default" and features["vnni"] and want.startswith("avx2") and ran.startswith("vnni"):
@@ -206,10 +211,7 @@ def test_matmul_batched_threaded_exact(monkeypatch, act, tb, path):
     with 4 x 8 register tiles (path "blocked"; 41 rows and 50 columns leave tails), with the
     AVX-512 4 x 16 tiles and lane requantization where the CPU has AVX-512 ("blocked-avx512",
     the 50 % 16 columns masked) and with the plain row loop (QNN_HOST_ENGINE_KERNELS=plain)."""
-    if path == "default":
-        monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
-    else:
-        monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+    use_kernel_path(monkeypatch, path)
     blocked = "blocked-avx512" if path == "default" and test_hooks().kernel_features()["avx512"] else "blocked"
     a, b = randn(2, 3, 41, 24, seed=31), randn(2, 3, 24, 50, seed=32)
     qa, qb = act_quant(a, ACT[act]), act_quant(b, ACT[act])
@@ -249,10 +251,7 @@ def test_matmul_few_rows_exact(monkeypatch, act_a, act_b, tb, rows, path):
     8-bit cache): with M <= 4 rows and B's rows contiguous the AVX-512 tile reads B in place
     ("direct-avx512"); the same integers as the other paths and the model. 70 columns: a masked
     tail of 6."""
-    if path == "default":
-        monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
-    else:
-        monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+    use_kernel_path(monkeypatch, path)
     avx512 = path == "default" and test_hooks().kernel_features()["avx512"]
     want_path = (
         "plain" if path == "plain" else ("blocked" if not avx512 else ("blocked-avx512" if tb else "direct-avx512"))
@@ -327,10 +326,7 @@ def test_quantize_convert_paths_bit_exact(monkeypatch, src, dst):
     qin, qout = act_quant(finite, ACT[src]), act_quant(finite * 0.7 + 0.2, ACT[dst])
     outputs, quantized = {}, {}
     for path in ("default", "avx2", "plain"):
-        if path == "default":
-            monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
-        else:
-            monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+        use_kernel_path(monkeypatch, path)
         qg = QGraph()
         outputs[path] = qg.run("Convert", [qg.act("x", x, qin)], qg.out(x.shape, qout))
         want = "avx2" if test_hooks().kernel_features()["avx2"] and path != "plain" else "plain"
@@ -359,10 +355,7 @@ def test_add_sub_16bit_paths_bit_exact(monkeypatch, op, b_shape):
     qy = act_quant(real, U16)
     outputs = {}
     for path in ("default", "avx2", "plain"):
-        if path == "default":
-            monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
-        else:
-            monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+        use_kernel_path(monkeypatch, path)
         qg = QGraph()
         outputs[path] = qg.run(op, [qg.act("a", a, qa), qg.act("b", b, qb)], qg.out(real.shape, qy))
         avx512 = path == "default" and test_hooks().kernel_features()["avx512"]
@@ -383,10 +376,7 @@ def test_dequantize_wrapped_multiply_paths_bit_exact(monkeypatch, act):
     qy = act_quant(real, ACT[act])
     outputs = {}
     for path in ("default", "plain"):
-        if path == "default":
-            monkeypatch.delenv("QNN_HOST_ENGINE_KERNELS", raising=False)
-        else:
-            monkeypatch.setenv("QNN_HOST_ENGINE_KERNELS", path)
+        use_kernel_path(monkeypatch, path)
         qg = QGraph()
         outputs[path] = qg.run("ElementWiseMultiply", [qg.act("a", a, qa), qg.act("b", b, qb)], qg.out(real.shape, qy))
         assert qg.kernel_path("ElementWiseMultiply").startswith("dequant+"), path
