@@ -69,6 +69,12 @@ bool addsub_params(const QuantParams& a, const QuantParams& b, const QuantParams
   return true;
 }
 
+// One 16-bit output: int64, as the products and C exceed int32.
+inline uint16_t addsub16_one(uint16_t a, uint16_t b, const AddSubParams& p) {
+  const int64_t acc = (p.ka * int64_t(a) + p.kb * int64_t(b) + p.c) >> p.shift;
+  return uint16_t(acc < 0 ? 0 : (acc > p.qmax ? p.qmax : acc));
+}
+
 #if QNN_X86
 QNN_TARGET_AVX512 inline __m512d load_u16_pd(const uint16_t* p, size_t stride) {
   return stride ? _mm512_cvtepi32_pd(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))
@@ -91,10 +97,7 @@ QNN_TARGET_AVX512 void addsub16_row_avx512(const uint16_t* a, size_t ia, const u
     q = _mm512_min_pd(_mm512_max_pd(q, _mm512_setzero_pd()), hi);
     _mm256_mask_cvtepi32_storeu_epi16(out + i, 0xFF, _mm512_cvtpd_epi32(q));
   }
-  for (; i < n; ++i) {
-    const int64_t acc = (p.ka * int64_t(a[i * ia]) + p.kb * int64_t(b[i * ib]) + p.c) >> p.shift;
-    out[i] = uint16_t(acc < 0 ? 0 : (acc > p.qmax ? p.qmax : acc));
-  }
+  for (; i < n; ++i) out[i] = addsub16_one(a[i * ia], b[i * ib], p);
 }
 #endif
 
@@ -149,9 +152,8 @@ class QuantAddSubKernel final : public Kernel {
     if constexpr (sizeof(T) == 1) {
       const int32_t acc = (ta_[a] + tb_[b]) >> p_.shift;
       return T(acc < 0 ? 0 : (acc > 255 ? 255 : acc));
-    } else {  // int64: 16-bit products and C exceed int32
-      const int64_t acc = (p_.ka * int64_t(a) + p_.kb * int64_t(b) + p_.c) >> p_.shift;
-      return T(acc < 0 ? 0 : (acc > p_.qmax ? p_.qmax : acc));
+    } else {
+      return addsub16_one(a, b, p_);
     }
   }
 
