@@ -83,7 +83,7 @@ QNN_TARGET_AVX512 inline __m512d load_u16_pd(const uint16_t* p, size_t stride) {
 
 // One broadcast row of the 16-bit op, 8 outputs per step: ka * a + kb * b + C in doubles (every
 // term and partial sum is an integer below 2^53, so exact), then >> K as a multiplication by
-// 2^-K and floor (exact): the int64 loop's numbers. The n % 8 tail takes that loop.
+// 2^-K and floor (exact): the int64 loop's numbers. The n % 8 tail takes addsub16_one.
 QNN_TARGET_AVX512 void addsub16_row_avx512(const uint16_t* a, size_t ia, const uint16_t* b, size_t ib, uint16_t* out,
                                            size_t n, const AddSubParams& p) {
   const __m512d ka = _mm512_set1_pd(double(p.ka)), kb = _mm512_set1_pd(double(p.kb)), c = _mm512_set1_pd(double(p.c));
