@@ -302,7 +302,9 @@ def quantize_static_modules(
     return {name: convert_pt2e(gm) for name, gm in prepared.items()}
 
 
-def compile_specs(recipe: str, soc=None, weight_sharing: bool = True, multi_contexts: bool = False):
+def compile_specs(
+    recipe: str, soc=None, weight_sharing: bool = True, multi_contexts: bool = False, online_prepare: bool = False
+):
     from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
 
     return generate_qnn_executorch_compiler_spec(
@@ -310,6 +312,7 @@ def compile_specs(recipe: str, soc=None, weight_sharing: bool = True, multi_cont
         generate_htp_compiler_spec(
             use_fp16=(recipe == "fp16"), use_weight_sharing=weight_sharing, use_multi_contexts=multi_contexts
         ),
+        online_prepare=online_prepare,
     )
 
 
@@ -340,6 +343,7 @@ def export_static_llm(
     layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS,
     block_scale_search: str = "max",
     num_sharding: int = 1,
+    online_prepare: bool = False,
 ) -> ExportResult:
     """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
     `prefill` (ar_len tokens) and `decode` (1 token) methods sharing weights in one QNN context.
@@ -348,7 +352,8 @@ def export_static_llm(
     (for comparison). `layers_8bit`, `block_scale_search`: 16a4w_block's 16a8w linears and LPBQ
     block-scale choice (quantize_static_modules). `num_sharding`: split the layers into that many
     shards, one context each (see the module docstring; ShardingError unless 1 <= N <= layers).
-    Prints the export time, peak RSS and the size of every context."""
+    `online_prepare`: store no QNN context binary; QNN builds and finalizes the graphs when the
+    program loads on its engine (docs/real-qnn.md#online-prepare). Prints the export time, peak RSS and the size of every context."""
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
     from backends.qualcomm.partitioner.sharding import even_shard_layers
 
@@ -381,7 +386,7 @@ def export_static_llm(
     edge = to_edge_transform_and_lower_to_qnn(
         lowered_modules,
         inputs,
-        compile_specs(recipe, soc, weight_sharing, multi_contexts=num_sharding > 1),
+        compile_specs(recipe, soc, weight_sharing, multi_contexts=num_sharding > 1, online_prepare=online_prepare),
         constant_methods=constant_methods(shape, eos_ids, bos_id),
         convert_linear_to_conv2d=convert_linear_to_conv2d,
         shard_layers=shard_layers if num_sharding > 1 else None,

@@ -66,9 +66,11 @@ def export_tiny(
     layers: int = 2,
     num_sharding: int = 1,
     qnn_binaries: bool = True,
+    **export_options,
 ):
     """(model, ExportResult) of a tiny `kind` model exported in `recipe` into a fresh folder; with
-    QNN context binaries when QNN's library loads (and `qnn_binaries`)."""
+    QNN context binaries when QNN's library loads (and `qnn_binaries`); `export_options` go to
+    export_static_llm."""
     import pytest
 
     from backends.qualcomm.llm import export_static_llm
@@ -85,5 +87,6 @@ def export_tiny(
             ar_len=AR_LEN,
             calibration=CALIBRATION,
             num_sharding=num_sharding,
+            **export_options,
         )
     return model, result
