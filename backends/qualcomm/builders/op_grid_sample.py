@@ -1,8 +1,8 @@
 """grid_sampler_2d (F.grid_sample on a 4-D input) -> GridSample: the input channel-last
 [N, H, W, C], the grid as torch gives it [N, OH, OW, 2] (x, y), the output channel-last
 [N, OH, OW, C]. QNN's enums equal torch's: mode 0 bilinear / 1 nearest, padding_mode 0 zeros /
-1 border. Rejected (stay on the CPU): bicubic and reflection padding (the host engine has no
-kernel for them).
+1 border / 2 reflection. Rejected (stay on the CPU): bicubic (the host engine has no kernel for
+it), and reflection padding of a 3-D grid (the composition below has no reflected depth).
 
 grid_sampler_3d (F.grid_sample on a 5-D input): QNN 2.51's HTP refuses a 5-D GridSample (op
 validation 3110 'incorrect Rank 5', graphFinalize 1002 'No constructible op', measured on
@@ -47,7 +47,8 @@ from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_FIRST, LAYOUT_CHANN
 _aten = exir_ops.edge.aten
 _MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
 _PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
-SUPPORTED_MODES, SUPPORTED_PADDINGS = (0, 1), (0, 1)
+SUPPORTED_MODES = (0, 1)
+SUPPORTED_PADDINGS = {"grid_sampler_2d": (0, 1, 2), "grid_sampler_3d": (0, 1)}
 
 
 def _modes(node: torch.fx.Node) -> SupportResult:
@@ -57,10 +58,9 @@ def _modes(node: torch.fx.Node) -> SupportResult:
         return False, (
             f"{op}: interpolation mode '{_MODES.get(mode, mode)}' is not supported (bilinear and nearest only)"
         )
-    if padding not in SUPPORTED_PADDINGS:
-        return False, (
-            f"{op}: padding_mode '{_PADDINGS.get(padding, padding)}' is not supported (zeros and border only)"
-        )
+    if padding not in SUPPORTED_PADDINGS[op]:
+        names = ", ".join(_PADDINGS[p] for p in SUPPORTED_PADDINGS[op])
+        return False, f"{op}: padding_mode '{_PADDINGS.get(padding, padding)}' is not supported ({names} only)"
     return SUPPORTED
 
 
