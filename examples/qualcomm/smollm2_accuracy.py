@@ -373,7 +373,8 @@ def cmd_debug(args) -> None:
     """The decode method alone (16a4w_block, --context-len, calibrated like the tables), lowered with
     every intermediate dumped, run on the host engine on a real decode input (the QDQ reference's
     cache after a prefill of the evaluation text); our debugger compares each op with the QDQ edge
-    graph, isolated (each op's reference from the delegate's own inputs) and whole-graph."""
+    graph, isolated (each op's reference from the delegate's own inputs) and whole-graph; with
+    --engines, QNN's engine against the host engine instead, node by node (context binary built)."""
     import numpy as np
     import torch
 
@@ -390,7 +391,7 @@ def cmd_debug(args) -> None:
     from backends.qualcomm.llm.static_decoder import causal_mask
     from backends.qualcomm.utils.qnn_context import AOT_ENV
 
-    os.environ[AOT_ENV] = "0"
+    os.environ[AOT_ENV] = "1" if args.engines else "0"  # --engines: QNN runs the program too
     set_runtime_option("qnn_runtime_engine", "host")
     model, tokenizer = load_smollm2()
     context = args.context_len
@@ -429,6 +430,13 @@ def cmd_debug(args) -> None:
         f"decode at position {position}: host vs QDQ logits max diff {np.abs(host - reference).max():.3f} "
         f"(logits up to {np.abs(reference).max():.1f}), argmax {int(host.argmax())} vs {int(reference.argmax())}"
     )
+    if args.engines:  # QNN against the host engine, node by node, on the same decode input
+        report = debugger.compare_engines(pte, f"{out}/engines")
+        report.write_csv(f"{out}/report_engines.csv")
+        print(f"QNN vs host engine: {report.summary()}")
+        for r in report.failed[:12]:
+            print(f"  {r.node} ({r.target}) {r.tensor_name}: {r.metric} {r.value} (scale {r.scale})")
+        return
     for isolate in (True, False):
         report = debugger.compare(etdump, buffer, SQNRComparator(threshold=args.sqnr_threshold), isolate=isolate)
         report.write_csv(f"{out}/report_{'isolated' if isolate else 'whole'}.csv")
@@ -457,6 +465,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="export: then evaluate on the host engine (both: and the QDQ reference)",
     )
     parser.add_argument("--sqnr-threshold", type=float, default=30.0, help="debug: SQNR (dB) an op must reach")
+    parser.add_argument(
+        "--engines", action="store_true", help="debug: compare QNN's engine with the host engine node by node"
+    )
     parser.add_argument("--context-binary", action="store_true", help="export: with QNN context binaries")
     parser.add_argument(
         "--online-prepare", action="store_true", help="export: no context binary, QNN builds the graphs at load"
