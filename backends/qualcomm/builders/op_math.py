@@ -26,7 +26,7 @@ ops between Dequantize and Quantize); HTP runs them in fp16."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -194,6 +194,27 @@ _RECIPES: Dict[object, Callable[[_Chain], None]] = {
 }
 
 
+_INTEGER_DTYPES = (torch.int32, torch.int64)
+
+
+def _integer_inputs(node: torch.fx.Node) -> Tuple[int, ...]:
+    """Positions of int32 / int64 tensor inputs, which torch promotes to the float output (atan2
+    of two int tensors): the decomposition casts them to FLOAT_32 first."""
+    return tuple(
+        i
+        for i, a in enumerate(node.args)
+        if isinstance(a, torch.fx.Node) and getattr(node_val(a), "dtype", None) in _INTEGER_DTYPES
+    )
+
+
+def _as_float(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, index: int) -> QnnTensor:
+    if x.data_type not in (DataType.INT_32, DataType.INT_64):
+        return x
+    out = gb.native_tensor(f"{node.name}_input{index}_float", x.dims, DataType.FLOAT_32)
+    gb.add_op(node, QnnOpType.Cast, [x], [out], suffix=f"input{index}_float")
+    return out
+
+
 def reads_quantized(node: torch.fx.Node) -> bool:
     """A tensor input of `node` is quantized (a dequantize in the QDQ graph, or folded)."""
     return any(is_dequantize(a) or QCOM_QUANT_ATTRS in a.meta for a in node.all_input_nodes)
@@ -250,7 +271,7 @@ class DecomposedMathBuilder(NodeBuilder):
         return node.target in _SLOPE_OPS
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        ok, reason = check_float_io(node)
+        ok, reason = check_float_io(node, _integer_inputs(node) if node.target in _RECIPES else ())
         if ok and node.target in _RECIPES and reads_quantized(node) and not writes_quantized(node):
             return False, (
                 "a decomposition that reads quantized inputs needs its output quantized too (its "
@@ -306,7 +327,9 @@ class DecomposedMathBuilder(NodeBuilder):
         """The recipe in float; quantized: on Dequantized inputs, its result Quantized to the
         output's encoding (HTP refuses a FLOAT_32 operand of a quantized op, 3110 'mismatching
         datatypes', but takes float ops between Dequantize and Quantize), as PT2E computes it."""
-        inputs = [gb.tensor(a) for a in node.args[:2] if isinstance(a, torch.fx.Node)]
+        inputs = [
+            _as_float(gb, node, gb.tensor(a), i) for i, a in enumerate(node.args[:2]) if isinstance(a, torch.fx.Node)
+        ]
         out = gb.define_output(node)
         if not is_quantized(node):
             _RECIPES[node.target](_Chain(gb, node, out, inputs))

@@ -204,3 +204,15 @@ def test_atan2_on_the_axes_on_both_engines(qnn_binary):
     assert not np.isnan(out).any() and not np.isinf(out).any()
     np.testing.assert_allclose(out, torch.atan2(y, x).numpy(), rtol=0, atol=2e-3)
     print(check_on_qnn(tester, (y, x), None))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_atan2_of_integer_tensors_on_both_engines(qnn_binary, dtype):
+    """atan2 of two integer tensors (torch's result is float): the inputs are Cast to float in the
+    delegate; eager's values on the host engine and on QNN, as upstream's second atan2 case."""
+    y = torch.tensor([1, 1, -1, -1, 1, -1, 0, 7, -40], dtype=dtype)
+    x = torch.tensor([1, -1, -1, 1, 0, 0, 0, -3, 9], dtype=dtype)
+    tester = lower_to_one_delegate(Atan2(), (y, x), None)
+    assert tester.payload().op_types().get("Cast") == 2
+    np.testing.assert_allclose(tester.outputs[0], torch.atan2(y, x).numpy(), rtol=0, atol=2e-3)
+    print(check_on_qnn(tester, (y, x), None))
