@@ -353,7 +353,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             load_llm_kernels()
 
-            method = Runtime.get().load_program(str(path)).load_method("forward")
+            program = Runtime.get().load_program(str(path))  # alive while its method runs
+            method = program.load_method("forward")
             rounds, load = time_rounds(lambda: xnnpack_round(method, prompt, args.tg), args.reps, args.max_other_cores)
             slots = len(prompt) + args.tg / 2  # attended up to the position: the mean over the tg tokens
         else:

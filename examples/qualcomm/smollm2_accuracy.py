@@ -425,7 +425,8 @@ def cmd_debug(args) -> None:
         reference = converted["decode"](*sample)[0][0, -1].numpy()
     from executorch.runtime import Runtime
 
-    host = Runtime.get().load_program(pte).load_method("forward").execute(list(sample))[0][0, -1].numpy()
+    program = Runtime.get().load_program(pte)  # alive while its method runs (a Method holds no reference to it)
+    host = program.load_method("forward").execute(list(sample))[0][0, -1].numpy()
     print(
         f"decode at position {position}: host vs QDQ logits max diff {np.abs(host - reference).max():.3f} "
         f"(logits up to {np.abs(reference).max():.1f}), argmax {int(host.argmax())} vs {int(reference.argmax())}"

@@ -119,7 +119,8 @@ def test_indexing_ops_fp16():
 
     inputs = list(_inputs())
     inputs[3] = _pos(0, 7)
-    got = Runtime.get().load_program(tester.pte_path).load_method("forward").execute(inputs)
+    program = Runtime.get().load_program(tester.pte_path)  # alive while its method runs
+    got = program.load_method("forward").execute(inputs)
     with torch.no_grad():
         expected_outputs = IndexingOpsWithInts()(*inputs)
     for i in (7, 8, 9):

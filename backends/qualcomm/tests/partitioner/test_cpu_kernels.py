@@ -16,11 +16,12 @@ from backends.qualcomm.utils.errors import QnnLoweringError
 
 
 class PoolWithoutCpuKernel(torch.nn.Module):
-    """avg_pool3d with a divisor over padding: not delegated (QNN 2.51 computes it wrong), and
-    ExecuTorch 1.5.1 has no avg_pool3d CPU kernel."""
+    """avg_pool3d whose last window's divisor counts the padding but not its ceil_mode overhang:
+    not delegated (QNN's PoolAvg cannot express it), and ExecuTorch 1.5.1 has no avg_pool3d CPU
+    kernel."""
 
     def forward(self, x):
-        return torch.nn.functional.avg_pool3d(x, 2, ceil_mode=True, divisor_override=3) + 1.0
+        return torch.nn.functional.avg_pool3d(x, 3, 2, 1, ceil_mode=True) + 1.0  # 6 -> 4 windows, the last overhangs
 
 
 class SkippedAdd(torch.nn.Module):
@@ -41,19 +42,19 @@ def _lower(model: torch.nn.Module, x: torch.Tensor, **kwargs):
 
 
 def test_op_without_cpu_kernel_is_refused_at_lowering():
-    x = torch.randn(1, 2, 5, 5, 5)
+    x = torch.randn(1, 2, 6, 6, 6)
     with pytest.raises(QnnLoweringError) as info:
         _lower(PoolWithoutCpuKernel(), x)
     message = str(info.value)
     assert "1 node(s) would stay on the CPU" in message
     assert "aten_avg_pool3d_default (aten.avg_pool3d.default): no CPU kernel aten::avg_pool3d.out" in message
-    assert "divisor_override" in message  # why the delegate did not take it
+    assert "ceil_mode with count_include_pad" in message  # why the delegate did not take it
     assert "require_cpu_kernels=False" in message
 
 
 def test_without_the_check_the_program_fails_at_load():
     """What the check prevents: the same model lowered with require_cpu_kernels=False."""
-    x = torch.randn(1, 2, 5, 5, 5)
+    x = torch.randn(1, 2, 6, 6, 6)
     program = Runtime.get().load_program(
         _lower(PoolWithoutCpuKernel(), x, require_cpu_kernels=False).to_executorch().buffer
     )
@@ -69,5 +70,6 @@ def test_cpu_nodes_with_kernels_lower_and_run():
     cpu_ops = [n for n in graph.nodes if n.op == "call_function" and "relu" in str(n.target)]
     assert len(cpu_ops) == 1 and has_cpu_kernel(cpu_ops[0])
     assert missing_cpu_kernels(graph, {}) == {}
-    got = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute([x])[0]
+    program = Runtime.get().load_program(edge.to_executorch().buffer)  # alive while its method runs
+    got = program.load_method("forward").execute([x])[0]
     torch.testing.assert_close(got, SkippedAdd()(x), rtol=0, atol=2e-3)

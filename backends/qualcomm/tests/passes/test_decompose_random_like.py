@@ -26,7 +26,8 @@ def test_random_like_draws_on_the_cpu_at_every_call():
     assert "aten.rand.default" in cpu and "aten.randn.default" in cpu, cpu
     assert not any("_like" in t for t in cpu), cpu
     assert len(delegate_blobs(graph)) == 1  # the arithmetic
-    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    program = Runtime.get().load_program(edge.to_executorch().buffer)  # alive while its method runs
+    method = program.load_method("forward")
     first, second = method.execute([x]), method.execute([x])
     assert not torch.equal(first[0], second[0]) and not torch.equal(first[1], second[1])
     assert 0.0 <= float(first[0].min()) and float(first[0].max()) <= 1.0  # fp16 rounds up to 1.0

@@ -430,7 +430,8 @@ class TestHeapCheckpointCases:
         set_runtime_option(PROFILE, 1)
         altered = _flip_middle_of_delegate_blob(programs["small"][0], tmp_path / "altered.pte")
         with pytest.raises(RuntimeError):
-            Runtime.get().load_program(str(altered)).load_method("forward")
+            program = Runtime.get().load_program(str(altered))
+            program.load_method("forward")
         assert h.native().live_context_count() == 0
         assert path.read_text() == "previous run\n"
         base = h.native().engine_bytes_in_use()

@@ -379,7 +379,8 @@ def run_case(module, inputs, specs, lower_kwargs, expected_partitions, check, at
     delegates = [d.id for d in program.executorch_program.execution_plan[0].delegates]
     try:
         ref = _flatten(module(*inputs))
-        method = Runtime.get().load_program(program.buffer).load_method("forward")
+        loaded = Runtime.get().load_program(program.buffer)  # alive while its method runs
+        method = loaded.load_method("forward")
         flat_inputs = torch.utils._pytree.tree_flatten(inputs)[0]  # the program's inputs: nested ones flattened
         got = _flatten(method.execute([x.clone() if isinstance(x, torch.Tensor) else x for x in flat_inputs]))
     except Exception as exc:  # noqa: BLE001
