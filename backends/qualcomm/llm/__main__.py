@@ -61,7 +61,7 @@ def _export(args) -> int:
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     calibration = None
-    if args.recipe != "fp16":
+    if args.recipe != "fp16" and not args.text_llm_runner:
         tokenizer = _tokenizer(args.tokenizer or args.model)
         length = min(args.calibration_len, args.context_len)
         calibration = calibration_ids(
@@ -77,6 +77,7 @@ def _export(args) -> int:
         block_size=args.block_size,
         kv_bits=None if args.kv_bits == 16 else args.kv_bits,
         num_sharding=args.num_sharding,
+        text_llm_runner=args.text_llm_runner,
     )
     return 0
 
@@ -133,6 +134,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         type=int,
         default=1,
         help="split the layers into N shards, one QNN context each (prefill + decode weight-shared)",
+    )
+    e.add_argument(
+        "--text-llm-runner",
+        action="store_true",
+        help="export for ExecuTorch's TextLLMRunner instead: one forward(tokens, input_pos) method with "
+        "the KV cache in mutable buffers (fp16 only)",
     )
     g = sub.add_parser("generate", help="generate with an exported .pte")
     g.add_argument("--pte", required=True)

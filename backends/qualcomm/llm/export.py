@@ -105,6 +105,27 @@ def constant_methods(shape: DecoderShape, eos_ids: Sequence[int], bos_id: Option
     }
 
 
+def text_llm_runner_constant_methods(
+    shape: DecoderShape, eos_ids: Sequence[int], bos_id: Optional[int]
+) -> Dict[str, object]:
+    """Metadata of a `forward` program (text_llm_runner=True), with the names and types ExecuTorch's
+    TextLLMRunner reads (extension/llm/runner/constants.h): integers read with `toScalar()`, and
+    `get_eos_ids` one integer output per id (a tensor there aborts the runner). `get_ar_len` is 1
+    (one token per call); the shape facts of constant_methods are kept."""
+    methods = constant_methods(shape, eos_ids, bos_id)
+    methods.pop("get_use_kv_cache")
+    methods.update(
+        {
+            "get_ar_len": 1,
+            "get_eos_ids": [int(e) for e in (list(eos_ids) or [-1])],
+            "use_kv_cache": True,
+            "use_sdpa_with_kv_cache": False,
+            "enable_dynamic_shape": False,
+        }
+    )
+    return methods
+
+
 def _eos_and_bos(hf_model) -> tuple:
     config = getattr(hf_model, "generation_config", None) or hf_model.config
     eos = getattr(config, "eos_token_id", None)
@@ -340,6 +361,7 @@ def export_static_llm(
     layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS,
     block_scale_search: str = "max",
     num_sharding: int = 1,
+    text_llm_runner: bool = False,
 ) -> ExportResult:
     """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
     `prefill` (ar_len tokens) and `decode` (1 token) methods sharing weights in one QNN context.
@@ -348,7 +370,10 @@ def export_static_llm(
     (for comparison). `layers_8bit`, `block_scale_search`: 16a4w_block's 16a8w linears and LPBQ
     block-scale choice (quantize_static_modules). `num_sharding`: split the layers into that many
     shards, one context each (see the module docstring; ShardingError unless 1 <= N <= layers).
-    Prints the export time, peak RSS and the size of every context."""
+    `text_llm_runner=True`: the program ExecuTorch's TextLLMRunner runs instead, one `forward`
+    method (tokens, input_pos) -> logits with the KV cache in mutable buffers
+    (mutable_cache.py; fp16 only, `ar_len` unused). Prints the export time, peak RSS and the
+    size of every context."""
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
     from backends.qualcomm.partitioner.sharding import even_shard_layers
 
@@ -357,6 +382,9 @@ def export_static_llm(
     if kv_bits not in (8, None):
         raise ValueError(f"kv_bits must be 8 or None, got {kv_bits!r}")
     path = Path(path)
+    if text_llm_runner:
+        _check_text_llm_runner_options(recipe, num_sharding)
+        return _export_forward_program(hf_model, path, context_len, soc, convert_linear_to_conv2d, verbose)
     shard_layers = even_shard_layers(int(hf_model.config.num_hidden_layers), num_sharding)
     start = time.perf_counter()
     stages: Dict[str, float] = {}
@@ -404,6 +432,60 @@ def export_static_llm(
         lowered_modules,
         num_sharding,
         contexts,
+    )
+    if verbose:
+        print(result.summary())
+    return result
+
+
+# ---- the program of ExecuTorch's TextLLMRunner ----------------------------------------------------
+def _check_text_llm_runner_options(recipe: str, num_sharding: int) -> None:
+    if recipe != "fp16":
+        raise ValueError(
+            f"text_llm_runner=True: recipe {recipe!r} is not supported (fp16 only: the forward "
+            "program is not calibrated and quantized)"
+        )
+    if num_sharding != 1:
+        raise ValueError(f"text_llm_runner=True: num_sharding must be 1, got {num_sharding}")
+
+
+def _export_forward_program(
+    hf_model: torch.nn.Module,
+    path: Path,
+    context_len: int,
+    soc,
+    convert_linear_to_conv2d: bool,
+    verbose: bool,
+) -> ExportResult:
+    """One `forward` method (MutableCacheDecoder) and TextLLMRunner's metadata; the caches'
+    initial value (zeros) serialized, as ExecuTorch's llama export does."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    from backends.qualcomm import to_edge_transform_and_lower_to_qnn
+    from backends.qualcomm.llm.mutable_cache import MutableCacheDecoder
+
+    start = time.perf_counter()
+    module = MutableCacheDecoder(hf_model.eval(), context_len).eval()
+    eos_ids, bos_id = _eos_and_bos(hf_model)
+    with torch.no_grad():
+        edge = to_edge_transform_and_lower_to_qnn(
+            {"forward": module},
+            {"forward": module.example_inputs()},
+            compile_specs("fp16", soc, weight_sharing=False),
+            constant_methods=text_llm_runner_constant_methods(module.shape, eos_ids, bos_id),
+            convert_linear_to_conv2d=convert_linear_to_conv2d,
+        )
+    contexts = context_sizes(edge)
+    lowered = time.perf_counter()
+    program = edge.to_executorch(ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["cache"])]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        program.write_to_file(f)
+    end = time.perf_counter()
+    stages = {"lower": lowered - start, "serialize": end - lowered}
+    result = ExportResult(
+        path, "fp16", module.shape, end - start, peak_rss_mb(), stages, {"forward": module}, 1, contexts
     )
     if verbose:
         print(result.summary())

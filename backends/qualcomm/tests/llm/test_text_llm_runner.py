@@ -1,0 +1,150 @@
+"""ExecuTorch's own TextLLMRunner (the executorch wheel's Python binding,
+`executorch.extension.llm.runner`) on a program of `export_static_llm(..., text_llm_runner=True)`:
+the tiny Llama of helpers/tiny_llm.py, fp16. Its greedy token ids against our generate() on the
+prefill / decode program of the same model, on the host engine and on QNN (x86 emulation); the
+program's layout; the runner's error on a prompt longer than the context; the export's errors.
+
+The tokenizer is a byte-level BPE with one token per ASCII byte (id = byte, no merges), so that
+every token the runner streams is one character and gives back its id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from backends.qualcomm.llm import export_static_llm, generate
+from backends.qualcomm.tests.helpers.tiny_llm import CONTEXT, QNN_LOADED, VOCAB, export_tiny, hf_model
+from backends.qualcomm.utils.qnn_context import AOT_ENV
+
+runner_module = pytest.importorskip("executorch.extension.llm.runner")
+
+PROMPT_TEXT = "Hello, tiny Llama!"
+NEW_TOKENS = 8
+
+
+def _bytes_to_unicode() -> dict:
+    """GPT-2's byte -> printable character table (the ByteLevel pre-tokenizer's alphabet)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    chars = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return dict(zip(printable, map(chr, chars)))
+
+
+@pytest.fixture(scope="module")
+def ascii_tokenizer(tmp_path_factory) -> Path:
+    """tokenizer.json: byte-level BPE over the 128 ASCII bytes, id = byte value, no merges."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    table = _bytes_to_unicode()
+    tokenizer = Tokenizer(models.BPE(vocab={table[b]: b for b in range(VOCAB)}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    path = tmp_path_factory.mktemp("ascii_tokenizer") / "tokenizer.json"
+    tokenizer.save(str(path))
+    assert tokenizer.encode(PROMPT_TEXT).ids == list(PROMPT_TEXT.encode())
+    return path
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    """(forward program, prefill / decode program) of the same tiny Llama, fp16; with QNN context
+    binaries when QNN's library loads."""
+    folder = tmp_path_factory.mktemp("text_llm_runner")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(AOT_ENV, "1" if QNN_LOADED else "0")
+        forward = export_static_llm(
+            hf_model("llama"), folder / "forward.pte", "fp16", context_len=CONTEXT, text_llm_runner=True
+        )
+    _, static = export_tiny("llama", "fp16", tmp_path_factory)
+    return forward.path, static.path
+
+
+def runner_tokens(
+    pte: Path, tokenizer: Path, prompt: str, new_tokens: int, engine: str, runs: int = 1
+) -> List[List[int]]:
+    """The ids TextLLMRunner generates greedily (each streamed piece is one ASCII byte), `runs`
+    times with reset() in between."""
+    from backends.qualcomm import set_runtime_option
+
+    set_runtime_option("qnn_runtime_engine", engine)
+    runner = runner_module.TextLLMRunner(str(pte), str(tokenizer))
+    config = runner_module.GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False)
+    results = []
+    for _ in range(runs):
+        pieces: List[str] = []
+        runner.generate(prompt, config, pieces.append)
+        assert all(len(p) == 1 for p in pieces), pieces
+        results.append([ord(p) for p in pieces])
+        runner.reset()
+    return results
+
+
+def test_forward_program_has_the_runner_layout(programs):
+    """forward: 2 inputs (int64 tokens [1, 1], int64 input_pos [1]) and 1 output (logits [1, 1,
+    vocab]); the metadata TextLLMRunner reads, as integers; get_eos_ids one integer per id."""
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(str(programs[0]))
+    assert "forward" in program.method_names and not {"prefill", "decode"} & set(program.method_names)
+    meta = program.metadata("forward")
+    assert meta.num_inputs() == 2 and meta.num_outputs() == 1
+    assert [list(meta.input_tensor_meta(i).sizes()) for i in range(2)] == [[1, 1], [1]]
+    assert list(meta.output_tensor_meta(0).sizes()) == [1, 1, VOCAB]
+    values = {name: program.load_method(name).execute([]) for name in program.method_names if name != "forward"}
+    for name in ("get_max_seq_len", "get_max_context_len"):
+        assert values[name] == [CONTEXT], name
+    assert values["get_vocab_size"] == [VOCAB]
+    assert values["use_kv_cache"] == [True] and values["enable_dynamic_shape"] == [False]
+    assert values["get_eos_ids"] == [2]  # LlamaConfig's eos_token_id, as one integer
+
+
+def test_text_llm_runner_tokens_equal_generate_on_the_host_engine(programs, ascii_tokenizer):
+    """8 greedy tokens of TextLLMRunner (prefill token by token through `forward`, the cache in the
+    program) equal generate()'s on the prefill / decode program; a second generation after
+    reset() gives them again (the stale cache is masked)."""
+    forward, static = programs
+    prompt = list(PROMPT_TEXT.encode())
+    expected = generate(static, prompt, NEW_TOKENS, engine="host").tokens
+    assert len(expected) == NEW_TOKENS
+    assert runner_tokens(forward, ascii_tokenizer, PROMPT_TEXT, NEW_TOKENS, "host", runs=2) == [expected] * 2
+
+
+def test_text_llm_runner_refuses_a_prompt_longer_than_the_context(programs, ascii_tokenizer, capfd):
+    """A prompt of CONTEXT tokens: the runner's error (no crash), naming max_context_len."""
+    from backends.qualcomm import set_runtime_option
+
+    set_runtime_option("qnn_runtime_engine", "host")
+    runner = runner_module.TextLLMRunner(str(programs[0]), str(ascii_tokenizer))
+    config = runner_module.GenerationConfig(max_new_tokens=4, temperature=0.0, echo=False)
+    with pytest.raises(RuntimeError, match="Generation failed"):
+        runner.generate("x" * CONTEXT, config)
+    assert "max_context_len 64" in capfd.readouterr().err
+
+
+@pytest.mark.qnn
+def test_text_llm_runner_tokens_equal_generate_on_qnn(programs, ascii_tokenizer):
+    """The same on QNN's HTP emulation (3 tokens): TextLLMRunner's ids equal generate()'s on QNN."""
+    forward, static = programs
+    prompt = list(PROMPT_TEXT.encode())
+    expected = generate(static, prompt, 3, engine="qnn").tokens
+    assert runner_tokens(forward, ascii_tokenizer, PROMPT_TEXT, 3, "qnn") == [expected]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"recipe": "16a8w"}, "recipe '16a8w' is not supported"),
+        ({"recipe": "fp16", "num_sharding": 2}, "num_sharding must be 1"),
+    ],
+)
+def test_text_llm_runner_export_refuses_unsupported_options(options, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        export_static_llm(hf_model("llama"), tmp_path / "m.pte", context_len=CONTEXT, text_llm_runner=True, **options)
