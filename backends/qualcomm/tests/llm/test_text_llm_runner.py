@@ -87,11 +87,23 @@ def runner_tokens(
     return results
 
 
+def forward_plan_operators(pte: Path) -> tuple:
+    """(CPU operator names, number of delegates) of the program's forward method."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte.read_bytes())
+    program = getattr(program, "program", program)
+    plan = next(p for p in program.execution_plan if p.name == "forward")
+    return [op.name for op in plan.operators], len(plan.delegates)
+
+
 def test_forward_program_has_the_runner_layout(programs):
     """forward: 2 inputs (int64 tokens [1, 1], int64 input_pos [1]) and 1 output (logits [1, 1,
-    vocab]); the metadata TextLLMRunner reads, as integers; get_eos_ids one integer per id."""
+    vocab]), one delegate and on the CPU only the caches' write-back; the metadata TextLLMRunner
+    reads, as integers; get_eos_ids one integer per id."""
     from executorch.runtime import Runtime
 
+    assert forward_plan_operators(programs[0]) == (["aten::copy_"], 1)
     program = Runtime.get().load_program(str(programs[0]))
     assert "forward" in program.method_names and not {"prefill", "decode"} & set(program.method_names)
     meta = program.metadata("forward")
@@ -148,3 +160,15 @@ def test_text_llm_runner_tokens_equal_generate_on_qnn(programs, ascii_tokenizer)
 def test_text_llm_runner_export_refuses_unsupported_options(options, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         export_static_llm(hf_model("llama"), tmp_path / "m.pte", context_len=CONTEXT, text_llm_runner=True, **options)
+
+
+def test_command_line_exports_a_text_llm_runner_program(tmp_path, capsys):
+    """`export --recipe fp16 --text-llm-runner` on a saved HF folder writes the forward program."""
+    from backends.qualcomm.llm.__main__ import main
+
+    hf_model("llama").save_pretrained(tmp_path / "hf")
+    pte = tmp_path / "cli.pte"
+    flags = ["--output", str(pte), "--recipe", "fp16", "--context-len", str(CONTEXT), "--text-llm-runner"]
+    assert main(["export", "--model", str(tmp_path / "hf"), *flags]) == 0
+    assert "exported cli.pte (fp16, context 64, AR 1)" in capsys.readouterr().out
+    assert forward_plan_operators(pte) == (["aten::copy_"], 1)
