@@ -61,7 +61,7 @@ def _export(args) -> int:
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     calibration = None
-    if args.recipe != "fp16" and not args.text_llm_runner:
+    if args.recipe != "fp16":
         tokenizer = _tokenizer(args.tokenizer or args.model)
         length = min(args.calibration_len, args.context_len)
         calibration = calibration_ids(
@@ -139,7 +139,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--text-llm-runner",
         action="store_true",
         help="export for ExecuTorch's TextLLMRunner instead: one forward(tokens, input_pos) method with "
-        "the KV cache in mutable buffers (fp16 only)",
+        "the KV cache in mutable buffers",
     )
     g = sub.add_parser("generate", help="generate with an exported .pte")
     g.add_argument("--pte", required=True)

@@ -2,7 +2,8 @@
 `executorch.extension.llm.runner`) on a program of `export_static_llm(..., text_llm_runner=True)`:
 the tiny Llama of helpers/tiny_llm.py, fp16. Its greedy token ids against our generate() on the
 prefill / decode program of the same model, on the host engine and on QNN (x86 emulation); the
-program's layout; the runner's error on a prompt longer than the context; the export's errors.
+program's layout; 16a8w and 16a4w_block programs against their QDQ reference (host engine and
+QNN); the runner's error on a prompt longer than the context; the export's errors.
 
 The tokenizer is a byte-level BPE with one token per ASCII byte (id = byte, no merges), so that
 every token the runner streams is one character and gives back its id."""
@@ -15,7 +16,7 @@ from typing import List
 import pytest
 
 from backends.qualcomm.llm import export_static_llm, generate
-from backends.qualcomm.tests.helpers.tiny_llm import CONTEXT, QNN_LOADED, VOCAB, export_tiny, hf_model
+from backends.qualcomm.tests.helpers.tiny_llm import CALIBRATION, CONTEXT, QNN_LOADED, VOCAB, export_tiny, hf_model
 from backends.qualcomm.utils.qnn_context import AOT_ENV
 
 runner_module = pytest.importorskip("executorch.extension.llm.runner")
@@ -150,10 +151,41 @@ def test_text_llm_runner_tokens_equal_generate_on_qnn(programs, ascii_tokenizer)
     assert runner_tokens(forward, ascii_tokenizer, PROMPT_TEXT, 3, "qnn") == [expected]
 
 
+def qdq_greedy(module, prompt: List[int], new_tokens: int) -> List[int]:
+    """Greedy ids of a forward module (the converted QDQ reference) fed one token per call."""
+    import torch
+
+    with torch.no_grad():
+        for position, token in enumerate(prompt):
+            logits = module(torch.tensor([[token]]), torch.tensor([position]))
+        ids = [int(logits[0, -1].argmax())]
+        for i in range(new_tokens - 1):
+            logits = module(torch.tensor([[ids[-1]]]), torch.tensor([len(prompt) + i]))
+            ids.append(int(logits[0, -1].argmax()))
+    return ids
+
+
+@pytest.mark.parametrize("recipe", ["16a8w", "16a4w_block"])
+def test_text_llm_runner_quantized_program_tokens_equal_the_qdq_reference(recipe, ascii_tokenizer, tmp_path):
+    """Quantized forward programs: TextLLMRunner's 8 greedy ids on the host engine equal the QDQ
+    reference's (the converted forward module fed the same way), and its first 3 on QNN (when it
+    loads) too."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(AOT_ENV, "1" if QNN_LOADED else "0")
+        result = export_static_llm(
+            hf_model("llama"), tmp_path / "q.pte", recipe, CONTEXT, calibration=CALIBRATION, text_llm_runner=True
+        )
+    assert forward_plan_operators(result.path) == (["aten::copy_"], 1)
+    expected = qdq_greedy(result.modules["forward"], list(PROMPT_TEXT.encode()), NEW_TOKENS)
+    assert runner_tokens(result.path, ascii_tokenizer, PROMPT_TEXT, NEW_TOKENS, "host") == [expected]
+    if QNN_LOADED:
+        assert runner_tokens(result.path, ascii_tokenizer, PROMPT_TEXT, 3, "qnn") == [expected[:3]]
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"recipe": "16a8w"}, "recipe '16a8w' is not supported"),
+        ({"recipe": "16a8w"}, "calibration needs at least one token sequence"),
         ({"recipe": "fp16", "num_sharding": 2}, "num_sharding must be 1"),
     ],
 )
