@@ -99,7 +99,7 @@ def constant_methods(shape: DecoderShape, eos_ids: Sequence[int], bos_id: Option
         "get_vocab_size": shape.vocab_size,
         "get_dim": shape.hidden,
         "get_eos_id": int(eos[0]),
-        "get_eos_ids": torch.tensor(eos, dtype=torch.int64),
+        "get_eos_ids": [int(e) for e in eos],  # one integer output per id, as TextLLMRunner reads it
         "get_bos_id": -1 if bos_id is None else int(bos_id),
         "get_use_kv_cache": True,
     }
@@ -109,15 +109,13 @@ def text_llm_runner_constant_methods(
     shape: DecoderShape, eos_ids: Sequence[int], bos_id: Optional[int]
 ) -> Dict[str, object]:
     """Metadata of a `forward` program (text_llm_runner=True), with the names and types ExecuTorch's
-    TextLLMRunner reads (extension/llm/runner/constants.h): integers read with `toScalar()`, and
-    `get_eos_ids` one integer output per id (a tensor there aborts the runner). `get_ar_len` is 1
-    (one token per call); the shape facts of constant_methods are kept."""
+    TextLLMRunner reads (extension/llm/runner/constants.h), integers read with `toScalar()`;
+    `get_ar_len` is 1 (one token per call); the shape facts of constant_methods are kept."""
     methods = constant_methods(shape, eos_ids, bos_id)
     methods.pop("get_use_kv_cache")
     methods.update(
         {
             "get_ar_len": 1,
-            "get_eos_ids": [int(e) for e in (list(eos_ids) or [-1])],
             "use_kv_cache": True,
             "use_sdpa_with_kv_cache": False,
             "enable_dynamic_shape": False,

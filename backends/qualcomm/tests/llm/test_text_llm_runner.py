@@ -10,6 +10,9 @@ every token the runner streams is one character and gives back its id."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import List
 
@@ -140,6 +143,27 @@ def test_text_llm_runner_refuses_a_prompt_longer_than_the_context(programs, asci
     with pytest.raises(RuntimeError, match="Generation failed"):
         runner.generate("x" * CONTEXT, config)
     assert "max_context_len 64" in capfd.readouterr().err
+
+
+def test_text_llm_runner_refuses_a_prefill_decode_program(programs, ascii_tokenizer, tmp_path):
+    """The prefill / decode program (caches as inputs) given to TextLLMRunner: its IOManager's
+    error, raised as RuntimeError; the process does not abort (get_eos_ids is read as integers).
+    Run in a subprocess so that an abort fails this test only."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import backends.qualcomm\n"
+        "from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner\n"
+        f"runner = TextLLMRunner({str(programs[1])!r}, {str(ascii_tokenizer)!r})\n"
+        "try:\n"
+        "    runner.generate('Hi', GenerationConfig(max_new_tokens=2, temperature=0.0, echo=False))\n"
+        "except RuntimeError as error:\n"
+        "    print('raised', error)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[4]))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "raised Generation failed" in run.stdout
+    assert "Expected 2 inputs for decode method, got 7" in run.stderr
 
 
 @pytest.mark.qnn
