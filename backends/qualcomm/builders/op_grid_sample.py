@@ -1,15 +1,15 @@
 """grid_sampler_2d (F.grid_sample on a 4-D input) -> GridSample: the input channel-last
 [N, H, W, C], the grid as torch gives it [N, OH, OW, 2] (x, y), the output channel-last
 [N, OH, OW, C]. QNN's enums equal torch's: mode 0 bilinear / 1 nearest, padding_mode 0 zeros /
-1 border. Rejected (stay on the CPU): bicubic and reflection padding (the host engine has no
-kernel for them).
+1 border / 2 reflection. Rejected (stay on the CPU): bicubic (the host engine has no kernel for
+it).
 
 grid_sampler_3d (F.grid_sample on a 5-D input): QNN 2.51's HTP refuses a 5-D GridSample (op
 validation 3110 'incorrect Rank 5', graphFinalize 1002 'No constructible op', measured on
 SM8650), so it is composed: the input [N, D, H, W, C] viewed as N * D images [N * D, H, W, C],
 each sampled by one 2-D GridSample at the points' (x, y) (the (x, y) grid tiled D times), then
 the D samples of a point weighted by its depth coordinate zp (torch's unnormalize, clamped to
-[0, D - 1] for border padding) and summed: bilinear w_d = Relu(1 - |zp - d|) (trilinear
+[0, D - 1] for border padding, reflected then clamped for reflection padding) and summed: bilinear w_d = Relu(1 - |zp - d|) (trilinear
 sampling: the 2-D samples are bilinear in (x, y)), nearest w_d = (Round(zp) == d); a depth
 outside the volume gets no weight (zeros padding). Quantized: in float between a Dequantize of
 the input and grid and a Quantize to the output's encoding. Costs D 2-D samples per point."""
@@ -47,7 +47,8 @@ from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_FIRST, LAYOUT_CHANN
 _aten = exir_ops.edge.aten
 _MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
 _PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
-SUPPORTED_MODES, SUPPORTED_PADDINGS = (0, 1), (0, 1)
+SUPPORTED_MODES = (0, 1)
+SUPPORTED_PADDINGS = {"grid_sampler_2d": (0, 1, 2), "grid_sampler_3d": (0, 1, 2)}
 
 
 def _modes(node: torch.fx.Node) -> SupportResult:
@@ -57,10 +58,9 @@ def _modes(node: torch.fx.Node) -> SupportResult:
         return False, (
             f"{op}: interpolation mode '{_MODES.get(mode, mode)}' is not supported (bilinear and nearest only)"
         )
-    if padding not in SUPPORTED_PADDINGS:
-        return False, (
-            f"{op}: padding_mode '{_PADDINGS.get(padding, padding)}' is not supported (zeros and border only)"
-        )
+    if padding not in SUPPORTED_PADDINGS[op]:
+        names = ", ".join(_PADDINGS[p] for p in SUPPORTED_PADDINGS[op])
+        return False, f"{op}: padding_mode '{_PADDINGS.get(padding, padding)}' is not supported ({names} only)"
     return SUPPORTED
 
 
@@ -139,6 +139,46 @@ def _slice_last(gb: GraphBuilder, node: torch.fx.Node, g: QnnTensor, begin: int,
     )
 
 
+def _reflected_depth(gb: GraphBuilder, node: torch.fx.Node, zp: QnnTensor, depth: int, align: bool) -> QnnTensor:
+    """torch's reflect_coordinates of the depth pixel coordinate: reflected at -0.5 / D - 0.5 (at 0
+    / D - 1 with align_corners): a = |zp - low|, flips = Floor(a / span), extra = a - flips * span,
+    result = low + extra + odd(flips) * (span - 2 * extra); the clamp follows (as border)."""
+    twice_low, twice_high = (0.0, 2.0 * (depth - 1)) if align else (-1.0, 2.0 * depth - 1.0)
+    if twice_low == twice_high:  # one slice, align_corners: every coordinate reflects to 0
+        return _op(gb, node, QnnOpType.ElementWiseMultiply, [zp, _constant(gb, node, "r_zero", [0.0])], "r_z", zp.dims)
+    low, span = twice_low / 2.0, (twice_high - twice_low) / 2.0
+
+    def op(op_type: str, inputs, name: str) -> QnnTensor:
+        return _op(gb, node, op_type, inputs, name, zp.dims)
+
+    def const(name: str, value: float) -> QnnTensor:
+        return _constant(gb, node, name, [value])
+
+    a = op(QnnOpType.ElementWiseAbs, [op(QnnOpType.ElementWiseSubtract, [zp, const("r_low", low)], "r_shift")], "r_a")
+    flips = op(QnnOpType.ElementWiseFloor, [op(QnnOpType.ElementWiseDivide, [a, const("r_span", span)], "r_q")], "r_n")
+    extra = op(
+        QnnOpType.ElementWiseSubtract,
+        [a, op(QnnOpType.ElementWiseMultiply, [flips, const("r_span_m", span)], "r_whole")],
+        "r_extra",
+    )
+    halves = op(
+        QnnOpType.ElementWiseFloor, [op(QnnOpType.ElementWiseMultiply, [flips, const("r_h", 0.5)], "r_nh")], "r_fh"
+    )
+    odd = op(
+        QnnOpType.ElementWiseSubtract,
+        [flips, op(QnnOpType.ElementWiseMultiply, [halves, const("r_two", 2.0)], "r_even")],
+        "r_odd",
+    )
+    back = op(
+        QnnOpType.ElementWiseSubtract,
+        [const("r_span_b", span), op(QnnOpType.ElementWiseMultiply, [extra, const("r_two_b", 2.0)], "r_2x")],
+        "r_back",
+    )
+    turned = op(QnnOpType.ElementWiseMultiply, [odd, back], "r_turned")
+    moved = op(QnnOpType.ElementWiseAdd, [extra, turned], "r_moved")
+    return op(QnnOpType.ElementWiseAdd, [moved, const("r_low_b", low)], "r_reflected")
+
+
 def _depth_weights(gb: GraphBuilder, node: torch.fx.Node, z: QnnTensor, depth: int) -> QnnTensor:
     """[N, D, P, 1] weight of each depth slice for each point's normalized depth z [N, 1, P, 1]:
     zp = z * a + (D - 1) / 2 (a = (D - 1) / 2 with align_corners, D / 2 without), clamped for
@@ -154,7 +194,9 @@ def _depth_weights(gb: GraphBuilder, node: torch.fx.Node, z: QnnTensor, depth: i
         z.dims,
     )
     zp = _op(gb, node, QnnOpType.ElementWiseAdd, [scaled, _constant(gb, node, "z_offset", [half])], "z_pixel", z.dims)
-    if padding == 1:
+    if padding == 2:
+        zp = _reflected_depth(gb, node, zp, depth, align)
+    if padding in (1, 2):
         low = _op(
             gb, node, QnnOpType.ElementWiseMaximum, [zp, _constant(gb, node, "z_low", [0.0])], "z_low_clamped", z.dims
         )

@@ -29,7 +29,14 @@ from backends.qualcomm.builders.registry import (
     register_builder,
 )
 from backends.qualcomm.builders.utils import int_list, is_quantized, reshape, scalar_tensor
-from backends.qualcomm.serialization.qnn_graph import QnnParam, QnnTensor, bool_scalar, uint32_tensor
+from backends.qualcomm.serialization.qnn_graph import (
+    QnnParam,
+    QnnTensor,
+    bool_scalar,
+    float_scalar,
+    uint32_scalar,
+    uint32_tensor,
+)
 from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST, QCOM_QUANT_ATTRS
 
 _aten = exir_ops.edge.aten
@@ -134,11 +141,17 @@ def _overhangs(node: torch.fx.Node, spatial: int) -> bool:
 
 # Measured on QNN 2.51's HTP (x86 emulation, fp16): op validation of PoolMax3d fails with 3110
 # "OpValidator not found" (hence add_max_pool3d); PoolAvg3d with count_pad_for_edges and padding differs from torch by
-# up to 0.37 on N(0,1) inputs (without padding, or without count_pad_for_edges: 2.4e-7).
-AVG_3D_COUNT_PAD = (
-    "3-D average pooling counting padding (count_include_pad / divisor_override with padding): "
-    "QNN 2.51's PoolAvg3d gets it wrong (max error 0.37 measured)"
-)
+# up to 0.37 on N(0,1) inputs (without padding, or without count_pad_for_edges: 2.4e-7). So a 3-D
+# average pool that counts its padding pads explicitly (a zero Pad) and pools without padding.
+
+
+def pads_counted_explicitly(node: torch.fx.Node, spatial: int) -> bool:
+    """A 3-D average pool whose divisor counts the padding (count_include_pad without a ceil_mode
+    overhang, or divisor_override) and that has padding: lowered as a zero Pad + PoolAvg3d."""
+    if spatial != 3 or not any(p for pair in window_of(node, spatial).pads for p in pair):
+        return False
+    divisor = arg(node, 6, "divisor_override")
+    return divisor is not None or (bool(arg(node, 5, "count_include_pad", True)) and not _overhangs(node, spatial))
 
 
 def avg_options(node: torch.fx.Node, spatial: int) -> SupportResult:
@@ -154,9 +167,6 @@ def avg_options(node: torch.fx.Node, spatial: int) -> SupportResult:
         )
     if divisor is not None and int(divisor) <= 0:
         return False, f"divisor_override {divisor} must be positive"
-    padded = any(p for pair in window_of(node, spatial).pads for p in pair)
-    if spatial == 3 and padded and (divisor is not None or (count_pad and not _overhangs(node, spatial))):
-        return False, AVG_3D_COUNT_PAD
     return SUPPORTED
 
 
@@ -205,6 +215,19 @@ def to_qnn_view(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, spatial: in
     if spatial != 1:
         return x
     return reshape(gb, node, x, [x.dims[0], 1] + list(x.dims[1:]), "unit_height")
+
+
+def _zero_padded(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, pads: List[List[int]]) -> QnnTensor:
+    """x [N, spatial.., C] with zeros added around its spatial dims (a quantized x: its zero point)."""
+    amounts = [[0, 0]] + [list(p) for p in pads] + [[0, 0]]
+    padded = gb.like(x, f"{node.name}_padded", [d + b + a for d, (b, a) in zip(x.dims, amounts)])
+    params = [
+        uint32_scalar("scheme", 0),
+        uint32_tensor("pad_amount", amounts, [len(amounts), 2]),
+        float_scalar("pad_constant_value", 0.0),
+    ]
+    gb.add_op(node, QnnOpType.Pad, [x], [padded], params, suffix="pad")
+    return padded
 
 
 def add_pool(
@@ -286,8 +309,15 @@ class AvgPoolBuilder(_PoolBuilder):
         count_pad = bool(arg(node, 5, "count_include_pad", True))
         if count_pad and _overhangs(node, spatial):
             count_pad = False  # no padding (avg_options): torch's divisor is the in-bounds count
-        params = window.params() + [bool_scalar("count_pad_for_edges", count_pad or divisor is not None)]
         x = to_qnn_view(gb, node, gb.tensor(node.args[0], LAYOUT_CHANNEL_LAST), spatial)
+        if pads_counted_explicitly(node, spatial):
+            x = _zero_padded(gb, node, x, window.pads)
+            window = Window(window.kernel, window.stride, [[0, 0]] * spatial)
+        # Without padding every window is whole: count_pad_for_edges changes nothing in torch's
+        # terms, and QNN 2.51's quantized PoolAvg3d is wrong with it set (up to 48 steps measured)
+        padded = any(p for pair in window.pads for p in pair)
+        counted = (count_pad or divisor is not None) and padded
+        params = window.params() + [bool_scalar("count_pad_for_edges", counted)]
         if divisor is None:
             add_pool(gb, node, "Avg", spatial, x, params)
             return

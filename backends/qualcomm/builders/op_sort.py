@@ -1,4 +1,5 @@
-"""sort (last axis) -> TopK with k = the axis size (indices INT_32 + Cast to INT_64).
+"""sort -> TopK with k = the axis size (indices INT_32 + Cast to INT_64). QNN's TopK sorts the
+last axis: another axis is moved last by a Transpose and the values and indices moved back.
 
 Quantized graphs (the sort reads a per-tensor uint8 / uint16 tensor through its Dequantize):
 TopK sorts exact INT_32 keys that fold the index in, key = code * n + (n - 1 - i) (descending) or
@@ -17,7 +18,7 @@ NaN sorts first in both directions (PyTorch puts it last when ascending)."""
 from __future__ import annotations
 
 import operator
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -36,7 +37,7 @@ from backends.qualcomm.builders.registry import (
     register_builder,
 )
 from backends.qualcomm.builders.utils import normalize_axis
-from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, uint32_scalar
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, uint32_scalar, uint32_tensor
 
 _aten = exir_ops.edge.aten
 SORT_OPS = [_aten.sort.default] + ([_aten.sort.stable] if hasattr(_aten.sort, "stable") else [])
@@ -71,7 +72,8 @@ def quantized_source(node: torch.fx.Node) -> Optional[torch.fx.Node]:
         return None
     if qmin < 0 or not 0 < qmax <= 65535:
         return None
-    n = int(logical_shape(node.args[0])[-1])
+    shape = logical_shape(node.args[0])
+    n = int(shape[normalize_axis(sort_args(node)[0], len(shape))])
     return source.args[0] if (qmax + 256) * n < 2**31 else None
 
 
@@ -84,12 +86,24 @@ def _check_stable(node: torch.fx.Node) -> SupportResult:
     return SUPPORTED
 
 
-def _check_axis(node: torch.fx.Node) -> SupportResult:
+def axis_to_last(node: torch.fx.Node) -> Optional[List[int]]:
+    """The permutation moving the sort axis last (_moved_back inverts it), or None when the axis is
+    already last."""
     rank = len(logical_shape(node.args[0]))
-    dim, _ = sort_args(node)
-    if normalize_axis(dim, rank) != rank - 1:
-        return False, f"dim={dim}: only a sort over the last axis is supported (QNN TopK's axis)"
-    return SUPPORTED
+    axis = normalize_axis(sort_args(node)[0], rank)
+    if axis == rank - 1:
+        return None
+    return [d for d in range(rank) if d != axis] + [axis]
+
+
+def _transposed(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, perm: List[int], what: str) -> QnnTensor:
+    out = gb.like(x, f"{node.name}_{what}", [x.dims[p] for p in perm])
+    gb.add_op(node, QnnOpType.Transpose, [x], [out], [uint32_tensor("perm", perm)], suffix=what)
+    return out
+
+
+def _moved_back(perm: List[int]) -> List[int]:
+    return [perm.index(d) for d in range(len(perm))]
 
 
 def _negated(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, what: str) -> QnnTensor:
@@ -98,9 +112,11 @@ def _negated(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, what: str) -> 
     return out
 
 
-def _sort_codes(gb: GraphBuilder, node: torch.fx.Node, q: QnnTensor, indices: QnnTensor, k) -> None:
+def _sort_codes(
+    gb: GraphBuilder, node: torch.fx.Node, q: QnnTensor, indices: QnnTensor, k, values_out: QnnTensor
+) -> None:
     """Stable sort of the codes of q (module docstring): TopK of the INT_32 keys gives
-    `indices`; the node's float output is q gathered by them, dequantized."""
+    `indices`; `values_out` is q gathered by them, dequantized."""
     n = int(q.dims[-1])
     codes, _pad = code_index(gb, node, q, "_sort")
     int32 = lambda label: gb.native_tensor(f"{node.name}_{label}", q.dims, DataType.INT_32)  # noqa: E731
@@ -128,7 +144,7 @@ def _sort_codes(gb: GraphBuilder, node: torch.fx.Node, q: QnnTensor, indices: Qn
         [uint32_scalar("axis", len(q.dims) - 1)],
         suffix="values",
     )
-    gb.add_op(node, QnnOpType.Dequantize, [values], [gb.define_output(node, dtype=torch.float32)], suffix="dequantize")
+    gb.add_op(node, QnnOpType.Dequantize, [values], [values_out], suffix="dequantize")
 
 
 @register_builder
@@ -137,26 +153,39 @@ class SortBuilder(NodeBuilder):
     num_outputs = 2
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
-        return first_failure(lambda: _check_input(node), lambda: _check_stable(node), lambda: _check_axis(node))
+        return first_failure(lambda: _check_input(node), lambda: _check_stable(node))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        perm = axis_to_last(node)
         x = gb.tensor(node.args[0])
+        source = quantized_source(node)
+        q = gb.tensor(source) if source is not None else None
+        if q is not None and q.data_type not in (DataType.UFIXED_POINT_8, DataType.UFIXED_POINT_16):
+            q = None
+        if perm is not None:
+            x = _transposed(gb, node, x, perm, "axis_last")
+            q = _transposed(gb, node, q, perm, "codes_axis_last") if q is not None else None
         k = uint32_scalar("k", int(x.dims[-1]))
         indices = gb.native_tensor(f"{node.name}_indices_int32", x.dims, DataType.INT_32)
-        source = quantized_source(node)
-        if source is not None and gb.tensor(source).data_type in (DataType.UFIXED_POINT_8, DataType.UFIXED_POINT_16):
-            _sort_codes(gb, node, gb.tensor(source), indices, k)
+        out = gb.define_output(node, dtype=torch.float32)
+        values = out if perm is None else gb.native_tensor(f"{node.name}_sorted", x.dims, DataType.FLOAT_32)
+        if q is not None:
+            _sort_codes(gb, node, q, indices, k, values)
         elif sort_args(node)[1]:
-            gb.add_op(node, QnnOpType.TopK, [x], [gb.define_output(node, dtype=torch.float32), indices], [k])
+            gb.add_op(node, QnnOpType.TopK, [x], [values, indices], [k])
         else:
             top = gb.native_tensor(f"{node.name}_negated_sorted", x.dims, DataType.FLOAT_32)
             gb.add_op(node, QnnOpType.TopK, [_negated(gb, node, x, "negated")], [top, indices], [k])
+            gb.add_op(node, QnnOpType.ElementWiseNeg, [top], [values], suffix="values")
+        if perm is not None:
             gb.add_op(
-                node, QnnOpType.ElementWiseNeg, [top], [gb.define_output(node, dtype=torch.float32)], suffix="values"
+                node, QnnOpType.Transpose, [values], [out], [uint32_tensor("perm", _moved_back(perm))], suffix="back"
             )
         users = [u for u in node.users if u.target is operator.getitem and u.args[1] == 1]
         if users:
             indices64 = gb.native_tensor(f"{node.name}_indices", x.dims, DataType.INT_64)
             gb.add_op(node, QnnOpType.Cast, [indices], [indices64], suffix="indices")
+            if perm is not None:
+                indices64 = _transposed(gb, node, indices64, _moved_back(perm), "indices_back")
             for user in users:
                 gb.bind(user, indices64)

@@ -77,6 +77,7 @@ def _export(args) -> int:
         block_size=args.block_size,
         kv_bits=None if args.kv_bits == 16 else args.kv_bits,
         num_sharding=args.num_sharding,
+        online_prepare=args.online_prepare,
         text_llm_runner=args.text_llm_runner,
     )
     return 0
@@ -134,6 +135,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         type=int,
         default=1,
         help="split the layers into N shards, one QNN context each (prefill + decode weight-shared)",
+    )
+    e.add_argument(
+        "--online-prepare",
+        "--online_prepare",
+        dest="online_prepare",
+        action="store_true",
+        help="store no QNN context binary: QNN builds the graphs when the program loads on its engine",
     )
     e.add_argument(
         "--text-llm-runner",

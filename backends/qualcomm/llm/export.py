@@ -321,7 +321,9 @@ def quantize_static_modules(
     return {name: convert_pt2e(gm) for name, gm in prepared.items()}
 
 
-def compile_specs(recipe: str, soc=None, weight_sharing: bool = True, multi_contexts: bool = False):
+def compile_specs(
+    recipe: str, soc=None, weight_sharing: bool = True, multi_contexts: bool = False, online_prepare: bool = False
+):
     from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
 
     return generate_qnn_executorch_compiler_spec(
@@ -329,6 +331,7 @@ def compile_specs(recipe: str, soc=None, weight_sharing: bool = True, multi_cont
         generate_htp_compiler_spec(
             use_fp16=(recipe == "fp16"), use_weight_sharing=weight_sharing, use_multi_contexts=multi_contexts
         ),
+        online_prepare=online_prepare,
     )
 
 
@@ -359,6 +362,7 @@ def export_static_llm(
     layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS,
     block_scale_search: str = "max",
     num_sharding: int = 1,
+    online_prepare: bool = False,
     text_llm_runner: bool = False,
 ) -> ExportResult:
     """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
@@ -368,10 +372,12 @@ def export_static_llm(
     (for comparison). `layers_8bit`, `block_scale_search`: 16a4w_block's 16a8w linears and LPBQ
     block-scale choice (quantize_static_modules). `num_sharding`: split the layers into that many
     shards, one context each (see the module docstring; ShardingError unless 1 <= N <= layers).
-    `text_llm_runner=True`: the program ExecuTorch's TextLLMRunner runs instead, one `forward`
-    method (tokens, input_pos) -> logits with the KV cache in mutable buffers
-    (mutable_cache.py; `ar_len` and `kv_bits` unused: the cache is 16-bit in quantized recipes). Prints the export time, peak RSS and the
-    size of every context."""
+    `online_prepare`: store no QNN context binary; QNN builds and finalizes the graphs when the
+    program loads on its engine (docs/real-qnn.md#online-prepare). `text_llm_runner=True`: the
+    program ExecuTorch's TextLLMRunner runs instead, one `forward` method (tokens, input_pos) ->
+    logits with the KV cache in mutable buffers (mutable_cache.py; `ar_len` and `kv_bits` unused:
+    the cache is 16-bit in quantized recipes; not with `online_prepare` or `num_sharding` > 1).
+    Prints the export time, peak RSS and the size of every context."""
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
     from backends.qualcomm.partitioner.sharding import even_shard_layers
 
@@ -381,7 +387,7 @@ def export_static_llm(
         raise ValueError(f"kv_bits must be 8 or None, got {kv_bits!r}")
     path = Path(path)
     if text_llm_runner:
-        _check_text_llm_runner_options(recipe, num_sharding, calibration)
+        _check_text_llm_runner_options(recipe, num_sharding, calibration, online_prepare)
         quantization = (calibration, block_size, layers_8bit)
         return _export_forward_program(
             hf_model, path, recipe, context_len, quantization, soc, convert_linear_to_conv2d, verbose
@@ -410,7 +416,7 @@ def export_static_llm(
     edge = to_edge_transform_and_lower_to_qnn(
         lowered_modules,
         inputs,
-        compile_specs(recipe, soc, weight_sharing, multi_contexts=num_sharding > 1),
+        compile_specs(recipe, soc, weight_sharing, multi_contexts=num_sharding > 1, online_prepare=online_prepare),
         constant_methods=constant_methods(shape, eos_ids, bos_id),
         convert_linear_to_conv2d=convert_linear_to_conv2d,
         shard_layers=shard_layers if num_sharding > 1 else None,
@@ -440,11 +446,13 @@ def export_static_llm(
 
 
 # ---- the program of ExecuTorch's TextLLMRunner ----------------------------------------------------
-def _check_text_llm_runner_options(recipe: str, num_sharding: int, calibration) -> None:
+def _check_text_llm_runner_options(recipe: str, num_sharding: int, calibration, online_prepare: bool) -> None:
     if recipe != "fp16" and not calibration:
         raise ValueError(f"text_llm_runner=True, recipe {recipe}: calibration needs at least one token sequence")
     if num_sharding != 1:
         raise ValueError(f"text_llm_runner=True: num_sharding must be 1, got {num_sharding}")
+    if online_prepare:
+        raise ValueError("text_llm_runner=True: online_prepare is not supported")
 
 
 def quantize_forward_module(

@@ -293,7 +293,7 @@ class QnnPartitioner(Partitioner):
         if self.shard_layers is None:
             return {p: None for p in partitions}
         graph = exported_program.graph_module.graph
-        pieces = split_by_shard(graph, partitions, shard_of_nodes(graph, self.shard_layers, self.shard_pattern))
+        pieces = split_by_shard(partitions, shard_of_nodes(graph, self.shard_layers, self.shard_pattern))
         return {p: k for k in sorted(pieces) for p in pieces[k]}
 
     def _delegation_spec(self, shard: Optional[int]) -> DelegationSpec:

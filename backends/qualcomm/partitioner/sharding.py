@@ -10,7 +10,10 @@ Shard of a node: the shard of its layer when it has one, and never lower than th
 inputs. A node outside any layer (the embedding, the mask and rotary lookups, the final norm and
 head, a weight's dequantize, nodes a pass created) goes to the shard of its first consumer, or of
 its inputs when that is later: a layer's weights stay in the layer's shard, and a tensor several
-shards read (the mask) is computed once, in the first. Shards never decrease along an edge, so the
+shards read (the mask) is computed once, in the first. A quantize node takes its producer's shard,
+so a quantized tensor crosses as its integer codes and the next delegate reads exactly what the
+unsharded graph would (crossing as float32, the producer's result was rounded to float32 before
+being quantized: one 16-bit step off on 0.4% of a tiny Llama's later K / V values). Shards never decrease along an edge, so the
 cut partitions form no cycle. A tensor one shard computes and a later one reads (the hidden state, the
 mask) becomes an output of the first delegate and an input of the second; ExecuTorch passes it
 between them with no CPU op in between.
@@ -27,7 +30,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch.fx.passes.infra.partitioner import Partition
 
-from backends.qualcomm.partitioner.quant_boundaries import keep_quantize_with_consumers
+from backends.qualcomm.builders.quant_encoding import is_quantize
 from backends.qualcomm.utils.constants import DEFAULT_SHARD_PATTERN
 
 __all__ = ["DEFAULT_SHARD_PATTERN", "ShardingError", "even_shard_layers", "shard_of_nodes", "split_by_shard"]
@@ -107,14 +110,16 @@ def shard_of_nodes(graph: torch.fx.Graph, shard_layers: Sequence[int], pattern: 
     for node in reversed(list(floor)):  # a node outside layers moves up to its first consumer's shard
         users = [shard[u] for u in node.users if u in shard]
         shard[node] = floor[node] if layers[node] is not None or not users else max(floor[node], min(users))
+    for node in floor:  # a quantize stays with the node it quantizes: the codes cross, not floats
+        if is_quantize(node) and node.args and node.args[0] in floor:
+            shard[node] = shard[node.args[0]]
     return shard
 
 
-def split_by_shard(
-    graph: torch.fx.Graph, partitions: List[Partition], shard: Dict[torch.fx.Node, int]
-) -> Dict[int, List[Partition]]:
+def split_by_shard(partitions: List[Partition], shard: Dict[torch.fx.Node, int]) -> Dict[int, List[Partition]]:
     """Every partition cut where the shard changes: {shard index: its partitions}. A quantize
-    node then joins its consumer's piece (keep_quantize_with_consumers)."""
+    node stays in its producer's piece (shard_of_nodes): the two delegates exchange the quantized
+    tensor, with the same encoding at both ends (_passes/insert_io_qdq.py)."""
     pieces: List[Partition] = []
     owner: List[int] = []
     next_id = 0
@@ -126,7 +131,6 @@ def split_by_shard(
             pieces.append(Partition(id=next_id, nodes=by_shard[k]))
             owner.append(k)
             next_id += 1
-    keep_quantize_with_consumers(graph, pieces)
     result: Dict[int, List[Partition]] = {}
     for piece, k in zip(pieces, owner):
         if piece.nodes:

@@ -57,11 +57,6 @@ constexpr size_t kTempPoolBytes = 4u << 20;
 
 // ---- the session: everything a loaded method needs, destroyed in reverse order ----
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-
 // Owned storage + TensorImpl for one method input.
 struct InputTensor {
   std::vector<executorch::aten::SizesType> sizes;
@@ -94,9 +89,6 @@ struct Timing {
   double total_ms = 0.0;
   size_t executes = 0;
 };
-
-// calloc: zero pages are mapped lazily, so a large buffer costs nothing until used.
-Buffer zeroed(size_t nbytes) { return Buffer(static_cast<uint8_t*>(std::calloc(nbytes ? nbytes : 1, 1))); }
 
 // The most memory a method may plan: half the physical memory. Sizes come from
 // the file, so a corrupted size is rejected here instead of exhausting memory.

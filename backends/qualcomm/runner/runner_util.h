@@ -1,8 +1,11 @@
-// Helpers of qnn_executor_runner: ExecuTorch error and tag names, the log filter,
-// and the raw-file I/O.
+// Helpers of the runners (qnn_executor_runner, qnn_llama_runner): ExecuTorch error and tag
+// names, the log filter, owned zeroed buffers and the raw-file I/O.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,14 @@ const char* tag_name(executorch::runtime::Tag tag);
 // Drops the Info lines ExecuTorch's thread pool prints from cpuinfo_utils.cpp unless
 // `show_cpuinfo_lines`; every other log message goes to the default emitter.
 void install_log_filter(bool show_cpuinfo_lines);
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+// calloc: zero pages are mapped lazily, so a large buffer costs nothing until used; a null
+// Buffer when the memory is not there.
+inline Buffer zeroed(size_t nbytes) { return Buffer(static_cast<uint8_t*>(std::calloc(nbytes ? nbytes : 1, 1))); }
 
 // mkdir -p; false (with a message) when it cannot be created or is not a directory.
 bool make_output_folder(const std::string& path);

@@ -28,20 +28,15 @@ using executorch::runtime::MethodMeta;
 using executorch::runtime::Program;
 using executorch::runtime::Span;
 using executorch::runtime::Tag;
+using qnn_delegate::runner::Buffer;
 using qnn_delegate::runner::error_name;
+using qnn_delegate::runner::zeroed;
 
 namespace {
 
 constexpr size_t kMethodPoolBytes = 8u << 20;
 constexpr size_t kTempPoolBytes = 4u << 20;
 constexpr float kMaskValue = -255.0f;  // static_decoder.MASK_VALUE
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-
-Buffer zeroed(size_t nbytes) { return Buffer(static_cast<uint8_t*>(std::calloc(nbytes ? nbytes : 1, 1))); }
 
 uint64_t planned_memory_limit() {
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);

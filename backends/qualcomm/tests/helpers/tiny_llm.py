@@ -19,8 +19,15 @@ CALIBRATION = [torch.randint(0, VOCAB, (24,), generator=torch.Generator().manual
 QNN_LOADED, _ = qnn_library_status()
 
 
-def hf_model(kind: str, tie: bool = False, layers: int = 2) -> torch.nn.Module:
-    """A seeded tiny `kind` (llama / qwen2 / qwen3) model with `layers` layers, float32, eval mode."""
+def hf_model(
+    kind: str,
+    tie: bool = False,
+    layers: int = 2,
+    hidden: int = 64,
+    initializer_range: float = 0.1,
+) -> torch.nn.Module:
+    """A seeded tiny `kind` (llama / qwen2 / qwen3) model with `layers` layers, `hidden` wide (MLP
+    twice that), float32, eval mode."""
     import transformers
 
     configs = {
@@ -32,13 +39,13 @@ def hf_model(kind: str, tie: bool = False, layers: int = 2) -> torch.nn.Module:
     torch.manual_seed(0)
     config = config_type(
         vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=CONTEXT,
-        initializer_range=0.1,
+        initializer_range=initializer_range,
         tie_word_embeddings=tie,
     )
     return model_type(config).eval()
@@ -66,9 +73,11 @@ def export_tiny(
     layers: int = 2,
     num_sharding: int = 1,
     qnn_binaries: bool = True,
+    **export_options,
 ):
     """(model, ExportResult) of a tiny `kind` model exported in `recipe` into a fresh folder; with
-    QNN context binaries when QNN's library loads (and `qnn_binaries`)."""
+    QNN context binaries when QNN's library loads (and `qnn_binaries`); `export_options` go to
+    export_static_llm."""
     import pytest
 
     from backends.qualcomm.llm import export_static_llm
@@ -85,5 +94,6 @@ def export_tiny(
             ar_len=AR_LEN,
             calibration=CALIBRATION,
             num_sharding=num_sharding,
+            **export_options,
         )
     return model, result

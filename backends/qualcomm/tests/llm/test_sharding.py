@@ -2,8 +2,8 @@
 4-layer Llama (helpers/tiny_llm.py: hidden 64, context 64, prefill chunks of 8) exported whole and
 in 2 and 3 shards. Asserted: N delegates per method and N contexts, each holding shard k of both
 methods; the per-context sizes the export reports add up to the unsharded context's within
-SIZE_TOLERANCE; the logits bit-identical on the host engine, equal tokens on QNN (x86 emulation)
-and in qnn_llama_runner; clear errors for a bad count."""
+SIZE_TOLERANCE; the logits bit-identical on the host engine (fp16 and 16a4w_block), equal tokens on
+QNN (x86 emulation) and in qnn_llama_runner; clear errors for a bad count."""
 
 from __future__ import annotations
 
@@ -86,19 +86,12 @@ def test_sharded_contexts_and_sizes(exported, num_sharding):
     assert f"{num_sharding} shards" in sharded.summary() and "context 1:" in sharded.summary()
 
 
-# Host engine, sharded against whole: fp16 bit-identical; 16a4w_block within this (a few elements of
-# a tensor crossing shards land one 16-bit step away: it crosses as float32 and is quantized again
-# at the next delegate's input; measured max 6.0e-3 on logits up to 2.8, 0.4% of the new K / V
-# entries of the later layers one step off).
-QUANTIZED_TOLERANCE = 2e-2
-
-
 @pytest.mark.parametrize("recipe", ["fp16", "16a4w_block"])
 @pytest.mark.parametrize("num_sharding", [2, 3])
 def test_sharded_logits_equal_unsharded_on_the_host_engine(exported, recipe, num_sharding):
-    """Prefill (a full and a padded chunk) then 6 decode steps: equal tokens; every logit equal to
-    the unsharded program's (fp16) or within QUANTIZED_TOLERANCE (16a4w_block); loading the sharded
-    program creates N contexts."""
+    """Prefill (a full and a padded chunk) then 6 decode steps: equal tokens and every logit equal to
+    the unsharded program's (a quantized tensor crosses shards as its integer codes); loading the
+    sharded program creates N contexts."""
     whole, sharded = exported(recipe, 1), exported(recipe, num_sharding)
     reference = generate(whole.path, PROMPT, 6, engine="host", return_logits=True)
     base = native().live_context_count()
@@ -110,18 +103,17 @@ def test_sharded_logits_equal_unsharded_on_the_host_engine(exported, recipe, num
     assert out.tokens == reference.tokens
     got, want = np.stack(out.logits), np.stack(reference.logits)
     print(f"{recipe} N={num_sharding}: max |sharded - whole| {float(np.abs(got - want).max()):.2e}")
-    if recipe == "fp16":
-        assert np.array_equal(got, want)
-    else:
-        assert float(np.abs(got - want).max()) <= QUANTIZED_TOLERANCE
+    assert np.array_equal(got, want)
 
 
 @pytest.mark.qnn
-def test_sharded_fp16_on_qnn_equals_unsharded(exported, real_qnn):
+@pytest.mark.parametrize("recipe", ["fp16", "16a4w_block"])
+def test_sharded_on_qnn_equals_unsharded(exported, real_qnn, recipe):
     """QNN's HTP emulation, 2 shards against the whole program (both with context binaries): 2 QNN
     contexts, equal tokens over 3 new tokens and logits within the QNN-vs-host tolerance of
-    test_static_llm (fp16 on HTP: measured max difference 0 here)."""
-    whole, sharded = exported("fp16", 1, True), exported("fp16", 2, True)
+    test_static_llm (measured max difference: fp16 0; 16a4w_block 5.3e-3, although the codes cross
+    exactly: QNN's graph optimizations differ when the graph is cut, not traced)."""
+    whole, sharded = exported(recipe, 1, True), exported(recipe, 2, True)
     assert all(c.qnn_binary_bytes > 0 for c in sharded.contexts)
     reference = generate(whole.path, PROMPT, 3, engine="qnn", return_logits=True)
     program = PteProgram(sharded.path, "qnn")

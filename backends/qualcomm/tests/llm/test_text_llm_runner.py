@@ -211,6 +211,7 @@ def test_text_llm_runner_quantized_program_tokens_equal_the_qdq_reference(recipe
     [
         ({"recipe": "16a8w"}, "calibration needs at least one token sequence"),
         ({"recipe": "fp16", "num_sharding": 2}, "num_sharding must be 1"),
+        ({"recipe": "fp16", "online_prepare": True}, "online_prepare is not supported"),
     ],
 )
 def test_text_llm_runner_export_refuses_unsupported_options(options, message, tmp_path):

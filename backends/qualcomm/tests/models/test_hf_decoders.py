@@ -17,6 +17,7 @@ from backends.qualcomm import QuantDtype, to_edge_transform_and_lower_to_qnn
 from backends.qualcomm.partitioner.constant_partitions import CONSTANT_ONLY_REASON
 from backends.qualcomm.tests.helpers.quant_tester import MAX_STEP_DIFF_16, QuantTester, output_encodings, step_stats
 from backends.qualcomm.tests.helpers.tester import QnnTester, fp16_compile_specs, randn
+from backends.qualcomm.tests.helpers.tiny_llm import hf_model
 from backends.qualcomm.tests.helpers.runtime import load_method, native, one_delegate_blob, payload_on_both_engines, run
 
 transformers = pytest.importorskip("transformers")
@@ -78,23 +79,8 @@ def test_written_clone_of_a_buffer_is_not_folded(dtype, limits):
 
 # ---- Hugging Face decoders ------------------------------------------------------------------
 def _decoder(kind: str) -> torch.nn.Module:
-    configs = {
-        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
-        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
-    }
-    config_type, model_type = configs[kind]
-    torch.manual_seed(0)
-    config = config_type(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return Logits(model_type(config).eval()).eval()
+    """A tiny 2-layer decoder, hidden 32, HF's default initializer range, as a plain logits forward."""
+    return Logits(hf_model(kind, hidden=32, initializer_range=0.02)).eval()
 
 
 class Logits(torch.nn.Module):

@@ -1,4 +1,5 @@
-"""grid_sample (GridSample: bilinear / nearest, zeros / border padding, align_corners both ways;
+"""grid_sample (GridSample: bilinear / nearest, zeros / border / reflection padding (2-D),
+align_corners both ways;
 2-D and 3-D grids): fp16 against eager, 8a8w / 16a8w against the QDQ reference, full delegation
 and the Transpose count of the channel-last graph; unsupported modes stay on the CPU with a
 reason.
@@ -118,16 +119,61 @@ def test_grid_sample_quantized_matches_qdq_reference(quant_dtype):
 def test_grid_sample_unsupported_modes_stay_on_cpu_with_reason():
     class Rejected(nn.Module):
         def forward(self, x, grid):
-            return (
-                F.grid_sample(x, grid, "bicubic", align_corners=False),
-                F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False),
-            )
+            return F.grid_sample(x, grid, "bicubic", align_corners=False)
 
     tester = QnnTester(Rejected(), (randn(1, 2, 4, 4, seed=1), bilinear_grid(1, 3, 3, seed=2))).lower()
     reasons = " | ".join(tester.partitioner.rejected_nodes.values())
-    for expected in ("interpolation mode 'bicubic' is not supported", "padding_mode 'reflection' is not supported"):
-        assert expected in reasons, reasons
+    assert "interpolation mode 'bicubic' is not supported" in reasons, reasons
     tester.to_executorch().run().compare(atol=1e-5, rtol=1e-5)
+
+
+class ReflectionGridSample(nn.Module):
+    """Reflection padding, bilinear and nearest, align_corners both ways; grids reaching up to 2.5
+    image widths out, so coordinates reflect more than once."""
+
+    def forward(self, x, grid, grid_aligned, grid_half):
+        return (
+            F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False),
+            F.grid_sample(x, grid, "bilinear", "reflection", align_corners=True),
+            F.grid_sample(x, grid_aligned, "nearest", "reflection", align_corners=True),
+            F.grid_sample(x, grid_half, "nearest", "reflection", align_corners=False),
+        )
+
+
+def reflection_inputs() -> Tuple[torch.Tensor, ...]:
+    x, _, _, _ = grid_inputs(1, 5, 6, 4, 7)
+    wide = torch.rand(1, 4, 7, 2, generator=torch.Generator().manual_seed(21)) * 6.0 - 3.0
+    g = torch.Generator().manual_seed(22)
+    aligned = torch.stack([nearest_axis(6, (1, 4, 7), True, g), nearest_axis(5, (1, 4, 7), True, g)], dim=-1)
+    half = torch.stack([nearest_axis(6, (1, 4, 7), False, g), nearest_axis(5, (1, 4, 7), False, g)], dim=-1)
+    return x, wide, aligned, half
+
+
+# 8a8w reflection (max steps, min exact share). Against the QDQ reference: measured 94.0-100%
+# exact; on 3-5% of the bilinear outputs, where the 8-bit grid (range +-3, one code = 0.07 pixel)
+# lands far outside the image, both engines are the same 5-7 steps away from it. QNN against the
+# host engine: 56-100% exact, max 2 (QNN's quantized bilinear weights are coarser).
+REFLECTION_BOUNDS_8BIT = (7, 0.9)
+REFLECTION_QNN_VS_HOST_8BIT = (2, 0.5)
+
+
+@pytest.mark.parametrize("quant_dtype", [None, A8W8], ids=["fp16", "8a8w"])
+def test_grid_sample_reflection_on_both_engines(qnn_binary, quant_dtype):
+    """GridSample padding_mode 2 (torch's reflect_coordinates, then clamped): fp16 against eager,
+    8a8w against the QDQ reference, QNN (x86 HTP emulation) against the host engine (fp16:
+    measured max 9.8e-4)."""
+    module, inputs = ReflectionGridSample(), reflection_inputs()
+    if quant_dtype is None:
+        tester = QnnTester(module, inputs).lower().check_fully_delegated().to_executorch().run()
+        tester.compare(atol=1e-2, rtol=1e-2)
+        steps, exact = 0, 1.0
+    else:
+        tester = QuantTester(module, inputs, quant_dtype).lower().check_fully_delegated().to_executorch().run()
+        tester.compare_steps(max_step_diff=REFLECTION_BOUNDS_8BIT[0], min_exact=REFLECTION_BOUNDS_8BIT[1])
+        steps, exact = REFLECTION_QNN_VS_HOST_8BIT
+    assert tester.payload().op_types().get("GridSample") == 4
+    if QNN_LOADED:
+        assert_qnn_matches_host(one_delegate_blob(tester), inputs, module, 2e-3, steps, exact)
 
 
 def grid3d_inputs(
@@ -178,19 +224,41 @@ def test_grid_sample_3d_quantized_matches_qdq_reference(qnn_binary, quant_dtype)
         )
 
 
-def test_grid_sample_3d_unsupported_modes_stay_on_cpu_with_reason():
-    """Rejected with the reason (ExecuTorch's CPU kernels have no grid_sampler_3d either, so such
-    a program does not load: not run here)."""
+class Reflection3d(nn.Module):
+    """5-D grid_sample with reflection padding: bilinear and nearest, align_corners both ways."""
 
-    class Rejected(nn.Module):
-        def forward(self, x, grid):
-            return F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False)
+    def forward(self, x, grid, grid_aligned, grid_half):
+        return (
+            F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False),
+            F.grid_sample(x, grid, "bilinear", "reflection", align_corners=True),
+            F.grid_sample(x, grid_aligned, "nearest", "reflection", align_corners=True),
+            F.grid_sample(x, grid_half, "nearest", "reflection", align_corners=False),
+        )
 
-    x, grid = randn(1, 2, 3, 4, 4, seed=1), grid3d_inputs()[1]
-    tester = QnnTester(Rejected(), (x, grid)).lower(require_cpu_kernels=False)  # no grid_sampler_3d CPU kernel
-    reasons = " | ".join(tester.partitioner.rejected_nodes.values())
-    assert "grid_sampler_3d: padding_mode 'reflection' is not supported" in reasons, reasons
-    assert tester.cpu_nodes(), "the rejected grid_sampler_3d stays on the CPU"
+
+def reflection3d_inputs() -> Tuple[torch.Tensor, ...]:
+    x, _, aligned, half = grid3d_inputs()
+    wide = torch.rand(1, 2, 3, 4, 3, generator=torch.Generator().manual_seed(23)) * 6.0 - 3.0
+    return x, wide, aligned, half
+
+
+@pytest.mark.parametrize("quant_dtype", [None, A8W8], ids=["fp16", "8a8w"])
+def test_grid_sample_3d_reflection_on_both_engines(qnn_binary, quant_dtype):
+    """The composition with the depth coordinate reflected (torch's reflect_coordinates, then
+    clamped) and 2-D GridSamples with padding_mode 2: fp16 against eager, 8a8w against the QDQ
+    reference, QNN against the host engine (the chain runs in fp16 on QNN)."""
+    module, inputs = Reflection3d(), reflection3d_inputs()
+    if quant_dtype is None:
+        tester = QnnTester(module, inputs).lower().check_fully_delegated().to_executorch().run()
+        tester.compare(atol=1e-2, rtol=1e-2)
+    else:
+        tester = QuantTester(module, inputs, quant_dtype).lower().check_fully_delegated().to_executorch().run()
+        # measured 89.6% exact, max 7 (the far-out grid points of REFLECTION_BOUNDS_8BIT)
+        tester.compare_steps(max_step_diff=REFLECTION_BOUNDS_8BIT[0], min_exact=0.85)
+    assert tester.payload().op_types().get("GridSample") == 4
+    if QNN_LOADED:
+        steps = 0 if quant_dtype is None else GRID3D_BOUNDS_8BIT[0]
+        assert_qnn_matches_host(one_delegate_blob(tester), inputs, module, 2e-2, steps)
 
 
 class RealVision(nn.Module):

@@ -20,7 +20,14 @@ import torch.nn.functional as F
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, compare_with_qdq, step_stats
-from backends.qualcomm.tests.helpers.runtime import delegate_output_scales, needs_qnn, payload_on_both_engines
+from backends.qualcomm.tests.helpers.runtime import (
+    QNN_LOADED,
+    assert_qnn_matches_host,
+    delegate_output_scales,
+    needs_qnn,
+    one_delegate_blob,
+    payload_on_both_engines,
+)
 from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
@@ -189,31 +196,57 @@ def test_quantized_family_matches_qdq_reference(family, quant_dtype):
 
 
 class Rejected(nn.Module):
-    def forward(self, x, x5):
+    def forward(self, x):
         values, indices = F.max_pool2d(x, 2, return_indices=True)
         return (
             F.max_pool2d(x, 2, dilation=2),
             values,
             indices,
             F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
-            F.avg_pool3d(x5, 3, 2, 1),
             F.pad(x, (1, 1, 1, 0), mode="replicate"),
         )  # float: decomposed (fp16 EDGE rejected)
 
 
 def test_unsupported_pools_and_pads_stay_on_cpu_with_reason():
-    tester = QnnTester(Rejected(), (randn(1, 2, 6, 7, seed=7), randn(1, 2, 3, 4, 4, seed=8))).lower(
-        require_cpu_kernels=False  # avg_pool3d has no CPU kernel (test_cpu_kernels.py)
-    )
+    tester = QnnTester(Rejected(), (randn(1, 2, 6, 7, seed=7),)).lower()
     reasons = " | ".join(tester.partitioner.rejected_nodes.values())
     for expected in (
         "dilation [2, 2] is not supported (QNN's PoolMax has no dilation parameter)",
         "the indices output is used by",
         "ceil_mode with count_include_pad and padding > 0",
-        "QNN 2.51's PoolAvg3d gets it wrong",
     ):
         assert expected in reasons, reasons
-    # (not run: avg_pool3d left on the CPU has no portable kernel, the program does not load)
+    tester.to_executorch().run().compare(atol=1e-2, rtol=1e-2)  # the delegated pads run in fp16
+
+
+class AvgPool3dCountingPadding(nn.Module):
+    """3-D average pools whose divisor counts the padding: count_include_pad (with ceil_mode that
+    leaves no overhang, as upstream's operator test), divisor_override, per-axis kernels."""
+
+    def forward(self, x):
+        return (
+            F.avg_pool3d(x, 3, 2, 1),
+            F.avg_pool3d(x, 4, 2, 1, ceil_mode=True),
+            F.avg_pool3d(x, (2, 3, 3), 1, (1, 1, 0), divisor_override=5),
+        )
+
+
+@pytest.mark.parametrize("quant_dtype", [None, A8W8], ids=["fp16", "8a8w"])
+def test_avg_pool3d_counting_padding_on_both_engines(qnn_binary, quant_dtype):
+    """QNN 2.51's PoolAvg3d counts padding wrong (0.37 off measured), so these pools pad with zeros
+    first (Pad) and pool without padding: fp16 against eager, 8a8w against the QDQ reference, QNN
+    (x86 HTP emulation) against the host engine."""
+    module, inputs = AvgPool3dCountingPadding(), (randn(1, 3, 6, 8, 6, seed=12),)
+    if quant_dtype is None:
+        tester = QnnTester(module, inputs).lower().check_fully_delegated().to_executorch().run()
+        tester.compare(atol=1e-2, rtol=1e-2)
+    else:
+        tester = QuantTester(module, inputs, quant_dtype).lower().check_fully_delegated().to_executorch().run()
+        tester.compare_steps()
+    types = tester.payload().op_types()
+    assert types.get("Pad") == 3 and types.get("PoolAvg3d") == 3, types
+    if QNN_LOADED:
+        assert_qnn_matches_host(one_delegate_blob(tester), inputs, module, 2e-3, 1)
 
 
 def test_quantized_pad_value_must_be_zero():

@@ -1,5 +1,5 @@
 """Reductions: amax / amin, max.dim / min.dim (values + indices), argmax / argmin, any (bool),
-var / std (+ vector norms, which export decomposes), sort (values + indices, last axis).
+var / std (+ vector norms, which export decomposes), sort (values + indices, any axis).
 
 Each family is one multi-output module lowered once: fp16 vs eager, 8a8w / 16a8w vs the QDQ
 reference (float outputs in steps of their encoding, index / bool outputs exactly), on the
@@ -14,11 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from backends.qualcomm.utils.errors import QnnLoweringError
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.engines import qnn_vs_host
-from backends.qualcomm.tests.helpers.models_float import Lambda as L
 from backends.qualcomm.tests.helpers.quant_tester import (
     QuantTester,
     compare_with_qdq,
@@ -27,6 +25,7 @@ from backends.qualcomm.tests.helpers.quant_tester import (
     step_stats,
 )
 from backends.qualcomm.tests.helpers.runtime import (
+    QNN_LOADED,
     delegate_output_scales,
     needs_qnn,
     one_delegate_blob,
@@ -322,15 +321,40 @@ def test_sort_ties_keep_the_lower_index_first_on_the_host_engine():
         np.testing.assert_array_equal(out, ref.numpy(), err_msg=f"output {i}")
 
 
-def test_sort_over_another_axis_stays_on_cpu_with_reason():
-    """Not delegated, with the reason; ExecuTorch has no sort CPU kernel, so lowering refuses the
-    program (it would not load) unless require_cpu_kernels=False."""
-    model, inputs = L(lambda x: torch.sort(x, 0)[0] * 2.0), (randn(3, 4),)
-    with pytest.raises(QnnLoweringError, match=r"no CPU kernel aten::sort.values; not delegated: dim=0: only a sort"):
-        QnnTester(model, inputs).lower()
-    tester = QnnTester(model, inputs).lower(require_cpu_kernels=False)
-    assert tester.cpu_op_names() == ["aten.sort.default"]
-    assert "last axis" in tester.partitioner.rejected_nodes["aten_sort_default"]
+class ChannelSorts(torch.nn.Module):
+    """A conv's output sorted over its channels (dim 1, as upstream's Conv2dSort) both ways, and
+    over dim 0 of a 2-D tensor: values and indices."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 6, 3)
+
+    def forward(self, x, y):
+        z = self.conv(x)
+        return (*torch.sort(z, 1, descending=True), torch.sort(z, 1)[0], *torch.sort(y, 0))
+
+
+@pytest.mark.parametrize("quant_dtype", [None, A8W8], ids=["fp16", "8a8w"])
+def test_sort_over_any_axis_on_both_engines(qnn_binary, quant_dtype):
+    """QNN's TopK sorts the last axis: the sort axis is moved last (Transpose) and the values and
+    indices moved back. fp16: values and indices equal to eager (no ties in these inputs);
+    8a8w: values against the QDQ reference; QNN (x86 emulation) against the host engine."""
+    model, inputs = ChannelSorts(), (randn(1, 3, 6, 7, seed=4), randn(5, 4, seed=5))
+    if quant_dtype is None:
+        tester = QnnTester(model, inputs).lower().check_fully_delegated().to_executorch().run()
+        tester.compare(atol=1e-2, rtol=1e-2)
+        for i in (1, 4):  # the indices
+            np.testing.assert_array_equal(tester.outputs[i], tester.reference_outputs()[i])
+    else:
+        tester = QuantTester(model, inputs, quant_dtype).lower().check_fully_delegated().to_executorch().run()
+        for i in (0, 2, 3):  # the values, in the conv output's / y's encoding
+            np.testing.assert_allclose(tester.outputs[i], tester.reference_outputs()[i], atol=0.05)
+    assert tester.payload().op_types().get("TopK") == 3
+    if QNN_LOADED:
+        qnn, host = payload_on_both_engines(one_delegate_blob(tester), inputs, model)
+        for i, (q, h) in enumerate(zip(qnn, host)):
+            np.testing.assert_allclose(q, h, atol=2e-3, err_msg=f"output {i}")
 
 
 # ---- max() / min() of every element ------------------------------------------------------------

@@ -173,3 +173,17 @@ def test_fuzz_slice_no_crash(dumped, tmp_path):
     assert report["cases"] == 300
     assert report["crashes"] == 0 and report["hangs"] == 0, report["failures"]
     assert report["counts"]["info_refused"] > 100  # most mutations are caught by the parse
+
+
+def test_fuzz_worker_memory_is_capped():
+    """The fuzzer's workers run under a data-memory cap: an allocation past it fails in the worker
+    (one case lost) instead of taking the machine's memory."""
+    import subprocess
+    import sys
+
+    from backends.qualcomm.tests.tools.fuzz_context_binary import _limit_memory
+
+    grab = [sys.executable, "-c", "bytearray(1 << 30)"]
+    capped = subprocess.run(grab, preexec_fn=_limit_memory(256), capture_output=True, text=True)
+    assert capped.returncode != 0 and "MemoryError" in capped.stderr
+    assert subprocess.run(grab, preexec_fn=_limit_memory(2048)).returncode == 0

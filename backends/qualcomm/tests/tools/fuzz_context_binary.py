@@ -25,7 +25,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 BOUNDARY_32 = (0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFF, 0x10000)
 BOUNDARY_64 = (0, 1, 2**63 - 1, 2**63, 2**64 - 1, 2**32, 2**40)
@@ -105,8 +105,25 @@ def _worker(seed_path: Path, seed: int) -> None:
 
 
 # ---- driver -------------------------------------------------------------------------------------
+DEFAULT_MEMORY_MB = 4096
+
+
+def _limit_memory(megabytes: int) -> Callable[[], None]:
+    """preexec_fn: caps the worker's data memory (RLIMIT_DATA: heap and private mappings), so
+    that a binary making Qualcomm's loader allocate without bound (one case reached 17 GB of a
+    24 GB machine) fails that case instead of starving the machine."""
+
+    def limit() -> None:
+        import resource
+
+        cap = megabytes << 20
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+
+    return limit
+
+
 class Worker:
-    def __init__(self, seed_path: Path, seed: int) -> None:
+    def __init__(self, seed_path: Path, seed: int, memory_mb: int = DEFAULT_MEMORY_MB) -> None:
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -123,6 +140,7 @@ class Worker:
             stderr=subprocess.DEVNULL,
             text=True,
             bufsize=1,
+            preexec_fn=_limit_memory(memory_mb),
         )
         self.timed_out = False
 
@@ -182,8 +200,16 @@ def make_seed_binary(folder: Path) -> Path:
     return Path(dump_context_from_pte(pte)[0])
 
 
-def fuzz(seed_path: Path, seed: int, start: int, cases: int, timeout_s: float, crash_dir: Optional[Path]) -> Dict:
-    worker = Worker(seed_path, seed)
+def fuzz(
+    seed_path: Path,
+    seed: int,
+    start: int,
+    cases: int,
+    timeout_s: float,
+    crash_dir: Optional[Path],
+    memory_mb: int = DEFAULT_MEMORY_MB,
+) -> Dict:
+    worker = Worker(seed_path, seed, memory_mb)
     counts: Counter = Counter()
     crashes: List[Dict] = []
     began = time.monotonic()
@@ -197,14 +223,14 @@ def fuzz(seed_path: Path, seed: int, start: int, cases: int, timeout_s: float, c
             if crash_dir is not None:
                 crash_dir.mkdir(parents=True, exist_ok=True)
                 (crash_dir / f"case_{seed}_{index}.bin").write_bytes(data)
-            worker = Worker(seed_path, seed)
+            worker = Worker(seed_path, seed, memory_mb)
             continue
         counts[f"info_{result['info']}"] += 1
         counts[f"load_{result['load']}"] += 1
     worker.close()
     confirmed = 0
     for crash in crashes:  # re-run alone in a fresh worker: a crash, or an earlier case's damage?
-        alone = Worker(seed_path, seed)  # a hang gets 6x the time: a busy machine can starve a case
+        alone = Worker(seed_path, seed, memory_mb)  # a hang gets 6x the time: a busy machine can starve a case
         answer = alone.run(crash["index"], timeout_s * (6 if crash["outcome"] == "hang" else 1))
         crash["alone"] = "survived" if answer is not None else alone.outcome()
         confirmed += crash["alone"] != "survived"
@@ -234,13 +260,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds before a case counts as a hang")
     parser.add_argument("--crash-dir", type=Path, default=None, help="where crashing inputs are written")
     parser.add_argument("--report", type=Path, default=None, help="JSON report file (default: stdout only)")
+    parser.add_argument(
+        "--max-memory-mb",
+        type=int,
+        default=DEFAULT_MEMORY_MB,
+        help="data memory cap of each worker process (RLIMIT_DATA)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         _worker(args.seed_binary, args.seed)
         return 0
     seed_path = args.seed_binary or make_seed_binary(Path(os.environ.get("TMPDIR", "/tmp")) / "qnn_fuzz_seed")
-    report = fuzz(seed_path, args.seed, args.start, args.cases, args.timeout, args.crash_dir)
+    report = fuzz(seed_path, args.seed, args.start, args.cases, args.timeout, args.crash_dir, args.max_memory_mb)
     text = json.dumps(report, indent=1)
     if args.report is not None:
         args.report.write_text(text + "\n")

@@ -2,7 +2,8 @@
 // grid [N, OH, OW, 2] = (gx, gy) normalized to [-1, 1], as torch's grid_sample (QNN's op
 // definition; the tests compare it with QNN 2.51's HTP). mode 0 bilinear, 1 nearest (round half to
 // even, std::nearbyint); padding_mode 0 zeros (taps outside the image read 0), 1 border (the
-// source coordinate is clamped to the image). The grid is data, so the taps are computed per
+// source coordinate is clamped to the image), 2 reflection (the coordinate reflected at the image's
+// edges, then clamped: torch's reflect_coordinates). The grid is data, so the taps are computed per
 // element at run time; nothing is allocated on the execute path.
 #include <algorithm>
 #include <cmath>
@@ -14,7 +15,7 @@ namespace engine {
 namespace {
 
 enum class SampleMode : int64_t { kBilinear = 0, kNearest = 1 };
-enum class PaddingMode : int64_t { kZeros = 0, kBorder = 1 };
+enum class PaddingMode : int64_t { kZeros = 0, kBorder = 1, kReflection = 2 };
 
 struct GridGeometry {
   size_t n, ih, iw, c, oh, ow;
@@ -23,12 +24,25 @@ struct GridGeometry {
   PaddingMode padding;
 };
 
+// `in` reflected into [twice_low / 2, twice_high / 2] (torch's reflect_coordinates).
+float reflect(float in, float twice_low, float twice_high) {
+  if (twice_low == twice_high) return 0.f;
+  const float low = twice_low * 0.5f, span = (twice_high - twice_low) * 0.5f;
+  in = std::fabs(in - low);
+  const float extra = std::fmod(in, span);
+  const bool even_flips = std::fmod(std::floor(in / span), 2.f) == 0.f;
+  return even_flips ? extra + low : span - extra + low;
+}
+
 // Pixel coordinate of normalized g along an axis of `size` pixels (torch's unnormalize), then
-// clamped to the image for border padding.
+// clamped to the image for border padding, reflected then clamped for reflection padding.
 float source_coordinate(float g, size_t size, bool align, PaddingMode padding) {
   const float s = float(size);
   float src = align ? (g + 1.f) * 0.5f * (s - 1.f) : std::fma(g + 1.f, s, -1.f) * 0.5f;
-  if (padding == PaddingMode::kBorder) src = std::min(std::max(src, 0.f), s - 1.f);
+  if (padding == PaddingMode::kReflection && std::isfinite(src)) {
+    src = align ? reflect(src, 0.f, 2.f * (s - 1.f)) : reflect(src, -1.f, 2.f * s - 1.f);
+  }
+  if (padding != PaddingMode::kZeros) src = std::min(std::max(src, 0.f), s - 1.f);
   return src;
 }
 
@@ -93,10 +107,10 @@ Status read_modes(const OpView& v, GridGeometry& g) {
   QNN_RETURN_IF_ERROR(params.optional_bool("align_corners", align));
   if (params.has("mode")) QNN_RETURN_IF_ERROR(params.scalar_int("mode", DType::UINT_32, mode));
   if (params.has("padding_mode")) QNN_RETURN_IF_ERROR(params.scalar_int("padding_mode", DType::UINT_32, padding));
-  if (mode < 0 || mode > 1 || padding < 0 || padding > 1) {
+  if (mode < 0 || mode > 1 || padding < 0 || padding > 2) {
     return v.fail(ErrorKind::NotSupported,
-                  "only mode bilinear (0) / nearest (1) and padding_mode zeros (0) / border (1) are "
-                  "supported, got mode %lld, padding_mode %lld",
+                  "only mode bilinear (0) / nearest (1) and padding_mode zeros (0) / border (1) / "
+                  "reflection (2) are supported, got mode %lld, padding_mode %lld",
                   static_cast<long long>(mode), static_cast<long long>(padding));
   }
   g.align = align;
