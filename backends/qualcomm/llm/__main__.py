@@ -78,6 +78,7 @@ def _export(args) -> int:
         kv_bits=None if args.kv_bits == 16 else args.kv_bits,
         num_sharding=args.num_sharding,
         online_prepare=args.online_prepare,
+        text_llm_runner=args.text_llm_runner,
     )
     return 0
 
@@ -141,6 +142,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         dest="online_prepare",
         action="store_true",
         help="store no QNN context binary: QNN builds the graphs when the program loads on its engine",
+    )
+    e.add_argument(
+        "--text-llm-runner",
+        action="store_true",
+        help="export for ExecuTorch's TextLLMRunner instead: one forward(tokens, input_pos) method with "
+        "the KV cache in mutable buffers",
     )
     g = sub.add_parser("generate", help="generate with an exported .pte")
     g.add_argument("--pte", required=True)

@@ -99,10 +99,29 @@ def constant_methods(shape: DecoderShape, eos_ids: Sequence[int], bos_id: Option
         "get_vocab_size": shape.vocab_size,
         "get_dim": shape.hidden,
         "get_eos_id": int(eos[0]),
-        "get_eos_ids": torch.tensor(eos, dtype=torch.int64),
+        "get_eos_ids": [int(e) for e in eos],  # one integer output per id, as TextLLMRunner reads it
         "get_bos_id": -1 if bos_id is None else int(bos_id),
         "get_use_kv_cache": True,
     }
+
+
+def text_llm_runner_constant_methods(
+    shape: DecoderShape, eos_ids: Sequence[int], bos_id: Optional[int]
+) -> Dict[str, object]:
+    """Metadata of a `forward` program (text_llm_runner=True), with the names and types ExecuTorch's
+    TextLLMRunner reads (extension/llm/runner/constants.h), integers read with `toScalar()`;
+    `get_ar_len` is 1 (one token per call); the shape facts of constant_methods are kept."""
+    methods = constant_methods(shape, eos_ids, bos_id)
+    methods.pop("get_use_kv_cache")
+    methods.update(
+        {
+            "get_ar_len": 1,
+            "use_kv_cache": True,
+            "use_sdpa_with_kv_cache": False,
+            "enable_dynamic_shape": False,
+        }
+    )
+    return methods
 
 
 def _eos_and_bos(hf_model) -> tuple:
@@ -344,6 +363,7 @@ def export_static_llm(
     block_scale_search: str = "max",
     num_sharding: int = 1,
     online_prepare: bool = False,
+    text_llm_runner: bool = False,
 ) -> ExportResult:
     """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
     `prefill` (ar_len tokens) and `decode` (1 token) methods sharing weights in one QNN context.
@@ -353,7 +373,11 @@ def export_static_llm(
     block-scale choice (quantize_static_modules). `num_sharding`: split the layers into that many
     shards, one context each (see the module docstring; ShardingError unless 1 <= N <= layers).
     `online_prepare`: store no QNN context binary; QNN builds and finalizes the graphs when the
-    program loads on its engine (docs/real-qnn.md#online-prepare). Prints the export time, peak RSS and the size of every context."""
+    program loads on its engine (docs/real-qnn.md#online-prepare). `text_llm_runner=True`: the
+    program ExecuTorch's TextLLMRunner runs instead, one `forward` method (tokens, input_pos) ->
+    logits with the KV cache in mutable buffers (mutable_cache.py; `ar_len` and `kv_bits` unused:
+    the cache is 16-bit in quantized recipes; not with `online_prepare` or `num_sharding` > 1).
+    Prints the export time, peak RSS and the size of every context."""
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
     from backends.qualcomm.partitioner.sharding import even_shard_layers
 
@@ -362,6 +386,12 @@ def export_static_llm(
     if kv_bits not in (8, None):
         raise ValueError(f"kv_bits must be 8 or None, got {kv_bits!r}")
     path = Path(path)
+    if text_llm_runner:
+        _check_text_llm_runner_options(recipe, num_sharding, calibration, online_prepare)
+        quantization = (calibration, block_size, layers_8bit)
+        return _export_forward_program(
+            hf_model, path, recipe, context_len, quantization, soc, convert_linear_to_conv2d, verbose
+        )
     shard_layers = even_shard_layers(int(hf_model.config.num_hidden_layers), num_sharding)
     start = time.perf_counter()
     stages: Dict[str, float] = {}
@@ -409,6 +439,90 @@ def export_static_llm(
         lowered_modules,
         num_sharding,
         contexts,
+    )
+    if verbose:
+        print(result.summary())
+    return result
+
+
+# ---- the program of ExecuTorch's TextLLMRunner ----------------------------------------------------
+def _check_text_llm_runner_options(recipe: str, num_sharding: int, calibration, online_prepare: bool) -> None:
+    if recipe != "fp16" and not calibration:
+        raise ValueError(f"text_llm_runner=True, recipe {recipe}: calibration needs at least one token sequence")
+    if num_sharding != 1:
+        raise ValueError(f"text_llm_runner=True: num_sharding must be 1, got {num_sharding}")
+    if online_prepare:
+        raise ValueError("text_llm_runner=True: online_prepare is not supported")
+
+
+def quantize_forward_module(
+    module: torch.nn.Module,
+    recipe: str,
+    calibration: Sequence[Sequence[int]],
+    block_size: int = 32,
+    layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS,
+) -> GraphModule:
+    """PT2E prepare of the forward module (MutableCacheDecoder), calibration one token per call
+    over each sequence (positions 0 .. C - 2, the cache in the module's buffers), convert. The
+    cache stays 16-bit (annotate_kv_cache_8bit is for the prefill / decode layout)."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    exported = torch.export.export(module, module.example_inputs(), strict=False).module()
+    prepared = prepare_pt2e(exported, make_quantizer(recipe, block_size, None, layers_8bit))
+    last = module.shape.context_len - 1
+    for ids in calibration:
+        for position, token in enumerate(list(ids)[:last]):
+            prepared(torch.tensor([[int(token)]]), torch.tensor([position]))
+    return convert_pt2e(prepared)
+
+
+def _export_forward_program(
+    hf_model: torch.nn.Module,
+    path: Path,
+    recipe: str,
+    context_len: int,
+    quantization: tuple,
+    soc,
+    convert_linear_to_conv2d: bool,
+    verbose: bool,
+) -> ExportResult:
+    """One `forward` method (MutableCacheDecoder, quantized unless fp16) and TextLLMRunner's
+    metadata; the caches' initial value (zeros) serialized, as ExecuTorch's llama export does.
+    `quantization`: (calibration, block_size, layers_8bit)."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    from backends.qualcomm import to_edge_transform_and_lower_to_qnn
+    from backends.qualcomm.llm.mutable_cache import MutableCacheDecoder
+
+    start = time.perf_counter()
+    stages: Dict[str, float] = {}
+    module = MutableCacheDecoder(hf_model.eval(), context_len).eval()
+    lowered_module: torch.nn.Module = module
+    eos_ids, bos_id = _eos_and_bos(hf_model)
+    with torch.no_grad():
+        if recipe != "fp16":
+            lowered_module = quantize_forward_module(module, recipe, *quantization)
+            stages["quantize"] = time.perf_counter() - start
+        t = time.perf_counter()
+        edge = to_edge_transform_and_lower_to_qnn(
+            {"forward": lowered_module},
+            {"forward": module.example_inputs()},
+            compile_specs(recipe, soc, weight_sharing=False),
+            constant_methods=text_llm_runner_constant_methods(module.shape, eos_ids, bos_id),
+            convert_linear_to_conv2d=convert_linear_to_conv2d,
+        )
+    contexts = context_sizes(edge)
+    lowered = time.perf_counter()
+    stages["lower"] = lowered - t
+    program = edge.to_executorch(ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["cache"])]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        program.write_to_file(f)
+    end = time.perf_counter()
+    stages["serialize"] = end - lowered
+    result = ExportResult(
+        path, recipe, module.shape, end - start, peak_rss_mb(), stages, {"forward": lowered_module}, 1, contexts
     )
     if verbose:
         print(result.summary())

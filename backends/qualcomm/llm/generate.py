@@ -56,10 +56,11 @@ def read_metadata(program) -> Tuple[DecoderShape, List[int]]:
     """The decoder shape and EOS ids an export_static_llm program stores in its get_* methods."""
 
     def constant(name: str):
-        value = program.load_method(name).execute([])[0]
-        return (
-            value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 and name != "get_eos_ids" else value
-        )
+        outputs = program.load_method(name).execute([])
+        if name == "get_eos_ids":  # one integer output per id (older programs: one int64 tensor)
+            return outputs
+        value = outputs[0]
+        return value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
 
     meta = {name: constant(name) for name in program.method_names if name.startswith("get_")}
     shape = DecoderShape(

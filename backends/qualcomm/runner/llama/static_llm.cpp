@@ -122,7 +122,8 @@ Error load_into(Program& program, const char* name, MethodMemory& m) {
   return Error::Ok;
 }
 
-// Integer values of a constant method's output: an Int / Bool, or an integer tensor.
+// Integer values of a constant method's outputs, in order: each an Int / Bool or an integer
+// tensor (get_eos_ids: one Int output per id, or one int64 tensor in older programs).
 Error read_constant(Program& program, const char* name, std::vector<int64_t>& values) {
   MethodMemory m;
   Error e = load_into(program, name, m);
@@ -131,21 +132,23 @@ Error read_constant(Program& program, const char* name, std::vector<int64_t>& va
     std::fprintf(stderr, "error: metadata method '%s' failed (%s)\n", name, error_name(e).c_str());
     return e == Error::Ok ? Error::InvalidProgram : e;
   }
-  const EValue& v = m.method->get_output(0);
   values.clear();
-  if (v.isInt()) {
-    values.push_back(v.toInt());
-  } else if (v.isBool()) {
-    values.push_back(v.toBool() ? 1 : 0);
-  } else if (v.isTensor() && v.toTensor().scalar_type() == ScalarType::Long) {
-    const auto& t = v.toTensor();
-    values.assign(t.const_data_ptr<int64_t>(), t.const_data_ptr<int64_t>() + t.numel());
-  } else if (v.isTensor() && v.toTensor().scalar_type() == ScalarType::Int) {
-    const auto& t = v.toTensor();
-    values.assign(t.const_data_ptr<int32_t>(), t.const_data_ptr<int32_t>() + t.numel());
-  } else {
-    std::fprintf(stderr, "error: metadata method '%s' does not return an integer\n", name);
-    return Error::InvalidProgram;
+  for (size_t i = 0; i < m.method->outputs_size(); ++i) {
+    const EValue& v = m.method->get_output(i);
+    if (v.isInt()) {
+      values.push_back(v.toInt());
+    } else if (v.isBool()) {
+      values.push_back(v.toBool() ? 1 : 0);
+    } else if (v.isTensor() && v.toTensor().scalar_type() == ScalarType::Long) {
+      const auto& t = v.toTensor();
+      values.insert(values.end(), t.const_data_ptr<int64_t>(), t.const_data_ptr<int64_t>() + t.numel());
+    } else if (v.isTensor() && v.toTensor().scalar_type() == ScalarType::Int) {
+      const auto& t = v.toTensor();
+      values.insert(values.end(), t.const_data_ptr<int32_t>(), t.const_data_ptr<int32_t>() + t.numel());
+    } else {
+      std::fprintf(stderr, "error: metadata method '%s' does not return an integer\n", name);
+      return Error::InvalidProgram;
+    }
   }
   if (values.empty()) {
     std::fprintf(stderr, "error: metadata method '%s' returns no value\n", name);

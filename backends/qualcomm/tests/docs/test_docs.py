@@ -134,6 +134,9 @@ EXPECTED: Dict[Tuple[str, str], Callable[[str], None]] = {
     ("docs/debugging.md", "debugger"): _matches(r"compared (\d+) outputs: \1 pass, 0 fail"),
     ("docs/debugging.md", "inspector-flow"): _matches(r"\[conv2d, batch_norm\]", r"\[relu\]"),
     ("docs/real-qnn.md", "profiling"): _matches(r"type=Graph"),
+    ("docs/llm.md", "text-llm-runner"): _matches(
+        r"exported forward.pte \(fp16, context 64, AR 1\)", r'"generated_tokens":7\b'
+    ),
 }
 GROUPS = runnable_groups()
 
