@@ -420,7 +420,9 @@ def cmd_debug(args) -> None:
     debugger = QNNIntermediateDebugger(sample)
     out = str(args.artifact / "debug_decode")
     pte = debugger.save(edge, out)
-    etdump, buffer = debugger.run(pte, out)
+    from backends.qualcomm.debugger.engine_comparison import debug_buffer_bytes
+
+    etdump, buffer = debugger.run(pte, out, debug_buffer_bytes(debugger.dumped))
     with torch.no_grad():
         reference = converted["decode"](*sample)[0][0, -1].numpy()
     from executorch.runtime import Runtime

@@ -7,6 +7,7 @@ in handle (topological) order, where the engines disagree."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -14,7 +15,7 @@ import torch
 
 from backends.qualcomm.debugger.dump_info import DumpedTensor
 from backends.qualcomm.debugger.reports import FAIL, PASS, ComparisonRow
-from backends.qualcomm.debugger.runtime_dump import read_delegate_dumps, run_with_etdump
+from backends.qualcomm.debugger.runtime_dump import DEFAULT_DEBUG_BUFFER_SIZE, read_delegate_dumps, run_with_etdump
 from backends.qualcomm.utils.tensor_dump import DEBUG_ID_MARKER
 
 ENGINE_OPTION = "qnn_runtime_engine"
@@ -32,12 +33,24 @@ def runtime_engine(engine: str) -> Iterator[None]:
         set_runtime_option(ENGINE_OPTION, "auto")
 
 
+def debug_buffer_bytes(dumped: Dict[int, List[DumpedTensor]]) -> int:
+    """A debug buffer that holds every dumped tensor of one execute (4 bytes an element, a quarter
+    more for the records, at least the default): a 30-layer decoder dumps about 85 MB, more than
+    the default 64 MiB, and a full buffer stops the logging."""
+    elements = sum(int(math.prod(info.dims)) for infos in dumped.values() for info in infos)
+    return max(DEFAULT_DEBUG_BUFFER_SIZE, elements * 5 + (16 << 20))
+
+
 def dumps_on_engine(
-    pte_path: str, sample_input: Sequence[torch.Tensor], out_dir: str, engine: str
+    pte_path: str,
+    sample_input: Sequence[torch.Tensor],
+    out_dir: str,
+    engine: str,
+    debug_buffer_size: int = DEFAULT_DEBUG_BUFFER_SIZE,
 ) -> Dict[int, List[torch.Tensor]]:
     """{debug handle: logged tensors} of one run of `pte_path` on `engine`."""
     with runtime_engine(engine):
-        _, etdump, debug_buffer = run_with_etdump(pte_path, sample_input, out_dir)
+        _, etdump, debug_buffer = run_with_etdump(pte_path, sample_input, out_dir, debug_buffer_size)
     return read_delegate_dumps(etdump, debug_buffer)
 
 
@@ -100,8 +113,9 @@ def compare_engines(
     max_rel_diff: float = 1e-2,
 ) -> List[ComparisonRow]:
     """Rows of `engines[1]` against `engines[0]` on one run each of `pte_path`."""
+    size = debug_buffer_bytes(dumped)
     runs = [
-        dumps_on_engine(pte_path, sample_input, os.path.join(out_dir, f"{i}_{engine}"), engine)
+        dumps_on_engine(pte_path, sample_input, os.path.join(out_dir, f"{i}_{engine}"), engine, size)
         for i, engine in enumerate(engines)
     ]
     return compare_engine_dumps(dumped, runs[0], runs[1], max_steps, max_rel_diff)
