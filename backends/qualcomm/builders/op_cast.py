@@ -34,8 +34,6 @@ class CastBuilder(NodeBuilder):
         for val, what in ((source[0], "input"), (out[0], "output")):
             if val.dtype not in CAST_DTYPES:
                 return False, f"{what} dtype {val.dtype} is not supported by Cast"
-        if not is_contiguous_dim_order(node):
-            return False, "memory-format change (non-contiguous dim order) is not supported"
         return SUPPORTED
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
