@@ -183,7 +183,9 @@ def test_memory_format_change_inside_the_model_is_delegated(qnn_binary, quantize
     channels_last output, values vs eager (fp16) / the QDQ reference (8a8w), QNN vs host."""
     torch.manual_seed(0)
     x = (randn(1, 1, 3, 3),)
-    tester = (QuantTester(ToChannelsLastConv(), x, QuantDtype.use_8a8w) if quantized else QnnTester(ToChannelsLastConv(), x))
+    tester = (
+        QuantTester(ToChannelsLastConv(), x, QuantDtype.use_8a8w) if quantized else QnnTester(ToChannelsLastConv(), x)
+    )
     tester.lower().check_fully_delegated()
     assert tester.cpu_op_names() == []
     inputs, outputs, _ = _io_dim_orders(tester)

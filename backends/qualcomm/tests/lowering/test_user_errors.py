@@ -79,7 +79,10 @@ def test_non_finite_encoding_is_refused():
     prepared = prepare_pt2e(torch.export.export(SoftmaxOfScalarWhere(), (x,)).module(), quantizer)
     prepared(x)
     converted = convert_pt2e(prepared)
-    with pytest.raises(QnnLoweringError, match=r"1 quantize node\(s\) have a non-finite scale \(quantized_decomposed_quantize_per_tensor"):
+    with pytest.raises(
+        QnnLoweringError,
+        match=r"1 quantize node\(s\) have a non-finite scale \(quantized_decomposed_quantize_per_tensor",
+    ):
         to_edge_transform_and_lower_to_qnn(converted, (x,), quant_compile_specs())
 
 

@@ -52,7 +52,11 @@ COMPOSITES = {
     "min_full": (lambda x: torch.min(x, torch.full((1, 2, 3, 4), 0.5)), [(1, 2, 3, 4)], "min.other"),
     "clamp_max": (lambda x: torch.clamp(x, max=0.2), [(4, 5, 3)], None),
     "leaky_relu_": (_leaky_relu_inplace, [(2, 3, 4)], "leaky_relu_"),
-    "threshold_": (lambda x: torch.nn.functional.threshold(x * 1.0, 0.1, 20.0, inplace=True), [(2, 3, 4)], "threshold_"),
+    "threshold_": (
+        lambda x: torch.nn.functional.threshold(x * 1.0, 0.1, 20.0, inplace=True),
+        [(2, 3, 4)],
+        "threshold_",
+    ),
 }
 
 
