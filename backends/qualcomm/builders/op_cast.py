@@ -1,4 +1,4 @@
-"""_to_copy / _to_dim_order_copy: dtype change -> Cast; same dtype -> identity Reshape. copy
+"""_to_copy / _to_dim_order_copy: dtype change -> Cast; same dtype (any dim order) -> identity Reshape. copy
 (self.copy_(src)): src broadcast (Tile) to self's shape and dtype.
 
 Two casts QNN 2.51's HTP computes wrong (measured on SM8650 over every uint8 value and
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder
-from backends.qualcomm.builders.op_shape import dim_order_ops, edge_ops, is_contiguous_dim_order
+from backends.qualcomm.builders.op_shape import dim_order_ops, edge_ops
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import SUPPORTED, NodeBuilder, SupportResult, register_builder, tensor_vals
 from backends.qualcomm.builders.utils import reshape
@@ -34,8 +34,6 @@ class CastBuilder(NodeBuilder):
         for val, what in ((source[0], "input"), (out[0], "output")):
             if val.dtype not in CAST_DTYPES:
                 return False, f"{what} dtype {val.dtype} is not supported by Cast"
-        if not is_contiguous_dim_order(node):
-            return False, "memory-format change (non-contiguous dim order) is not supported"
         return SUPPORTED
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:

@@ -125,37 +125,28 @@ def is_transposed(node: torch.fx.Node) -> bool:
 
 
 def transposed_dilation(node: torch.fx.Node) -> List[int]:
-    """A transposed conv's dilation per torch spatial dim."""
+    """Per spatial axis of the node, the dilation of a transposed conv (1: none)."""
     return int_list(conv_args(node).get("dilation"), len(logical_shape(node)) - 2, 1)
 
 
-def dilated_kernel(array: np.ndarray, dilation: List[int]) -> np.ndarray:
-    """[C, C', k..] -> [C, C', d * (k - 1) + 1 ..]: the taps spread `dilation` apart with zeros
-    between them. QNN's TransposeConv has no dilation param; a transposed conv with dilation d
-    is exactly one with this kernel and dilation 1 (a zero tap adds nothing; quantized weights are
-    symmetric, so 0 is code 0)."""
-    kernel = array.shape[2:]
-    out = np.zeros(array.shape[:2] + tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation)), array.dtype)
-    out[(slice(None), slice(None)) + tuple(slice(None, None, d) for d in dilation)] = array
-    return out
+def _constant_weight(node: torch.fx.Node) -> bool:
+    weight = conv_args(node)["weight"]
+    while is_dequantize(weight):  # a quantized weight reads its constant through a Dequantize
+        weight = weight.args[0]
+    return isinstance(weight, torch.fx.Node) and is_constant(weight)
 
 
 def _transposed_support(node: torch.fx.Node) -> SupportResult:
-    """What TransposeConv2d / TransposeConv3d take: no dilation param (QNN 2.51 op def), so a
-    dilated one needs a constant weight to dilate (dilated_kernel)."""
+    """What TransposeConv2d / TransposeConv3d take. They have no dilation param (QNN 2.51 op def):
+    a dilated one gets a constant kernel with d - 1 zero taps between taps (dilate_kernel), the
+    same sums exactly."""
     args = conv_args(node)
     dilation = transposed_dilation(node)
-    weight = args.get("weight")
-    while is_dequantize(weight):
-        weight = weight.args[0]
-    if any(d != 1 for d in dilation) and not is_constant(weight):
+    if any(d != 1 for d in dilation) and not _constant_weight(node):
         return False, (
-            f"dilation {dilation} of a transposed convolution whose weight is not a constant (QNN's "
-            "TransposeConv has no dilation; a constant kernel is dilated at lowering)"
+            f"dilation {dilation} of a transposed convolution with a weight that is not a constant is "
+            "not supported (QNN's TransposeConv has no dilation; a constant kernel is dilated with zeros)"
         )
-    attrs = args["weight"].meta.get(QCOM_QUANT_ATTRS) if isinstance(args.get("weight"), torch.fx.Node) else None
-    if any(d != 1 for d in dilation) and attrs is not None and np.any(np.asarray(attrs.zero_point) != 0):
-        return False, f"dilation {dilation} of a transposed convolution with asymmetric weights (a 0 tap is no code)"
     stride = int_list(args.get("stride"), len(dilation), 1)
     output_padding = int_list(args.get("output_padding"), len(dilation), 0)
     if any(p < 0 or p >= s for p, s in zip(output_padding, stride)):
@@ -183,8 +174,10 @@ def rows_qnn_leaves_unset(node: torch.fx.Node) -> List[int]:
     constant bias rows (append_bias_rows)."""
     args = conv_args(node)
     sizes = logical_shape(args["input"])[2:]
+    kernels = logical_shape(args["weight"])[2:]
+    if is_transposed(node):  # a dilated kernel is lowered as its zero-dilated kernel
+        kernels = [(k - 1) * d + 1 for k, d in zip(kernels, transposed_dilation(node)[-len(kernels) :])]
     n = len(sizes)
-    kernels = [d * (k - 1) + 1 for k, d in zip(logical_shape(args["weight"])[2:], transposed_dilation(node))]
     stride, padding = int_list(args.get("stride"), n, 1), int_list(args.get("padding"), n, 0)
     output_padding = int_list(args.get("output_padding"), n, 0)
     if depthwise_transposed(node):  # output_padding becomes less padding at the end (below)
@@ -195,6 +188,16 @@ def rows_qnn_leaves_unset(node: torch.fx.Node) -> List[int]:
         written = max((size - 1) * s + k, size * s) - p
         unset.append(max(0, out - written))
     return unset
+
+
+def dilate_kernel(array: np.ndarray, dilation: List[int]) -> np.ndarray:
+    """A kernel [C0, C1, k..] with d - 1 zeros between its taps on each spatial axis: the kernel
+    [C0, C1, (k - 1) * d + 1 ..] of the same convolution without dilation."""
+    spatial = array.shape[2:]
+    dilation = [1] * (len(spatial) - len(dilation)) + list(dilation)  # conv1d's unit height
+    out = np.zeros(array.shape[:2] + tuple((k - 1) * d + 1 for k, d in zip(spatial, dilation)), array.dtype)
+    out[(slice(None), slice(None)) + tuple(slice(None, None, d) for d in dilation)] = array
+    return out
 
 
 def depthwise_transposed(node: torch.fx.Node) -> bool:
@@ -264,11 +267,11 @@ class ConvolutionBuilder(NodeBuilder):
         data = gb.constant_data(weight)
         if data is not None:
             array = data.detach().contiguous().numpy().reshape(shape)
+            if is_transposed(node) and any(d != 1 for d in transposed_dilation(node)):
+                array = dilate_kernel(array, transposed_dilation(node))
             attrs = weight.meta.get(QCOM_QUANT_ATTRS)
             if attrs is not None and attrs.block_size is not None and not lpbq_in_payload(node):
                 array, attrs = lpbq_as_per_channel(array, attrs)
-            if is_transposed(node):
-                array = dilated_kernel(array, spatial_args(node, "dilation", 1))
             array = array.transpose(perm)
             if attrs is not None:
                 return gb.quantized_static(weight.name, np.ascontiguousarray(array), attrs, perm)

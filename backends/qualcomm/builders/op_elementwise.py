@@ -186,7 +186,10 @@ class BinaryElementwiseBuilder(NodeBuilder):
         alpha = node.kwargs.get("alpha", 1)
         if not isinstance(b, torch.fx.Node):
             return number_operand(gb, node, float(b) * float(alpha), "b")
-        tb = quantized_scalar_constant(gb, node, b, "b") or operand(gb, node, b, layout, rank, "b")
+        scalar = quantized_scalar_constant(gb, node, b, "b", float(alpha))
+        if scalar is not None:  # alpha * the constant, quantized as one number
+            return scalar
+        tb = operand(gb, node, b, layout, rank, "b")
         if alpha == 1:
             return tb
         if tb.quant is not None:
@@ -269,10 +272,13 @@ def number_operand(gb: GraphBuilder, node: torch.fx.Node, value: float, name: st
     return scalar_tensor(gb, f"{node.name}_{name}", value, quantized=is_quantized(node), like=output_encoding(node))
 
 
-def quantized_scalar_constant(gb: GraphBuilder, node: torch.fx.Node, arg: torch.fx.Node, name: str):
+def quantized_scalar_constant(
+    gb: GraphBuilder, node: torch.fx.Node, arg: torch.fx.Node, name: str, factor: float = 1.0
+):
     """A one-element float constant operand of a quantized op (export lifts `x + 2.5` to a
-    constant tensor) as a quantized scalar of the op's data type (QNN's op validation refuses
-    a FLOAT_32 operand: error 3110 'mismatching datatypes'); None otherwise."""
+    constant tensor), times `factor` (add / sub's alpha), as a quantized scalar of the op's data
+    type (QNN's op validation refuses a FLOAT_32 operand: error 3110 'mismatching datatypes');
+    None otherwise."""
     data = gb.constant_data(arg)
     if (
         output_encoding(node) is None
@@ -283,7 +289,7 @@ def quantized_scalar_constant(gb: GraphBuilder, node: torch.fx.Node, arg: torch.
     ):
         return None
     return scalar_tensor(
-        gb, f"{node.name}_{name}", float(data.reshape(-1)[0]), quantized=True, like=output_encoding(node)
+        gb, f"{node.name}_{name}", float(data.reshape(-1)[0]) * factor, quantized=True, like=output_encoding(node)
     )
 
 

@@ -8,9 +8,10 @@ A reduction of every element (max() / min(), any() / all(), amax / amin over eve
 keepdim) has a 0-d output, which QNN refuses (3110 'Output[0] has incorrect Rank 0'): the
 flattened input is reduced to [1], which stands for the 0-d output (utils.one_element_dims).
 
-Quantized graphs: amax / amin select one input value, so the output shares the
-input's encoding (QuantFamily.SHARED). max.dim / min.dim return a tuple, which QnnQuantizer
-leaves unannotated: they run on the dequantized input in float, as argmax / argmin do."""
+Quantized graphs: amax / amin / max.dim / min.dim select input values, so the values share the
+input's encoding (QuantFamily.SHARED); argmax / argmin get a quantized input and an unquantized
+index output (QuantFamily.COMPUTE with an integer output). Indices are taken on the codes, which
+order as the values do (positive scale)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from backends.qualcomm.builders.registry import (
     first_failure,
     node_val,
     register_builder,
+    table_quant_annotations,
     tensor_vals,
 )
 from backends.qualcomm.builders.utils import input_layout, normalize_axis, one_element_dims, reshape, stored_axis
@@ -111,7 +113,8 @@ def _bool_reduce(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, out: QnnTe
 class ExtremeBuilder(NodeBuilder):
     targets = list(EXTREME_OPS)
     quant_annotations = dict.fromkeys(
-        aten_ops("amax.default", "amin.default", "max.default", "min.default"), QuantFamily.SHARED
+        aten_ops("amax.default", "amin.default", "max.default", "min.default", "max.dim", "min.dim"),
+        QuantFamily.SHARED,
     )
     layout_policy = LayoutPolicy.AGNOSTIC
     num_outputs = 2  # max.dim / min.dim: values, indices
@@ -180,9 +183,10 @@ def _check_arg(node: torch.fx.Node) -> SupportResult:
 
 @register_builder
 class ArgExtremeBuilder(NodeBuilder):
-    """argmax / argmax(dim, keepdim): indices are not quantized (QnnQuantizer leaves them)."""
+    """argmax / argmax(dim, keepdim): a quantized input, indices not quantized."""
 
     targets = list(ARG_OPS)
+    quant_annotations = table_quant_annotations([QnnOpType.Argmax, QnnOpType.Argmin])
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         return _check_arg(node)

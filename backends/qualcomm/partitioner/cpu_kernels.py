@@ -55,6 +55,16 @@ def has_cpu_kernel(node: torch.fx.Node) -> bool:
     return op is not None and any(name in _cpu_operator_names() for name in _kernel_names(op))
 
 
+def _kernel_refuses(node: torch.fx.Node) -> bool:
+    """Forms of an op whose ExecuTorch kernel exists but refuses them at execute (the program
+    loads, execute returns InvalidArgument): a transposed 3-D convolution (measured: the
+    portable aten::convolution.out kernel, ExecuTorch 1.5.1)."""
+    if _aten_op(node) != torch.ops.aten.convolution.default or len(node.args) < 7 or not node.args[6]:
+        return False
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.dim() == 5
+
+
 def missing_cpu_kernels(graph: torch.fx.Graph, delegated: Mapping[torch.fx.Node, str]) -> Dict[torch.fx.Node, str]:
     """{node: kernel name} of the op nodes left on the CPU that no registered kernel implements.
     Empty when the registered kernels cannot be read (nothing to check against)."""
@@ -66,6 +76,8 @@ def missing_cpu_kernels(graph: torch.fx.Graph, delegated: Mapping[torch.fx.Node,
         op = _aten_op(node) if node.op == "call_function" and node not in delegated else None
         if op is not None and not any(name in known for name in _kernel_names(op)):
             missing[node] = _kernel_names(op)[0]
+        elif op is not None and _kernel_refuses(node):
+            missing[node] = f"{_kernel_names(op)[0]} for a transposed 3-D convolution"
     return missing
 
 
@@ -85,7 +97,7 @@ def check_cpu_kernels(
     more = f"\n  ... ({len(missing)} in all)" if len(missing) > MAX_LISTED else ""
     raise QnnLoweringError(
         f"QnnPartitioner: {len(missing)} node(s) would stay on the CPU, where ExecuTorch has no kernel for "
-        f"them: the program would lower but fail at load (OperatorMissing).\n"
+        f"them: the program would lower but fail at load (OperatorMissing) or execute.\n"
         + "\n".join(lines)
         + more
         + "\nChange these ops in the model (another form of the op the delegate takes, see docs/ops.md), or "

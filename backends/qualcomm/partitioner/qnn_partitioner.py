@@ -30,7 +30,11 @@ from backends.qualcomm.partitioner.sharding import (
     shard_of_nodes,
     split_by_shard,
 )
-from backends.qualcomm.quantizer.quantization_checks import check_calibrated, check_converted_program
+from backends.qualcomm.quantizer.quantization_checks import (
+    check_calibrated,
+    check_converted_program,
+    check_finite_encodings,
+)
 from backends.qualcomm.partitioner.summary import PartitionSummary, summarize
 from backends.qualcomm.utils.compile_spec import check_compile_specs, is_fp16, options_from_compile_specs
 from backends.qualcomm.utils.constants import QCOM_COMPILE_SPEC_KEY, QCOM_SHARD_SPEC_KEY, QNN_BACKEND_ID
@@ -262,6 +266,7 @@ class QnnPartitioner(Partitioner):
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         check_converted_program(exported_program)
         check_calibrated(exported_program.graph_module.graph)
+        check_finite_encodings(exported_program.graph_module.graph)
         mark_constants(exported_program)
         support = self._operator_support()
         partitions = self._propose_validated(exported_program, support)

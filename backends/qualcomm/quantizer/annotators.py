@@ -159,7 +159,7 @@ def annotate_compute(node: Node, config: QuantConfig) -> None:
         and node.args[1] is not node.args[0]
     ):
         inputs[node.args[1]] = symmetric_16bit_activation(config.input_activation)
-    if _bool_output(node):
+    if _bool_output(node) or _integer_output(node):
         _set_inputs_only(node, inputs)
         return
     _set(node, inputs, fixed_output_spec(node, config) or config.output_activation)
@@ -174,9 +174,15 @@ def _bool_output(node: Node) -> bool:
     return isinstance(val, torch.Tensor) and val.dtype == torch.bool
 
 
+def _integer_output(node: Node) -> bool:
+    """argmax / argmin: an index output."""
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and not val.is_floating_point() and not val.is_complex()
+
+
 def _set_inputs_only(node: Node, inputs: Dict[Node, object]) -> None:
-    """A comparison: its float inputs are quantized, its bool output is not (the delegate
-    compares the dequantized values, as the QDQ reference does)."""
+    """A comparison / argmax: its float inputs are quantized, its bool / index output is not (the
+    delegate compares the dequantized values, as the QDQ reference does)."""
     if inputs:
         node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=inputs, output_qspec=None, _annotated=True)
 

@@ -5,6 +5,7 @@ model that runs with meaningless encodings."""
 from __future__ import annotations
 
 import logging
+import math
 from typing import List
 
 import torch
@@ -69,6 +70,28 @@ def _is_default_encoding(encoding) -> bool:
     scale, zero_point, quant_max = encoding
     midpoint = (int(quant_max) + 1) // 2 if isinstance(quant_max, int) else None
     return scale == 1.0 and zero_point in (0, midpoint)
+
+
+NON_FINITE_MESSAGE = (
+    "{count} quantize node(s) have a non-finite scale ({names}): the tensor they quantize held "
+    "inf / nan during calibration (e.g. a -inf fill that is not a softmax's mask, which the "
+    "quantizer rewrites; see docs/quantization.md). A quantized tensor cannot hold it: keep that "
+    "op in float (QnnQuantizer.add_discard_nodes) or fill with a finite value."
+)
+
+
+def check_finite_encodings(graph: torch.fx.Graph) -> None:
+    """QnnLoweringError naming the quantize nodes whose scale is inf / nan: their program would
+    lower, then fail to load (the delegate refuses the encoding: error 0x23)."""
+    bad = []
+    for node in graph.nodes:
+        if not is_quantize(node) or len(node.args) < 2:
+            continue
+        scale = node.args[1]
+        if isinstance(scale, float) and not math.isfinite(scale):
+            bad.append(node.name)
+    if bad:
+        raise QnnLoweringError(NON_FINITE_MESSAGE.format(count=len(bad), names=_listed(bad)))
 
 
 def check_calibrated(graph: torch.fx.Graph) -> None:

@@ -33,6 +33,7 @@ from backends.qualcomm.quantizer.annotators import (
     supported_ops,
 )
 from backends.qualcomm.quantizer.batch_stats_norm import rewrite_batch_stats_norms
+from backends.qualcomm.quantizer.decompose_composites import decompose_composites
 from backends.qualcomm.quantizer.decompose_sdpa import decompose_sdpa
 from backends.qualcomm.quantizer.fold_constant_views import fold_constant_views
 from backends.qualcomm.quantizer.inf_masks import rewrite_inf_masked_softmax
@@ -286,8 +287,11 @@ class QnnQuantizer(Quantizer):
         softmax of a -inf masked tensor (MultiheadAttention's masks) -> softmax * keep, renormalized
         (inf_masks.py: a quantized tensor cannot hold -inf); splits / views / concatenations of
         parameters -> constants (fold_constant_views.py: MultiheadAttention's packed weights; not
-        under QAT, which trains the parameters after prepare)."""
+        under QAT, which trains the parameters after prepare); composite ops it does not annotate
+        (einsum, glu, divide, linalg_vector_norm, mul.Scalar, in-place activations, ...) -> the
+        ops it does (decompose_composites.py)."""
         fuse_rms_norm(model)
         model = fold_constant_views(model, fold_parameters=not self.default_quant_config.is_qat)
         model = rewrite_inf_masked_softmax(decompose_sdpa(model))
-        return rewrite_batch_stats_norms(model)
+        model = rewrite_batch_stats_norms(model)
+        return decompose_composites(model, self.quant_ops, keep=self.supported_ops, keep_names=self.discard_nodes)

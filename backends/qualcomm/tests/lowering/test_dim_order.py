@@ -15,10 +15,12 @@ from __future__ import annotations
 import unittest
 
 import numpy as np
+import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester
+from backends.qualcomm.tests.helpers.runtime import QNN_LOADED, assert_qnn_matches_host
 from backends.qualcomm.tests.helpers.tester import QnnTester, count_op_types, randn
 
 CHANNELS_LAST = [0, 2, 3, 1]
@@ -31,6 +33,18 @@ class ConvRelu(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.conv(x))
+
+
+class ToChannelsLastConv(torch.nn.Module):
+    """A memory-format change inside the model (`_to_dim_order_copy` with dim order [0, 2, 3, 1])
+    before two convs, as upstream's Conv2dSequential(channel_last=True)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = torch.nn.Conv2d(1, 3, 3, padding=1), torch.nn.Conv2d(3, 2, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x.to(memory_format=torch.channels_last)))
 
 
 class ScaleShift(torch.nn.Module):
@@ -160,3 +174,26 @@ class TestQNNDimOrder(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@pytest.mark.parametrize("quantized", [False, True], ids=["fp16", "8a8w"])
+def test_memory_format_change_inside_the_model_is_delegated(qnn_binary, quantized):
+    """The dim-order copy is delegated as an identity (inside a delegate a tensor has no memory
+    format; only graph inputs / outputs carry a dim order): one delegate, a contiguous input, a
+    channels_last output, values vs eager (fp16) / the QDQ reference (8a8w), QNN vs host."""
+    torch.manual_seed(0)
+    x = (randn(1, 1, 3, 3),)
+    tester = (
+        QuantTester(ToChannelsLastConv(), x, QuantDtype.use_8a8w) if quantized else QnnTester(ToChannelsLastConv(), x)
+    )
+    tester.lower().check_fully_delegated()
+    assert tester.cpu_op_names() == []
+    inputs, outputs, _ = _io_dim_orders(tester)
+    assert (inputs, outputs) == ([[]], [CHANNELS_LAST])
+    tester.to_executorch().run()
+    if quantized:
+        tester.compare_steps(max_step_diff=1, min_exact=0.9)
+    else:
+        tester.compare(rtol=1e-2, atol=1e-2)
+    if QNN_LOADED:
+        assert_qnn_matches_host(tester.delegate_blobs()[0], x, None, float_rel=2e-3, max_steps=1, min_exact=0.9)

@@ -63,6 +63,29 @@ def test_uncalibrated_model_is_refused():
         _plain_lowering(convert_pt2e(_prepared(calibrate=False)))
 
 
+class SoftmaxOfScalarWhere(torch.nn.Module):
+    """upstream's WhereConstantInf: softmax(where(x >= 0, 0.1, -inf)); the -inf of a where of two
+    numbers is not one the quantizer rewrites, so its encoding gets an inf scale."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(torch.where(x >= 0, 0.1, float("-inf")), dim=-1)
+
+
+def test_non_finite_encoding_is_refused():
+    """A quantize node with an inf scale: the program would lower, then fail to load (0x23)."""
+    quantizer = QnnQuantizer()
+    quantizer.set_default_quant_config(QuantDtype.use_8a8w)
+    x = randn(6, 5)
+    prepared = prepare_pt2e(torch.export.export(SoftmaxOfScalarWhere(), (x,)).module(), quantizer)
+    prepared(x)
+    converted = convert_pt2e(prepared)
+    with pytest.raises(
+        QnnLoweringError,
+        match=r"1 quantize node\(s\) have a non-finite scale \(quantized_decomposed_quantize_per_tensor",
+    ):
+        to_edge_transform_and_lower_to_qnn(converted, (x,), quant_compile_specs())
+
+
 @pytest.mark.parametrize("lowering", ["plain", "one_call"])
 def test_prepared_but_unconverted_model_is_refused(lowering):
     prepared = _prepared(calibrate=True)

@@ -10,7 +10,6 @@ reasons for what stays on the CPU."""
 
 from __future__ import annotations
 
-import copy
 from typing import List, Tuple
 
 import numpy as np
@@ -160,53 +159,52 @@ def test_transposed_conv_weights_are_per_output_channel():
 # ---- support checks -------------------------------------------------------------------
 
 
-def test_dilated_transposed_conv_with_a_weight_input_stays_on_cpu_with_reason():
-    """A dilated transposed conv is lowered with its constant kernel dilated; a weight that is a
-    graph input cannot be, so that conv stays on the CPU, saying why."""
+def test_unsupported_convolutions_stay_on_cpu_with_reason():
+    """A dilated transposed conv whose weight is a graph input (no constant kernel to dilate)."""
 
-    class WeightInput(nn.Module):
-        def forward(self, x, w):
-            return nn.functional.conv_transpose2d(x, w, dilation=2)
+    class Rejected(nn.Module):
+        def forward(self, x, weight):
+            return nn.functional.conv_transpose2d(x, weight, dilation=2)
 
-    tester = QnnTester(WeightInput(), (randn(1, 2, 5, 5), randn(2, 2, 3, 3, seed=1))).lower()
+    tester = QnnTester(Rejected(), (randn(1, 2, 5, 5), randn(2, 2, 3, 3, seed=1))).lower()
     assert tester.cpu_op_names() == ["aten.convolution.default"]
     reason = next(iter(tester.partitioner.rejected_nodes.values()))
     assert "dilation [2, 2]" in reason and "not a constant" in reason, reason
     tester.to_executorch().run().compare(atol=1e-5, rtol=1e-5)
 
 
-DILATED_TRANSPOSED_CONVS = [  # the forms of upstream's operator tests, and grouped / 3-D ones
-    lambda: nn.ConvTranspose1d(1, 3, 3, stride=2, padding=1, dilation=2),
-    lambda: nn.ConvTranspose1d(1, 3, 2, stride=1, padding=2, dilation=2, bias=False),
-    lambda: nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1, dilation=2),
-    lambda: nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1, dilation=(2, 3)),
-    lambda: nn.ConvTranspose2d(4, 4, 2, stride=2, dilation=(2, 1), groups=2, output_padding=1),
-    lambda: nn.ConvTranspose3d(2, 2, 2, stride=2, dilation=(1, 2, 2)),
+# Dilated transposed convs: a constant kernel with d - 1 zero taps between taps (k -> (k-1)d + 1).
+DILATED_TRANSPOSED = [
+    (lambda: nn.ConvTranspose1d(2, 3, 3, stride=2, padding=1, dilation=2), (1, 2, 6)),
+    (lambda: nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1, dilation=(3, 2)), (1, 2, 4, 5)),
+    (lambda: nn.ConvTranspose2d(2, 2, 2, dilation=2, groups=2, bias=False), (1, 2, 3, 3)),
+    (lambda: nn.ConvTranspose3d(1, 3, 3, stride=2, padding=1, dilation=(3, 2, 3)), (1, 1, 3, 3, 3)),
 ]
-DILATED_IDS = ["1d_d2", "1d_k2p2d2_nobias", "2d_d2", "2d_d2x3", "2d_grouped_d2x1_op1", "3d_d1x2x2"]
+DILATED_IDS = ["1d", "2d_asymmetric", "2d_depthwise", "3d"]
 
 
-def _dilated_input(module: nn.Module) -> torch.Tensor:
-    spatial = {nn.ConvTranspose1d: (7,), nn.ConvTranspose2d: (5, 6), nn.ConvTranspose3d: (3, 4, 4)}[type(module)]
-    return randn(1, module.in_channels, *spatial, seed=5)
-
-
-@pytest.mark.parametrize("make", DILATED_TRANSPOSED_CONVS, ids=DILATED_IDS)
-def test_dilated_transposed_conv_on_both_engines(qnn_binary, make):
-    """QNN's TransposeConv has no dilation: the kernel is dilated at lowering (zeros between the
-    taps), which is exact. fp16 against eager and 8a8w against the QDQ reference on the host
-    engine; on QNN the same delegates against the host engine."""
+@pytest.mark.parametrize("make, shape", DILATED_TRANSPOSED, ids=DILATED_IDS)
+def test_dilated_transposed_conv_on_both_engines(qnn_binary, make, shape):
+    """Delegated with the zero-dilated kernel (QNN's TransposeConv has no dilation): the kernel's
+    spatial dims grow to (k - 1) * d + 1; fp16 within 1e-3 of eager, 8a8w within one step of the
+    QDQ reference, and QNN's outputs match the host engine's."""
     torch.manual_seed(0)
     module = make().eval()
-    x = _dilated_input(module)
-    tester = QnnTester(module, (x,)).lower().check_fully_delegated().to_executorch().run()
-    tester.compare(atol=1e-3, rtol=1e-3)
-    quant = QuantTester(copy.deepcopy(module), (x,), QuantDtype.use_8a8w).lower().check_fully_delegated()
-    # measured 97.8-100% exact, max 1 step; the 3-D one max 2 on 1 of 972 elements
-    quant.to_executorch().run().compare_steps(max_step_diff=2, min_exact=0.95)
+    x = (randn(*shape, seed=3),)
+    tester = QnnTester(module, x).lower().check_fully_delegated()
+    summary = tester.payload()
+    tensors = {t.name: t for t in summary.tensors}
+    kernel = [tensors[op.inputs[1]].dims for op in summary.ops if op.type.startswith("TransposeConv")][0]
+    dilation = list(module.dilation)
+    k = list(module.kernel_size)
+    expected = [(kk - 1) * d + 1 for kk, d in zip(k, dilation)]
+    assert list(kernel[-len(expected) - 2 : -2]) == expected, kernel
+    tester.to_executorch().run().compare(atol=1e-3, rtol=1e-3)
+    quant = QuantTester(make().eval(), x, A8W8, per_channel=True).lower().check_fully_delegated()
+    quant.to_executorch().run().compare_steps(max_step_diff=1, min_exact=0.9)
     if QNN_LOADED:
-        assert_qnn_matches_host(one_delegate_blob(tester), (x,), module, 1e-5, 0)
-        assert_qnn_matches_host(one_delegate_blob(quant), (x,), None, float_rel=2e-3, max_steps=1, min_exact=0.95)
+        assert_qnn_matches_host(one_delegate_blob(tester), x, None, float_rel=2e-3, max_steps=0)
+        assert_qnn_matches_host(one_delegate_blob(quant), x, None, float_rel=2e-3, max_steps=1, min_exact=0.95)
 
 
 DEPTHWISE_OP_CONVS = [

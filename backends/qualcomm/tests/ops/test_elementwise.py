@@ -340,6 +340,21 @@ def test_quantized_add_sub_alpha_on_both_engines(qnn_binary, quant_dtype):
     assert_host_equals_qnn(tester)
 
 
+class AddSubAlphaConstant(torch.nn.Module):
+    """add / sub with alpha on a number (upstream's `torch.add(x, 5.0, alpha=2)`): export lifts the
+    number to an unannotated constant; alpha * the number is quantized as one scalar."""
+
+    def forward(self, x: torch.Tensor):
+        return torch.add(x, 5.0, alpha=2), torch.sub(x, 0.75, alpha=2), torch.add(5.0, x, alpha=2)
+
+
+@pytest.mark.parametrize("quant_dtype", QUANT_DTYPES)
+def test_quantized_add_sub_alpha_on_a_constant_on_both_engines(qnn_binary, quant_dtype):
+    inputs = (torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(7)),)
+    tester = QuantTester(AddSubAlphaConstant(), inputs, quant_dtype).run_and_compare_steps()
+    assert_host_equals_qnn(tester)
+
+
 class BoolAgainstBits(torch.nn.Module):
     """A bool mask compared with 0 / 1 (upstream's `logical_and(x != 0, y != 0).float()` of bool
     inputs): the mask itself or its Not (HTP compares no BOOL_8)."""

@@ -73,3 +73,28 @@ def test_cpu_nodes_with_kernels_lower_and_run():
     program = Runtime.get().load_program(edge.to_executorch().buffer)  # alive while its method runs
     got = program.load_method("forward").execute([x])[0]
     torch.testing.assert_close(got, SkippedAdd()(x), rtol=0, atol=2e-3)
+
+
+class DilatedTransposedConv3dWeightInput(torch.nn.Module):
+    """A dilated transposed conv3d whose weight is an input: not delegated (no constant kernel to
+    dilate), and ExecuTorch 1.5.1's portable convolution kernel refuses a transposed 3-D one at
+    execute (InvalidArgument)."""
+
+    def forward(self, x, w):
+        return torch.nn.functional.conv_transpose3d(x, w, dilation=2)
+
+
+def test_kernel_that_refuses_the_form_is_refused_at_lowering():
+    x, w = torch.randn(1, 1, 3, 3, 3), torch.randn(1, 2, 2, 2, 2)
+    module = DilatedTransposedConv3dWeightInput()
+    with pytest.raises(QnnLoweringError) as info:
+        to_edge_transform_and_lower(torch.export.export(module, (x, w)), partitioner=[QnnPartitioner(_specs())])
+    message = str(info.value)
+    assert "aten::convolution.out for a transposed 3-D convolution" in message, message
+    assert "weight that is not a constant" in message, message
+    edge = to_edge_transform_and_lower(
+        torch.export.export(module, (x, w)), partitioner=[QnnPartitioner(_specs(), require_cpu_kernels=False)]
+    )
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    with pytest.raises(RuntimeError, match="execute"):  # what the check prevents
+        method.execute([x, w])
