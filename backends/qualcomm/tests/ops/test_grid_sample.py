@@ -128,8 +128,8 @@ def test_grid_sample_unsupported_modes_stay_on_cpu_with_reason():
 
 
 class ReflectionGridSample(nn.Module):
-    """Reflection padding, bilinear and nearest, align_corners both ways; grids reaching up to 2.5
-    image widths out, so coordinates reflect more than once."""
+    """Reflection padding, bilinear and nearest, align_corners both ways (4-D or 5-D inputs); grids
+    reaching up to 2.5 image widths out, so coordinates reflect more than once."""
 
     def forward(self, x, grid, grid_aligned, grid_half):
         return (
@@ -224,18 +224,6 @@ def test_grid_sample_3d_quantized_matches_qdq_reference(qnn_binary, quant_dtype)
         )
 
 
-class Reflection3d(nn.Module):
-    """5-D grid_sample with reflection padding: bilinear and nearest, align_corners both ways."""
-
-    def forward(self, x, grid, grid_aligned, grid_half):
-        return (
-            F.grid_sample(x, grid, "bilinear", "reflection", align_corners=False),
-            F.grid_sample(x, grid, "bilinear", "reflection", align_corners=True),
-            F.grid_sample(x, grid_aligned, "nearest", "reflection", align_corners=True),
-            F.grid_sample(x, grid_half, "nearest", "reflection", align_corners=False),
-        )
-
-
 def reflection3d_inputs() -> Tuple[torch.Tensor, ...]:
     x, _, aligned, half = grid3d_inputs()
     wide = torch.rand(1, 2, 3, 4, 3, generator=torch.Generator().manual_seed(23)) * 6.0 - 3.0
@@ -247,7 +235,7 @@ def test_grid_sample_3d_reflection_on_both_engines(qnn_binary, quant_dtype):
     """The composition with the depth coordinate reflected (torch's reflect_coordinates, then
     clamped) and 2-D GridSamples with padding_mode 2: fp16 against eager, 8a8w against the QDQ
     reference, QNN against the host engine (the chain runs in fp16 on QNN)."""
-    module, inputs = Reflection3d(), reflection3d_inputs()
+    module, inputs = ReflectionGridSample(), reflection3d_inputs()
     if quant_dtype is None:
         tester = QnnTester(module, inputs).lower().check_fully_delegated().to_executorch().run()
         tester.compare(atol=1e-2, rtol=1e-2)
