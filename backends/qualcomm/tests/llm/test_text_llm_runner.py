@@ -76,18 +76,19 @@ def runner_tokens(
 ) -> List[List[int]]:
     """The ids TextLLMRunner generates greedily (each streamed piece is one ASCII byte), `runs`
     times with reset() in between."""
-    from backends.qualcomm import set_runtime_option
+    from backends.qualcomm.debugger.engine_comparison import runtime_engine
 
-    set_runtime_option("qnn_runtime_engine", engine)
-    runner = runner_module.TextLLMRunner(str(pte), str(tokenizer))
-    config = runner_module.GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False)
     results = []
-    for _ in range(runs):
-        pieces: List[str] = []
-        runner.generate(prompt, config, pieces.append)
-        assert all(len(p) == 1 for p in pieces), pieces
-        results.append([ord(p) for p in pieces])
-        runner.reset()
+    with runtime_engine(engine):  # restores "auto": the option is process-wide
+        runner = runner_module.TextLLMRunner(str(pte), str(tokenizer))
+        config = runner_module.GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False)
+        for _ in range(runs):
+            pieces: List[str] = []
+            runner.generate(prompt, config, pieces.append)
+            assert all(len(p) == 1 for p in pieces), pieces
+            results.append([ord(p) for p in pieces])
+            runner.reset()
+        del runner
     return results
 
 
@@ -135,13 +136,13 @@ def test_text_llm_runner_tokens_equal_generate_on_the_host_engine(programs, asci
 
 def test_text_llm_runner_refuses_a_prompt_longer_than_the_context(programs, ascii_tokenizer, capfd):
     """A prompt of CONTEXT tokens: the runner's error (no crash), naming max_context_len."""
-    from backends.qualcomm import set_runtime_option
+    from backends.qualcomm.debugger.engine_comparison import runtime_engine
 
-    set_runtime_option("qnn_runtime_engine", "host")
-    runner = runner_module.TextLLMRunner(str(programs[0]), str(ascii_tokenizer))
-    config = runner_module.GenerationConfig(max_new_tokens=4, temperature=0.0, echo=False)
-    with pytest.raises(RuntimeError, match="Generation failed"):
-        runner.generate("x" * CONTEXT, config)
+    with runtime_engine("host"):
+        runner = runner_module.TextLLMRunner(str(programs[0]), str(ascii_tokenizer))
+        config = runner_module.GenerationConfig(max_new_tokens=4, temperature=0.0, echo=False)
+        with pytest.raises(RuntimeError, match="Generation failed"):
+            runner.generate("x" * CONTEXT, config)
     assert "max_context_len 64" in capfd.readouterr().err
 
 
