@@ -25,6 +25,7 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
+from backends.qualcomm.builders.op_index_put import permute
 from backends.qualcomm.builders.op_lookup import code_index
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.quant_encoding import is_dequantize
@@ -96,12 +97,6 @@ def axis_to_last(node: torch.fx.Node) -> Optional[List[int]]:
     return [d for d in range(rank) if d != axis] + [axis]
 
 
-def _transposed(gb: GraphBuilder, node: torch.fx.Node, x: QnnTensor, perm: List[int], what: str) -> QnnTensor:
-    out = gb.like(x, f"{node.name}_{what}", [x.dims[p] for p in perm])
-    gb.add_op(node, QnnOpType.Transpose, [x], [out], [uint32_tensor("perm", perm)], suffix=what)
-    return out
-
-
 def _moved_back(perm: List[int]) -> List[int]:
     return [perm.index(d) for d in range(len(perm))]
 
@@ -163,8 +158,8 @@ class SortBuilder(NodeBuilder):
         if q is not None and q.data_type not in (DataType.UFIXED_POINT_8, DataType.UFIXED_POINT_16):
             q = None
         if perm is not None:
-            x = _transposed(gb, node, x, perm, "axis_last")
-            q = _transposed(gb, node, q, perm, "codes_axis_last") if q is not None else None
+            x = permute(gb, node, x, perm, "axis_last")
+            q = permute(gb, node, q, perm, "codes_axis_last") if q is not None else None
         k = uint32_scalar("k", int(x.dims[-1]))
         indices = gb.native_tensor(f"{node.name}_indices_int32", x.dims, DataType.INT_32)
         out = gb.define_output(node, dtype=torch.float32)
@@ -186,6 +181,6 @@ class SortBuilder(NodeBuilder):
             indices64 = gb.native_tensor(f"{node.name}_indices", x.dims, DataType.INT_64)
             gb.add_op(node, QnnOpType.Cast, [indices], [indices64], suffix="indices")
             if perm is not None:
-                indices64 = _transposed(gb, node, indices64, _moved_back(perm), "indices_back")
+                indices64 = permute(gb, node, indices64, _moved_back(perm), "indices_back")
             for user in users:
                 gb.bind(user, indices64)
