@@ -44,7 +44,7 @@ def llm_inputs(program, method: str, position: int) -> list:
     import numpy as np
     import torch
 
-    from backends.qualcomm.llm.generate import KvCache, read_metadata
+    from backends.qualcomm.llm.generate import KvCache, program_cache_dtype, read_metadata
     from backends.qualcomm.llm.static_decoder import causal_mask
 
     shape, _ = read_metadata(program)
@@ -54,7 +54,7 @@ def llm_inputs(program, method: str, position: int) -> list:
     ids = torch.arange(1, n + 1, dtype=torch.int32).reshape(1, n)
     positions = torch.from_numpy(np.arange(position, position + n, dtype=np.int32).reshape(1, n))
     mask = torch.from_numpy(causal_mask(position, n, n, shape.context_len))
-    return [ids, positions, mask] + KvCache(shape).inputs(n)
+    return [ids, positions, mask] + KvCache(shape, program_cache_dtype(program, shape)).inputs(n)
 
 
 def _metadata(event) -> dict:

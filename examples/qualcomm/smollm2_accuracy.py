@@ -136,6 +136,14 @@ WEIGHT_VARIANTS = {
         (r"lm_head|down_proj|v_proj|layers\.(2[4-9])\.", 8, 0),
         (".", 4, 32, "mse"),
     ],
+    "MSE scales, v_proj + up_proj + layers 24-29 8-bit": [
+        (r"lm_head|down_proj|v_proj|up_proj|layers\.(2[4-9])\.", 8, 0),
+        (".", 4, 32, "mse"),
+    ],
+    "MSE scales, v_proj + layers 0-5 + layers 24-29 8-bit": [
+        (r"lm_head|down_proj|v_proj|layers\.([0-5]|2[4-9])\.", 8, 0),
+        (".", 4, 32, "mse"),
+    ],
     "MSE scales, block 16": [("lm_head|down_proj", 8, 0), (".", 4, 16, "mse")],
     "MSE scales, block 64": [("lm_head|down_proj", 8, 0), (".", 4, 64, "mse")],
 }

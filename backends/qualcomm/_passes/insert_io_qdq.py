@@ -9,8 +9,10 @@ consumers land in different delegates (plain `to_edge_transform_and_lower` does 
 the DuplicateQuantize edge pass, and the partitioner may not change the graph), the edge
 graph passes the quantized integer tensor (uint8; int32 holding uint16 values) from one
 delegate to the next. The engine's quantized tensors are UFIXED_POINT_8/16, so at those
-boundaries the integers cross as plain integer tensors and the encoding comes from the
-quantize / dequantize node's own args:
+boundaries the integers cross as they are and the encoding comes from the quantize /
+dequantize node's own args. uint8 codes of one per-tensor 0..255 encoding (an 8-bit KV cache
+passed as uint8, llm/cache_codes.py) are UFIXED_POINT_8 graph inputs / outputs bound to the
+uint8 tensor with no op; other integer codes (uint16 held in int32) are converted:
 - input  (`quantize_integer_inputs`, first):  q_int -> Cast f32 -> - zero_point -> * scale
   -> Quantize(encoding) -> the dequantize's consumers (exactly the stored integers back);
 - output (`insert_io_qdq`, after FoldQDQ):  quantized -> Dequantize -> * (1/scale)
@@ -112,14 +114,34 @@ def record_output_meta(ep: ExportedProgram) -> ExportedProgram:
     return ep
 
 
+def _uint8_encoding(ep: ExportedProgram, node: torch.fx.Node) -> Optional[QuantAttrs]:
+    """The encoding of a uint8 input whose readers are all dequantizes of one per-tensor uint8
+    encoding (0..255): its codes can be a UFIXED_POINT_8 graph input as they are."""
+    from backends.qualcomm._passes.annotate_quant_attrs import quant_attrs_of
+
+    readers = [u for u in node.users if u.op != "output"]
+    if _val_dtype(node) != torch.uint8 or not readers or not all(is_dequantize(u) for u in readers):
+        return None
+    attrs = [quant_attrs_of(ep, dq) for dq in readers]
+    first = attrs[0]
+    if not _is_direct_uint8(first):
+        return None
+    return first if all(a.same_encoding(first) for a in attrs) else None
+
+
 def quantize_integer_inputs(ep: ExportedProgram) -> ExportedProgram:
-    """Turn every quantized integer input (a graph input read by dequantize nodes) into
-    Cast + dequantize arithmetic + Quantize, so the delegate's own quantized tensors carry
-    the encoding."""
+    """Give every quantized integer input (a graph input read by dequantize nodes) its
+    encoding: a uint8 input whose dequantizes agree is a UFIXED_POINT_8 graph input read as
+    it is (no op); another (uint16 codes in int32) becomes Cast + dequantize arithmetic +
+    Quantize, so the delegate's own quantized tensors carry the encoding."""
     graph = ep.graph_module.graph
     changed = False
     for placeholder in _user_inputs(ep):
         if not _is_integer(_val_dtype(placeholder)):
+            continue
+        attrs = _uint8_encoding(ep, placeholder)
+        if attrs is not None:
+            placeholder.meta[QCOM_QUANT_ATTRS] = attrs
             continue
         for dq in [u for u in placeholder.users if is_dequantize(u)]:
             _quantize_integer_input(graph, placeholder, dq)
@@ -158,6 +180,10 @@ def _integer_output(graph: torch.fx.Graph, node: torch.fx.Node, attrs: QuantAttr
         return _call(graph, _CAST, (shifted,), fval.to(dtype), {"dtype": dtype})
 
 
+def _is_direct_uint8(attrs: QuantAttrs) -> bool:
+    return attrs.axis == -1 and (attrs.qmin, attrs.qmax) == (0, 255) and attrs.dtype == torch.uint8
+
+
 def insert_io_qdq(ep: ExportedProgram) -> ExportedProgram:
     graph = ep.graph_module.graph
     output = _output_node(graph)
@@ -168,6 +194,8 @@ def insert_io_qdq(ep: ExportedProgram) -> ExportedProgram:
         attrs = node.meta.get(QCOM_QUANT_ATTRS) if isinstance(node, torch.fx.Node) else None
         if attrs is None or node.op == "placeholder":
             continue
+        if expected[i] == torch.uint8 and _is_direct_uint8(attrs):
+            continue  # the UFIXED_POINT_8 tensor is the uint8 output as it is
         if _is_integer(expected[i]):
             flat[i] = _integer_output(graph, node, attrs, expected[i])
         else:

@@ -297,11 +297,13 @@ class GraphBuilder:
         one Transpose to the logical dims."""
         shape = logical_shape(node)
         order = io_dim_order(node.meta["val"])
+        attrs = node.meta.get(QCOM_QUANT_ATTRS)  # uint8 codes read as they are (insert_io_qdq)
         tensor = self.add_tensor(
             node.name,
             TensorType.APP_WRITE,
-            qnn_dtype(node.meta["val"].dtype, node),
+            qnn_quant_dtype(attrs) if attrs is not None else qnn_dtype(node.meta["val"].dtype, node),
             [shape[d] for d in order] if order else shape,
+            quant=quant_params(attrs) if attrs is not None else None,
         )
         tensor.dim_order = list(order)
         self.graph.inputs.append(tensor.id)

@@ -54,7 +54,10 @@ class DequantizeBuilder(NodeBuilder):
             return False, "dequantize input is not a tensor"
         if source.op == "call_function" or is_constant(source):
             return SUPPORTED
-        return False, "dequantize of a quantized graph input (the delegate takes float inputs)"
+        val = source.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dtype in (torch.uint8, torch.int32):
+            return SUPPORTED  # the codes of a quantized graph input (insert_io_qdq.quantize_integer_inputs)
+        return False, "dequantize of a graph input that holds no integer codes"
 
     def supports_channel_last(self, node: torch.fx.Node) -> bool:
         """A Dequantize whose value only leaves the graph as a channel-first output reads its

@@ -79,6 +79,7 @@ def _export(args) -> int:
         num_sharding=args.num_sharding,
         online_prepare=args.online_prepare,
         text_llm_runner=args.text_llm_runner,
+        uint8_cache_io=not args.float_cache_io,
     )
     return 0
 
@@ -142,6 +143,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         dest="online_prepare",
         action="store_true",
         help="store no QNN context binary: QNN builds the graphs when the program loads on its engine",
+    )
+    e.add_argument(
+        "--float-cache-io",
+        action="store_true",
+        help="with the 8-bit cache, pass the caches and new entries as float32 instead of their uint8 codes",
     )
     e.add_argument(
         "--text-llm-runner",

@@ -364,6 +364,7 @@ def export_static_llm(
     num_sharding: int = 1,
     online_prepare: bool = False,
     text_llm_runner: bool = False,
+    uint8_cache_io: bool = True,
 ) -> ExportResult:
     """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
     `prefill` (ar_len tokens) and `decode` (1 token) methods sharing weights in one QNN context.
@@ -377,6 +378,8 @@ def export_static_llm(
     program ExecuTorch's TextLLMRunner runs instead, one `forward` method (tokens, input_pos) ->
     logits with the KV cache in mutable buffers (mutable_cache.py; `ar_len` and `kv_bits` unused:
     the cache is 16-bit in quantized recipes; not with `online_prepare` or `num_sharding` > 1).
+    `uint8_cache_io`: an 8-bit cache (16a4w_block, kv_bits=8) crosses the program boundary as its
+    uint8 codes, so the runner's cache buffers are uint8 (cache_codes.py); False: float32 buffers.
     Prints the export time, peak RSS and the size of every context."""
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
     from backends.qualcomm.partitioner.sharding import even_shard_layers
@@ -410,6 +413,8 @@ def export_static_llm(
             layers_8bit,
             block_scale_search,
         )
+        if uint8_cache_io and recipe == "16a4w_block" and kv_bits == 8:
+            inputs = _uint8_cache_inputs(lowered_modules, inputs)
         stages["quantize"] = time.perf_counter() - t
     t = time.perf_counter()
     eos_ids, bos_id = _eos_and_bos(hf_model)
@@ -443,6 +448,21 @@ def export_static_llm(
     if verbose:
         print(result.summary())
     return result
+
+
+def _uint8_cache_inputs(modules: Dict[str, GraphModule], inputs: Dict[str, tuple]) -> Dict[str, tuple]:
+    """Rewrites each converted method to uint8 cache I/O (cache_codes_io); returns the example
+    inputs with uint8 caches."""
+    from backends.qualcomm.llm.cache_codes import cache_codes_io
+
+    rewritten = {}
+    for name, module in modules.items():
+        n_caches = cache_codes_io(module)
+        fixed = len(inputs[name]) - n_caches
+        rewritten[name] = inputs[name][:fixed] + tuple(
+            torch.zeros_like(c, dtype=torch.uint8) for c in inputs[name][fixed:]
+        )
+    return rewritten
 
 
 # ---- the program of ExecuTorch's TextLLMRunner ----------------------------------------------------

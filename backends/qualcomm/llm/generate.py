@@ -36,9 +36,16 @@ class ModuleProgram:
     """Methods as Python callables (StaticDecoder modules, prepared or converted GraphModules)."""
 
     def __init__(self, modules: Mapping[str, Callable], shape: DecoderShape, eos_ids: Sequence[int] = ()):
+        from torch.fx import GraphModule
+
+        from backends.qualcomm.llm.cache_codes import cache_dtype
+
         self.modules = dict(modules)
         self.shape = shape
         self.eos_ids = list(eos_ids)
+        decode = self.modules.get("decode")
+        dtype = cache_dtype(decode) if isinstance(decode, GraphModule) else torch.float32
+        self.cache_dtype = np.uint8 if dtype == torch.uint8 else np.float32
 
     def tokens_per_call(self, method: str) -> int:
         return self.shape.ar_len if method == "prefill" else 1
@@ -96,6 +103,7 @@ class PteProgram:
         if missing:
             raise ValueError(f"{path}: no method {sorted(missing)} (methods: {sorted(names)})")
         self.shape, self.eos_ids = read_metadata(self._program)
+        self.cache_dtype = program_cache_dtype(self._program, self.shape)
         self._names = names
         # Both methods are loaded now (the delegate's init: QNN context or host-engine graph), so that
         # generate() times execution only.
@@ -124,16 +132,28 @@ class PteProgram:
 
 Program = Union[ModuleProgram, PteProgram]
 
+# ExecuTorch ScalarType codes of the cache inputs a program may have (export's cache_codes_io: uint8)
+_CACHE_DTYPES = {0: np.uint8, 6: np.float32}
+
+
+def program_cache_dtype(program, shape: DecoderShape):
+    """numpy dtype of the decode method's cache inputs (float32, or uint8 codes)."""
+    code = int(program.metadata("decode").input_tensor_meta(3).dtype()) if shape.n_layers else 6
+    if code not in _CACHE_DTYPES:
+        raise ValueError(f"decode's cache input has ScalarType {code}; a static LLM's cache is float32 or uint8")
+    return _CACHE_DTYPES[code]
+
 
 # ---- the cache -----------------------------------------------------------------------------------
 class KvCache:
-    """Per layer a K buffer [1, kv, D, C - 1] and a V buffer [1, kv, C - 1, D] (float32)."""
+    """Per layer a K buffer [1, kv, D, C - 1] and a V buffer [1, kv, C - 1, D] of `dtype`: float32,
+    or uint8 codes for a program whose 8-bit cache is uint8 I/O (the program's `cache_dtype`)."""
 
-    def __init__(self, shape: DecoderShape):
+    def __init__(self, shape: DecoderShape, dtype=np.float32):
         self.shape = shape
         slots = shape.context_len - 1
-        self.k = [np.zeros((1, shape.n_kv_heads, shape.head_dim, slots), np.float32) for _ in range(shape.n_layers)]
-        self.v = [np.zeros((1, shape.n_kv_heads, slots, shape.head_dim), np.float32) for _ in range(shape.n_layers)]
+        self.k = [np.zeros((1, shape.n_kv_heads, shape.head_dim, slots), dtype) for _ in range(shape.n_layers)]
+        self.v = [np.zeros((1, shape.n_kv_heads, slots, shape.head_dim), dtype) for _ in range(shape.n_layers)]
 
     def inputs(self, n_tokens: int) -> List[torch.Tensor]:
         """The past caches of a call of n_tokens: the first C - n_tokens slots (decode: all of
@@ -203,7 +223,7 @@ def teacher_forced(program: Program, ids: Sequence[int], prompt_len: Optional[in
     """Logits of every position of `ids` [len, vocab]: the first prompt_len tokens (default
     half, at least 1) by prefill, the rest one decode call each (calibration; perplexity)."""
     ids = list(ids)
-    cache = KvCache(program.shape)
+    cache = KvCache(program.shape, program.cache_dtype)
     prompt_len = max(1, len(ids) // 2) if prompt_len is None else prompt_len
     logits = [prefill(program, cache, ids[:prompt_len], all_logits=True)]
     for pos in range(prompt_len, len(ids)):
@@ -318,7 +338,7 @@ def _generate(
     shape = program.shape
     rng = np.random.default_rng(seed)
     stats = GenerationStats(prompt_tokens=len(prompt), load_s=float(getattr(program, "load_s", 0.0)))
-    cache = KvCache(shape)
+    cache = KvCache(shape, program.cache_dtype)
     tokens: List[int] = []
     kept: List[np.ndarray] = []
     t0 = time.perf_counter()

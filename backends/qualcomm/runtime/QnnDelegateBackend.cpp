@@ -66,8 +66,8 @@ bool dtype_matches(ScalarType st, engine::DType dt) {
       return dt == engine::DType::INT_32;
     case ScalarType::Bool:
       return dt == engine::DType::BOOL_8;
-    case ScalarType::Byte:
-      return dt == engine::DType::UINT_8;
+    case ScalarType::Byte:  // uint8 codes of a quantized graph input / output too
+      return dt == engine::DType::UINT_8 || dt == engine::DType::UFIXED_POINT_8;
     default:
       return false;
   }

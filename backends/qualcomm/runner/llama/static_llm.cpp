@@ -201,9 +201,10 @@ Error StaticLlm::load(const std::string& path, bool use_prefill) {
   }
   e = load_method("decode", 1, decode_);
   if (e != Error::Ok) return e;
-  const int64_t slots = shape_.context_len - 1, per_layer = shape_.n_kv_heads * shape_.head_dim * slots;
-  k_cache_.assign(shape_.n_layers, std::vector<float>(per_layer, 0.0f));
-  v_cache_.assign(shape_.n_layers, std::vector<float>(per_layer, 0.0f));
+  const int64_t slots = shape_.context_len - 1;
+  const size_t per_layer = static_cast<size_t>(shape_.n_kv_heads * shape_.head_dim * slots) * cache_esize_;
+  k_cache_.assign(shape_.n_layers, std::vector<uint8_t>(per_layer, 0));
+  v_cache_.assign(shape_.n_layers, std::vector<uint8_t>(per_layer, 0));
   // decode reads the cache buffers themselves (C - 1 past slots)
   for (int64_t l = 0; l < shape_.n_layers; ++l) {
     decode_->inputs[3 + l].data = k_cache_[l].data();
@@ -306,14 +307,23 @@ Error StaticLlm::check_io(MethodMemory& m) {
     auto info = meta.input_tensor_meta(i);
     const bool tensor = tag.ok() && *tag == Tag::Tensor && info.ok();
     const ScalarType dtype = tensor ? info->scalar_type() : ScalarType::Undefined;
-    const bool dtype_ok =
-        integer ? (dtype == ScalarType::Int || dtype == ScalarType::Long) : dtype == ScalarType::Float;
+    const bool cache = i >= 3;
+    if (tensor && cache && i == 3 && cache_esize_ == 0 && (dtype == ScalarType::Float || dtype == ScalarType::Byte)) {
+      cache_dtype_ = dtype;  // float32, or the uint8 codes of an 8-bit cache (export's uint8_cache_io)
+      cache_esize_ = executorch::runtime::elementSize(dtype);
+    }
+    const bool dtype_ok = integer ? (dtype == ScalarType::Int || dtype == ScalarType::Long)
+                          : cache ? dtype == cache_dtype_
+                                  : dtype == ScalarType::Float;
     if (!tensor || !dtype_ok || tensor_dims(*info) != want) {
       std::fprintf(stderr,
                    "error: method '%s' input %zu (%s) is %s %s; expected %s %s (InvalidProgram): the runner "
                    "drives programs of backends.qualcomm.llm.export_static_llm\n",
                    m.name.c_str(), i, what, tensor ? executorch::runtime::toString(dtype) : "not a tensor",
-                   tensor ? dims_text(tensor_dims(*info)).c_str() : "", integer ? "int32" : "float32",
+                   tensor ? dims_text(tensor_dims(*info)).c_str() : "",
+                   integer ? "int32"
+                   : cache ? (i == 3 ? "float32 or uint8" : executorch::runtime::toString(cache_dtype_))
+                           : "float32",
                    dims_text(want).c_str());
       return Error::InvalidProgram;
     }
@@ -338,9 +348,10 @@ Error StaticLlm::check_io(MethodMemory& m) {
                                 : i < size_t(1 + L) ? std::vector<int64_t>{1, H, D, N}
                                                     : std::vector<int64_t>{1, H, N, D};
     auto info = meta.output_tensor_meta(i);
-    if (!info.ok() || info->scalar_type() != ScalarType::Float || tensor_dims(*info) != want) {
-      std::fprintf(stderr, "error: method '%s' output %zu is not a float32 tensor %s (InvalidProgram)\n",
-                   m.name.c_str(), i, dims_text(want).c_str());
+    const ScalarType want_dtype = i == 0 ? ScalarType::Float : cache_dtype_;  // new entries: the cache's dtype
+    if (!info.ok() || info->scalar_type() != want_dtype || tensor_dims(*info) != want) {
+      std::fprintf(stderr, "error: method '%s' output %zu is not a %s tensor %s (InvalidProgram)\n", m.name.c_str(), i,
+                   executorch::runtime::toString(want_dtype), dims_text(want).c_str());
       return Error::InvalidProgram;
     }
   }
@@ -348,8 +359,8 @@ Error StaticLlm::check_io(MethodMemory& m) {
 }
 
 void StaticLlm::reset() {
-  for (auto& k : k_cache_) std::fill(k.begin(), k.end(), 0.0f);
-  for (auto& v : v_cache_) std::fill(v.begin(), v.end(), 0.0f);
+  for (auto& k : k_cache_) std::fill(k.begin(), k.end(), 0);
+  for (auto& v : v_cache_) std::fill(v.begin(), v.end(), 0);
 }
 
 Error StaticLlm::call(MethodMemory& m, const uint64_t* tokens, int64_t n_valid, int64_t start, const float*& logits) {
@@ -374,14 +385,15 @@ Error StaticLlm::call(MethodMemory& m, const uint64_t* tokens, int64_t n_valid, 
     std::fill(row + past, row + past + r + 1, 0.0f);
   }
   if (past != slots) {  // prefill: the first C - N slots of every buffer
+    const size_t e = cache_esize_;
     for (int64_t l = 0; l < L; ++l) {
-      float* k = static_cast<float*>(m.inputs[3 + l].data);
-      float* v = static_cast<float*>(m.inputs[3 + L + l].data);
+      uint8_t* k = static_cast<uint8_t*>(m.inputs[3 + l].data);
+      uint8_t* v = static_cast<uint8_t*>(m.inputs[3 + L + l].data);
       for (int64_t hd = 0; hd < H * D; ++hd) {
-        std::memcpy(k + hd * past, k_cache_[l].data() + hd * slots, past * sizeof(float));
+        std::memcpy(k + hd * past * e, k_cache_[l].data() + hd * slots * e, past * e);
       }
       for (int64_t h = 0; h < H; ++h) {
-        std::memcpy(v + h * past * D, v_cache_[l].data() + h * slots * D, past * D * sizeof(float));
+        std::memcpy(v + h * past * D * e, v_cache_[l].data() + h * slots * D * e, past * D * e);
       }
     }
   }
@@ -411,14 +423,15 @@ void StaticLlm::write_new_entries(MethodMemory& m, int64_t start, int64_t n_vali
                 slots = shape_.context_len - 1;
   const int64_t n = std::min(start + n_valid, slots) - start;
   if (n <= 0) return;
+  const size_t e = cache_esize_;
   for (int64_t l = 0; l < L; ++l) {
-    const float* k_new = m.method->get_output(1 + l).toTensor().const_data_ptr<float>();
-    const float* v_new = m.method->get_output(1 + L + l).toTensor().const_data_ptr<float>();
+    const auto* k_new = static_cast<const uint8_t*>(m.method->get_output(1 + l).toTensor().const_data_ptr());
+    const auto* v_new = static_cast<const uint8_t*>(m.method->get_output(1 + L + l).toTensor().const_data_ptr());
     for (int64_t hd = 0; hd < H * D; ++hd) {
-      std::memcpy(k_cache_[l].data() + hd * slots + start, k_new + hd * N, n * sizeof(float));
+      std::memcpy(k_cache_[l].data() + (hd * slots + start) * e, k_new + hd * N * e, n * e);
     }
     for (int64_t h = 0; h < H; ++h) {
-      std::memcpy(v_cache_[l].data() + (h * slots + start) * D, v_new + h * N * D, n * D * sizeof(float));
+      std::memcpy(v_cache_[l].data() + (h * slots + start) * D * e, v_new + h * N * D * e, n * D * e);
     }
   }
 }

@@ -2,7 +2,8 @@
 // `prefill` (AR-N tokens) and `decode` (1 token) methods, and the KV cache the runner owns. The
 // same steps as generate.py (see docs/llm.md for the inputs and outputs of a call):
 //   - one K buffer [kv_heads, head_dim, C - 1] and one V buffer [kv_heads, C - 1, head_dim] per
-//     layer (float32; slot s holds position s), allocated once;
+//     layer (float32, or uint8 codes when the program's 8-bit cache is uint8 I/O; slot s holds
+//     position s), allocated once;
 //   - a call of N tokens at positions start.. gets tokens, positions, the additive mask and the
 //     first C - N slots of every buffer (decode: the buffers themselves; prefill: a copy into
 //     input buffers allocated once), and writes its N new entries back at their positions;
@@ -71,7 +72,10 @@ class StaticLlm {
   LlmShape shape_;
   std::vector<int64_t> eos_ids_;
   int64_t bos_id_ = -1;
-  std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer
+  // per layer, cache_dtype_ elements (float32, or uint8 codes)
+  std::vector<std::vector<uint8_t>> k_cache_, v_cache_;
+  executorch::aten::ScalarType cache_dtype_ = executorch::aten::ScalarType::Float;
+  size_t cache_esize_ = 0;  // set by the first method's cache inputs
   std::unique_ptr<MethodMemory> prefill_, decode_;
 };
 
