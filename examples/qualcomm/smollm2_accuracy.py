@@ -3,6 +3,7 @@
     python examples/qualcomm/smollm2_accuracy.py float                 # eager fp32: perplexity, reference tokens
     python examples/qualcomm/smollm2_accuracy.py weights               # weight-only LPBQ / 8-bit analysis (eager)
     python examples/qualcomm/smollm2_accuracy.py qdq --recipe 16a4w_block [--block-size 64 ...]
+    python examples/qualcomm/smollm2_accuracy.py qdq --recipe 16a8w --float-groups residual --perplexity-only
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-len 512 [--evaluate]
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-binary [--no-weight-sharing]
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --online-prepare
@@ -222,6 +223,30 @@ def cmd_weights(args) -> None:
         report(args.artifact, f"weights only: {name}", {"perplexity": round(hf_perplexity(model, windows), 3)})
 
 
+# Groups of nodes `qdq --float-groups` can leave unquantized (where a recipe's activations lose).
+FLOAT_GROUPS = ("residual", "norm", "down_proj", "attention")
+
+
+def node_group(node) -> str:
+    """The FLOAT_GROUPS group of an exported StaticDecoder node ("" for none): a layer's residual
+    adds, the RMSNorms, the down projection, or the attention's ops other than its linears,
+    softmax and matmuls (rotary embedding, scaling, mask, reshapes)."""
+    import re
+
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    path, kind = (stack[-1][0], str(stack[-1][1])) if stack else ("", "")
+    target = str(node.target)
+    if "RMSNorm" in kind:
+        return "norm"
+    if path.endswith("down_proj"):
+        return "down_proj"
+    if "self_attn" in path and not any(t in target for t in ("linear", "softmax", "matmul")):
+        return "attention"
+    if re.search(r"layers\.\d+$", path) and "add" in target:
+        return "residual"
+    return ""
+
+
 def cmd_qdq(args) -> None:
     from backends.qualcomm.llm.export import quantize_static_modules, static_modules
     from backends.qualcomm.llm.generate import ModuleProgram
@@ -238,10 +263,20 @@ def cmd_qdq(args) -> None:
         None if args.kv_bits == 16 else args.kv_bits,
         tuple(args.layers_8bit),
         args.block_scale_search,
+        keep_float=(lambda node: node_group(node) in args.float_groups) if args.float_groups else None,
     )
     quantize_s = time.perf_counter() - t
-    figures = evaluate_program(ModuleProgram(converted, modules["prefill"].shape), tokenizer, args.artifact)
-    report(args.artifact, f"QDQ {args.recipe} {_options(args)}", {**figures, "quantize_s": round(quantize_s, 1)})
+    program = ModuleProgram(converted, modules["prefill"].shape)
+    if args.perplexity_only:
+        from backends.qualcomm.llm.evaluate import program_perplexity
+
+        figures = {"perplexity": round(program_perplexity(program, evaluation_windows(tokenizer)), 3)}
+    else:
+        figures = evaluate_program(program, tokenizer, args.artifact)
+    name = f"QDQ {args.recipe} {_options(args)}" + (
+        f" float {'+'.join(args.float_groups)}" if args.float_groups else ""
+    )
+    report(args.artifact, name, {**figures, "quantize_s": round(quantize_s, 1)})
 
 
 def _options(args) -> str:
@@ -488,6 +523,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--decode-steps", type=int, default=3, help="qnn: decode calls after the prompt")
     parser.add_argument("--perplexity-len", type=int, default=64, help="qnn: perplexity window (0: none)")
     parser.add_argument("--only", help="weights: only the variants whose name matches this regex")
+    parser.add_argument(
+        "--float-groups",
+        nargs="*",
+        default=[],
+        choices=FLOAT_GROUPS,
+        help="qdq: leave these node groups unquantized (node_group)",
+    )
+    parser.add_argument("--perplexity-only", action="store_true", help="qdq: skip the agreement measurement")
     args = parser.parse_args(argv)
     args.artifact.mkdir(parents=True, exist_ok=True)
     commands = {

@@ -36,7 +36,7 @@ import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 from torch.fx import GraphModule, Node
@@ -291,11 +291,13 @@ def quantize_static_modules(
     kv_bits: Optional[int] = 8,
     layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS,
     block_scale_search: str = "max",
+    keep_float: Optional[Callable[[Node], bool]] = None,
 ) -> Dict[str, GraphModule]:
     """PT2E prepare of both methods, calibration through the generation loop, cache encodings
     unified, convert. Returns {method: converted GraphModule}. `block_scale_search`: "max" (LPBQ
     block scales from each block's max |w|) or "mse" (the integer block scale with the least
-    squared error per block; LpbqObserver.mse_search)."""
+    squared error per block; LpbqObserver.mse_search). `keep_float`: nodes of the exported graph
+    left unquantized (accuracy analysis: QnnQuantizer.add_discard_nodes)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from backends.qualcomm.llm.generate import ModuleProgram, teacher_forced
@@ -307,7 +309,10 @@ def quantize_static_modules(
     for name, module in modules.items():
         inputs = module.example_inputs(module.shape.ar_len)
         exported = torch.export.export(module, inputs, strict=False).module()
-        prepared[name] = prepare_pt2e(exported, make_quantizer(recipe, block_size, kv_bits, layers_8bit))
+        quantizer = make_quantizer(recipe, block_size, kv_bits, layers_8bit)
+        if keep_float is not None:
+            quantizer.add_discard_nodes(n.name for n in exported.graph.nodes if keep_float(n))
+        prepared[name] = prepare_pt2e(exported, quantizer)
         if block_scale_search not in ("max", "mse"):
             raise ValueError(f"block_scale_search must be 'max' or 'mse', got {block_scale_search!r}")
         for observer in prepared[name].modules():

@@ -409,3 +409,26 @@ def test_smollm2_fp16_generates_hf_greedy_tokens_on_the_host_engine(smollm2, tmp
     out = generate(result.path, prompt, 16, engine="host")
     print(f"{result.summary()}\n  {tokenizer.decode(out.tokens)!r}: {out.stats.summary()}")
     assert out.tokens == hf_greedy(model, prompt, 16)
+
+
+def _is_residual_add(node) -> bool:
+    import re
+
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    return node.target == torch.ops.aten.add.Tensor and bool(stack) and bool(re.search(r"layers\.\d+$", stack[-1][0]))
+
+
+def test_keep_float_leaves_the_chosen_nodes_unquantized():
+    """quantize_static_modules(keep_float=...) (accuracy analysis): with the 4 residual adds of
+    the 2-layer model left float, the residual stream passes from add to add unquantized (through
+    the RMSNorms' float32 casts); quantized, every add reads its residual input dequantized.
+    Their quantized consumers (the RMSNorms) still read a quantized copy either way."""
+    from backends.qualcomm.builders.quant_encoding import is_dequantize
+    from backends.qualcomm.llm.export import quantize_static_modules
+
+    modules = static_modules(hf_model("llama"), CONTEXT, AR_LEN)
+    for keep_float, dequantized_reads in ((None, 4), (_is_residual_add, 0)):
+        converted = quantize_static_modules(modules, "16a8w", CALIBRATION[:1], kv_bits=None, keep_float=keep_float)
+        adds = [n for n in converted["decode"].graph.nodes if _is_residual_add(n)]
+        assert len(adds) == 4
+        assert sum(is_dequantize(a.args[0]) for a in adds) == dequantized_reads
