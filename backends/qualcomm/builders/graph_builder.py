@@ -313,14 +313,14 @@ class GraphBuilder:
         tensor.dim_order = list(order)
         self.graph.inputs.append(tensor.id)
         self._graph_inputs[node] = tensor
-        value = self._cast(node, tensor, DataType.FLOAT_32, "float") if half else tensor
+        value = self.cast(node, tensor, DataType.FLOAT_32, "float") if half else tensor
         if order == NCHW_TO_NHWC:
             self._tensors[(node, LAYOUT_CHANNEL_LAST)] = value
         else:
             self._tensors[(node, LAYOUT_CHANNEL_FIRST)] = self._in_logical_dims(node, value, order, "contiguous")
         return tensor
 
-    def _cast(self, node: torch.fx.Node, source: QnnTensor, data_type: int, suffix: str) -> QnnTensor:
+    def cast(self, node: torch.fx.Node, source: QnnTensor, data_type: int, suffix: str) -> QnnTensor:
         """`source` Cast to `data_type` (a NATIVE tensor of the same dims)."""
         out = self.native_tensor(f"{node.name}_{suffix}", source.dims, data_type)
         self.add_op(node, QnnOpType.Cast, [source], [out], suffix=suffix)
@@ -433,7 +433,7 @@ class GraphBuilder:
             tensor = self._output_in_dim_order(node, order)
             val = node.meta.get("val")
             if isinstance(val, torch.Tensor) and val.dtype == torch.float16 and tensor.data_type == DataType.FLOAT_32:
-                tensor = self._cast(node, tensor, DataType.FLOAT_16, "half")
+                tensor = self.cast(node, tensor, DataType.FLOAT_16, "half")
             elif tensor.type != TensorType.NATIVE:
                 copy = self.like(tensor, f"{node.name}_output")
                 self.add_op(node, QnnOpType.Reshape, [tensor], [copy], suffix="output")

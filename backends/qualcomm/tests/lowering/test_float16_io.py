@@ -169,19 +169,23 @@ class Fp16a8wModel(torch.nn.Module):
         return self.linear(z.reshape(2, -1))
 
 
-def test_float16_fp16a8w_model_against_qdq():
-    """The float16 model quantized fp16a8w (float16 activations, int8 weights): one delegate with
-    FLOAT_16 I/O, within upstream's tolerance of the QDQ module (atol 0.1, rtol 1; measured
-    much closer, printed). Host engine only: QNN 2.51 refuses fp16a8w's Conv2d (FLOAT_32
-    activations with SFIXED_POINT_8 weights, error 3110) whatever the I/O dtype (quantization.md)."""
+def test_float16_fp16a8w_model_against_qdq(qnn_binary):
+    """The float16 model quantized fp16a8w (float16 activations, int8 per-channel weights): one
+    delegate with FLOAT_16 I/O, its Conv2d / FullyConnected on FLOAT_16 activations (what QNN
+    2.51 takes next to int8 weights), within upstream's tolerance of the QDQ module (atol 0.1,
+    rtol 1; measured much closer, printed) on both engines."""
     gen = torch.Generator().manual_seed(4)
     inputs = tuple(torch.rand(1, 8, 4, 4, generator=gen).half() for _ in range(2))
-    tester = QuantTester(Fp16a8wModel().half().eval(), inputs, QuantDtype.use_fp16a8w)
+    tester = QuantTester(Fp16a8wModel().half().eval(), inputs, QuantDtype.use_fp16a8w, per_channel=True)
     tester.lower().check_fully_delegated().check_count(1).to_executorch()
     assert _io_types(tester) == (["FLOAT_16", "FLOAT_16"], ["FLOAT_16"])
+    graph = tester.payload()
+    types = {t.name: t.data_type for t in graph.tensors}
+    weighted = [op for op in graph.ops if op.type in ("Conv2d", "FullyConnected")]
+    assert len(weighted) == 3 and all(types[op.inputs[0]] == "FLOAT_16" for op in weighted), weighted
     with torch.no_grad():
         ref = tester.module(*inputs)
-    for engine, outputs in _run_on_engines(tester, ["host"]).items():
+    for engine, outputs in _run_on_engines(tester).items():
         out = outputs[0]
         err = (out.double() - ref.double()).abs().max().item()
         print(f"{engine}: max |out - QDQ| {err:.3g} (|QDQ| max {ref.abs().max().item():.3g})")
