@@ -180,6 +180,12 @@ Status GraphExecutor::load_io(const ::qnn_delegate::Graph* graph) {
   };
   QNN_RETURN_IF_ERROR(load_list(graph->inputs(), TensorKind::APP_WRITE, "graph input", input_ids_));
   QNN_RETURN_IF_ERROR(load_list(graph->outputs(), TensorKind::APP_READ, "graph output", output_ids_));
+  for (TensorInfo& t : tensors_) {  // a dumped intermediate FLOAT_16 tensor: held as FLOAT_32 (load_tensor)
+    if (t.kind == TensorKind::APP_READ && !seen[t.id] && t.dtype == DType::FLOAT_16) {
+      t.dtype = DType::FLOAT_32;
+      t.nbytes = storage_bytes(t.dtype, t.numel);
+    }
+  }
   for (const TensorInfo& t : tensors_) {
     if (t.kind == TensorKind::APP_WRITE && !seen[t.id]) {
       QNN_RETURN_IF_ERROR(load_bits_view(graph->tensors()->Get(t.id)->bits_of_input(), t));

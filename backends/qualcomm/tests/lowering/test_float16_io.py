@@ -214,3 +214,24 @@ def test_wrong_input_dtype_is_a_clear_error(qnn_binary):
     with torch.no_grad():
         ref = module(x).float().numpy()
     assert out.dtype == np.float16 and np.abs(out.astype(np.float32) - ref).max() <= 2e-3
+
+
+def test_fp16a8w_with_dumped_intermediates():
+    """dump_intermediate_outputs makes the FLOAT_16 tensors around an fp16a8w conv readable
+    (APP_READ): the host engine still holds them as FLOAT_32 and the output equals the run
+    without dumps."""
+    from backends.qualcomm import QcomChipset, generate_htp_compiler_spec, generate_qnn_executorch_compiler_spec
+
+    module = torch.nn.Sequential(torch.nn.Conv2d(8, 4, 1), torch.nn.ReLU()).eval()
+    inputs = (torch.randn(1, 8, 3, 3, generator=torch.Generator().manual_seed(5)),)
+    outputs = []
+    for dump in (False, True):
+        tester = QuantTester(module, inputs, QuantDtype.use_fp16a8w, per_channel=True)
+        tester.compile_specs = generate_qnn_executorch_compiler_spec(
+            QcomChipset.SM8650, generate_htp_compiler_spec(use_fp16=True), dump_intermediate_outputs=dump
+        )
+        tester.lower().check_count(1).to_executorch().run()
+        dumped = [t for t in tester.payload().tensors if t.data_type == "FLOAT_16" and t.kind == "APP_READ"]
+        assert bool(dumped) == dump, dumped
+        outputs.append(tester.outputs[0])
+    np.testing.assert_array_equal(outputs[0], outputs[1])
