@@ -36,8 +36,11 @@ from backends.qualcomm.utils.constants import (
 from backends.qualcomm.utils.errors import QnnLoweringError
 from backends.qualcomm.utils.tensor_dump import DEBUG_ID_MARKER, dump_tensor_name
 
+# A float16 tensor inside the delegate is FLOAT_32 (HTP computes float tensors in fp16 precision
+# either way); graph inputs / outputs of dtype float16 are FLOAT_16, Cast at the boundary.
 _TORCH_TO_QNN_DTYPE = {
     torch.float32: DataType.FLOAT_32,
+    torch.float16: DataType.FLOAT_32,
     torch.int32: DataType.INT_32,
     torch.int64: DataType.INT_64,
     torch.bool: DataType.BOOL_8,
@@ -54,6 +57,9 @@ _NUMPY_TO_QNN_DTYPE = {
     np.dtype(np.int8): DataType.INT_8,
     np.dtype(np.int16): DataType.INT_16,
 }
+
+
+_BITS_TYPE = {DataType.FLOAT_32: DataType.INT_32, DataType.FLOAT_16: DataType.INT_16}
 
 
 def qnn_dtype(dtype: torch.dtype, node: Optional[torch.fx.Node] = None) -> int:
@@ -160,7 +166,7 @@ class GraphBuilder:
 
     def static_tensor(self, name: str, array: np.ndarray, quant: Optional[QuantParams] = None) -> QnnTensor:
         """A STATIC tensor holding `array` (dims = array.shape)."""
-        array = np.ascontiguousarray(array)
+        array = np.ascontiguousarray(array.astype(np.float32) if array.dtype == np.float16 else array)
         if array.dtype not in _NUMPY_TO_QNN_DTYPE:
             raise QnnLoweringError(f"static tensor '{name}' has unsupported dtype {array.dtype}")
         return self.add_tensor(
@@ -294,25 +300,38 @@ class GraphBuilder:
     def define_graph_input(self, node: torch.fx.Node) -> QnnTensor:
         """APP_WRITE tensor of a graph input, stored in the caller's dim order: a channels_last
         rank-4 input is the node's channel-last tensor as is; another non-contiguous order gets
-        one Transpose to the logical dims."""
+        one Transpose to the logical dims. A float16 input is FLOAT_16, Cast to FLOAT_32; the
+        uint8 codes of a quantized input are UFIXED_POINT_8 with their encoding."""
         shape = logical_shape(node)
         order = io_dim_order(node.meta["val"])
         attrs = node.meta.get(QCOM_QUANT_ATTRS)  # uint8 codes read as they are (insert_io_qdq)
+        half = node.meta["val"].dtype == torch.float16
+        if attrs is not None:
+            data_type = qnn_quant_dtype(attrs)
+        else:
+            data_type = DataType.FLOAT_16 if half else qnn_dtype(node.meta["val"].dtype, node)
         tensor = self.add_tensor(
             node.name,
             TensorType.APP_WRITE,
-            qnn_quant_dtype(attrs) if attrs is not None else qnn_dtype(node.meta["val"].dtype, node),
+            data_type,
             [shape[d] for d in order] if order else shape,
             quant=quant_params(attrs) if attrs is not None else None,
         )
         tensor.dim_order = list(order)
         self.graph.inputs.append(tensor.id)
         self._graph_inputs[node] = tensor
+        value = self.cast(node, tensor, DataType.FLOAT_32, "float") if half else tensor
         if order == NCHW_TO_NHWC:
-            self._tensors[(node, LAYOUT_CHANNEL_LAST)] = tensor
+            self._tensors[(node, LAYOUT_CHANNEL_LAST)] = value
         else:
-            self._tensors[(node, LAYOUT_CHANNEL_FIRST)] = self._in_logical_dims(node, tensor, order, "contiguous")
+            self._tensors[(node, LAYOUT_CHANNEL_FIRST)] = self._in_logical_dims(node, value, order, "contiguous")
         return tensor
+
+    def cast(self, node: torch.fx.Node, source: QnnTensor, data_type: int, suffix: str) -> QnnTensor:
+        """`source` Cast to `data_type` (a NATIVE tensor of the same dims)."""
+        out = self.native_tensor(f"{node.name}_{suffix}", source.dims, data_type)
+        self.add_op(node, QnnOpType.Cast, [source], [out], suffix=suffix)
+        return out
 
     def _in_logical_dims(self, node: torch.fx.Node, tensor: QnnTensor, order: Sequence[int], suffix: str) -> QnnTensor:
         """Graph input `tensor`, stored in dim order `order`, in the logical dims (one Transpose
@@ -326,19 +345,20 @@ class GraphBuilder:
         return logical
 
     def is_graph_input(self, node: object) -> bool:
-        """True when `node` is a graph input of this delegate (a FLOAT_32 one has input_bits)."""
+        """True when `node` is a graph input of this delegate (a float one has input_bits)."""
         return node in self._graph_inputs
 
     def input_bits(self, node: torch.fx.Node) -> QnnTensor:
-        """The caller's buffer of FLOAT_32 graph input `node` read as INT_32: its exact IEEE
-        bits (HTP holds floats without infinities, and QNN passes integer inputs unconverted),
-        as an APP_WRITE tensor outside graph.inputs (bits_of_input), in the logical dims."""
+        """The caller's buffer of FLOAT_32 / FLOAT_16 graph input `node` read as INT_32 /
+        INT_16: its exact IEEE bits (HTP holds floats without infinities, and QNN passes integer
+        inputs unconverted), as an APP_WRITE tensor outside graph.inputs (bits_of_input), in the
+        logical dims."""
         if node in self._input_bits:
             return self._input_bits[node]
         source = self._graph_inputs.get(node)
-        if source is None or source.data_type != DataType.FLOAT_32:
-            raise QnnLoweringError("input_bits: not a FLOAT_32 graph input of the delegate", node)
-        bits = self.add_tensor(f"{node.name}_bits", TensorType.APP_WRITE, DataType.INT_32, source.dims)
+        if source is None or source.data_type not in _BITS_TYPE:
+            raise QnnLoweringError("input_bits: not a FLOAT_32 / FLOAT_16 graph input of the delegate", node)
+        bits = self.add_tensor(f"{node.name}_bits", TensorType.APP_WRITE, _BITS_TYPE[source.data_type], source.dims)
         bits.dim_order = list(source.dim_order)
         bits.bits_of_input = self.graph.inputs.index(source.id)
         self._input_bits[node] = self._in_logical_dims(node, bits, source.dim_order, "bits_contiguous")
@@ -412,13 +432,16 @@ class GraphBuilder:
     ) -> None:
         """APP_READ tensors in output order, in the dim order the caller's tensor has
         (`dim_orders`, default contiguous; channels_last = the channel-last tensor); copies
-        when a tensor repeats."""
+        when a tensor repeats. A float16 output is FLOAT_16, Cast from FLOAT_32."""
         for i, node in enumerate(output_nodes):
             if not isinstance(node, torch.fx.Node):
                 raise QnnLoweringError(f"graph output {node!r} is not a tensor node")
             order = tuple(dim_orders[i]) if dim_orders and dim_orders[i] else ()
             tensor = self._output_in_dim_order(node, order)
-            if tensor.type != TensorType.NATIVE:
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor) and val.dtype == torch.float16 and tensor.data_type == DataType.FLOAT_32:
+                tensor = self.cast(node, tensor, DataType.FLOAT_16, "half")
+            elif tensor.type != TensorType.NATIVE:
                 copy = self.like(tensor, f"{node.name}_output")
                 self.add_op(node, QnnOpType.Reshape, [tensor], [copy], suffix="output")
                 tensor = copy

@@ -21,7 +21,14 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
-from backends.qualcomm.builders.registry import SUPPORTED, NodeBuilder, SupportResult, register_builder, tensor_vals
+from backends.qualcomm.builders.registry import (
+    SUPPORTED,
+    is_float_dtype,
+    NodeBuilder,
+    register_builder,
+    SupportResult,
+    tensor_vals,
+)
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, bool_scalar, float_scalar, uint32_scalar, uint32_tensor
 
 _aten = exir_ops.edge.aten
@@ -40,7 +47,7 @@ def sdpa_args(node: torch.fx.Node) -> Dict[str, object]:
 
 def _float_tensor(value: object) -> bool:
     vals = tensor_vals(value) if isinstance(value, torch.fx.Node) else []
-    return len(vals) == 1 and vals[0].dtype == torch.float32
+    return len(vals) == 1 and is_float_dtype(vals[0].dtype)
 
 
 @register_builder
@@ -61,7 +68,7 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
             return False, "output strides are not contiguous (decomposed instead)"
         mask = args["attn_mask"]
         if mask is not None and not (
-            isinstance(mask, torch.fx.Node) and tensor_vals(mask)[0].dtype in (torch.bool, torch.float32)
+            isinstance(mask, torch.fx.Node) and tensor_vals(mask)[0].dtype in (torch.bool, torch.float32, torch.float16)
         ):
             return False, "attn_mask must be a bool or float32 tensor"
         q, k, v = (logical_shape(args[n]) for n in ("query", "key", "value"))
@@ -149,7 +156,7 @@ class ScaledDotProductAttentionBuilder(NodeBuilder):
             causal = np.where(np.tril(np.ones((rows, cols), bool)), 0.0, MASKED_BIAS).astype(np.float32)
             return gb.static_tensor(f"{node.name}_causal_bias", causal), None
         m = gb.tensor(mask)
-        if tensor_vals(mask)[0].dtype == torch.float32:
+        if is_float_dtype(tensor_vals(mask)[0].dtype):
             return m, None
         keep = gb.native_tensor(f"{node.name}_keep", m.dims)
         gb.add_op(node, QnnOpType.Cast, [m], [keep], suffix="mask_to_float")

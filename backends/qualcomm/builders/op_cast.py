@@ -1,4 +1,5 @@
-"""_to_copy / _to_dim_order_copy: dtype change -> Cast; same dtype (any dim order) -> identity Reshape. copy
+"""_to_copy / _to_dim_order_copy: dtype change -> Cast; same dtype (any dim order), or float16 <->
+float32 (both FLOAT_32 inside a delegate: GraphBuilder) -> identity Reshape. copy
 (self.copy_(src)): src broadcast (Tile) to self's shape and dtype.
 
 Two casts QNN 2.51's HTP computes wrong (measured on SM8650 over every uint8 value and
@@ -20,7 +21,7 @@ from backends.qualcomm.builders.registry import SUPPORTED, NodeBuilder, SupportR
 from backends.qualcomm.builders.utils import reshape
 from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, uint32_tensor
 
-CAST_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool, torch.uint8)
+CAST_DTYPES = (torch.float32, torch.float16, torch.int32, torch.int64, torch.bool, torch.uint8)
 
 
 @register_builder
@@ -42,7 +43,7 @@ class CastBuilder(NodeBuilder):
         # Elementwise: the output keeps the input's dims (a lifted scalar constant may be
         # stored as [1] while the node's meta says []).
         out = gb.define_output(node, dims=x.dims)
-        if source == target:
+        if source == target or (x.data_type == out.data_type == DataType.FLOAT_32 and x.quant is None):
             gb.add_op(node, QnnOpType.Reshape, [x], [out])
         elif x.data_type == DataType.UINT_8 and target.is_floating_point:
             gb.add_op(node, QnnOpType.Cast, [cast_uint8_to_int32(node, gb, x)], [out])
@@ -95,5 +96,7 @@ class CopyBuilder(NodeBuilder):
             gb.add_op(node, QnnOpType.Tile, [src], [tiled], [uint32_tensor("multiples", multiples)], suffix="tile")
             src = tiled
         out = gb.define_output(node, dims=shape)
-        same = tensor_vals(node.args[0])[0].dtype == tensor_vals(node.args[1])[0].dtype
+        same = tensor_vals(node.args[0])[0].dtype == tensor_vals(node.args[1])[0].dtype or (
+            src.data_type == out.data_type == DataType.FLOAT_32 and src.quant is None
+        )
         gb.add_op(node, QnnOpType.Reshape if same else QnnOpType.Cast, [src], [out])

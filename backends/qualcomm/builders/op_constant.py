@@ -27,7 +27,7 @@ from backends.qualcomm.builders.registry import (
 )
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
-_CONSTANT_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool)
+_CONSTANT_DTYPES = (torch.float32, torch.float16, torch.int32, torch.int64, torch.bool)
 
 
 def _materialize(arg: object) -> object:
@@ -54,7 +54,7 @@ def _check_output(node: torch.fx.Node) -> SupportResult:
     val = node_val(node)
     if not isinstance(val, torch.Tensor) or val.dtype not in _CONSTANT_DTYPES:
         dtype = getattr(val, "dtype", None)
-        return False, f"output dtype {dtype}; only float32, int32, int64 and bool constants are supported"
+        return False, f"output dtype {dtype}; only float32, float16, int32, int64 and bool constants are supported"
     return SUPPORTED
 
 

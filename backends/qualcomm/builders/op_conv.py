@@ -25,7 +25,7 @@ from backends.qualcomm.builders.registry import (
     register_builder,
     tensor_vals,
 )
-from backends.qualcomm.builders.utils import int_list, is_constant, is_quantized, reshape
+from backends.qualcomm.builders.utils import add_weighted_op, int_list, is_constant, is_quantized, reshape
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
 from backends.qualcomm.utils.constants import (
     LAYOUT_CHANNEL_FIRST,
@@ -336,7 +336,7 @@ class ConvolutionBuilder(NodeBuilder):
                 f"{node.name}_written",
                 [target.dims[0]] + [d - u for d, u in zip(target.dims[1:-1], unset)] + [target.dims[-1]],
             )
-        gb.add_op(node, qnn_type, inputs, [written], self._params(node, depthwise, unset))
+        add_weighted_op(gb, node, qnn_type, inputs, written, self._params(node, depthwise, unset))
         if any(unset):
             append_bias_rows(gb, node, written, inputs[2], unset, target)
         if unit_height(node):

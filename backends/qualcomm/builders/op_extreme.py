@@ -26,6 +26,7 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_reduce import keep_dims, reduce_axes
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    is_float_dtype,
     SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
@@ -169,8 +170,8 @@ def _arg_dim(node: torch.fx.Node) -> Optional[int]:
 
 
 def _check_arg(node: torch.fx.Node) -> SupportResult:
-    if _input_dtype(node) != torch.float32:
-        return False, f"input dtype {_input_dtype(node)}; only float32 is supported"
+    if not is_float_dtype(_input_dtype(node)):
+        return False, f"input dtype {_input_dtype(node)}; only float32 / float16 are supported"
     rank = len(logical_shape(node.args[0]))
     if _arg_dim(node) is None:
         if rank == 0 or 0 in logical_shape(node.args[0]):

@@ -49,7 +49,7 @@ from backends.qualcomm.builders.utils import reshape
 from backends.qualcomm.serialization.qnn_graph import QnnTensor, uint32_scalar, uint32_tensor
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
-_DATA_DTYPES = (torch.float32,)
+_DATA_DTYPES = (torch.float32, torch.float16)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ constant that holds it exactly. Select's branches and output carry activation en
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -30,6 +30,8 @@ from backends.qualcomm.builders.registry import (
     SUPPORTED,
     NodeBuilder,
     SupportResult,
+    FLOAT_DTYPES,
+    is_float_dtype,
     node_val,
     register_builder,
     table_quant_annotations,
@@ -77,8 +79,14 @@ SELECT_OPS = {
     _aten.threshold.default: (None, 0, 2),  # x > threshold ? x : value (condition built here)
 }
 
-_VALUE_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool)
-_NUMPY_DTYPES = {torch.float32: np.float32, torch.int32: np.int32, torch.int64: np.int64, torch.bool: np.bool_}
+_VALUE_DTYPES = (torch.float32, torch.float16, torch.int32, torch.int64, torch.bool)
+_NUMPY_DTYPES = {
+    torch.float32: np.float32,
+    torch.float16: np.float32,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+    torch.bool: np.bool_,
+}
 Operand = Union[torch.fx.Node, int, float, bool]
 
 
@@ -107,9 +115,9 @@ def check_scalar_fits(scalar: object, dtype: torch.dtype, what: str) -> SupportR
         return False, f"{what} {scalar!r} is not a tensor or number"
     if dtype == torch.bool:
         return False, f"{what} {scalar!r} next to a bool tensor is not supported"
-    if dtype != torch.float32 and (isinstance(scalar, float) and not float(scalar).is_integer()):
+    if not is_float_dtype(dtype) and (isinstance(scalar, float) and not float(scalar).is_integer()):
         return False, f"{what} {scalar!r} is not an integer but the tensor is {dtype}"
-    if dtype != torch.float32 and abs(scalar) >= 2**31:
+    if not is_float_dtype(dtype) and abs(scalar) >= 2**31:
         return False, f"{what} {scalar!r} does not fit INT_32 (QNN's integer type)"
     return SUPPORTED
 
@@ -192,13 +200,13 @@ class CompareBuilder(NodeBuilder):
             return False, f"operand {a!r} is not a tensor"
         dtype = _dtype(a)
         if dtype not in _VALUE_DTYPES:
-            return False, f"input dtype {dtype} is not supported (float32, int32, int64, bool)"
+            return False, f"input dtype {dtype} is not supported (float32, float16, int32, int64, bool)"
         if isinstance(b, torch.fx.Node):
             if _dtype(b) != dtype:
                 return False, f"inputs differ in dtype ({dtype} and {_dtype(b)}); cast them first"
             return SUPPORTED
         if (
-            dtype == torch.float32
+            is_float_dtype(dtype)
             and isinstance(b, (int, float))
             and not math.isfinite(float(b))
             and QCOM_QUANT_ATTRS in a.meta
@@ -272,7 +280,7 @@ def _is_value_not(node: torch.fx.Node) -> bool:
     return (
         node.target == _aten.logical_not.default
         and isinstance(x, torch.fx.Node)
-        and _dtype(x) in (torch.float32, torch.int32, torch.int64)
+        and _dtype(x) in (torch.float32, torch.float16, torch.int32, torch.int64)
     )
 
 
@@ -295,24 +303,26 @@ def one_element_operands(node: torch.fx.Node, operands: List[QnnTensor]) -> bool
 # edge op -> QNN classification op (FLOAT_32 -> BOOL_8)
 CLASSIFY_OPS = {_aten.isnan.default: QnnOpType.IsNan}
 ISINF = _aten.isinf.default
-# IEEE float32 bit patterns as int32: +inf, -inf (0xff800000); NaNs lie above +inf and between
-# -inf and 0 (sign bit set, exponent all ones, mantissa not 0).
-POS_INF_BITS, NEG_INF_BITS = 0x7F800000, -0x800000
-# name -> (exact INT_32 comparison, the number the bits are compared with)
+# IEEE bit patterns as signed integers of the float's width: +inf, -inf (float32 0xff800000,
+# float16 0xfc00); NaNs lie above +inf and between -inf and 0 (sign bit set, exponent all ones,
+# mantissa not 0). float16 bits (INT_16) are widened to INT_32 before the comparisons.
+INF_BITS = {DataType.INT_32: (0x7F800000, -0x800000), DataType.INT_16: (0x7C00, -0x400)}
+# name -> (exact INT_32 comparison, index into INF_BITS' pair or None: compared with 0)
 BIT_TESTS = {
-    "pos_inf": ("ElementWiseEqual", POS_INF_BITS),
-    "neg_inf": ("ElementWiseEqual", NEG_INF_BITS),
-    "pos_nan": (QnnOpType.ElementWiseGreater, POS_INF_BITS),
-    "signed": (QnnOpType.ElementWiseLess, 0),
-    "above_neg_inf": ("ElementWiseGreater", NEG_INF_BITS),
+    "pos_inf": ("ElementWiseEqual", 0),
+    "neg_inf": ("ElementWiseEqual", 1),
+    "pos_nan": (QnnOpType.ElementWiseGreater, 0),
+    "signed": (QnnOpType.ElementWiseLess, None),
+    "above_neg_inf": ("ElementWiseGreater", 1),
 }
 
 
 @register_builder
 class ClassifyBuilder(NodeBuilder):
-    """isinf / isnan of a FLOAT_32 graph input: exact, from its IEEE bits. The caller's buffer is
-    bound a second time as an INT_32 graph input (GraphBuilder.input_bits; QNN passes integer
-    inputs unconverted) and tested with exact INT_32 comparisons: isinf = bits == +inf | bits ==
+    """isinf / isnan of a float32 / float16 graph input: exact, from its IEEE bits. The caller's
+    buffer is bound a second time as an INT_32 / INT_16 graph input (GraphBuilder.input_bits; QNN
+    passes integer inputs unconverted; INT_16 is Cast to INT_32) and tested with exact INT_32
+    comparisons: isinf = bits == +inf | bits ==
     -inf; isnan = bits > +inf | (bits < 0 & bits > -inf). isnan of another tensor -> IsNan, which
     on QNN is also true for +-inf and |x| > 65504 (HTP holds floats without infinities; measured).
     isinf of another tensor stays on the CPU: QNN 2.51 HTP validates IsInf but its graphFinalize
@@ -324,8 +334,11 @@ class ClassifyBuilder(NodeBuilder):
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         x = node.args[0]
-        if not isinstance(x, torch.fx.Node) or _dtype(x) != torch.float32:
-            return False, f"input dtype {_dtype(x) if isinstance(x, torch.fx.Node) else x!r} is not supported (float32)"
+        if not isinstance(x, torch.fx.Node) or not is_float_dtype(_dtype(x)):
+            return (
+                False,
+                f"input dtype {_dtype(x) if isinstance(x, torch.fx.Node) else x!r} is not supported (float32, float16)",
+            )
         if QCOM_QUANT_ATTRS in x.meta or is_dequantize(x):
             return (
                 False,
@@ -346,11 +359,18 @@ class ClassifyBuilder(NodeBuilder):
             gb.add_op(node, CLASSIFY_OPS[node.target], _rank0(gb, node, [gb.tensor(x)]), [out])
             return
         bits = gb.input_bits(x)
+        inf_bits = INF_BITS[bits.data_type]
+        if bits.data_type != DataType.INT_32:
+            wide = gb.native_tensor(f"{node.name}_bits_int32", bits.dims, DataType.INT_32)
+            gb.add_op(node, QnnOpType.Cast, [bits], [wide], suffix="bits_int32")
+            bits = wide
         if node.target == ISINF:
-            positive, negative = (_bits_test(gb, node, bits, name) for name in ("pos_inf", "neg_inf"))
+            positive, negative = (_bits_test(gb, node, bits, name, inf_bits) for name in ("pos_inf", "neg_inf"))
             gb.add_op(node, QnnOpType.ElementWiseOr, [positive, negative], [out])
             return
-        positive, signed, above = (_bits_test(gb, node, bits, name) for name in ("pos_nan", "signed", "above_neg_inf"))
+        positive, signed, above = (
+            _bits_test(gb, node, bits, name, inf_bits) for name in ("pos_nan", "signed", "above_neg_inf")
+        )
         negative = gb.native_tensor(f"{node.name}_neg_nan", out.dims, DataType.BOOL_8)
         gb.add_op(node, QnnOpType.ElementWiseAnd, [signed, above], [negative], suffix="neg_nan")
         gb.add_op(node, QnnOpType.ElementWiseOr, [positive, negative], [out])
@@ -362,9 +382,13 @@ def is_user_input(node: torch.fx.Node) -> bool:
     return node.op == "placeholder" and not is_constant(node)
 
 
-def _bits_test(gb: GraphBuilder, node: torch.fx.Node, bits: QnnTensor, name: str) -> QnnTensor:
-    """BOOL_8 result of BIT_TESTS[name] on `bits` (an exact INT_32 comparison with a number)."""
-    op_type, value = BIT_TESTS[name]
+def _bits_test(
+    gb: GraphBuilder, node: torch.fx.Node, bits: QnnTensor, name: str, inf_bits: Tuple[int, int]
+) -> QnnTensor:
+    """BOOL_8 result of BIT_TESTS[name] on INT_32 `bits` (an exact comparison with +inf's / -inf's
+    bits `inf_bits` or 0)."""
+    op_type, which = BIT_TESTS[name]
+    value = 0 if which is None else inf_bits[which]
     operands = _rank0(gb, node, [bits, scalar_tensor(gb, f"{node.name}_{name}_bits", value, dtype=np.int32)])
     out = gb.native_tensor(f"{node.name}_{name}", logical_shape(node), DataType.BOOL_8)
     gb.add_op(node, op_type, operands, [out], suffix=name)
@@ -404,12 +428,12 @@ class WhereBuilder(NodeBuilder):
 
     def _threshold_supported(self, node: torch.fx.Node) -> SupportResult:
         x, threshold, value = node.args[0], node.args[1], node.args[2]
-        if not isinstance(x, torch.fx.Node) or _dtype(x) != torch.float32:
-            return False, "threshold of a non-float32 tensor is not supported"
+        if not isinstance(x, torch.fx.Node) or not is_float_dtype(_dtype(x)):
+            return False, "threshold of a non-float tensor is not supported"
         for what, number in (("threshold", threshold), ("value", value)):
             if not isinstance(number, (int, float)) or isinstance(number, bool) or not math.isfinite(float(number)):
                 return False, f"threshold {what} {number!r} must be a finite number"
-        return _output_dtype_is(node, (torch.float32,))
+        return _output_dtype_is(node, FLOAT_DTYPES)
 
     def _condition(self, gb: GraphBuilder, node: torch.fx.Node, c: Optional[torch.fx.Node]) -> QnnTensor:
         """The condition tensor; threshold's is Greater(x, threshold), BOOL_8."""

@@ -19,7 +19,7 @@ from backends.qualcomm.builders.registry import (
     register_builder,
     tensor_vals,
 )
-from backends.qualcomm.builders.utils import is_quantized
+from backends.qualcomm.builders.utils import add_weighted_op, is_quantized
 from backends.qualcomm.serialization.qnn_graph import bool_scalar
 
 _aten = exir_ops.edge.aten
@@ -52,13 +52,13 @@ class LinearBuilder(NodeBuilder):
             b = gb.static_tensor(f"{node.name}_bias", np.zeros([w.dims[0]], dtype=np.float32))
         out = gb.define_output(node)
         if len(x.dims) <= 2:
-            gb.add_op(node, QnnOpType.FullyConnected, [x, w, b], [out])
+            add_weighted_op(gb, node, QnnOpType.FullyConnected, [x, w, b], out)
             return
         # QNN's FullyConnected takes keep_dims=false only (backendValidateOpConfig refuses
         # true): a [M, N] result, then a Reshape to the node's leading dims.
         rows = int(np.prod(x.dims[:-1]))
         flat = gb.like(out, f"{node.name}_2d", [rows, out.dims[-1]])
-        gb.add_op(node, QnnOpType.FullyConnected, [x, w, b], [flat])
+        add_weighted_op(gb, node, QnnOpType.FullyConnected, [x, w, b], flat)
         gb.add_op(node, QnnOpType.Reshape, [flat], [out], suffix="restore_dims")
 
 

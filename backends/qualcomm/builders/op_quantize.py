@@ -10,6 +10,7 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder, io_dim_order,
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.quant_encoding import DEQUANTIZE_OPS, QUANTIZE_OPS
 from backends.qualcomm.builders.registry import (
+    is_float_dtype,
     SUPPORTED,
     LayoutPolicy,
     NodeBuilder,
@@ -31,7 +32,7 @@ class QuantizeBuilder(NodeBuilder):
 
     def is_supported(self, node: torch.fx.Node) -> SupportResult:
         source = tensor_vals(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else []
-        if not source or source[0].dtype != torch.float32:
+        if not source or not is_float_dtype(source[0].dtype):
             return False, "quantize input must be a float32 tensor"
         return SUPPORTED
 

@@ -15,6 +15,7 @@ from backends.qualcomm.builders.op_constant import quantized_codes
 from backends.qualcomm.builders.op_shape import edge_ops
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    is_float_dtype,
     SUPPORTED,
     NodeBuilder,
     QuantFamily,
@@ -49,12 +50,12 @@ def _scatter_reduction(node: torch.fx.Node) -> int:
 
 def _check_scatter_elements(node: torch.fx.Node) -> SupportResult:
     data, index = node_val(node.args[0]), node_val(node.args[2])
-    if not isinstance(data, torch.Tensor) or data.dtype != torch.float32 or data.dim() == 0:
+    if not isinstance(data, torch.Tensor) or not is_float_dtype(data.dtype) or data.dim() == 0:
         return False, "self must be a float32 tensor of rank >= 1"
     if not isinstance(index, torch.Tensor) or index.dtype not in _INDEX_DTYPES or index.dim() != data.dim():
         return False, "index must be an int32 / int64 tensor of self's rank"
     src = node_val(node.args[3]) if isinstance(node.args[3], torch.fx.Node) else None
-    if src is not None and (src.dtype != torch.float32 or tuple(src.shape) != tuple(index.shape)):
+    if src is not None and (not is_float_dtype(src.dtype) or tuple(src.shape) != tuple(index.shape)):
         return False, f"src {tuple(src.shape)} {src.dtype}: only a float32 src of the index's shape is supported"
     reduction = _scatter_reduction(node)
     if reduction < 0:

@@ -30,6 +30,7 @@ from backends.qualcomm.builders.op_lookup import code_index
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.quant_encoding import is_dequantize
 from backends.qualcomm.builders.registry import (
+    is_float_dtype,
     SUPPORTED,
     NodeBuilder,
     SupportResult,
@@ -53,7 +54,7 @@ def sort_args(node: torch.fx.Node) -> Tuple[int, bool]:
 
 def _check_input(node: torch.fx.Node) -> SupportResult:
     val = node_val(node.args[0])
-    if not isinstance(val, torch.Tensor) or val.dtype != torch.float32 or val.dim() == 0:
+    if not isinstance(val, torch.Tensor) or not is_float_dtype(val.dtype) or val.dim() == 0:
         return False, "input must be a float32 tensor of rank >= 1"
     if val.shape[-1] == 0:
         return False, "empty sort axis"

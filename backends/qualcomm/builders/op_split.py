@@ -16,6 +16,7 @@ from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.op_shape import edge_ops
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    is_float_dtype,
     SUPPORTED,
     NodeBuilder,
     QuantFamily,
@@ -48,7 +49,7 @@ def split_sizes(node: torch.fx.Node) -> List[int]:
 
 def _check_io(node: torch.fx.Node) -> SupportResult:
     source, outputs = node_val(node.args[0]), node_val(node)
-    if not isinstance(source, torch.Tensor) or source.dtype != torch.float32 or source.dim() == 0:
+    if not isinstance(source, torch.Tensor) or not is_float_dtype(source.dtype) or source.dim() == 0:
         return False, "input must be a float32 tensor of rank >= 1"
     if not isinstance(outputs, (list, tuple)) or not outputs:
         return False, "output has no tensor list meta"

@@ -13,6 +13,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from backends.qualcomm.builders.graph_builder import GraphBuilder, logical_shape
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.registry import (
+    is_float_dtype,
     SUPPORTED,
     NodeBuilder,
     SupportResult,
@@ -32,7 +33,7 @@ def _arg(node: torch.fx.Node, index: int, name: str, default):
 
 def _check_input(node: torch.fx.Node) -> SupportResult:
     val = node_val(node.args[0])
-    if not isinstance(val, torch.Tensor) or val.dtype != torch.float32 or val.dim() == 0:
+    if not isinstance(val, torch.Tensor) or not is_float_dtype(val.dtype) or val.dim() == 0:
         return False, "input must be a float32 tensor of rank >= 1"
     return SUPPORTED
 

@@ -38,8 +38,8 @@ from backends.qualcomm.serialization.qnn_graph import QnnTensor, int32_scalar
 from backends.qualcomm.utils.constants import QCOM_QUANT_ATTRS
 
 _aten = exir_ops.edge.aten
-_DTYPES = (torch.float32, torch.int32, torch.int64)
-_NUMPY = {torch.float32: np.float32, torch.int32: np.int32, torch.int64: np.int64}
+_DTYPES = (torch.float32, torch.float16, torch.int32, torch.int64)
+_NUMPY = {torch.float32: np.float32, torch.float16: np.float32, torch.int32: np.int32, torch.int64: np.int64}
 
 
 def _same_dtype_io(node: torch.fx.Node) -> SupportResult:

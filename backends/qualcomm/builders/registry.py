@@ -13,7 +13,14 @@ from backends.qualcomm.utils.constants import LAYOUT_CHANNEL_LAST
 SupportResult = Tuple[bool, str]
 SUPPORTED: SupportResult = (True, "")
 
-_FLOAT_DTYPES = (torch.float32,)
+# Float tensors: float16 ones (a model run in half) are computed as float32 inside the delegate
+# (HTP in fp16 precision); only its graph inputs / outputs are FLOAT_16 (GraphBuilder).
+FLOAT_DTYPES = (torch.float32, torch.float16)
+
+
+def is_float_dtype(dtype: object) -> bool:
+    """float32 or float16 (see FLOAT_DTYPES)."""
+    return dtype in FLOAT_DTYPES
 
 
 class LayoutPolicy(enum.Enum):
@@ -177,26 +184,26 @@ def input_nodes(node: torch.fx.Node) -> List[torch.fx.Node]:
 
 
 def check_float_io(node: torch.fx.Node, skip_inputs: Tuple[int, ...] = ()) -> SupportResult:
-    """Every tensor input (except positions in skip_inputs) and output must be float32."""
+    """Every tensor input (except positions in skip_inputs) and output must be float32 / float16."""
     for i, arg in enumerate(node.args):
         if i in skip_inputs:
             continue
         args = arg if isinstance(arg, (list, tuple)) else [arg]
         for a in args:
             for val in tensor_vals(a) if isinstance(a, torch.fx.Node) else []:
-                if val.dtype not in _FLOAT_DTYPES:
-                    return False, f"input {i} has dtype {val.dtype}; only float32 is supported"
+                if val.dtype not in FLOAT_DTYPES:
+                    return False, f"input {i} has dtype {val.dtype}; only float32 / float16 are supported"
     outputs = tensor_vals(node)
     if not outputs:
         return False, "output has no tensor meta"
-    if outputs[0].dtype not in _FLOAT_DTYPES:
-        return False, f"output dtype {outputs[0].dtype}; only float32 is supported"
+    if outputs[0].dtype not in FLOAT_DTYPES:
+        return False, f"output dtype {outputs[0].dtype}; only float32 / float16 are supported"
     return SUPPORTED
 
 
-# Data movement ops move bytes: besides float32, integer and bool tensors (token ids, positions,
-# masks; int64 is INT_64 in the payload, INT_32 on QNN, which has no 64-bit type).
-DATA_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool, torch.uint8, torch.int8)
+# Data movement ops move bytes: besides float32 / float16, integer and bool tensors (token ids,
+# positions, masks; int64 is INT_64 in the payload, INT_32 on QNN, which has no 64-bit type).
+DATA_DTYPES = (torch.float32, torch.float16, torch.int32, torch.int64, torch.bool, torch.uint8, torch.int8)
 
 
 def check_data_io(node: torch.fx.Node, skip_inputs: Tuple[int, ...] = ()) -> SupportResult:
@@ -214,7 +221,10 @@ def check_data_io(node: torch.fx.Node, skip_inputs: Tuple[int, ...] = ()) -> Sup
     dtypes |= {v.dtype for v in outputs}
     unsupported = sorted(str(d) for d in dtypes if d not in DATA_DTYPES)
     if unsupported:
-        return False, f"dtype {', '.join(unsupported)} is not supported (float32, int32, int64, bool, uint8, int8)"
+        return (
+            False,
+            f"dtype {', '.join(unsupported)} is not supported (float32, float16, int32, int64, bool, uint8, int8)",
+        )
     if len(dtypes) > 1:
         return False, f"mixed dtypes {sorted(str(d) for d in dtypes)}"
     return SUPPORTED

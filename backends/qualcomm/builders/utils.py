@@ -16,7 +16,7 @@ from backends.qualcomm.builders.graph_builder import (
 )
 from backends.qualcomm.builders.qnn_op_types import QnnOpType
 from backends.qualcomm.builders.quant_encoding import QuantAttrs, exact_scalar_attrs
-from backends.qualcomm.serialization.qnn_graph import QnnTensor, int32_tensor, uint32_tensor
+from backends.qualcomm.serialization.qnn_graph import DataType, QnnTensor, TensorType, int32_tensor, uint32_tensor
 from backends.qualcomm.utils.constants import (
     CHANNEL_LAST_RANKS,
     LAYOUT_CHANNEL_FIRST,
@@ -185,3 +185,31 @@ def view_back(gb: GraphBuilder, node: torch.fx.Node, out_view: QnnTensor, out: Q
     """Reshape the op's output into the node's output (nothing when they are one)."""
     if out_view is not out:
         gb.add_op(node, QnnOpType.Reshape, [out_view], [out], suffix="view_back")
+
+
+def add_weighted_op(
+    gb: GraphBuilder,
+    node: torch.fx.Node,
+    op_type: str,
+    inputs: Sequence[QnnTensor],
+    output: QnnTensor,
+    params: Sequence = (),
+) -> None:
+    """A conv / FullyConnected [x, weight, bias] -> output. With float activations and a
+    quantized weight (fp16a8w), QNN 2.51's HTP takes FLOAT_16 activations and bias only (FLOAT_32
+    ones: op validation error 3110): x is Cast to FLOAT_16, a static bias stored FLOAT_16 (another
+    one Cast), and the FLOAT_16 result Cast to `output` (upstream inserts the same casts)."""
+    x, weight, bias = inputs
+    if x.data_type != DataType.FLOAT_32 or weight.quant is None:
+        gb.add_op(node, op_type, list(inputs), [output], list(params))
+        return
+    x16 = gb.cast(node, x, DataType.FLOAT_16, "fp16_in")
+    if bias.type == TensorType.STATIC and bias.data is not None and bias.data_type == DataType.FLOAT_32:
+        bias16 = gb.add_tensor(
+            f"{bias.name}_fp16", TensorType.STATIC, DataType.FLOAT_16, bias.dims, bias.data.astype(np.float16)
+        )
+    else:
+        bias16 = gb.cast(node, bias, DataType.FLOAT_16, "fp16_bias")
+    out16 = gb.native_tensor(f"{output.name}_fp16", output.dims, DataType.FLOAT_16)
+    gb.add_op(node, op_type, [x16, weight, bias16], [out16], list(params))
+    gb.add_op(node, QnnOpType.Cast, [out16], [output], suffix="fp16_out")

@@ -5,7 +5,7 @@ fails at convert with "min nan should be less than max"). Yet -inf masks are eve
 attention: nn.MultiheadAttention turns every key_padding_mask and bool attn_mask into
 `zeros_like(mask, float).masked_fill_(mask, -inf)` (adding the two when both are given), and
 hand-written attention fills scores with -inf (or finfo.min) before the softmax; transformers
-builds `where(keep, 0, finfo.min)`. The masked
+builds `where(keep, 0, finfo.min)`, and `where(x >= 0, 0.1, -inf)` fills with two numbers. The masked
 entries only reach a softmax, where they weigh exp(-inf) = 0, so with keep = ~pad (a bool
 tensor, never quantized):
 
@@ -40,6 +40,7 @@ SHAPE_OPS = {
 }
 MASKED_FILL = {_aten.masked_fill.Scalar, _aten.masked_fill_.Scalar}
 WHERE_FILL = {_aten.where.ScalarOther: 2, _aten.where.ScalarSelf: 1}  # the number's position
+WHERE_NUMBERS = _aten.where.Scalar  # where(cond, a, b), both numbers: one of them -inf
 ZEROS = {_aten.zeros_like.default, _aten.zeros.default, _aten.new_zeros.default}
 SOFTMAX = {_aten.softmax.int, _aten._softmax.default}
 _FLOAT_MIN = torch.finfo(torch.float32).min
@@ -73,6 +74,8 @@ def has_inf_fill(node: object) -> bool:
         return fills_minus_inf(node.args[2])
     if node.target in WHERE_FILL:
         return fills_minus_inf(node.args[WHERE_FILL[node.target]])
+    if node.target == WHERE_NUMBERS:
+        return fills_minus_inf(node.args[1]) != fills_minus_inf(node.args[2])
     if node.target == _aten.add.Tensor and len(node.args) == 2 and not node.kwargs:
         return has_inf_fill(node.args[0]) or has_inf_fill(node.args[1])
     return False
@@ -142,6 +145,12 @@ def split_inf_mask(nodes: _Nodes, node: Node) -> Tuple[Optional[Node], Optional[
             cond = nodes.call(_aten.logical_not.default, (cond,))
         _, finite = split_inf_mask(nodes, tensor)
         finite = nodes.expanded(finite, _shape(node)) if finite is not None else None
+        return nodes.expanded(cond, _shape(node)), finite
+    if node.target == WHERE_NUMBERS:  # where(x >= 0, 0.1, -inf): keep = cond, finite = full(0.1)
+        cond, (a, b) = node.args[0], node.args[1:3]
+        if fills_minus_inf(a):
+            cond, a = nodes.call(_aten.logical_not.default, (cond,)), b
+        finite = nodes.call(_aten.full.default, (_shape(node), float(a)), {"dtype": node.meta["val"].dtype})
         return nodes.expanded(cond, _shape(node)), finite
     (keep_a, finite_a), (keep_b, finite_b) = (split_inf_mask(nodes, a) for a in node.args)  # add
     keeps = [nodes.expanded(k, _shape(node)) for k in (keep_a, keep_b) if k is not None]

@@ -5,6 +5,7 @@
 #include <new>
 
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 #include <executorch/runtime/platform/log.h>
 
 #include <algorithm>
@@ -60,6 +61,8 @@ bool dtype_matches(ScalarType st, engine::DType dt) {
   switch (st) {
     case ScalarType::Float:
       return dt == engine::DType::FLOAT_32;
+    case ScalarType::Half:
+      return dt == engine::DType::FLOAT_16;
     case ScalarType::Long:
       return dt == engine::DType::INT_64;
     case ScalarType::Int:
@@ -126,8 +129,8 @@ Error check_tensor_arg(const engine::GraphExecutor& g, const EValue* arg, size_t
   }
   const auto& t = arg->toTensor();
   if (!dtype_matches(t.scalar_type(), info.dtype)) {
-    ET_LOG(Error, "QnnDelegate graph '%s': %s %zu (tensor '%s') has dtype %d, graph expects %s", g.name().c_str(), what,
-           index, info.name.c_str(), static_cast<int>(t.scalar_type()), engine::dtype_name(info.dtype));
+    ET_LOG(Error, "QnnDelegate graph '%s': %s %zu (tensor '%s') has dtype %s, graph expects %s", g.name().c_str(), what,
+           index, info.name.c_str(), executorch::runtime::toString(t.scalar_type()), engine::dtype_name(info.dtype));
     return Error::InvalidArgument;
   }
   if (static_cast<size_t>(t.numel()) != info.numel) {

@@ -57,6 +57,31 @@ uint32_t GraphExecutor::fp16_shadow_of(uint32_t id) {
   return shadow.id;
 }
 
+namespace {
+
+// In fp16 precision, ops read a FLOAT_32 graph input rounded to float16 (its shadow), except a
+// Cast to an integer type: QNN 2.51's HTP converts the caller's FLOAT_32 values themselves
+// (measured: trunc(2.9995) = 2, where float16 rounding gives 3.0 and 3).
+bool reads_input_unrounded(const ::qnn_delegate::Op* op, const std::vector<TensorInfo>& tensors) {
+  if (op->type()->str() != "Cast" || op->outputs() == nullptr || op->outputs()->size() != 1) return false;
+  const uint32_t out = op->outputs()->Get(0);
+  if (out >= tensors.size()) return false;
+  switch (tensors[out].dtype) {
+    case DType::INT_8:
+    case DType::INT_16:
+    case DType::INT_32:
+    case DType::INT_64:
+    case DType::UINT_8:
+    case DType::UINT_16:
+    case DType::UINT_32:
+      return !tensors[out].quant.defined();
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 Status GraphExecutor::make_view(const ::qnn_delegate::Op* op, size_t index, OpView& view, std::vector<bool>& produced) {
   view.op = op;
   view.graph_name = name_;
@@ -76,7 +101,8 @@ Status GraphExecutor::make_view(const ::qnn_delegate::Op* op, size_t index, OpVi
       return view.fail(ErrorKind::InvalidProgram, "input %zu, tensor '%s', is read before any op produces it", i,
                        t.name.c_str());
     }
-    if (fp16_ && t.kind == TensorKind::APP_WRITE && t.dtype == DType::FLOAT_32) {
+    if (fp16_ && t.kind == TensorKind::APP_WRITE && t.dtype == DType::FLOAT_32 &&
+        !reads_input_unrounded(op, tensors_)) {
       id = fp16_shadow_of(id);
     }
     view.inputs.push_back(&tensors_[id]);

@@ -44,6 +44,13 @@ Status GraphExecutor::load_tensor(const ::qnn_delegate::Tensor* t, size_t index)
   info.id = t->id();
   info.kind = t->type();
   info.dtype = t->data_type();
+  // A FLOAT_16 tensor inside the graph (fp16a8w's Conv2d / FullyConnected take FLOAT_16 on QNN)
+  // is held as FLOAT_32 here: float kernels run on float32 values, the Casts to FLOAT_16 become
+  // copies, rounded to float16 like every float output of an fp16 graph. Graph inputs / outputs
+  // keep FLOAT_16 (the caller's memory).
+  if (info.dtype == DType::FLOAT_16 && (info.kind == TensorKind::NATIVE || info.kind == TensorKind::STATIC)) {
+    info.dtype = DType::FLOAT_32;
+  }
   if (!is_supported_kind(info.kind)) {
     return make_error(ErrorKind::NotSupported, "graph '%s': tensor '%s' has unsupported type %s", g, info.name.c_str(),
                       kind_name(info.kind));
@@ -112,19 +119,31 @@ Status GraphExecutor::load_dim_order(const ::qnn_delegate::Tensor* t, TensorInfo
 
 Status GraphExecutor::copy_static_data(TensorInfo& info, const ::qnn_delegate::Tensor* t) {
   const size_t have = t->data() ? t->data()->size() : 0;
-  if (have != info.nbytes) {
+  const bool from_half = t->data_type() == DType::FLOAT_16;  // held as FLOAT_32 (load_tensor)
+  const DType stored = from_half ? DType::FLOAT_16 : info.dtype;
+  const size_t want = from_half ? storage_bytes(DType::FLOAT_16, info.numel) : info.nbytes;
+  if (have != want) {
     return make_error(ErrorKind::InvalidProgram,
                       "graph '%s': STATIC tensor '%s' has %zu data bytes, expected %zu "
                       "(dims %s, %s)",
-                      name_.c_str(), info.name.c_str(), have, info.nbytes, dims_to_string(info.dims).c_str(),
-                      dtype_name(info.dtype));
+                      name_.c_str(), info.name.c_str(), have, want, dims_to_string(info.dims).c_str(),
+                      dtype_name(stored));
   }
   Buffer buf(&allocator_, info.nbytes);
   if (!buf.valid()) {
     return make_error(ErrorKind::MemoryAllocationFailed, "graph '%s': cannot allocate %zu bytes for STATIC tensor '%s'",
                       name_.c_str(), info.nbytes, info.name.c_str());
   }
-  if (have) std::memcpy(buf.data(), t->data()->data(), have);
+  if (from_half) {
+    const uint8_t* half = t->data()->data();
+    for (size_t i = 0; i < info.numel; ++i) {
+      _Float16 h;
+      std::memcpy(&h, half + 2 * i, sizeof h);
+      buf.as<float>()[i] = static_cast<float>(h);
+    }
+  } else if (have) {
+    std::memcpy(buf.data(), t->data()->data(), have);
+  }
   if (fp16_ && info.dtype == DType::FLOAT_32) {
     round_to_half_inplace(buf.as<float>(), info.numel);
   }
@@ -161,6 +180,12 @@ Status GraphExecutor::load_io(const ::qnn_delegate::Graph* graph) {
   };
   QNN_RETURN_IF_ERROR(load_list(graph->inputs(), TensorKind::APP_WRITE, "graph input", input_ids_));
   QNN_RETURN_IF_ERROR(load_list(graph->outputs(), TensorKind::APP_READ, "graph output", output_ids_));
+  for (TensorInfo& t : tensors_) {  // a dumped intermediate FLOAT_16 tensor: held as FLOAT_32 (load_tensor)
+    if (t.kind == TensorKind::APP_READ && !seen[t.id] && t.dtype == DType::FLOAT_16) {
+      t.dtype = DType::FLOAT_32;
+      t.nbytes = storage_bytes(t.dtype, t.numel);
+    }
+  }
   for (const TensorInfo& t : tensors_) {
     if (t.kind == TensorKind::APP_WRITE && !seen[t.id]) {
       QNN_RETURN_IF_ERROR(load_bits_view(graph->tensors()->Get(t.id)->bits_of_input(), t));

@@ -46,6 +46,8 @@ py::dtype numpy_dtype_of(engine::DType dt, const std::string& tensor) {
   switch (dt) {
     case engine::DType::FLOAT_32:
       return py::dtype::of<float>();
+    case engine::DType::FLOAT_16:
+      return py::dtype("float16");
     case engine::DType::INT_32:
       return py::dtype::of<int32_t>();
     case engine::DType::INT_64:

@@ -9,6 +9,7 @@
 
 #include <executorch/runtime/core/event_tracer_hooks_delegate.h>
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 #include <executorch/runtime/platform/log.h>
 #include <executorch/runtime/platform/platform.h>
 
@@ -89,10 +90,10 @@ Error check_arg(const qnn::QnnGraphRunner& g, const EValue* arg, size_t index, c
   const auto& t = arg->toTensor();
   if (!dtype_matches(t.scalar_type(), d) || size_t(t.numel()) != d.numel) {
     ET_LOG(Error,
-           "QnnDelegate graph '%s' (QNN): %s %zu (tensor '%s') has dtype %d and %zu "
+           "QnnDelegate graph '%s' (QNN): %s %zu (tensor '%s') has dtype %s and %zu "
            "elements, graph expects QNN data type 0x%x and %zu elements",
-           g.name().c_str(), what, index, d.name.c_str(), int(t.scalar_type()), size_t(t.numel()),
-           unsigned(qnn::core(d.tensor).dtype), d.numel);
+           g.name().c_str(), what, index, d.name.c_str(), executorch::runtime::toString(t.scalar_type()),
+           size_t(t.numel()), unsigned(qnn::core(d.tensor).dtype), d.numel);
     return Error::InvalidArgument;
   }
   *data = t.mutable_data_ptr();

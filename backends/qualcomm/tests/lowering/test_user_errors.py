@@ -63,12 +63,12 @@ def test_uncalibrated_model_is_refused():
         _plain_lowering(convert_pt2e(_prepared(calibrate=False)))
 
 
-class SoftmaxOfScalarWhere(torch.nn.Module):
-    """upstream's WhereConstantInf: softmax(where(x >= 0, 0.1, -inf)); the -inf of a where of two
-    numbers is not one the quantizer rewrites, so its encoding gets an inf scale."""
+class ScaledScalarWhere(torch.nn.Module):
+    """where(x >= 0, 0.1, -inf) * 2: a -inf that reaches no softmax is not one the quantizer
+    rewrites (quantizer/inf_masks.py), so its encoding gets an inf scale."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(torch.where(x >= 0, 0.1, float("-inf")), dim=-1)
+        return torch.where(x >= 0, 0.1, float("-inf")) * 2.0
 
 
 def test_non_finite_encoding_is_refused():
@@ -76,12 +76,12 @@ def test_non_finite_encoding_is_refused():
     quantizer = QnnQuantizer()
     quantizer.set_default_quant_config(QuantDtype.use_8a8w)
     x = randn(6, 5)
-    prepared = prepare_pt2e(torch.export.export(SoftmaxOfScalarWhere(), (x,)).module(), quantizer)
+    prepared = prepare_pt2e(torch.export.export(ScaledScalarWhere(), (x,)).module(), quantizer)
     prepared(x)
     converted = convert_pt2e(prepared)
     with pytest.raises(
         QnnLoweringError,
-        match=r"1 quantize node\(s\) have a non-finite scale \(quantized_decomposed_quantize_per_tensor",
+        match=r"2 quantize node\(s\) have a non-finite scale \(quantized_decomposed_quantize_per_tensor",
     ):
         to_edge_transform_and_lower_to_qnn(converted, (x,), quant_compile_specs())
 

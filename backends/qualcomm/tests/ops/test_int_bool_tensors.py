@@ -145,3 +145,33 @@ def test_bool_constants_are_delegated():
     tester = QnnTester(BoolConstants().eval(), (x,)).lower()
     assert tester.cpu_op_names() == [], tester.partitioner.rejected_nodes
     tester.to_executorch().run().compare(rtol=1e-3, atol=1e-3)  # fp16
+
+
+class TruncatesInput(torch.nn.Module):
+    """upstream's Cast case: a float32 graph input cast to int32 (truncation)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.type(torch.IntTensor), (x * 1.0).to(torch.int32)
+
+
+def test_cast_of_a_graph_input_reads_its_float32_values(qnn_binary):
+    """fp16: a Cast to int of a FLOAT_32 graph input truncates the caller's float32 values (QNN
+    2.51's HTP does: trunc(2.9995) = 2, where float16 gives 3.0 and 3; measured 12 of 12 such
+    values), while other ops read the input rounded to float16 (x * 1.0 here: 3)."""
+    from backends.qualcomm.tests.helpers.runtime import QNN_LOADED, payload_on_both_engines
+
+    torch.manual_seed(0)
+    x = 10 * torch.rand(6, 20)
+    below = torch.tensor([2.9995, 3.9996, 0.9999, 7.999, 5.9985, 1.9996, 8.998, 9.999, 4.9992, 6.9985])
+    x.view(-1)[: below.numel()] = below
+    module = TruncatesInput().eval()
+    tester = QnnTester(module, (x,)).lower().check_fully_delegated().check_count(1).to_executorch().run()
+    truncated = x.to(torch.int32).numpy()
+    through_half = x.half().float().to(torch.int32).numpy()
+    assert (truncated != through_half).sum() >= below.numel()  # the input holds such values
+    runs = [("host engine", tester.outputs)]
+    if QNN_LOADED:
+        runs.append(("QNN", payload_on_both_engines(tester.delegate_blobs()[0], (x,), module)[0]))
+    for what, (direct, rounded) in runs:
+        np.testing.assert_array_equal(direct, truncated, err_msg=what)
+        np.testing.assert_array_equal(rounded, through_half, err_msg=what)

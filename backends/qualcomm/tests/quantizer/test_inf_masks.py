@@ -16,7 +16,12 @@ import torch.nn.functional as F
 from backends.qualcomm import QuantDtype
 from backends.qualcomm.quantizer import QnnQuantizer
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester, float_outputs, sqnr_db
-from backends.qualcomm.tests.helpers.runtime import assert_qnn_matches_host, one_delegate_blob
+from backends.qualcomm.tests.helpers.runtime import (
+    QNN_LOADED,
+    assert_qnn_matches_host,
+    one_delegate_blob,
+    payload_on_both_engines,
+)
 from backends.qualcomm.tests.helpers.tester import randn
 
 NEG_INF = float("-inf")
@@ -89,6 +94,20 @@ class ChunkedWeights(torch.nn.Module):
         return F.linear(x, wa, ba) + F.linear(x, wb.t().t(), bb)
 
 
+class WhereNumbers(torch.nn.Module):
+    """Upstream's WhereConstantInf: a softmax of a fill with two numbers, one of them -inf (at
+    either position)."""
+
+    def __init__(self, inf_first: bool = False):
+        super().__init__()
+        self.inf_first = inf_first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.inf_first:
+            return F.softmax(torch.where(x < 0, NEG_INF, 0.1), dim=-1)
+        return F.softmax(torch.where(x >= 0, 0.1, NEG_INF), dim=-1)
+
+
 MASKED = {
     "mha_key_padding": (PaddedSelfAttention, lambda: (randn(2, 8, 16), _padding())),
     "mha_causal_and_padding": (CausalPaddedAttention, lambda: (randn(2, 8, 16), _padding())),
@@ -96,17 +115,26 @@ MASKED = {
     "registered_causal": (RegisteredCausal, lambda: (randn(2, 8, 8), _padding())),
     "computed_causal": (ComputedCausal, lambda: (randn(2, 8, 8), _padding())),
 }
+# also rewritten (no attention: its quantized runs are test_where_numbers_softmax_*)
+FILLED = {
+    **MASKED,
+    "where_numbers": (WhereNumbers, lambda: (randn(30, 20),)),
+    "where_numbers_inf_first": (lambda: WhereNumbers(inf_first=True), lambda: (randn(30, 20),)),
+}
 
 
-@pytest.mark.parametrize("name", list(MASKED))
+@pytest.mark.parametrize("name", list(FILLED))
 def test_rewrite_is_exact_in_float(name):
     """QnnQuantizer's transform for annotation (SDPA decomposed, -inf masks rewritten as
     softmax * keep, renormalized) leaves no masked_fill and equals eager in float32."""
-    module_type, make_inputs = MASKED[name]
+    module_type, make_inputs = FILLED[name]
     module, inputs = module_type().eval(), make_inputs()
     graph = torch.export.export(module, inputs).module()
     rewritten = QnnQuantizer().transform_for_annotation(graph)
-    assert not any(n.op == "call_function" and "masked_fill" in str(n.target) for n in rewritten.graph.nodes)
+    assert not any(
+        n.op == "call_function" and ("masked_fill" in str(n.target) or "where" in str(n.target))
+        for n in rewritten.graph.nodes
+    )
     torch.testing.assert_close(rewritten(*inputs), module(*inputs), rtol=1e-5, atol=1e-6)
 
 
@@ -149,6 +177,29 @@ def test_masked_attention_quantizes_and_runs(name, dtype, min_sqnr):
 def test_split_parameters_are_constant_weights(module, inputs):
     tester = _one_delegate_as_close_to_float_as_qdq(module.eval(), inputs, QuantDtype.use_8a8w, 25.0)
     assert not any("split" in str(n.target) or "chunk" in str(n.target) for n in tester.module.graph.nodes)
+
+
+@pytest.mark.parametrize("dtype", [QuantDtype.use_8a8w, QuantDtype.use_16a8w], ids=["8a8w", "16a8w"])
+def test_where_numbers_softmax_against_qdq_on_both_engines(qnn_binary, dtype):
+    """softmax(where(x >= 0, 0.1, -inf)) quantized (before: refused at lowering, the -inf gave
+    its quantize node an inf scale): one delegate, within upstream's tolerance of the QDQ
+    reference (atol 0.1, rtol 1) on both engines. The rewrite's softmax reads a constant, so the
+    quantizer leaves it and the ops after it in float like the QDQ reference: the output is
+    within float16 rounding of it (values <= 1; measured max: host engine 1.5e-8, QNN 1.6e-4)."""
+    inputs = (randn(30, 20),)
+    assert not (inputs[0] < 0).all(-1).any()  # every row keeps an entry (eager: NaN otherwise)
+    tester = QuantTester(WhereNumbers().eval(), inputs, dtype).lower()
+    tester.check_fully_delegated().check_count(1).to_executorch().run()
+    reference = torch.from_numpy(tester.reference_outputs()[0])
+    runs = [("host engine", tester.outputs[0])]
+    if QNN_LOADED:
+        qnn, _ = payload_on_both_engines(one_delegate_blob(tester), inputs, tester.module)
+        runs.append(("QNN", qnn[0]))
+    for what, out in runs:
+        out = torch.from_numpy(out)
+        err = (out - reference).abs().max().item()
+        print(f"{what} vs QDQ ({dtype.name}): max abs diff {err:.3g}")
+        assert torch.allclose(out, reference, atol=0.1, rtol=1) and err <= 1e-3, (what, err)
 
 
 def test_padded_attention_on_qnn(real_qnn):

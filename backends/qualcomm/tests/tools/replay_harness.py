@@ -360,6 +360,27 @@ def _error(reason: str, exc: BaseException) -> Dict:
     return {"status": "error", "reason": reason, "message": " | ".join(text[:3])[:600]}
 
 
+def _clone(value):
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def split_mutations(edge, got: List[torch.Tensor], eager_inputs: List) -> Tuple[List[torch.Tensor], Optional[str]]:
+    """ExecuTorch returns the new value of every user input the program mutates (an in-place op
+    on an input: USER_INPUT_MUTATION outputs, first) before the user outputs, whatever the
+    backend (portable and XNNPACK alike); eager returns the user outputs and mutates its input.
+    (the user outputs, None or what differs between a mutation output and eager's input)."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    signature = edge.exported_program().graph_signature
+    user_inputs = [s.arg.name for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
+    mutations = [s.target for s in signature.output_specs if s.kind == OutputKind.USER_INPUT_MUTATION]
+    for k, target in enumerate(mutations):
+        want = eager_inputs[user_inputs.index(target)]
+        if k >= len(got) or not torch.allclose(got[k].reshape(want.shape).to(want.dtype), want, atol=1e-2, rtol=1e-2):
+            return got[len(mutations) :], f"mutated input '{target}' differs from eager's"
+    return got[len(mutations) :], None
+
+
 def run_case(module, inputs, specs, lower_kwargs, expected_partitions, check, atol, rtol) -> Dict:
     """Quantize (deferred), lower, run on the engine and compare; the result dict."""
     from executorch.runtime import Runtime
@@ -380,11 +401,13 @@ def run_case(module, inputs, specs, lower_kwargs, expected_partitions, check, at
         return _error("export" if "export" in traceback.format_exc(limit=-3) else "lowering", exc)
     delegates = [d.id for d in program.executorch_program.execution_plan[0].delegates]
     try:
-        ref = _flatten(module(*inputs))
+        eager_inputs = torch.utils._pytree.tree_map(_clone, inputs)  # an in-place module mutates them
+        ref = _flatten(module(*eager_inputs))
         loaded = Runtime.get().load_program(program.buffer)  # alive while its method runs
         method = loaded.load_method("forward")
         flat_inputs = torch.utils._pytree.tree_flatten(inputs)[0]  # the program's inputs: nested ones flattened
-        got = _flatten(method.execute([x.clone() if isinstance(x, torch.Tensor) else x for x in flat_inputs]))
+        got = _flatten(method.execute([_clone(x) for x in flat_inputs]))
+        got, mutation_problem = split_mutations(edge, got, torch.utils._pytree.tree_flatten(eager_inputs)[0])
     except Exception as exc:  # noqa: BLE001
         return {**_error("runtime", exc), "cpu_ops": on_cpu}
     if len(delegates) != expected_partitions or any(d != "QnnDelegate" for d in delegates):
@@ -394,7 +417,7 @@ def run_case(module, inputs, specs, lower_kwargs, expected_partitions, check, at
             "message": f"{len(delegates)} delegates, upstream expects {expected_partitions}; on the CPU: {sorted(set(on_cpu))}",
             "cpu_ops": on_cpu,
         }
-    problem = compare(got, ref, atol, rtol) if check else None
+    problem = (mutation_problem or compare(got, ref, atol, rtol)) if check else None
     if problem:
         return {"status": "fail", "reason": "numerics", "message": problem, "cpu_ops": on_cpu}
     return {"status": "pass", "reason": "", "message": "", "cpu_ops": on_cpu}

@@ -39,6 +39,9 @@ class TestQNNFloatingPointOperator(TestQNN):
 
         SomethingUpstream()
 
+    def test_qnn_backend_inplace(self):
+        self.lower_module_and_test_output(InPlace(), (torch.randn(2, 5),))
+
 
 class TestQNNQuantizedOperator(TestQNN):
     def setUp(self):
@@ -77,6 +80,15 @@ class AddPair(torch.nn.Module):
         return x + pair[0] * pair[1]
 
 
+class InPlace(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.leaky_relu = torch.nn.LeakyReLU(0.05, inplace=True)
+
+    def forward(self, x):
+        return self.leaky_relu(x)
+
+
 class Unquantizable(torch.nn.Module):
     def forward(self, x):
         raise RuntimeError("quantizing this module fails")
@@ -98,6 +110,7 @@ def test_methods_setups_and_skips():
         ("TestQNNFloatingPointOperator", "test_qnn_backend_nested_inputs"),
         ("TestQNNFloatingPointOperator", "test_qnn_backend_skipped"),
         ("TestQNNFloatingPointOperator", "test_qnn_backend_upstream_import"),
+        ("TestQNNFloatingPointOperator", "test_qnn_backend_inplace"),
         ("TestQNNQuantizedOperator", "test_qnn_backend_scale"),
     ]
     setups = uc.class_setups(TESTS)
@@ -107,6 +120,7 @@ def test_methods_setups_and_skips():
         None,
         None,
         "upstream skips it on QNN 2.51: fails after 2.37",
+        None,
         None,
         None,
     ]
@@ -137,6 +151,9 @@ def test_replayed_cases_pass_or_say_why(harness):
     assert harness.replay("TestQNNQuantizedOperator", "test_qnn_backend_scale", 0)["status"] == "pass"
     # a tuple among the inputs (index_put's indices): the program takes them flattened
     assert harness.replay("TestQNNFloatingPointOperator", "test_qnn_backend_nested_inputs", 0)["status"] == "pass"
+    # an in-place module: ExecuTorch returns the mutated input first (checked against eager's
+    # input, which the reference call mutates on a copy), then the one user output
+    assert harness.replay("TestQNNFloatingPointOperator", "test_qnn_backend_inplace", 0)["status"] == "pass"
     failed = harness.replay("TestQNNQuantizedOperator", "test_qnn_backend_scale", 1)
     assert failed["status"] == "error" and failed["reason"] == "quantize" and failed["message"]
 

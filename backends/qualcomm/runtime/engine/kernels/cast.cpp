@@ -1,5 +1,6 @@
-// Cast between FLOAT_32, INT_32, INT_64, BOOL_8, UINT_8 (saturating, NaN -> 0:
-// no undefined float -> int conversions). A per-tensor quantized activation cast to an integer
+// Cast between FLOAT_32, INT_32, INT_64, BOOL_8, UINT_8 (and from INT_16) (saturating, NaN -> 0:
+// no undefined float -> int conversions), and FLOAT_16 <-> FLOAT_32 (a float16 graph input /
+// output; round to nearest even, inf and NaN kept). A per-tensor quantized activation cast to an integer
 // type, as QNN HTP does (measured on QNN 2.51): uint8 gives its codes; uint16 to INT_32 its real
 // value rounded to the nearest integer, halves to even (HTP's op validation refuses that Cast,
 // a payload built without it runs so). To FLOAT_32 it is dequantized (QuantDispatch's wrapped
@@ -67,6 +68,9 @@ template <typename S>
 Status emplace_for_dst(const OpView& v, DType dst, KernelPtr& out) {
   const uint32_t in = v.inputs[0]->id, o = v.outputs[0]->id;
   const size_t n = v.inputs[0]->numel;
+  if constexpr (std::is_same<S, float>::value) {
+    if (dst == DType::FLOAT_16) return emplace_kernel<CastKernel<_Float16, float>>(out, in, o, n);
+  }
   switch (dst) {
     case DType::FLOAT_32:
       return emplace_kernel<CastKernel<float, S>>(out, in, o, n);
@@ -89,12 +93,17 @@ Status create_cast(const OpView& v, KernelEnv&, KernelPtr& out) {
   const DType dst = v.outputs[0]->dtype;
   QNN_RETURN_IF_ERROR(v.expect_output(0, x.dims, dst));
   switch (x.dtype) {
+    case DType::FLOAT_16:
+      if (dst != DType::FLOAT_32) return v.fail(ErrorKind::NotSupported, "cast from FLOAT_16 to %s", dtype_name(dst));
+      return emplace_kernel<CastKernel<float, _Float16>>(out, x.id, v.outputs[0]->id, x.numel);
     case DType::FLOAT_32:
       return emplace_for_dst<float>(v, dst, out);
     case DType::INT_32:
       return emplace_for_dst<int32_t>(v, dst, out);
     case DType::INT_64:
       return emplace_for_dst<int64_t>(v, dst, out);
+    case DType::INT_16:  // the bits of a float16 graph input (isinf / isnan)
+      return emplace_for_dst<int16_t>(v, dst, out);
     case DType::UINT_8:
       return emplace_for_dst<uint8_t>(v, dst, out);
     case DType::BOOL_8:
