@@ -6,7 +6,9 @@ rows are Gathered (static indices) into [K, M] twice and reduced the same way, K
 
 The differences are computed directly (torch's compute_mode "donot_use_mm"); torch's default
 uses the matrix-product form |a|^2 + |b|^2 - 2ab for more than 25 rows, which differs only by
-its rounding. In quantized graphs the chain runs in float between a Dequantize of each input and
+its rounding. A p = 2 cdist whose difference tensor would exceed MAX_DIFFERENCE_ELEMENTS takes
+that form (MatMul with the second input transposed, the squared norms by ReduceSum, the sum
+clamped at 0 by Relu, then ElementWiseSquareRoot), as torch computes it by default there. In quantized graphs the chain runs in float between a Dequantize of each input and
 a Quantize to the node's own encoding (QuantFamily.COMPUTE), as the PT2E reference computes it."""
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ def _difference_elements(node: torch.fx.Node) -> int:
     return int(np.prod(logical_shape(node), dtype=np.int64)) * logical_shape(node.args[0])[-1]
 
 
+def _by_matmul(node: torch.fx.Node) -> bool:
+    """A p = 2 cdist too large for the difference tensor: |a|^2 + |b|^2 - 2ab."""
+    return _is_cdist(node) and _p(node) == 2.0 and _difference_elements(node) > MAX_DIFFERENCE_ELEMENTS
+
+
 def _check(node: torch.fx.Node) -> SupportResult:
     op = "cdist" if _is_cdist(node) else "pdist"
     if _p(node) not in SUPPORTED_P:
@@ -67,7 +74,7 @@ def _check(node: torch.fx.Node) -> SupportResult:
         return False, f"cdist: inputs {shapes} must be [P, M] / [R, M] or [B, P, M] / [B, R, M] (same B)"
     if not _is_cdist(node) and (len(shapes[0]) != 2 or shapes[0][0] < 2):
         return False, f"pdist: input {shapes[0]} must be [N, M] with N >= 2"
-    if _difference_elements(node) > MAX_DIFFERENCE_ELEMENTS:
+    if _difference_elements(node) > MAX_DIFFERENCE_ELEMENTS and not _by_matmul(node):
         return False, (
             f"{op}: the difference tensor would have {_difference_elements(node)} elements "
             f"(limit {MAX_DIFFERENCE_ELEMENTS})"
@@ -94,6 +101,9 @@ class DistanceBuilder(NodeBuilder):
         return first_failure(lambda: check_float_io(node), lambda: _check(node))
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        if _by_matmul(node):
+            self._write_output(gb, node, self._cdist_by_matmul(gb, node))
+            return
         if _is_cdist(node):
             diff = self._cdist_difference(gb, node)
         else:
@@ -114,6 +124,36 @@ class DistanceBuilder(NodeBuilder):
         diff = self._float(gb, node, "diff", batch + [p, r, m])
         gb.add_op(node, QnnOpType.ElementWiseSubtract, [a4, b4], [diff], suffix="difference")
         return diff
+
+    def _cdist_by_matmul(self, gb: GraphBuilder, node: torch.fx.Node) -> QnnTensor:
+        """sqrt(max(|a|^2 + |b|^2 - 2 a b^T, 0)) [.., P, R] for a [.., P, M], b [.., R, M]."""
+        a, b = self._float_input(gb, node, 0), self._float_input(gb, node, 1)
+        lead, (p, m), r = list(a.dims[:-2]), a.dims[-2:], b.dims[-2]
+        norms = []
+        for name, x, rows in (("a", a, p), ("b", b, r)):
+            square = self._float(gb, node, f"{name}_square", x.dims)
+            gb.add_op(node, QnnOpType.ElementWiseMultiply, [x, x], [square], suffix=f"{name}_square")
+            norm = self._float(gb, node, f"{name}_norm", lead + [rows, 1])
+            params = [uint32_tensor("axes", [len(x.dims) - 1]), bool_scalar("keep_dims", True)]
+            gb.add_op(node, QnnOpType.ReduceSum, [square], [norm], params, suffix=f"{name}_norm")
+            norms.append(norm)
+        b_row = self._float(gb, node, "b_norm_row", lead + [1, r])
+        gb.add_op(node, QnnOpType.Reshape, [norms[1]], [b_row], suffix="b_norm_row")
+        product = self._float(gb, node, "product", lead + [p, r])
+        transposes = [bool_scalar("transpose_in0", False), bool_scalar("transpose_in1", True)]
+        gb.add_op(node, QnnOpType.MatMul, [a, b], [product], transposes, suffix="product")
+        twice = self._float(gb, node, "twice", lead + [p, r])
+        minus_two = gb.static_tensor(f"{node.name}_minus_two", np.array([-2.0], np.float32))
+        gb.add_op(node, QnnOpType.ElementWiseMultiply, [product, minus_two], [twice], suffix="twice")
+        partial = self._float(gb, node, "partial", lead + [p, r])
+        gb.add_op(node, QnnOpType.ElementWiseAdd, [twice, norms[0]], [partial], suffix="add_a")
+        squared = self._float(gb, node, "squared", lead + [p, r])
+        gb.add_op(node, QnnOpType.ElementWiseAdd, [partial, b_row], [squared], suffix="add_b")
+        clamped = self._float(gb, node, "clamped", lead + [p, r])
+        gb.add_op(node, QnnOpType.Relu, [squared], [clamped], suffix="clamp")
+        root = self._float(gb, node, "root", lead + [p, r])
+        gb.add_op(node, QnnOpType.ElementWiseSquareRoot, [clamped], [root], suffix="sqrt")
+        return root
 
     def _pdist_difference(self, gb: GraphBuilder, node: torch.fx.Node) -> QnnTensor:
         x = self._float_input(gb, node, 0)
@@ -148,6 +188,10 @@ class DistanceBuilder(NodeBuilder):
             root = self._float(gb, node, "root", dims)
             gb.add_op(node, QnnOpType.ElementWiseSquareRoot, [reduced], [root], suffix="sqrt")
             reduced = root
+        self._write_output(gb, node, reduced)
+
+    def _write_output(self, gb: GraphBuilder, node: torch.fx.Node, reduced: QnnTensor) -> None:
+        """The float result Reshaped to the node's dims and, in quantized graphs, Quantized."""
         out_dims = list(logical_shape(node)) or [1]
         if not is_quantized(node):
             gb.add_op(node, QnnOpType.Reshape, [reduced], [gb.define_output(node, dims=out_dims)], suffix="view_back")

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from backends.qualcomm import QuantDtype
+from backends.qualcomm.builders.op_distance import MAX_DIFFERENCE_ELEMENTS
 from backends.qualcomm.tests.helpers.quant_tester import QuantTester
+from backends.qualcomm.tests.helpers.runtime import QNN_LOADED, assert_qnn_matches_host, one_delegate_blob
 from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
@@ -67,3 +69,36 @@ def test_cdist_unsupported_p_stays_on_cpu_with_reason():
     reasons = " | ".join(tester.partitioner.rejected_nodes.values())
     for expected in ("cdist: p=3.0 is not supported", "pdist: p=0.5 is not supported"):
         assert expected in reasons, reasons
+
+
+class LargeCdist(nn.Module):
+    """cdist p = 2 of 64 x 64 points of 1,100 dims: a difference tensor of 4.5 M elements, above
+    MAX_DIFFERENCE_ELEMENTS, so the matrix-product form (torch's own default beyond 25 rows)."""
+
+    def forward(self, a, b):
+        return torch.cdist(a, b)
+
+
+# 8a8w against the QDQ reference: measured max 1 step, 86% exact; QNN vs host fp16 max 3.1e-2
+# on distances of ~47 (0.07%).
+LARGE_CDIST_BOUNDS_8BIT = (2, 0.8)
+
+
+@pytest.mark.parametrize("quant_dtype", [None, A8W8], ids=["fp16", "8a8w"])
+def test_cdist_above_the_difference_limit_by_matmul_on_both_engines(qnn_binary, quant_dtype):
+    """fp16 against eager (distances ~47: fp16's squared norms of ~1,100 are within 1 of the exact
+    ones), 8a8w against the QDQ reference, QNN (x86 HTP emulation) against the host engine."""
+    module, inputs = LargeCdist(), (randn(1, 64, 1100, seed=5), randn(1, 64, 1100, seed=6))
+    assert 64 * 64 * 1100 > MAX_DIFFERENCE_ELEMENTS
+    if quant_dtype is None:
+        tester = QnnTester(module, inputs).lower().check_fully_delegated().to_executorch().run()
+        tester.compare(atol=0.1, rtol=1e-2)
+        steps = 0
+    else:
+        tester = QuantTester(module, inputs, quant_dtype).lower().check_fully_delegated().to_executorch().run()
+        tester.compare_steps(max_step_diff=LARGE_CDIST_BOUNDS_8BIT[0], min_exact=LARGE_CDIST_BOUNDS_8BIT[1])
+        steps = 1
+    types = tester.payload().op_types()
+    assert types.get("MatMul") == 1 and "ElementWiseSubtract" not in types, types
+    if QNN_LOADED:
+        assert_qnn_matches_host(one_delegate_blob(tester), inputs, module, 1e-2, steps)

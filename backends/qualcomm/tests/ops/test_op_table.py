@@ -21,6 +21,10 @@ BUILDERS_DIR = Path(__file__).resolve().parents[2] / "builders"
 
 
 # ---- what a builder can emit, read from its source --------------------------------------
+# Calls that emit an op, with the position of their op type argument: GraphBuilder.add_op and
+# utils.add_weighted_op (a conv / FullyConnected, with fp16a8w's Casts).
+_EMITTERS = {"add_op": 1, "add_weighted_op": 2}
+
 class _OpTypeCollector:
     """The QNN op types one builder module can pass to GraphBuilder.add_op: string literals,
     QnnOpType constants, conditional expressions, and lookups in module-level dicts (their values
@@ -44,15 +48,19 @@ class _OpTypeCollector:
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for call in ast.walk(func):
-                if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "add_op":
+                if isinstance(call, ast.Call) and self._callee(call) in _EMITTERS:
                     found |= self._resolve(self._op_type_arg(call), func, index=None)
         return found
+
+    @staticmethod
+    def _callee(call: ast.Call) -> str:
+        return getattr(call.func, "attr", None) or getattr(call.func, "id", "")
 
     def _op_type_arg(self, call: ast.Call) -> ast.expr:
         for kw in call.keywords:
             if kw.arg == "op_type":
                 return kw.value
-        return call.args[1]
+        return call.args[_EMITTERS[self._callee(call)]]
 
     def _fail(self, expr: ast.expr) -> AssertionError:
         return AssertionError(
