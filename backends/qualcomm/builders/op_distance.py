@@ -128,7 +128,7 @@ class DistanceBuilder(NodeBuilder):
     def _cdist_by_matmul(self, gb: GraphBuilder, node: torch.fx.Node) -> QnnTensor:
         """sqrt(max(|a|^2 + |b|^2 - 2 a b^T, 0)) [.., P, R] for a [.., P, M], b [.., R, M]."""
         a, b = self._float_input(gb, node, 0), self._float_input(gb, node, 1)
-        lead, (p, m), r = list(a.dims[:-2]), a.dims[-2:], b.dims[-2]
+        lead, p, r = list(a.dims[:-2]), a.dims[-2], b.dims[-2]
         norms = []
         for name, x, rows in (("a", a, p), ("b", b, r)):
             square = self._float(gb, node, f"{name}_square", x.dims)
