@@ -25,6 +25,7 @@ BUILDERS_DIR = Path(__file__).resolve().parents[2] / "builders"
 # utils.add_weighted_op (a conv / FullyConnected, with fp16a8w's Casts).
 _EMITTERS = {"add_op": 1, "add_weighted_op": 2}
 
+
 class _OpTypeCollector:
     """The QNN op types one builder module can pass to GraphBuilder.add_op: string literals,
     QnnOpType constants, conditional expressions, and lookups in module-level dicts (their values
