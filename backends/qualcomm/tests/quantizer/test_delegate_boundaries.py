@@ -198,33 +198,47 @@ class TestQNNQuantizedBoundaries(unittest.TestCase):
                 convs = [op for op in summary.ops if op.type == "Conv2d"]
                 self.assertEqual([types[op.outputs[0]] for op in convs], [ACT_TYPE[dtype]])
 
-    @parameterized.expand([("8a8w", A8W8, "UINT_8", "UFIXED_POINT_8"), ("16a8w", A16W8, "INT_32", "UFIXED_POINT_16")])
-    def test_integer_boundary_payloads(self, _, dtype, int_type, quant_type):
-        """Plain path: the first delegate returns conv1's quantized output as its stored
-        integers (Dequantize -> * 1/scale -> + zero_point + 0.5 -> Cast to the edge dtype);
-        the second reads them (Cast -> - zero_point -> * scale) and quantizes them again with
-        the same encoding."""
-        tester = _lowered(SharedActivation(), (randn(1, 3, 8, 8),), dtype, "plain")
+    def test_integer_boundary_payloads(self):
+        """Plain path, 16a8w: the first delegate returns conv1's quantized output as its stored
+        integers in int32 (Dequantize -> * 1/scale -> + zero_point + 0.5 -> Cast to the edge
+        dtype); the second reads them (Cast -> - zero_point -> * scale) and quantizes them again
+        with the same encoding."""
+        tester = _lowered(SharedActivation(), (randn(1, 3, 8, 8),), A16W8, "plain")
         producer, consumer = tester.payload(0), tester.payload(1)
         out_types = {t.name: t.data_type for t in producer.tensors}
-        integer_outputs = [n for n in producer.outputs if out_types[n] == int_type]
+        integer_outputs = [n for n in producer.outputs if out_types[n] == "INT_32"]
         self.assertEqual(len(integer_outputs), 1)
         chain = _producer_chain(producer, integer_outputs[0])
         self.assertEqual(_compute_types(chain), ["Dequantize", "ElementWiseMultiply", "ElementWiseAdd", "Cast"])
         quants = {t.name: t.quant for t in producer.tensors}
         encoding = quants[chain[0].inputs[0]]
-        self.assertIn(f"bw={8 if dtype == A8W8 else 16}", encoding)
+        self.assertIn("bw=16", encoding)
 
         in_types = {t.name: t.data_type for t in consumer.tensors}
-        self.assertEqual(sorted(in_types[n] for n in consumer.inputs), sorted(["FLOAT_32", int_type]))
-        integer_input = next(n for n in consumer.inputs if in_types[n] == int_type)
+        self.assertEqual(sorted(in_types[n] for n in consumer.inputs), sorted(["FLOAT_32", "INT_32"]))
+        integer_input = next(n for n in consumer.inputs if in_types[n] == "INT_32")
         chain = _consumer_chain(consumer, integer_input)
-        # uint8 -> float goes through INT_32 (QNN's Cast UINT_8 -> FLOAT_32 gives 0 / 1: op_cast.py)
-        casts = ["Cast", "Cast"] if int_type == "UINT_8" else ["Cast"]
-        self.assertEqual(_compute_types(chain), casts + ["ElementWiseSubtract", "ElementWiseMultiply", "Quantize"])
+        self.assertEqual(_compute_types(chain), ["Cast", "ElementWiseSubtract", "ElementWiseMultiply", "Quantize"])
         requantized = chain[-1].outputs[0]
-        self.assertEqual(in_types[requantized], quant_type)
+        self.assertEqual(in_types[requantized], "UFIXED_POINT_16")
         self.assertEqual({t.name: t.quant for t in consumer.tensors}[requantized], encoding)
+
+    def test_uint8_boundary_payloads_pass_the_codes_as_they_are(self):
+        """Plain path, 8a8w: conv1's uint8 codes cross as they are: the first delegate's output
+        and the second's input are UFIXED_POINT_8 graph tensors of one encoding, with no
+        conversion op on either side (insert_io_qdq)."""
+        tester = _lowered(SharedActivation(), (randn(1, 3, 8, 8),), A8W8, "plain")
+        producer, consumer = tester.payload(0), tester.payload(1)
+        out = {t.name: (t.data_type, t.quant) for t in producer.tensors}
+        codes_out = [n for n in producer.outputs if out[n][0] == "UFIXED_POINT_8"]
+        self.assertEqual(len(codes_out), 1)
+        self.assertNotIn("Cast", [op.type for op in producer.ops])
+        self.assertIn("bw=8", out[codes_out[0]][1])
+        inp = {t.name: (t.data_type, t.quant) for t in consumer.tensors}
+        codes_in = [n for n in consumer.inputs if inp[n][0] == "UFIXED_POINT_8"]
+        self.assertEqual(len(codes_in), 1)
+        self.assertEqual(inp[codes_in[0]][1], out[codes_out[0]][1])
+        self.assertNotIn("Cast", [op.type for op in consumer.ops])
 
 
 def _compute_types(chain: list) -> list:
