@@ -130,16 +130,27 @@ def _table_bytes(table) -> bytes:
     return array.astype(np.uint8).tobytes()
 
 
-def _write_op(builder: flatbuffers.Builder, op: QnnOp) -> int:
+def _lookup_table_vector(builder: flatbuffers.Builder, op: QnnOp, shared: Optional[Dict[bytes, int]]) -> Optional[int]:
+    """The lookup table of a host-engine op; with `shared`, identical tables are written once."""
+    if op.lookup_table is None:
+        return None
+    data = _table_bytes(op.lookup_table)
+    if shared is not None and data in shared:
+        return shared[data]
+    table = builder.CreateNumpyVector(np.frombuffer(data, dtype=np.uint8))
+    if shared is not None:
+        shared[data] = table
+    return table
+
+
+def _write_op(builder: flatbuffers.Builder, op: QnnOp, shared_tables: Optional[Dict[bytes, int]] = None) -> int:
     params = _offsets_vector(builder, [_write_param(builder, p) for p in op.params])
     inputs = _numpy_vector(builder, op.inputs, "<u4")
     outputs = _numpy_vector(builder, op.outputs, "<u4")
     name = builder.CreateString(op.name)
     package = builder.CreateString(op.package)
     op_type = builder.CreateString(op.type)
-    table = None
-    if op.lookup_table is not None:
-        table = builder.CreateNumpyVector(np.frombuffer(_table_bytes(op.lookup_table), dtype=np.uint8))
+    table = _lookup_table_vector(builder, op, shared_tables)
     gen.OpStart(builder)
     gen.OpAddName(builder, name)
     gen.OpAddPackage(builder, package)
@@ -153,9 +164,14 @@ def _write_op(builder: flatbuffers.Builder, op: QnnOp) -> int:
     return gen.OpEnd(builder)
 
 
-def _write_graph(builder: flatbuffers.Builder, graph: QnnGraph, shared: Optional[Dict[bytes, int]] = None) -> int:
+def _write_graph(
+    builder: flatbuffers.Builder,
+    graph: QnnGraph,
+    shared: Optional[Dict[bytes, int]] = None,
+    shared_tables: Optional[Dict[bytes, int]] = None,
+) -> int:
     tensors = _offsets_vector(builder, [_write_tensor(builder, t, shared) for t in graph.tensors])
-    ops = _offsets_vector(builder, [_write_op(builder, o) for o in graph.ops])
+    ops = _offsets_vector(builder, [_write_op(builder, o, shared_tables) for o in graph.ops])
     inputs = _numpy_vector(builder, graph.inputs, "<u4")
     outputs = _numpy_vector(builder, graph.outputs, "<u4")
     name = builder.CreateString(graph.name)
@@ -182,14 +198,15 @@ def serialize_payload(
     """QnnPayload flatbuffer bytes (identifier QNNP) holding `graphs`.
 
     share_static_data: STATIC tensors with identical bytes (in any graph) point
-    to one data vector, so shared weights are stored once.
+    to one data vector, so shared weights are stored once; so do identical lookup tables.
     context_binary_only: the graphs are only their inputs / outputs, run from a QNN context
     binary made elsewhere (QnnPayload.context_binary_only).
     online_prepare: (SoC model, VTCM MB) for which QNN builds the graphs at init (no binary).
     """
     builder = flatbuffers.Builder(_static_bytes(graphs) + 64 * 1024)
     shared: Optional[Dict[bytes, int]] = {} if share_static_data else None
-    graph_offsets = _offsets_vector(builder, [_write_graph(builder, g, shared) for g in graphs])
+    tables: Optional[Dict[bytes, int]] = {} if share_static_data else None
+    graph_offsets = _offsets_vector(builder, [_write_graph(builder, g, shared, tables) for g in graphs])
     prepare = None
     if online_prepare is not None:
         gen.OnlinePrepareStart(builder)

@@ -186,3 +186,29 @@ def test_quantized_cast_to_int32_follows_qnn(bits):
     assert bits == 8 or (np.abs(real - np.trunc(real)) == 0.5).sum() > 50  # ties of both signs
     np.testing.assert_array_equal(np.asarray(host).reshape(-1), expected)
     np.testing.assert_array_equal(np.asarray(qnn), np.asarray(host))
+
+
+def _sigmoid_graph(name: str, table: np.ndarray) -> QnnGraph:
+    quant = QuantParams(QuantEncoding.SCALE_OFFSET, scale=1.0 / 256, offset=-128)
+    g = QnnGraph(name)
+    g.tensors += [
+        QnnTensor(0, "x", TensorType.APP_WRITE, DataType.UFIXED_POINT_8, [1, 4], quant),
+        QnnTensor(1, "y", TensorType.APP_READ, DataType.UFIXED_POINT_8, [1, 4], quant),
+    ]
+    g.ops += [QnnOp("sigmoid", "Sigmoid", [0], [1], lookup_table=table)]
+    g.inputs, g.outputs = [0], [1]
+    return g
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_equal_tables_of_weight_shared_graphs_are_stored_once(share):
+    """A weight-shared payload (prefill and decode of an LLM) writes an op's lookup table once for
+    every graph that has the same table, as it does static tensor data."""
+    from backends.qualcomm.serialization.payload_writer import serialize_payload
+
+    table = np.random.default_rng(3).integers(0, 256, 256).astype(np.uint8)
+    other = table[::-1].copy()
+    graphs = [_sigmoid_graph("prefill", table), _sigmoid_graph("decode", table), _sigmoid_graph("third", other)]
+    payload = serialize_payload(graphs, share_static_data=share)
+    assert payload.count(table.tobytes()) == (1 if share else 2)
+    assert payload.count(other.tobytes()) == 1
