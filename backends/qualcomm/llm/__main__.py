@@ -80,6 +80,8 @@ def _export(args) -> int:
         online_prepare=args.online_prepare,
         text_llm_runner=args.text_llm_runner,
         uint8_cache_io=not args.float_cache_io,
+        split_heads=args.split_heads,
+        convert_linear_to_conv2d=args.convert_linear_to_conv2d,
     )
     return 0
 
@@ -148,6 +150,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--float-cache-io",
         action="store_true",
         help="with the 8-bit cache, pass the caches and new entries as float32 instead of their uint8 codes",
+    )
+    e.add_argument(
+        "--split-heads",
+        action="store_true",
+        help="one attention per query head: q / k / v projected per head (same inputs and outputs)",
+    )
+    e.add_argument(
+        "--convert-linear-to-conv2d",
+        action="store_true",
+        help="every linear as a 1x1 Conv2d (HTP's layout for LPBQ on a device; same numerics)",
     )
     e.add_argument(
         "--text-llm-runner",

@@ -77,12 +77,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
-def static_modules(hf_model: torch.nn.Module, context_len: int, ar_len: int) -> Dict[str, StaticDecoder]:
-    """{"prefill": StaticDecoder(N=ar_len), "decode": StaticDecoder(N=1)} over the same weights."""
+def static_modules(
+    hf_model: torch.nn.Module, context_len: int, ar_len: int, split_heads: bool = False
+) -> Dict[str, StaticDecoder]:
+    """{"prefill": StaticDecoder(N=ar_len), "decode": StaticDecoder(N=1)} over the same weights
+    (with `split_heads`, the same per-head Linears)."""
     hf_model = hf_model.eval()
     return {
-        "prefill": StaticDecoder(hf_model, context_len, ar_len).eval(),
-        "decode": StaticDecoder(hf_model, context_len, 1).eval(),
+        "prefill": StaticDecoder(hf_model, context_len, ar_len, split_heads).eval(),
+        "decode": StaticDecoder(hf_model, context_len, 1, split_heads).eval(),
     }
 
 
@@ -370,6 +373,7 @@ def export_static_llm(
     online_prepare: bool = False,
     text_llm_runner: bool = False,
     uint8_cache_io: bool = True,
+    split_heads: bool = False,
 ) -> ExportResult:
     """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
     `prefill` (ar_len tokens) and `decode` (1 token) methods sharing weights in one QNN context.
@@ -385,6 +389,8 @@ def export_static_llm(
     the cache is 16-bit in quantized recipes; not with `online_prepare` or `num_sharding` > 1).
     `uint8_cache_io`: an 8-bit cache (16a4w_block, kv_bits=8) crosses the program boundary as its
     uint8 codes, so the runner's cache buffers are uint8 (cache_codes.py); False: float32 buffers.
+    `split_heads`: one attention per query head, q / k / v projected per head
+    (static_decoder.SplitHeadAttention); same inputs and outputs (not with `text_llm_runner`).
     Prints the export time, peak RSS and the size of every context."""
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
     from backends.qualcomm.partitioner.sharding import even_shard_layers
@@ -395,7 +401,7 @@ def export_static_llm(
         raise ValueError(f"kv_bits must be 8 or None, got {kv_bits!r}")
     path = Path(path)
     if text_llm_runner:
-        _check_text_llm_runner_options(recipe, num_sharding, calibration, online_prepare)
+        _check_text_llm_runner_options(recipe, num_sharding, calibration, online_prepare, split_heads)
         quantization = (calibration, block_size, layers_8bit)
         return _export_forward_program(
             hf_model, path, recipe, context_len, quantization, soc, convert_linear_to_conv2d, verbose
@@ -403,7 +409,7 @@ def export_static_llm(
     shard_layers = even_shard_layers(int(hf_model.config.num_hidden_layers), num_sharding)
     start = time.perf_counter()
     stages: Dict[str, float] = {}
-    modules = static_modules(hf_model, context_len, ar_len)
+    modules = static_modules(hf_model, context_len, ar_len, split_heads)
     shape = modules["prefill"].shape
     inputs = {"prefill": modules["prefill"].example_inputs(ar_len), "decode": modules["decode"].example_inputs(1)}
     lowered_modules: Dict[str, torch.nn.Module] = dict(modules)
@@ -471,13 +477,19 @@ def _uint8_cache_inputs(modules: Dict[str, GraphModule], inputs: Dict[str, tuple
 
 
 # ---- the program of ExecuTorch's TextLLMRunner ----------------------------------------------------
-def _check_text_llm_runner_options(recipe: str, num_sharding: int, calibration, online_prepare: bool) -> None:
+def _check_text_llm_runner_options(
+    recipe: str, num_sharding: int, calibration, online_prepare: bool, split_heads: bool
+) -> None:
     if recipe != "fp16" and not calibration:
         raise ValueError(f"text_llm_runner=True, recipe {recipe}: calibration needs at least one token sequence")
     if num_sharding != 1:
         raise ValueError(f"text_llm_runner=True: num_sharding must be 1, got {num_sharding}")
     if online_prepare:
         raise ValueError("text_llm_runner=True: online_prepare is not supported")
+    if split_heads:
+        raise ValueError(
+            "text_llm_runner=True: split_heads is not supported (the forward program's attention is not split)"
+        )
 
 
 def quantize_forward_module(

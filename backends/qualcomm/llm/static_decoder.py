@@ -29,6 +29,7 @@ are constants of the graph indexed by `positions`: the runner only passes intege
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
@@ -107,11 +108,87 @@ class StaticAttention(nn.Module):
         return self.o_proj(out), new_k, v
 
 
+# Per-head projections of each HF projection, made once per weight (prefill and decode share them).
+_HEAD_SPLITS: "weakref.WeakKeyDictionary[nn.Module, nn.ModuleList]" = weakref.WeakKeyDictionary()
+
+
+def per_head_linears(proj: nn.Linear, n_heads: int, head_dim: int) -> nn.ModuleList:
+    """`proj` ([n_heads * head_dim, in] weight) as n_heads Linears of head_dim outputs each: head
+    h's rows h * head_dim .. (h + 1) * head_dim - 1 of the weight (and bias), copied once."""
+    if proj in _HEAD_SPLITS:
+        return _HEAD_SPLITS[proj]
+    if not isinstance(proj, nn.Linear) or proj.out_features != n_heads * head_dim:
+        raise ValueError(f"split_heads: expected a Linear with {n_heads} x {head_dim} outputs, got {proj}")
+    heads = nn.ModuleList()
+    for h in range(n_heads):
+        rows = slice(h * head_dim, (h + 1) * head_dim)
+        linear = nn.Linear(proj.in_features, head_dim, bias=proj.bias is not None)
+        with torch.no_grad():
+            linear.weight.copy_(proj.weight[rows])
+            if proj.bias is not None:
+                linear.bias.copy_(proj.bias[rows])
+        heads.append(linear.requires_grad_(False))
+    _HEAD_SPLITS[proj] = heads
+    return heads
+
+
+class SplitHeadAttention(nn.Module):
+    """StaticAttention with one attention per query head (`split_heads=True`, what Qualcomm's
+    flows call single-head attention): q / k / v projected per head by their own Linears
+    (`per_head_linears`), rotary embedding, scores, softmax and the value product on [1, N, D] /
+    [1, N, C] tensors, no 4-D head reshapes or transposes; the heads' outputs concatenated before
+    o_proj. The cache inputs and new-entry outputs keep StaticAttention's layout (the runners do
+    not change): the new keys / values of the KV heads are stacked into it, and each head reads
+    its KV head's keys / values as a slice of the concatenated cache."""
+
+    def __init__(self, attn: nn.Module, shape: DecoderShape):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = shape.n_heads, shape.n_kv_heads, shape.head_dim
+        self.q_proj = per_head_linears(attn.q_proj, self.n_heads, self.head_dim)
+        self.k_proj = per_head_linears(attn.k_proj, self.n_kv_heads, self.head_dim)
+        self.v_proj = per_head_linears(attn.v_proj, self.n_kv_heads, self.head_dim)
+        self.o_proj = attn.o_proj
+        self.q_norm = getattr(attn, "q_norm", None)
+        self.k_norm = getattr(attn, "k_norm", None)
+        self.scaling = float(getattr(attn, "scaling", self.head_dim**-0.5))
+
+    def _rotated(self, x: torch.Tensor, proj: nn.Module, norm, cos: torch.Tensor, sin: torch.Tensor):
+        y = proj(x)  # [1, N, D]
+        if norm is not None:
+            y = norm(y)
+        return y * cos + _rotate_half(y) * sin
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        k_past: torch.Tensor,
+        v_past: torch.Tensor,
+    ):
+        # cos / sin [1, N, D]; mask [1, N, C]
+        k = [self._rotated(x, proj, self.k_norm, cos, sin).unsqueeze(1) for proj in self.k_proj]
+        v = [proj(x).unsqueeze(2) for proj in self.v_proj]
+        new_k = torch.cat(k, dim=1).transpose(2, 3)  # [1, kv, D, N]: StaticAttention's layout
+        new_v = torch.cat(v, dim=2).transpose(1, 2)  # [1, kv, N, D]
+        keys = torch.cat([k_past, new_k], dim=-1)  # [1, kv, D, C]
+        values = torch.cat([v_past, new_v], dim=2)  # [1, kv, C, D]
+        rep = self.n_heads // self.n_kv_heads
+        heads = []
+        for h, proj in enumerate(self.q_proj):
+            q = self._rotated(x, proj, self.q_norm, cos, sin)
+            scores = torch.matmul(q, keys[:, h // rep]) * self.scaling + mask  # [1, N, C]
+            heads.append(torch.matmul(torch.softmax(scores, dim=-1), values[:, h // rep]))  # [1, N, D]
+        return self.o_proj(torch.cat(heads, dim=-1)), new_k, new_v
+
+
 class StaticLayer(nn.Module):
-    def __init__(self, layer: nn.Module, shape: DecoderShape):
+    def __init__(self, layer: nn.Module, shape: DecoderShape, split_heads: bool = False):
         super().__init__()
         self.input_layernorm = layer.input_layernorm
-        self.self_attn = StaticAttention(layer.self_attn, shape)
+        attention = SplitHeadAttention if split_heads else StaticAttention
+        self.self_attn = attention(layer.self_attn, shape)
         self.post_attention_layernorm = layer.post_attention_layernorm
         self.mlp = layer.mlp
 
@@ -162,16 +239,18 @@ def _check_supported(hf_model: nn.Module, context_len: int, ar_len: int) -> None
 
 class StaticDecoder(nn.Module):
     """See the module docstring. `hf_model`: LlamaForCausalLM / Qwen2ForCausalLM /
-    Qwen3ForCausalLM (eval mode, float32 weights as given)."""
+    Qwen3ForCausalLM (eval mode, float32 weights as given). `split_heads`: one attention per
+    query head (SplitHeadAttention); the inputs and outputs are the same."""
 
-    def __init__(self, hf_model: nn.Module, context_len: int, ar_len: int):
+    def __init__(self, hf_model: nn.Module, context_len: int, ar_len: int, split_heads: bool = False):
         super().__init__()
         _check_supported(hf_model, context_len, ar_len)
         config = hf_model.config
         self.shape = decoder_shape(config, context_len, ar_len)
+        self.split_heads = split_heads
         base = hf_model.model
         self.embed_tokens = base.embed_tokens
-        self.layers = nn.ModuleList(StaticLayer(layer, self.shape) for layer in base.layers)
+        self.layers = nn.ModuleList(StaticLayer(layer, self.shape, split_heads) for layer in base.layers)
         self.norm = base.norm
         self.lm_head = hf_model.lm_head
         cos, sin = rotary_tables(hf_model, context_len)
@@ -184,14 +263,11 @@ class StaticDecoder(nn.Module):
             raise ValueError(
                 f"StaticDecoder: expected {2 * n_layers} cache tensors (K of every layer then V), got {len(caches)}"
             )
-        n = tokens.shape[1]
         h = self.embed_tokens(tokens)
-        cos = nn.functional.embedding(positions, self.rope_cos).unsqueeze(1)  # [1, 1, N, D]
-        sin = nn.functional.embedding(positions, self.rope_sin).unsqueeze(1)
-        rep = self.shape.n_heads // self.shape.n_kv_heads
-        mask = mask.reshape(1, 1, n, -1)
-        if rep > 1:  # rows = (query head within its KV group, position), as the attention stacks them
-            mask = torch.cat([mask] * rep, dim=2)
+        cos = nn.functional.embedding(positions, self.rope_cos)  # [1, N, D]
+        sin = nn.functional.embedding(positions, self.rope_sin)
+        if not self.split_heads:  # [1, 1, N, D] for [1, heads, N, D]; the mask as the heads stack
+            cos, sin, mask = cos.unsqueeze(1), sin.unsqueeze(1), _stacked_mask(mask, self.shape)
         new_k: List[torch.Tensor] = []
         new_v: List[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
@@ -212,6 +288,15 @@ class StaticDecoder(nn.Module):
             torch.zeros(v_shape) for _ in range(self.shape.n_layers)
         ]
         return (tokens, positions, torch.from_numpy(mask), *caches)
+
+
+def _stacked_mask(mask: torch.Tensor, shape: DecoderShape) -> torch.Tensor:
+    """[1, N, C] -> [1, 1, rep * N, C]: rows = (query head within its KV group, position), as
+    StaticAttention stacks a KV group's query heads."""
+    n = mask.shape[1]
+    mask = mask.reshape(1, 1, n, -1)
+    rep = shape.n_heads // shape.n_kv_heads
+    return torch.cat([mask] * rep, dim=2) if rep > 1 else mask
 
 
 def rotary_tables(hf_model: nn.Module, context_len: int) -> Tuple[torch.Tensor, torch.Tensor]:
