@@ -37,10 +37,25 @@ class QuantizeBuilder(NodeBuilder):
         return SUPPORTED
 
     def define_ops(self, node: torch.fx.Node, gb: GraphBuilder) -> None:
+        """One op per (input tensor, encoding): the DuplicateQuantize edge pass gives every
+        dequantize consumer its own quantize node (a graph input read by several quantized ops,
+        e.g. an LLM's attention mask read by every head, had one Quantize per reader); the
+        copies after the first are bound to its output."""
         x_node = node.args[0]
         x = gb.tensor(x_node, input_layout(node))
         op_type = QnnOpType.Convert if x.quant is not None or is_quantized(x_node) else QnnOpType.Quantize
-        gb.add_op(node, op_type, [x], [gb.define_output(node, dims=_rank0_dims(node, x))])
+        if any(user.op == "output" for user in node.users):
+            _quantized(node, gb, x, op_type)
+            return
+        key = ("quantize", x.name, tuple(node.args[1:]))
+        gb.bind(node, gb.shared(key, lambda: _quantized(node, gb, x, op_type)))
+
+
+def _quantized(node: torch.fx.Node, gb: GraphBuilder, x: QnnTensor, op_type: str) -> QnnTensor:
+    """`x` quantized (Quantize) or requantized (Convert) to `node`'s encoding."""
+    output = gb.define_output(node, dims=_rank0_dims(node, x))
+    gb.add_op(node, op_type, [x], [output])
+    return output
 
 
 @register_builder

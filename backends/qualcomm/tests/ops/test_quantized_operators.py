@@ -198,6 +198,22 @@ class TestQNNQuantizedOperator(unittest.TestCase):
         tester.run_and_compare_steps(max_step_diff=96, min_exact=0.0)
         self.assertEqual(count_op_types(tester.payload(), "Convert"), 1)
 
+    def test_input_read_by_several_ops_is_quantized_once(self):
+        """A float input read by four quantized adds (an attention mask read by every head),
+        lowered by to_edge_transform_and_lower_to_qnn (whose DuplicateQuantize pass gives each
+        reader its own quantize node): one Quantize in the payload, not one per reader; every
+        output as the QDQ module's."""
+
+        class MaskedHeads(torch.nn.Module):
+            def forward(self, scores, mask):
+                return tuple(torch.softmax(scores[h] * (h + 1) + mask, dim=-1) for h in range(4))
+
+        tester = QuantTester(MaskedHeads(), inputs_of((4, 3, 8), (3, 8)), A16W8).lower_to_qnn()
+        tester.check_fully_delegated().to_executorch().run().compare_steps()
+        ops = tester.payload().ops
+        self.assertEqual(sum(op.type == "Softmax" for op in ops), 4)
+        self.assertEqual([op.type for op in ops if op.inputs == ["mask"]], ["Quantize"])
+
     def test_discarded_op_stays_float(self):
         quantizer = QnnQuantizer()
         quantizer.set_default_quant_config(A8W8)
