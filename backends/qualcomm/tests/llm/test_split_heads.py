@@ -38,7 +38,7 @@ def split_16a4w(tmp_path_factory):
 
 
 def _op_counts(result) -> dict:
-    from bench.bench_linear_as_conv import op_counts
+    from bench.bench_llm_graph_forms import op_counts
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     program = deserialize_pte_binary(result.path.read_bytes()).program

@@ -191,7 +191,7 @@ def test_fp16_on_qnn_matches_host_and_hf(fixture, request, real_qnn):
 
 # ---- linear as 1x1 Conv2d ---------------------------------------------------------------------------
 def _graph_op_counts(result):
-    from bench.bench_linear_as_conv import op_counts
+    from bench.bench_llm_graph_forms import op_counts
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     program = deserialize_pte_binary(result.path.read_bytes()).program
