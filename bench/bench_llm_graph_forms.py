@@ -3,7 +3,7 @@ FullyConnected or as 1x1 Conv2d (`convert_linear_to_conv2d`), attention batched 
 or one per head (`split_heads`).
 
     python bench/bench_llm_graph_forms.py [--recipes fp16 16a4w_block] [--decode-steps 4] [--out DIR]
-    python bench/bench_llm_graph_forms.py --model smollm2 --recipes fp16 --decode-steps 2
+    python bench/bench_llm_graph_forms.py --model smollm2 --recipes fp16 --decode-steps 2 --forms fc heads
 
 `--model tiny` (default): the tiny random-weight Llama of the LLM tests (helpers/tiny_llm.py: 2
 layers, hidden 64, 4 / 2 heads, context 64, AR 8); `--model smollm2`: SmolLM2-135M from its GGUF
@@ -29,8 +29,13 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-# (convert_linear_to_conv2d, split_heads); the first is the reference form
-FORMS: Tuple[Tuple[bool, bool], ...] = ((False, False), (True, False), (False, True), (True, True))
+# name: (convert_linear_to_conv2d, split_heads); the first measured is the reference form
+FORMS: Dict[str, Tuple[bool, bool]] = {
+    "fc": (False, False),
+    "conv": (True, False),
+    "heads": (False, True),
+    "conv-heads": (True, True),
+}
 
 
 def _blob_of(pte: Path) -> bytes:
@@ -109,6 +114,7 @@ def measure(model_spec: tuple, recipe: str, conv: bool, split: bool, folder: Pat
         figures[f"{engine}_logits"] = teacher_forced(program, ids, prompt_len=len(prompt))
         figures[f"{engine}_s_per_decode"] = round(_decode_seconds(program, prompt, decode_steps), 6)
         program.close()
+    figures["qnn_vs_host_max_abs_diff"] = float(np.abs(figures["qnn_logits"] - figures["host_logits"]).max())
     return figures
 
 
@@ -118,7 +124,6 @@ def compare(reference: dict, other: dict) -> dict:
         out[f"{engine}_tokens_equal"] = reference[f"{engine}_tokens"] == other[f"{engine}_tokens"]
         diff = np.abs(reference[f"{engine}_logits"] - other[f"{engine}_logits"]).max()
         out[f"{engine}_max_abs_diff"] = float(diff)
-    out["qnn_vs_host_max_abs_diff"] = float(np.abs(other["qnn_logits"] - other["host_logits"]).max())
     out["logit_span"] = float(np.abs(reference["host_logits"]).max())
     return out
 
@@ -128,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--model", default="tiny", choices=["tiny", "smollm2"])
     parser.add_argument("--recipes", nargs="*", default=["fp16", "16a4w_block"])
     parser.add_argument("--decode-steps", type=int, default=4)
+    parser.add_argument(
+        "--forms", nargs="*", default=list(FORMS), choices=list(FORMS), help="the first is the reference"
+    )
     parser.add_argument("--out", type=Path, help="folder for the .pte files (default: a temporary one)")
     args = parser.parse_args(argv)
     if args.model == "smollm2" and args.recipes != ["fp16"]:
@@ -139,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     model_spec = load_model(args.model)
     for recipe in args.recipes:
         runs: List[dict] = []
-        for conv, split in FORMS:
+        for conv, split in (FORMS[name] for name in args.forms):
             runs.append(measure(model_spec, recipe, conv, split, folder, args.decode_steps))
             print(json.dumps({k: v for k, v in runs[-1].items() if not k.endswith("_logits")}), flush=True)
             if len(runs) > 1:
