@@ -224,13 +224,14 @@ def cmd_weights(args) -> None:
 
 
 # Groups of nodes `qdq --float-groups` can leave unquantized (where a recipe's activations lose).
-FLOAT_GROUPS = ("residual", "norm", "down_proj", "attention")
+FLOAT_GROUPS = ("residual", "norm", "down_proj", "attention", "softmax", "mlp_product", "attention_matmul")
 
 
 def node_group(node) -> str:
     """The FLOAT_GROUPS group of an exported StaticDecoder node ("" for none): a layer's residual
-    adds, the RMSNorms, the down projection, or the attention's ops other than its linears,
-    softmax and matmuls (rotary embedding, scaling, mask, reshapes)."""
+    adds, the RMSNorms, the down projection, the attention's softmax, its two matmuls (q @ K and
+    probs @ V), the MLP's SiLU and its product with the up projection, or the attention's other
+    ops but its linears (rotary embedding, scaling, mask, reshapes)."""
     import re
 
     stack = list((node.meta.get("nn_module_stack") or {}).values())
@@ -240,7 +241,13 @@ def node_group(node) -> str:
         return "norm"
     if path.endswith("down_proj"):
         return "down_proj"
-    if "self_attn" in path and not any(t in target for t in ("linear", "softmax", "matmul")):
+    if path.endswith("mlp.act_fn") or (path.endswith(".mlp") and "mul" in target):
+        return "mlp_product"
+    if "self_attn" in path and "softmax" in target:
+        return "softmax"
+    if "self_attn" in path and "matmul" in target:
+        return "attention_matmul"
+    if "self_attn" in path and "linear" not in target:
         return "attention"
     if re.search(r"layers\.\d+$", path) and "add" in target:
         return "residual"
