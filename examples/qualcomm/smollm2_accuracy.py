@@ -5,6 +5,7 @@
     python examples/qualcomm/smollm2_accuracy.py qdq --recipe 16a4w_block [--block-size 64 ...]
     python examples/qualcomm/smollm2_accuracy.py qdq --recipe 16a8w --float-groups residual --perplexity-only
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-len 512 [--evaluate]
+    python examples/qualcomm/smollm2_accuracy.py export --recipe 16a8w --float-mlp-down --evaluate host
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-binary [--no-weight-sharing]
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --online-prepare
     python examples/qualcomm/smollm2_accuracy.py qnn --recipe fp16 [--decode-steps 3 --perplexity-len 64]
@@ -271,6 +272,7 @@ def cmd_qdq(args) -> None:
         tuple(args.layers_8bit),
         args.block_scale_search,
         keep_float=(lambda node: node_group(node) in args.float_groups) if args.float_groups else None,
+        float_mlp_down=args.float_mlp_down,
     )
     quantize_s = time.perf_counter() - t
     program = ModuleProgram(converted, modules["prefill"].shape)
@@ -287,11 +289,12 @@ def cmd_qdq(args) -> None:
 
 
 def _options(args) -> str:
+    mlp = " float MLP down" if args.float_mlp_down else ""
     if args.recipe != "16a4w_block":
-        return f"cal {args.calibration_samples}x{args.calibration_len}"
+        return f"cal {args.calibration_samples}x{args.calibration_len}{mlp}"
     return (
         f"block {args.block_size} kv{args.kv_bits} 8-bit {'+'.join(args.layers_8bit) or 'none'} "
-        f"scales {args.block_scale_search} cal {args.calibration_samples}x{args.calibration_len}"
+        f"scales {args.block_scale_search} cal {args.calibration_samples}x{args.calibration_len}{mlp}"
     )
 
 
@@ -320,6 +323,7 @@ def cmd_export(args) -> None:
         block_scale_search=args.block_scale_search,
         weight_sharing=not args.no_weight_sharing,
         online_prepare=args.online_prepare,
+        float_mlp_down=args.float_mlp_down,
     )
     cost = {
         "context": args.context_len,
@@ -350,6 +354,7 @@ def cmd_export(args) -> None:
 def _pte_path(args) -> Path:
     suffix = ("_qnn" + ("_separate" if args.no_weight_sharing else "")) if args.context_binary else ""
     suffix += "_online" if getattr(args, "online_prepare", False) else ""
+    suffix += "_float_mlp_down" if getattr(args, "float_mlp_down", False) else ""
     return args.artifact / f"smollm2_{args.recipe}_c{args.context_len}{suffix}.pte"
 
 
@@ -536,6 +541,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=[],
         choices=FLOAT_GROUPS,
         help="qdq: leave these node groups unquantized (node_group)",
+    )
+    parser.add_argument(
+        "--float-mlp-down",
+        action="store_true",
+        help="qdq / export: every MLP's SiLU x up product and down projection float (fp16 on HTP), int8 weights",
     )
     parser.add_argument("--perplexity-only", action="store_true", help="qdq: skip the agreement measurement")
     args = parser.parse_args(argv)

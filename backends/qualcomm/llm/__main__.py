@@ -80,6 +80,7 @@ def _export(args) -> int:
         online_prepare=args.online_prepare,
         text_llm_runner=args.text_llm_runner,
         uint8_cache_io=not args.float_cache_io,
+        float_mlp_down=args.float_mlp_down,
     )
     return 0
 
@@ -148,6 +149,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--float-cache-io",
         action="store_true",
         help="with the 8-bit cache, pass the caches and new entries as float32 instead of their uint8 codes",
+    )
+    e.add_argument(
+        "--float-mlp-down",
+        action="store_true",
+        help="quantized recipes: every MLP's SiLU x up product and down projection in float16 on HTP, "
+        "its weights int8 (the product carries the massive activations)",
     )
     e.add_argument(
         "--text-llm-runner",
