@@ -5,6 +5,7 @@
     python examples/qualcomm/smollm2_accuracy.py qdq --recipe 16a4w_block [--block-size 64 ...]
     python examples/qualcomm/smollm2_accuracy.py qdq --recipe 16a8w --float-groups residual --perplexity-only
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-len 512 [--evaluate]
+    python examples/qualcomm/smollm2_accuracy.py export --recipe 16a8w --float-mlp-down --evaluate host
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --context-binary [--no-weight-sharing]
     python examples/qualcomm/smollm2_accuracy.py export --recipe fp16 --online-prepare
     python examples/qualcomm/smollm2_accuracy.py export --recipe 16a8w --split-heads --evaluate
@@ -225,13 +226,14 @@ def cmd_weights(args) -> None:
 
 
 # Groups of nodes `qdq --float-groups` can leave unquantized (where a recipe's activations lose).
-FLOAT_GROUPS = ("residual", "norm", "down_proj", "attention")
+FLOAT_GROUPS = ("residual", "norm", "down_proj", "attention", "softmax", "mlp_product", "attention_matmul")
 
 
 def node_group(node) -> str:
     """The FLOAT_GROUPS group of an exported StaticDecoder node ("" for none): a layer's residual
-    adds, the RMSNorms, the down projection, or the attention's ops other than its linears,
-    softmax and matmuls (rotary embedding, scaling, mask, reshapes)."""
+    adds, the RMSNorms, the down projection, the attention's softmax, its two matmuls (q @ K and
+    probs @ V), the MLP's SiLU and its product with the up projection, or the attention's other
+    ops but its linears (rotary embedding, scaling, mask, reshapes)."""
     import re
 
     stack = list((node.meta.get("nn_module_stack") or {}).values())
@@ -241,7 +243,13 @@ def node_group(node) -> str:
         return "norm"
     if path.endswith("down_proj"):
         return "down_proj"
-    if "self_attn" in path and not any(t in target for t in ("linear", "softmax", "matmul")):
+    if path.endswith("mlp.act_fn") or (path.endswith(".mlp") and "mul" in target):
+        return "mlp_product"
+    if "self_attn" in path and "softmax" in target:
+        return "softmax"
+    if "self_attn" in path and "matmul" in target:
+        return "attention_matmul"
+    if "self_attn" in path and "linear" not in target:
         return "attention"
     if re.search(r"layers\.\d+$", path) and "add" in target:
         return "residual"
@@ -265,6 +273,7 @@ def cmd_qdq(args) -> None:
         tuple(args.layers_8bit),
         args.block_scale_search,
         keep_float=(lambda node: node_group(node) in args.float_groups) if args.float_groups else None,
+        float_mlp_down=args.float_mlp_down,
     )
     quantize_s = time.perf_counter() - t
     program = ModuleProgram(converted, modules["prefill"].shape)
@@ -282,6 +291,7 @@ def cmd_qdq(args) -> None:
 
 def _options(args) -> str:
     forms = (" per head" if args.split_heads else "") + (" conv2d" if args.convert_linear_to_conv2d else "")
+    forms += " float MLP down" if args.float_mlp_down else ""
     if args.recipe != "16a4w_block":
         return f"cal {args.calibration_samples}x{args.calibration_len}{forms}"
     return (
@@ -317,6 +327,7 @@ def cmd_export(args) -> None:
         online_prepare=args.online_prepare,
         split_heads=args.split_heads,
         convert_linear_to_conv2d=args.convert_linear_to_conv2d,
+        float_mlp_down=args.float_mlp_down,
     )
     cost = {
         "context": args.context_len,
@@ -348,6 +359,7 @@ def _pte_path(args) -> Path:
     suffix = ("_qnn" + ("_separate" if args.no_weight_sharing else "")) if args.context_binary else ""
     suffix += "_online" if getattr(args, "online_prepare", False) else ""
     suffix += ("_split" if args.split_heads else "") + ("_conv" if args.convert_linear_to_conv2d else "")
+    suffix += "_float_mlp_down" if getattr(args, "float_mlp_down", False) else ""
     return args.artifact / f"smollm2_{args.recipe}_c{args.context_len}{suffix}.pte"
 
 
@@ -536,6 +548,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=[],
         choices=FLOAT_GROUPS,
         help="qdq: leave these node groups unquantized (node_group)",
+    )
+    parser.add_argument(
+        "--float-mlp-down",
+        action="store_true",
+        help="qdq / export: every MLP's SiLU x up product and down projection float (fp16 on HTP), int8 weights",
     )
     parser.add_argument("--perplexity-only", action="store_true", help="qdq: skip the agreement measurement")
     args = parser.parse_args(argv)

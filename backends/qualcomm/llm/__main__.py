@@ -82,6 +82,7 @@ def _export(args) -> int:
         uint8_cache_io=not args.float_cache_io,
         split_heads=args.split_heads,
         convert_linear_to_conv2d=args.convert_linear_to_conv2d,
+        float_mlp_down=args.float_mlp_down,
     )
     return 0
 
@@ -160,6 +161,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--convert-linear-to-conv2d",
         action="store_true",
         help="every linear as a 1x1 Conv2d (HTP's layout for LPBQ on a device; same numerics)",
+    )
+    e.add_argument(
+        "--float-mlp-down",
+        action="store_true",
+        help="quantized recipes: every MLP's SiLU x up product and down projection in float16 on HTP, "
+        "its weights int8 (the product carries the massive activations)",
     )
     e.add_argument(
         "--text-llm-runner",

@@ -48,6 +48,8 @@ RECIPES = ("fp16", "16a8w", "16a4w_block")
 METHODS = ("prefill", "decode")
 # 16a4w_block's 16a8w overrides (regexes on the linear's module path; upstream's choice).
 DEFAULT_8BIT_LAYERS = ("lm_head", "down_proj")
+# float_mlp_down: the MLP's down projection (module path) and the ops of its input.
+MLP_DOWN_REGEX = r"mlp\.down_proj$"
 
 
 @dataclass
@@ -138,11 +140,17 @@ def _eos_and_bos(hf_model) -> tuple:
 
 # ---- quantization -------------------------------------------------------------------------------
 def make_quantizer(
-    recipe: str, block_size: int = 32, kv_bits: Optional[int] = 8, layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS
+    recipe: str,
+    block_size: int = 32,
+    kv_bits: Optional[int] = 8,
+    layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS,
+    float_mlp_down: bool = False,
 ):
     """QnnQuantizer for a quantized recipe (QuantRecipe with a MinMax activation observer: the
     union of everything calibration showed, as upstream's LLM recipes do). `layers_8bit`:
-    16a4w_block's linears (regexes on their module path) kept 16a8w per channel."""
+    16a4w_block's linears (regexes on their module path) kept 16a8w per channel.
+    `float_mlp_down`: every MLP down projection fp16a8w (float activations, int8 per-channel
+    weights); its input, the SiLU x up product, is left float by quantize_static_modules."""
     from torchao.quantization.pt2e import MinMaxObserver
 
     from backends.qualcomm.quantizer import QnnQuantizer, QuantDtype, QuantGranularity, QuantRecipe
@@ -172,6 +180,16 @@ def make_quantizer(
             plan.custom_quant_annotations.append(annotate_kv_cache_8bit)
     else:
         raise ValueError(f"recipe {recipe!r} is not a quantized recipe (quantized: 16a8w, 16a4w_block)")
+    if float_mlp_down:
+        plan.add_regex(
+            {MLP_DOWN_REGEX},
+            QuantDtype.use_fp16a8w,
+            False,
+            MinMaxObserver,
+            QuantGranularity.PER_CHANNEL,
+            note="float MLP down projection (fp16a8w)",
+            priority=3,
+        )
     quantizer = QnnQuantizer()
     quantizer.set_recipe(plan)
     return quantizer
@@ -219,6 +237,16 @@ def annotate_kv_cache_8bit(graph_module: GraphModule) -> None:
         cat.meta[key] = QuantizationAnnotation(
             input_qspec_map={placeholder: shared, new: shared}, output_qspec=shared, _annotated=True
         )
+
+
+def mlp_product_node(node: Node) -> bool:
+    """True for an MLP's SiLU and its product with the up projection (the down projection's
+    input; HF Llama / Qwen MLPs: down_proj(act_fn(gate_proj(x)) * up_proj(x)))."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    path = stack[-1][0] if stack else ""
+    if path.endswith("mlp.act_fn"):
+        return True
+    return path.endswith("mlp") and node.target in (torch.ops.aten.mul.Tensor, torch.ops.aten.mul_.Tensor)
 
 
 def _observer_of(graph_module: GraphModule, node: Node):
@@ -295,12 +323,16 @@ def quantize_static_modules(
     layers_8bit: Sequence[str] = DEFAULT_8BIT_LAYERS,
     block_scale_search: str = "max",
     keep_float: Optional[Callable[[Node], bool]] = None,
+    float_mlp_down: bool = False,
 ) -> Dict[str, GraphModule]:
     """PT2E prepare of both methods, calibration through the generation loop, cache encodings
     unified, convert. Returns {method: converted GraphModule}. `block_scale_search`: "max" (LPBQ
     block scales from each block's max |w|) or "mse" (the integer block scale with the least
     squared error per block; LpbqObserver.mse_search). `keep_float`: nodes of the exported graph
-    left unquantized (accuracy analysis: QnnQuantizer.add_discard_nodes)."""
+    left unquantized (accuracy analysis: QnnQuantizer.add_discard_nodes). `float_mlp_down`: every
+    MLP's SiLU, its product with the up projection and the down projection in float (fp16 on HTP),
+    the down projection's weights int8 per channel (make_quantizer): the product carries the
+    model's massive activations, whose 16-bit encoding leaves typical values a few codes."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from backends.qualcomm.llm.generate import ModuleProgram, teacher_forced
@@ -312,9 +344,11 @@ def quantize_static_modules(
     for name, module in modules.items():
         inputs = module.example_inputs(module.shape.ar_len)
         exported = torch.export.export(module, inputs, strict=False).module()
-        quantizer = make_quantizer(recipe, block_size, kv_bits, layers_8bit)
+        quantizer = make_quantizer(recipe, block_size, kv_bits, layers_8bit, float_mlp_down)
         if keep_float is not None:
             quantizer.add_discard_nodes(n.name for n in exported.graph.nodes if keep_float(n))
+        if float_mlp_down:
+            quantizer.add_discard_nodes(n.name for n in exported.graph.nodes if mlp_product_node(n))
         prepared[name] = prepare_pt2e(exported, quantizer)
         if block_scale_search not in ("max", "mse"):
             raise ValueError(f"block_scale_search must be 'max' or 'mse', got {block_scale_search!r}")
@@ -374,6 +408,7 @@ def export_static_llm(
     text_llm_runner: bool = False,
     uint8_cache_io: bool = True,
     split_heads: bool = False,
+    float_mlp_down: bool = False,
 ) -> ExportResult:
     """Export `hf_model` (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) as a .pte with
     `prefill` (ar_len tokens) and `decode` (1 token) methods sharing weights in one QNN context.
@@ -391,6 +426,8 @@ def export_static_llm(
     uint8 codes, so the runner's cache buffers are uint8 (cache_codes.py); False: float32 buffers.
     `split_heads`: one attention per query head, q / k / v projected per head
     (static_decoder.SplitHeadAttention); same inputs and outputs (not with `text_llm_runner`).
+    `float_mlp_down` (quantized recipes): every MLP's SiLU x up product and down projection in
+    float16 on HTP, the down projection's weights int8 per channel (quantize_static_modules).
     Prints the export time, peak RSS and the size of every context."""
     from backends.qualcomm import to_edge_transform_and_lower_to_qnn
     from backends.qualcomm.partitioner.sharding import even_shard_layers
@@ -399,6 +436,11 @@ def export_static_llm(
         raise ValueError(f"unknown recipe {recipe!r}; recipes: {', '.join(RECIPES)}")
     if kv_bits not in (8, None):
         raise ValueError(f"kv_bits must be 8 or None, got {kv_bits!r}")
+    if float_mlp_down and (recipe == "fp16" or text_llm_runner):
+        raise ValueError(
+            f"float_mlp_down=True needs a quantized recipe (16a8w, 16a4w_block) and the prefill / decode "
+            f"program, got recipe {recipe!r}, text_llm_runner={text_llm_runner}"
+        )
     path = Path(path)
     if text_llm_runner:
         _check_text_llm_runner_options(recipe, num_sharding, calibration, online_prepare, split_heads)
@@ -423,6 +465,7 @@ def export_static_llm(
             kv_bits if recipe == "16a4w_block" else None,
             layers_8bit,
             block_scale_search,
+            float_mlp_down=float_mlp_down,
         )
         if uint8_cache_io and recipe == "16a4w_block" and kv_bits == 8:
             inputs = _uint8_cache_inputs(lowered_modules, inputs)
