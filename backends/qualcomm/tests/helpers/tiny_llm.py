@@ -97,3 +97,18 @@ def export_tiny(
             **export_options,
         )
     return model, result
+
+
+def qnn_teacher_forced(pte, ids: Sequence[int], prompt_len: int) -> np.ndarray:
+    """teacher_forced logits of `pte` on QNN (x86 HTP emulation); the program is closed and
+    collected after (QNN contexts are released when their program is)."""
+    import gc
+
+    from backends.qualcomm.llm import PteProgram, teacher_forced
+
+    program = PteProgram(pte, "qnn")
+    try:
+        return teacher_forced(program, ids, prompt_len=prompt_len)
+    finally:
+        program.close()
+        gc.collect()

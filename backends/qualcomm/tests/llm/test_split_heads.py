@@ -9,15 +9,21 @@ context 64, prefill chunks of 8."""
 
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pytest
 import torch
 
 from backends.qualcomm.llm import ModuleProgram, PteProgram, generate, static_modules, teacher_forced
 from backends.qualcomm.llm.static_decoder import per_head_linears
-from backends.qualcomm.tests.helpers.tiny_llm import AR_LEN, CALIBRATION, CONTEXT, PROMPT, hf_logits, hf_model
+from backends.qualcomm.tests.helpers.tiny_llm import (
+    AR_LEN,
+    CALIBRATION,
+    CONTEXT,
+    PROMPT,
+    hf_logits,
+    hf_model,
+    qnn_teacher_forced,
+)
 from backends.qualcomm.tests.helpers.tiny_llm import export_tiny as _export
 
 transformers = pytest.importorskip("transformers")
@@ -43,15 +49,6 @@ def _op_counts(result) -> dict:
 
     program = deserialize_pte_binary(result.path.read_bytes()).program
     return op_counts(bytes(program.backend_delegate_data[0].data))
-
-
-def _on_qnn(result, ids) -> np.ndarray:
-    program = PteProgram(result.path, "qnn")
-    try:
-        return teacher_forced(program, ids, prompt_len=len(PROMPT))
-    finally:
-        program.close()
-        gc.collect()
 
 
 @pytest.mark.parametrize("kind, tie", [("llama", False), ("qwen2", False), ("qwen3", True)])
@@ -107,7 +104,7 @@ def test_split_heads_fp16_on_qnn_matches_the_batched_program(fp16_programs, real
     max 0 on logits up to 3.0) and against the host engine (1.4e-2); equal greedy tokens."""
     _, batched = fp16_programs[False]
     _, split = fp16_programs[True]
-    qnn_split, qnn_batched = _on_qnn(split, IDS), _on_qnn(batched, IDS)
+    qnn_split, qnn_batched = (qnn_teacher_forced(r.path, IDS, len(PROMPT)) for r in (split, batched))
     host = teacher_forced(PteProgram(split.path, "host"), IDS, prompt_len=len(PROMPT))
     assert float(np.abs(qnn_split - qnn_batched).max()) < 1e-2
     assert float(np.abs(qnn_split - host).max()) < 5e-2
@@ -143,7 +140,7 @@ def test_split_heads_16a4w_block_on_qnn_matches_host(split_16a4w, real_qnn):
     difference (random weights have near ties: measured 1 of 15 positions)."""
     _, result = split_16a4w
     host = teacher_forced(PteProgram(result.path, "host"), IDS, prompt_len=len(PROMPT))
-    qnn = _on_qnn(result, IDS)
+    qnn = qnn_teacher_forced(result.path, IDS, len(PROMPT))
     err = float(np.abs(qnn - host).max())
     assert err < 5e-2 * max(1.0, float(np.abs(host).max()))
     rows = np.flatnonzero(qnn.argmax(-1) != host.argmax(-1))

@@ -37,6 +37,7 @@ from backends.qualcomm.tests.helpers.tiny_llm import (
     hf_greedy,
     hf_logits,
     hf_model,
+    qnn_teacher_forced,
 )
 from backends.qualcomm.tests.helpers.tiny_llm import export_tiny as _export
 
@@ -290,12 +291,7 @@ def test_16a4w_block_on_qnn_matches_host(llama_16a4w, real_qnn):
     _, result = llama_16a4w
     ids = PROMPT
     host = teacher_forced(PteProgram(result.path, "host"), ids, prompt_len=9)
-    program = PteProgram(result.path, "qnn")
-    try:
-        qnn = teacher_forced(program, ids, prompt_len=9)
-    finally:
-        program.close()
-        _release()
+    qnn = qnn_teacher_forced(result.path, ids, prompt_len=9)
     err = float(np.abs(qnn - host).max())
     print(f"max |qnn - host| {err:.2e}; argmax agreement {(qnn.argmax(-1) == host.argmax(-1)).mean():.3f}")
     assert err < 5e-2 * max(1.0, float(np.abs(host).max()))
@@ -483,12 +479,7 @@ def test_float_mlp_down_on_qnn_matches_host(llama_16a8w_float_mlp_down, real_qnn
     |qnn - host| 3.1e-3, every argmax equal."""
     _, result = llama_16a8w_float_mlp_down
     host = teacher_forced(PteProgram(result.path, "host"), PROMPT, prompt_len=9)
-    program = PteProgram(result.path, "qnn")
-    try:
-        qnn = teacher_forced(program, PROMPT, prompt_len=9)
-    finally:
-        program.close()
-        _release()
+    qnn = qnn_teacher_forced(result.path, PROMPT, prompt_len=9)
     err = float(np.abs(qnn - host).max())
     print(f"max |qnn - host| {err:.2e}")
     assert err < 1e-2 * max(1.0, float(np.abs(host).max()))
