@@ -3,6 +3,7 @@ real-QNN fixtures and marker, and the real models shared by the session."""
 
 import gc
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # on); elsewhere delegates carry the payload only and run on the host engine (fast).
 os.environ.setdefault("QNN_DELEGATE_CONTEXT_BINARY", "0")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -78,6 +80,16 @@ def _context_binaries_at_lowering(monkeypatch, on: bool):
     yield
     reset_runtime_options()
     gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _seeded_random_state():
+    """Every test starts from the same random state (torch, numpy, random): pytest-xdist's
+    loadscope hands test groups to workers in a different order on each run, and a model built
+    with unseeded weights would otherwise get different weights from run to run."""
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
 
 
 @pytest.fixture

@@ -100,9 +100,12 @@ def test_chain_on_qnn_matches_eager_fp16(real_qnn, module, shapes):
 
 def test_einsum_on_qnn_8a8w(real_qnn):
     """QNN (the engine of a delegate with a context binary) within the default 8-bit bound of the
-    QDQ reference, and within 1e-3 (relative) of the host engine."""
+    QDQ reference, and within 2 steps of the host engine: with float graph IO (QNN's own Quantize
+    before the MatMul) and two requantizing ops (MatMul, then the bias Add), QNN and the host engine
+    are 1 step apart on 5-20% of the outputs and 2 steps apart on one output of 60 for 5 of 70
+    random weight draws (docs/numerics.md). Without the fold QNN was 12.6 off eager in fp16."""
     inputs = (randn(2, 10, 32),)
     tester = QuantTester(Einsum().eval(), inputs, QuantDtype.use_8a8w).lower()
     assert _reshapes_before_matmul(tester.payload()) == 1
-    assert_qnn_matches_host(one_delegate_blob(tester), inputs, None, float_rel=1e-3, max_steps=1)
+    assert_qnn_matches_host(one_delegate_blob(tester), inputs, None, float_rel=1e-3, max_steps=2)
     tester.to_executorch().run().compare_steps()
