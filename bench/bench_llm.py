@@ -47,7 +47,9 @@ WEIGHT_BYTES = {
     "xnn_fp32": {"linear": 4.0, "head": 4.0},
     "xnn_8da4w": {"linear": 0.5 + 4.0 / 32, "head": 0.5 + 4.0 / 32},  # codes + fp32 scale per group of 32
 }
-CACHE_BYTES = {"fp16": 4, "16a8w": 4, "16a4w_block": 4, "xnn_fp32": 4, "xnn_8da4w": 4}  # float32 caches
+XNNPACK_CACHE_BYTES = (
+    4  # export_llama's caches are float32; ours: the program's cache dtype (uint8 with an 8-bit cache)
+)
 
 
 @dataclass
@@ -320,6 +322,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     args.artifact.mkdir(parents=True, exist_ok=True)
 
+    import numpy as np
+
     import backends.qualcomm  # noqa: F401  (registers the delegate)
     from backends.qualcomm import set_runtime_option
     from backends.qualcomm.llm.evaluate import pydoc_texts
@@ -361,8 +365,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             program = PteProgram(path, "host")
             rounds, load = time_rounds(lambda: our_round(program, prompt, args.tg), args.reps, args.max_other_cores)
             slots = args.context_len - 1  # every decode call attends over all C - 1 slots
+        cache_bytes = XNNPACK_CACHE_BYTES if name.startswith("xnn_") else np.dtype(program.cache_dtype).itemsize
         per_token = weight_bytes_per_token(sizes, WEIGHT_BYTES[name]) + cache_bytes_per_token(
-            config, slots, CACHE_BYTES[name]
+            config, slots, cache_bytes
         )
         results.append(BackendResult(name, len(prompt), args.tg, rounds, rss_mb() - before, per_token, load))
         method = program = None

@@ -134,14 +134,15 @@ def float_remainder(
     _write(e, QnnOpType.ElementWiseSelect, _signed_remainder(e, a, b, truncate), out)
 
 
-def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
-    """Round((a - r) / b) with r the corrected remainder: (a - r) is a whole multiple of b, so its
-    quotient is an integer up to rounding (HTP's single ElementWiseFloorDiv gives one less at an
-    exact integer quotient, 3 // 1.5 = 1, measured on QNN 2.51). Where r is NaN (b = 0 or +-inf,
-    a infinite) the single op gives torch's value (+-inf / NaN, 0 or -1 for an infinite b)."""
+def _whole_quotient(
+    gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor, truncate: bool, single_op: str
+) -> None:
+    """Round((a - r) / b) with r the corrected remainder (fmod's when truncating, else the floor
+    remainder's): (a - r) is a whole multiple of b, so its quotient is an integer up to rounding.
+    Where r is NaN (b = 0 or +-inf, a infinite) the result is `single_op`'s a op b."""
     e = Emitter(gb, node, DataType.FLOAT_32)
     a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
-    r = e.op(QnnOpType.ElementWiseSelect, _signed_remainder(e, a, b, truncate=False))
+    r = e.op(QnnOpType.ElementWiseSelect, _signed_remainder(e, a, b, truncate))
     whole = e.op(
         QnnOpType.ElementWiseRound,
         [e.op(QnnOpType.ElementWiseDivide, [e.op(QnnOpType.ElementWiseSubtract, [a, r]), b])],
@@ -149,28 +150,22 @@ def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: Q
     _write(
         e,
         QnnOpType.ElementWiseSelect,
-        [e.op(QnnOpType.ElementWiseEqual, [r, r], boolean=True), whole, e.op(QnnOpType.ElementWiseFloorDiv, [a, b])],
+        [e.op(QnnOpType.ElementWiseEqual, [r, r], boolean=True), whole, e.op(single_op, [a, b])],
         out,
     )
+
+
+def float_floor_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
+    """floor_divide of float / quantized tensors (HTP's single ElementWiseFloorDiv gives one less at
+    an exact integer quotient, 3 // 1.5 = 1, measured on QNN 2.51; it gives torch's +-inf / NaN,
+    0 or -1 for an infinite b, where the remainder is NaN)."""
+    _whole_quotient(gb, node, a, b, out, truncate=False, single_op=QnnOpType.ElementWiseFloorDiv)
 
 
 def trunc_divide(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:
-    """div(rounding_mode="trunc") of float / quantized tensors: Round((a - r) / b), r the corrected
-    fmod remainder ((a - r) is a whole multiple of b, as in float_floor_divide); a / b where r is
+    """div(rounding_mode="trunc") of float / quantized tensors; a / b where the fmod remainder is
     NaN (b = 0, an infinite a: +-inf / NaN as torch; an infinite b: 0)."""
-    e = Emitter(gb, node, DataType.FLOAT_32)
-    a, b = _dequantized(gb, node, a, "a"), _dequantized(gb, node, b, "b")
-    r = e.op(QnnOpType.ElementWiseSelect, _signed_remainder(e, a, b, truncate=True))
-    whole = e.op(
-        QnnOpType.ElementWiseRound,
-        [e.op(QnnOpType.ElementWiseDivide, [e.op(QnnOpType.ElementWiseSubtract, [a, r]), b])],
-    )
-    _write(
-        e,
-        QnnOpType.ElementWiseSelect,
-        [e.op(QnnOpType.ElementWiseEqual, [r, r], boolean=True), whole, e.op(QnnOpType.ElementWiseDivide, [a, b])],
-        out,
-    )
+    _whole_quotient(gb, node, a, b, out, truncate=True, single_op=QnnOpType.ElementWiseDivide)
 
 
 def integer_fmod(gb: GraphBuilder, node: torch.fx.Node, a: QnnTensor, b: QnnTensor, out: QnnTensor) -> None:

@@ -197,11 +197,10 @@ Status load_wrapped_context(const uint8_t* data, size_t size, const ::qnn_delega
   return s;
 }
 
-// Online prepare (the blob carries no context binary): QNN builds and finalizes the graphs
-// now, once, then loads the binary it made. Same engine rule as a carried binary.
-Status prepare_online(const ::qnn_delegate::QnnPayload* payload, EngineChoice choice,
-                      std::unique_ptr<qnn::QnnLoadedContext>& out) {
-  const bool forced = choice == EngineChoice::Qnn;
+// Whether QNN runs the delegate (`use_qnn`): not on the x86 emulator unless the engine is forced
+// to qnn, not without QNN's library (an error naming `what` when forced); each reason said once.
+Status qnn_runs_it(bool forced, const char* what, bool& use_qnn) {
+  use_qnn = false;
   if (kQnnIsEmulated && !forced) {
     say_once(g_said_emulator, "QNN's library is the x86 HTP emulator",
              "exact but ~50x slower than the host engine, which follows its numerics; set "
@@ -210,10 +209,31 @@ Status prepare_online(const ::qnn_delegate::QnnPayload* payload, EngineChoice ch
   }
   std::string why;
   if (qnn::QnnLibrary::get(&why) == nullptr) {
-    if (forced) return make_error(ErrorKind::NotSupported, "engine qnn (online prepare): %s", why.c_str());
+    if (forced) return make_error(ErrorKind::NotSupported, "%s: %s", what, why.c_str());
     say_once(g_said_no_library, "QNN libraries not loaded", why);
     return Status::Ok();
   }
+  use_qnn = true;
+  return Status::Ok();
+}
+
+// A failed QNN load: the error when the engine is forced to qnn, else the host engine runs the
+// delegate (the reason logged).
+Status host_unless_forced(bool forced, const Status& failure, std::unique_ptr<qnn::QnnLoadedContext>& out) {
+  out.reset();
+  if (forced) return failure;
+  ET_LOG(Error, "QnnDelegate: engine auto -> host engine: %s", failure.message.c_str());
+  return Status::Ok();
+}
+
+// Online prepare (the blob carries no context binary): QNN builds and finalizes the graphs
+// now, once, then loads the binary it made. Same engine rule as a carried binary.
+Status prepare_online(const ::qnn_delegate::QnnPayload* payload, EngineChoice choice,
+                      std::unique_ptr<qnn::QnnLoadedContext>& out) {
+  const bool forced = choice == EngineChoice::Qnn;
+  bool use_qnn = false;
+  QNN_RETURN_IF_ERROR(qnn_runs_it(forced, "engine qnn (online prepare)", use_qnn));
+  if (!use_qnn) return Status::Ok();
   qnn::CompileRequest request;
   request.soc_model = payload->online_prepare()->soc_model();
   request.vtcm_mb = payload->online_prepare()->vtcm_mb();
@@ -228,11 +248,7 @@ Status prepare_online(const ::qnn_delegate::QnnPayload* payload, EngineChoice ch
                                            payload, false, out);
   }
   if (s.ok()) return s;
-  out.reset();
-  s = make_error(s.kind, "online prepare: %s", s.message.c_str());
-  if (forced) return s;
-  ET_LOG(Error, "QnnDelegate: engine auto -> host engine: %s", s.message.c_str());
-  return Status::Ok();
+  return host_unless_forced(forced, make_error(s.kind, "online prepare: %s", s.message.c_str()), out);
 }
 
 }  // namespace
@@ -260,31 +276,15 @@ Status load_qnn_engine(const void* data, size_t size, EngineChoice choice,
   }
   flatbuffers::Verifier verifier(blob.data, size);
   if (!container->qnn_context()->Verify(verifier)) {
-    const Status s = make_error(ErrorKind::InvalidProgram,
-                                "QNN section of the blob failed the "
-                                "flatbuffers verifier");
-    if (forced) return s;
-    ET_LOG(Error, "QnnDelegate: engine auto -> host engine: %s", s.message.c_str());
-    return Status::Ok();
+    return host_unless_forced(
+        forced, make_error(ErrorKind::InvalidProgram, "QNN section of the blob failed the flatbuffers verifier"), out);
   }
-  if (kQnnIsEmulated && !forced) {
-    say_once(g_said_emulator, "QNN's library is the x86 HTP emulator",
-             "exact but ~50x slower than the host engine, which follows its numerics; set "
-             "qnn_runtime_engine=qnn (runner: --engine qnn) to run the emulator");
-    return Status::Ok();
-  }
-  std::string why;
-  if (qnn::QnnLibrary::get(&why) == nullptr) {
-    if (forced) return make_error(ErrorKind::NotSupported, "engine qnn: %s", why.c_str());
-    say_once(g_said_no_library, "QNN libraries not loaded", why);
-    return Status::Ok();
-  }
+  bool use_qnn = false;
+  QNN_RETURN_IF_ERROR(qnn_runs_it(forced, "engine qnn", use_qnn));
+  if (!use_qnn) return Status::Ok();
   const Status s = qnn::QnnLoadedContext::load(container, payload, out);
   if (s.ok()) return s;
-  out.reset();
-  if (forced) return s;
-  ET_LOG(Error, "QnnDelegate: engine auto -> host engine: %s", s.message.c_str());
-  return Status::Ok();
+  return host_unless_forced(forced, s, out);
 }
 
 Error execute_on_qnn(executorch::runtime::BackendExecutionContext& context, qnn::QnnGraphRunner& g, int profile_level,

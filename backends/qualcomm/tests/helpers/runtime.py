@@ -284,6 +284,27 @@ def assert_qnn_matches_host(
             assert stats.max_diff <= max_steps and stats.exact_fraction >= min_exact, f"output {i}: {stats}"
 
 
+def assert_engines_match_reference(tester, inputs: Sequence[torch.Tensor], max_steps: Optional[int], tol: float = 5e-3):
+    """The lowered tester's one delegate (fully delegated) on QNN and on the host engine. Float
+    programs (max_steps None): both engines' outputs against eager within tol (atol and rtol).
+    Quantized programs: QNN against the host engine within max_steps of each output's scale."""
+    from backends.qualcomm.tests.helpers.quant_tester import step_stats
+
+    tester.check_fully_delegated().check_count(1)
+    blob = tester.delegate_blobs()[0]
+    qnn, host = payload_on_both_engines(blob, inputs, tester.module)
+    if max_steps is None:
+        with torch.no_grad():
+            expected = [e.numpy() for e in tester.module(*inputs)]
+        for i, (q, h, e) in enumerate(zip(qnn, host, expected)):
+            np.testing.assert_allclose(q, e, atol=tol, rtol=tol, err_msg=f"output {i}: QNN vs eager")
+            np.testing.assert_allclose(h, e, atol=tol, rtol=tol, err_msg=f"output {i}: host vs eager")
+        return
+    for i, (scale, q, h) in enumerate(zip(delegate_output_scales(blob), qnn, host)):
+        stats = step_stats(q, h, scale)
+        assert stats.max_diff <= max_steps, f"output {i}: {stats}"
+
+
 def one_delegate_blob(tester) -> bytes:
     """The payload of a program lowered to exactly one delegate with no CPU op."""
     assert tester.cpu_nodes() == [], tester.partitioner.rejected_nodes

@@ -18,8 +18,8 @@ from backends.qualcomm import QuantDtype
 from backends.qualcomm import _qnn_delegate as qd
 from backends.qualcomm.tests.helpers.payload_builder import NP_TO_QNN, U32, GraphBuilder, scalar
 from backends.qualcomm.tests.helpers.payload_builder import randn as np_randn
-from backends.qualcomm.tests.helpers.quant_tester import QuantTester, step_stats
-from backends.qualcomm.tests.helpers.runtime import delegate_output_scales, payload_on_both_engines
+from backends.qualcomm.tests.helpers.quant_tester import QuantTester
+from backends.qualcomm.tests.helpers.runtime import assert_engines_match_reference
 from backends.qualcomm.tests.helpers.tester import QnnTester, randn
 
 A8W8, A16W8 = QuantDtype.use_8a8w, QuantDtype.use_16a8w
@@ -260,16 +260,4 @@ def test_index_put_forms_on_real_qnn(real_qnn, quant_dtype, accumulate):
     else:
         tester = _quantized(quant_dtype, accumulate).lower()
         inputs = tester.inputs
-    tester.check_fully_delegated().check_count(1)
-    blob = tester.delegate_blobs()[0]
-    qnn, host = payload_on_both_engines(blob, inputs, tester.module)
-    if quant_dtype is None:
-        with torch.no_grad():
-            expected = [e.numpy() for e in tester.module(*inputs)]
-        for i, (q, h, e) in enumerate(zip(qnn, host, expected)):
-            np.testing.assert_allclose(q, e, atol=5e-3, rtol=5e-3, err_msg=f"output {i}: QNN vs eager")
-            np.testing.assert_allclose(h, e, atol=5e-3, rtol=5e-3, err_msg=f"output {i}: host vs eager")
-        return
-    scales = delegate_output_scales(blob)
-    for i, (scale, q, h) in enumerate(zip(scales, qnn, host)):
-        assert step_stats(q, h, scale).max_diff <= 1, f"output {i}: {step_stats(q, h, scale)}"
+    assert_engines_match_reference(tester, inputs, None if quant_dtype is None else 1)
