@@ -2,6 +2,7 @@
 
     python bench/bench_llm.py [--recipes fp16,16a8w,16a4w_block] [--xnnpack fp32,8da4w]
         [--pp 128] [--tg 64] [--reps 3] [--context-len 512] [--artifact artifacts/bench_llm]
+        [--float-cache-io]
 
 llama-bench's conventions: pp<N> = prefill of an N-token prompt (tok/s), tg<N> = N decoded tokens
 (tok/s, one token per call), each the median of --reps rounds, plus the time to first token (the
@@ -166,6 +167,22 @@ def rss_mb() -> float:
     return 0.0
 
 
+def release_freed_memory() -> None:
+    """Collects garbage and hands the heap's free pages back to the system (glibc's malloc_trim),
+    so that the next program's RSS is measured from what this process really holds: freed
+    blocks below glibc's mmap threshold otherwise stay in its arenas and the next program reuses
+    them (its RSS then reads 0)."""
+    import ctypes
+    import ctypes.util
+
+    gc.collect()
+    libc = ctypes.util.find_library("c")
+    if libc:
+        trim = getattr(ctypes.CDLL(libc), "malloc_trim", None)
+        if trim is not None:
+            trim(0)
+
+
 def time_rounds(run_round: Callable[[], Round], reps: int, max_other_cores: float) -> tuple:
     run_round()  # warm-up
     with LoadMonitor(max_other_cores) as monitor:
@@ -215,21 +232,23 @@ def load_llm_kernels() -> None:
 
 
 # ---- the programs --------------------------------------------------------------------------------
-def our_pte(model, tokenizer, recipe: str, context_len: int, artifact: Path) -> Path:
+def our_pte(model, tokenizer, recipe: str, context_len: int, artifact: Path, uint8_cache_io: bool = True) -> Path:
     import os
 
     from backends.qualcomm.llm.evaluate import pydoc_texts
     from backends.qualcomm.llm.export import export_static_llm
     from backends.qualcomm.utils.qnn_context import AOT_ENV
 
-    path = artifact / f"smollm2_{recipe}_c{context_len}.pte"
+    path = artifact / f"smollm2_{recipe}_c{context_len}{'' if uint8_cache_io else '_float_cache_io'}.pte"
     if not path.exists():
         os.environ[AOT_ENV] = "0"  # payload only: the host engine runs it
         calibration = None
         if recipe != "fp16":
             ids = tokenizer(pydoc_texts()[0], add_special_tokens=False)["input_ids"]
             calibration = [ids[i * 4096 : i * 4096 + 128] for i in range(4)]
-        export_static_llm(model, path, recipe, context_len=context_len, calibration=calibration)
+        export_static_llm(
+            model, path, recipe, context_len=context_len, calibration=calibration, uint8_cache_io=uint8_cache_io
+        )
     return path
 
 
@@ -318,6 +337,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--context-len", type=int, default=512)
     parser.add_argument("--artifact", type=Path, default=Path("artifacts/bench_llm"))
+    parser.add_argument(
+        "--float-cache-io",
+        action="store_true",
+        help="also 16a4w_block with its 8-bit cache as float32 program inputs / outputs (uint8_cache_io=False)",
+    )
     add_load_arguments(parser, attempts=False)
     args = parser.parse_args(argv)
     args.artifact.mkdir(parents=True, exist_ok=True)
@@ -339,6 +363,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     recipes = [r for r in args.recipes.split(",") if r]
     modes = [m for m in args.xnnpack.split(",") if m]
     paths = {r: our_pte(model, tokenizer, r, args.context_len, args.artifact) for r in recipes}
+    if args.float_cache_io and "16a4w_block" in recipes:
+        paths["16a4w_block float cache I/O"] = our_pte(
+            model, tokenizer, "16a4w_block", args.context_len, args.artifact, uint8_cache_io=False
+        )
     for mode in modes:
         try:
             paths[f"xnn_{mode}"] = xnnpack_pte(model, mode, args.context_len, args.artifact)
@@ -350,7 +378,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bandwidth = read_bandwidth_gb_s()
     results: List[BackendResult] = []
     for name, path in paths.items():
-        gc.collect()  # the previous backend's program released before the baseline
+        release_freed_memory()  # the previous backend's program released before the baseline
         before = rss_mb()
         if name.startswith("xnn_"):
             from executorch.runtime import Runtime
@@ -366,7 +394,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rounds, load = time_rounds(lambda: our_round(program, prompt, args.tg), args.reps, args.max_other_cores)
             slots = args.context_len - 1  # every decode call attends over all C - 1 slots
         cache_bytes = XNNPACK_CACHE_BYTES if name.startswith("xnn_") else np.dtype(program.cache_dtype).itemsize
-        per_token = weight_bytes_per_token(sizes, WEIGHT_BYTES[name]) + cache_bytes_per_token(
+        per_token = weight_bytes_per_token(sizes, WEIGHT_BYTES[name.split()[0]]) + cache_bytes_per_token(
             config, slots, cache_bytes
         )
         results.append(BackendResult(name, len(prompt), args.tg, rounds, rss_mb() - before, per_token, load))
