@@ -236,6 +236,8 @@ def node_group(node) -> str:
     ops but its linears (rotary embedding, scaling, mask, reshapes)."""
     import re
 
+    from backends.qualcomm.llm.export import mlp_product_node
+
     stack = list((node.meta.get("nn_module_stack") or {}).values())
     path, kind = (stack[-1][0], str(stack[-1][1])) if stack else ("", "")
     target = str(node.target)
@@ -243,7 +245,7 @@ def node_group(node) -> str:
         return "norm"
     if path.endswith("down_proj"):
         return "down_proj"
-    if path.endswith("mlp.act_fn") or (path.endswith(".mlp") and "mul" in target):
+    if mlp_product_node(node):
         return "mlp_product"
     if "self_attn" in path and "softmax" in target:
         return "softmax"

@@ -239,11 +239,17 @@ def annotate_kv_cache_8bit(graph_module: GraphModule) -> None:
         )
 
 
+def module_path(node: Node) -> str:
+    """The path of the innermost module an exported node was traced in ("" for none), e.g.
+    "model.layers.0.mlp.down_proj"."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    return stack[-1][0] if stack else ""
+
+
 def mlp_product_node(node: Node) -> bool:
     """True for an MLP's SiLU and its product with the up projection (the down projection's
     input; HF Llama / Qwen MLPs: down_proj(act_fn(gate_proj(x)) * up_proj(x)))."""
-    stack = list((node.meta.get("nn_module_stack") or {}).values())
-    path = stack[-1][0] if stack else ""
+    path = module_path(node)
     if path.endswith("mlp.act_fn"):
         return True
     return path.endswith("mlp") and node.target in (torch.ops.aten.mul.Tensor, torch.ops.aten.mul_.Tensor)

@@ -26,6 +26,7 @@ from backends.qualcomm.llm import (
     static_modules,
     teacher_forced,
 )
+from backends.qualcomm.llm.export import module_path
 from backends.qualcomm.tests.helpers.runtime import native
 from backends.qualcomm.utils.qnn_context import AOT_ENV
 from backends.qualcomm.tests.helpers.tiny_llm import (
@@ -289,12 +290,17 @@ def test_16a4w_block_on_qnn_matches_host(llama_16a4w, real_qnn):
     a full chunk and a padded one, then 2 decode steps): measured max |qnn - host| 1.5e-2 on logits
     up to 2.8, every argmax equal."""
     _, result = llama_16a4w
-    ids = PROMPT
-    host = teacher_forced(PteProgram(result.path, "host"), ids, prompt_len=9)
-    qnn = qnn_teacher_forced(result.path, ids, prompt_len=9)
+    _assert_qnn_near_host(result.path, relative=5e-2)
+
+
+def _assert_qnn_near_host(pte, relative: float) -> None:
+    """QNN's teacher-forced logits (PROMPT: a full chunk and a padded one, then decode steps)
+    within `relative` x max(1, |host|) of the host engine's, every argmax equal."""
+    host = teacher_forced(PteProgram(pte, "host"), PROMPT, prompt_len=9)
+    qnn = qnn_teacher_forced(pte, PROMPT, prompt_len=9)
     err = float(np.abs(qnn - host).max())
     print(f"max |qnn - host| {err:.2e}; argmax agreement {(qnn.argmax(-1) == host.argmax(-1)).mean():.3f}")
-    assert err < 5e-2 * max(1.0, float(np.abs(host).max()))
+    assert err < relative * max(1.0, float(np.abs(host).max()))
     assert (qnn.argmax(-1) == host.argmax(-1)).all()
 
 
@@ -410,8 +416,7 @@ def test_smollm2_fp16_generates_hf_greedy_tokens_on_the_host_engine(smollm2, tmp
 def _is_residual_add(node) -> bool:
     import re
 
-    stack = list((node.meta.get("nn_module_stack") or {}).values())
-    return node.target == torch.ops.aten.add.Tensor and bool(stack) and bool(re.search(r"layers\.\d+$", stack[-1][0]))
+    return node.target == torch.ops.aten.add.Tensor and bool(re.search(r"layers\.\d+$", module_path(node)))
 
 
 def test_keep_float_leaves_the_chosen_nodes_unquantized():
@@ -435,11 +440,6 @@ def llama_16a8w_float_mlp_down(tmp_path_factory):
     return _export("llama", "16a8w", tmp_path_factory, float_mlp_down=True)
 
 
-def _path(node) -> str:
-    stack = list((node.meta.get("nn_module_stack") or {}).values())
-    return stack[-1][0] if stack else ""
-
-
 def test_float_mlp_down_runs_the_mlp_product_in_float_on_the_host_engine(llama_16a8w_float_mlp_down):
     """export_static_llm(float_mlp_down=True): each down projection reads the SiLU x up product
     unquantized and has int8 per-channel weights, every other linear reads a dequantized 16-bit
@@ -452,7 +452,7 @@ def test_float_mlp_down_runs_the_mlp_product_in_float_on_the_host_engine(llama_1
 
     _, result = llama_16a8w_float_mlp_down
     linears = [n for n in result.modules["decode"].graph.nodes if n.target == torch.ops.aten.linear.default]
-    down = [n for n in linears if _path(n).endswith("mlp.down_proj")]
+    down = [n for n in linears if module_path(n).endswith("mlp.down_proj")]
     assert len(linears) == 15 and len(down) == 2
     for n in down:
         assert n.args[0].target == torch.ops.aten.mul.Tensor, n.args[0]
@@ -478,12 +478,7 @@ def test_float_mlp_down_on_qnn_matches_host(llama_16a8w_float_mlp_down, real_qnn
     the host engine, teacher-forced (a prompt of 9, then 2 decode steps): measured max
     |qnn - host| 3.1e-3, every argmax equal."""
     _, result = llama_16a8w_float_mlp_down
-    host = teacher_forced(PteProgram(result.path, "host"), PROMPT, prompt_len=9)
-    qnn = qnn_teacher_forced(result.path, PROMPT, prompt_len=9)
-    err = float(np.abs(qnn - host).max())
-    print(f"max |qnn - host| {err:.2e}")
-    assert err < 1e-2 * max(1.0, float(np.abs(host).max()))
-    assert (qnn.argmax(-1) == host.argmax(-1)).all()
+    _assert_qnn_near_host(result.path, relative=1e-2)
 
 
 def test_float_mlp_down_needs_a_quantized_recipe(tmp_path):
